@@ -1,0 +1,408 @@
+//! The `kernels` bench: GEMM and layernorm sweeps on the GPU, each point verified before it is
+//! timed, with native CPU baseline rows (SGEMM, memcpy) measured in the same run.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::export::csv::{num, Schema};
+use crate::export::{CsvSink, Record, RunDir};
+use crate::gpu::kernels::gemm::{cpu_sgemm, verify_dense};
+use crate::gpu::kernels::select::{select, Selection};
+use crate::gpu::kernels::{
+    find_variant, variant_names, GemmKernel, GemmSize, GpuKernel, LayernormKernel, LayernormSize,
+    Variant, Verification, GEMM_VARIANTS, LAYERNORM_VARIANTS,
+};
+use crate::gpu::timing::{time_compute_passes, IterationTimes};
+use crate::gpu::Gpu;
+use crate::output::Progress;
+use crate::stats::Summary;
+
+pub const BENCH: &str = "kernels";
+
+pub const SCHEMA: Schema = Schema {
+    params: &[
+        "kernel", "variant", "size_m", "size_n", "size_k", "rows", "hidden",
+    ],
+    with_stats: true,
+    tail: &["gflops", "gbps", "timer", "verified", "rel_err"],
+};
+
+/// What to run: sizes, iteration counts, and optionally forced variants.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KernelsPlan {
+    pub gemm: Vec<GemmSize>,
+    pub layernorm: Vec<LayernormSize>,
+    pub iters: u32,
+    pub warmup: u32,
+    /// `None` or "auto": measured selection.
+    pub gemm_variant: Option<String>,
+    pub layernorm_variant: Option<String>,
+    pub cpu_baseline: bool,
+    /// Ignore the cached variant choice and probe again.
+    pub reselect: bool,
+}
+
+impl KernelsPlan {
+    pub fn points(&self) -> u64 {
+        let per = if self.cpu_baseline { 2 } else { 1 };
+        ((self.gemm.len() + self.layernorm.len()) * per) as u64
+    }
+}
+
+/// Medians of one point, for the summary the caller prints.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PointResult {
+    pub kernel: &'static str,
+    pub variant: String,
+    pub size: String,
+    pub median_us: f64,
+    /// GFLOP/s for GEMM and SGEMM, GB/s for layernorm and memcpy.
+    pub throughput: f64,
+    pub timer: &'static str,
+}
+
+struct Writer<'a> {
+    run: &'a RunDir,
+    table: CsvSink,
+    samples: Option<CsvSink>,
+    results: Vec<PointResult>,
+}
+
+enum Size {
+    Gemm(GemmSize),
+    Layernorm(LayernormSize),
+    /// A host copy of a layernorm's input: read + written = 2 x its bytes.
+    Memcpy(LayernormSize),
+}
+
+impl Size {
+    fn columns(&self, r: Record) -> Record {
+        match self {
+            Size::Gemm(s) => r.push(s.m).push(s.n).push(s.k).push("").push(""),
+            Size::Layernorm(s) | Size::Memcpy(s) => {
+                r.push("").push("").push("").push(s.rows).push(s.hidden)
+            }
+        }
+    }
+    fn label(&self) -> String {
+        match self {
+            Size::Gemm(s) => s.to_string(),
+            Size::Layernorm(s) | Size::Memcpy(s) => s.to_string(),
+        }
+    }
+    /// (gflops, gbps) for a time in µs.
+    fn throughput(&self, us: f64) -> (Option<f64>, Option<f64>) {
+        match self {
+            Size::Gemm(s) => (Some(s.flops() / us / 1e3), None),
+            Size::Layernorm(s) => (None, Some(s.bytes_moved() / us / 1e3)),
+            Size::Memcpy(s) => (None, Some(s.elements() as f64 * 8.0 / us / 1e3)),
+        }
+    }
+}
+
+impl Writer<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        &mut self,
+        kernel: &'static str,
+        variant: &str,
+        size: &Size,
+        timer: &'static str,
+        samples: &[f64],
+        v: Verification,
+        progress: &Progress,
+    ) -> Result<()> {
+        let s = Summary::of(samples).context("no valid timing samples")?;
+        let case = format!("{kernel} {}", size.label());
+        let (gflops, gbps) = size.throughput(s.p50);
+        let record = size
+            .columns(
+                Record::new(&self.run.id, BENCH, &case)
+                    .push(kernel)
+                    .push(variant),
+            )
+            .stats(&s)
+            .push_opt(gflops.map(num))
+            .push_opt(gbps.map(num))
+            .push(timer)
+            .push(true)
+            .push(format!("{:.3e}", v.rel_err));
+        self.table.write(record)?;
+        if let Some(raw) = &mut self.samples {
+            for (i, x) in samples.iter().enumerate() {
+                raw.write(
+                    Record::new(&self.run.id, BENCH, &case)
+                        .push(timer)
+                        .push(i)
+                        .push(format!("{x:.3}")),
+                )?;
+            }
+        }
+        let throughput = gflops.or(gbps).unwrap_or(0.0);
+        let unit = if gflops.is_some() { "GFLOP/s" } else { "GB/s" };
+        progress.println(format!(
+            "{kernel:<10} {variant:<22} {:<16} p50 {:>11.1} µs  {throughput:>9.2} {unit:<7} [{timer}] rel_err {:.1e}",
+            size.label(),
+            s.p50,
+            v.rel_err
+        ));
+        self.results.push(PointResult {
+            kernel,
+            variant: variant.to_string(),
+            size: size.label(),
+            median_us: s.p50,
+            throughput,
+            timer,
+        });
+        Ok(())
+    }
+
+    /// Writes the GPU-timestamp row and the host-clock row of one GPU point.
+    fn gpu_rows(
+        &mut self,
+        kernel: &'static str,
+        variant: &str,
+        size: &Size,
+        t: &IterationTimes,
+        v: Verification,
+        progress: &Progress,
+    ) -> Result<()> {
+        let host = Summary::of(&t.host_us).context("no host samples")?;
+        match &t.gpu_us {
+            Some(gpu_us) => {
+                let gpu = Summary::of(gpu_us).context("no GPU samples")?;
+                let gap = (host.p50 - gpu.p50).abs() / gpu.p50.max(1e-9);
+                if gap > 0.10 {
+                    progress.println(format!(
+                        "note: {kernel} {}: GPU timestamps and host clock disagree by {:.0}% \
+                         (p50 {:.1} vs {:.1} µs); the host figure includes submit and wake-up",
+                        size.label(),
+                        gap * 100.0,
+                        gpu.p50,
+                        host.p50
+                    ));
+                }
+                self.row(kernel, variant, size, "gpu", gpu_us, v, progress)?;
+            }
+            None => progress.println(format!(
+                "note: {kernel} {}: adapter has no timestamp queries; host clock only",
+                size.label()
+            )),
+        }
+        self.row(kernel, variant, size, "host", &t.host_us, v, progress)
+    }
+}
+
+fn forced(list: &'static [Variant], kernel: &str, name: &str) -> Result<&'static Variant> {
+    find_variant(list, name).with_context(|| {
+        format!(
+            "unknown {kernel} variant '{name}': choose one of {} or auto",
+            variant_names(list)
+        )
+    })
+}
+
+fn choose<'g, K: GpuKernel + 'g>(
+    gpu: &'g Gpu,
+    kernel: &str,
+    list: &'static [Variant],
+    wanted: Option<&str>,
+    probe: String,
+    reselect: bool,
+    make: impl FnMut(&'static Variant) -> Result<K, crate::gpu::kernels::KernelError>,
+) -> Result<(&'static Variant, Option<Selection>)> {
+    match wanted {
+        Some(name) if name != "auto" => Ok((forced(list, kernel, name)?, None)),
+        _ => {
+            let (v, sel) = select(gpu, kernel, list, &probe, reselect, make)?;
+            Ok((v, Some(sel)))
+        }
+    }
+}
+
+fn cpu_threads() -> usize {
+    // matrixmultiply reads MATMUL_NUM_THREADS once; main sets it to every core (it caps at 4).
+    std::env::var("MATMUL_NUM_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+fn time_host(warmup: u32, iters: u32, mut f: impl FnMut()) -> Vec<f64> {
+    for _ in 0..warmup {
+        f();
+    }
+    (0..iters)
+        .map(|_| {
+            let t0 = Instant::now();
+            f();
+            t0.elapsed().as_secs_f64() * 1e6
+        })
+        .collect()
+}
+
+/// Runs the plan, writing `kernels.csv` row by row. Returns the medians and the selections.
+pub fn run(
+    gpu: &Gpu,
+    plan: &KernelsPlan,
+    run: &RunDir,
+    progress: &Progress,
+) -> Result<(Vec<PointResult>, Vec<Selection>)> {
+    // Every size must fit the device before anything runs.
+    for &size in &plan.gemm {
+        GemmKernel::check_fits(gpu, size)?;
+    }
+    for &size in &plan.layernorm {
+        LayernormKernel::check_fits(gpu, size)?;
+    }
+    let mut w = Writer {
+        run,
+        table: run.table(BENCH, &SCHEMA)?,
+        samples: run.samples_table(BENCH)?,
+        results: Vec::new(),
+    };
+    let mut selections = Vec::new();
+
+    if !plan.gemm.is_empty() {
+        // Probe at the largest size up to 512^3 in the sweep (large enough to be compute bound).
+        let probe = plan
+            .gemm
+            .iter()
+            .copied()
+            .filter(|s| s.flops() <= 2.0 * 512f64.powi(3))
+            .max_by(|a, b| a.flops().total_cmp(&b.flops()))
+            .unwrap_or(GemmSize {
+                m: 256,
+                n: 256,
+                k: 256,
+            });
+        let (variant, sel) = choose(
+            gpu,
+            "gemm",
+            GEMM_VARIANTS,
+            plan.gemm_variant.as_deref(),
+            probe.to_string(),
+            plan.reselect,
+            |v| GemmKernel::new(gpu, v, probe),
+        )?;
+        if let Some(sel) = sel {
+            progress.println(selection_line(&sel));
+            selections.push(sel);
+        }
+        for &size in &plan.gemm {
+            progress.set_message(format!("gemm {size}"));
+            let k = GemmKernel::new(gpu, variant, size)?;
+            let v = k.verify()?;
+            let t = time_compute_passes(gpu, plan.warmup, plan.iters, |p| k.encode(p))?;
+            w.gpu_rows("gemm", variant.name, &Size::Gemm(size), &t, v, progress)?;
+            progress.inc();
+            if plan.cpu_baseline {
+                let mut c = vec![0.0f32; size.m as usize * size.n as usize];
+                cpu_sgemm(size, &k.a, &k.b, &mut c);
+                let label = format!("matrixmultiply,threads={}", cpu_threads());
+                let v = verify_dense(size, &c, &k.reference, "matrixmultiply")?;
+                let samples = time_host(plan.warmup, plan.iters, || {
+                    cpu_sgemm(size, &k.a, &k.b, &mut c)
+                });
+                w.row(
+                    "cpu_sgemm",
+                    &label,
+                    &Size::Gemm(size),
+                    "host",
+                    &samples,
+                    v,
+                    progress,
+                )?;
+                progress.inc();
+            }
+        }
+    }
+
+    if !plan.layernorm.is_empty() {
+        let probe = plan
+            .layernorm
+            .iter()
+            .copied()
+            .max_by_key(|s| s.elements())
+            .unwrap_or(LayernormSize {
+                rows: 4096,
+                hidden: 1024,
+            });
+        let (variant, sel) = choose(
+            gpu,
+            "layernorm",
+            LAYERNORM_VARIANTS,
+            plan.layernorm_variant.as_deref(),
+            probe.to_string(),
+            plan.reselect,
+            |v| LayernormKernel::new(gpu, v, probe),
+        )?;
+        if let Some(sel) = sel {
+            progress.println(selection_line(&sel));
+            selections.push(sel);
+        }
+        for &size in &plan.layernorm {
+            progress.set_message(format!("layernorm {size}"));
+            let k = LayernormKernel::new(gpu, variant, size)?;
+            let v = k.verify()?;
+            let t = time_compute_passes(gpu, plan.warmup, plan.iters, |p| k.encode(p))?;
+            w.gpu_rows(
+                "layernorm",
+                variant.name,
+                &Size::Layernorm(size),
+                &t,
+                v,
+                progress,
+            )?;
+            progress.inc();
+            if plan.cpu_baseline {
+                // memcpy of the layernorm's bytes into a pre-touched buffer.
+                let src = crate::gpu::kernels::random_vec(size.elements());
+                let mut dst = vec![0.0f32; size.elements()];
+                let samples = time_host(plan.warmup, plan.iters, || {
+                    dst.copy_from_slice(std::hint::black_box(&src))
+                });
+                let rel_err = if dst == src { 0.0 } else { f64::INFINITY };
+                anyhow::ensure!(
+                    rel_err == 0.0,
+                    "memcpy baseline produced a different buffer"
+                );
+                let v = Verification {
+                    rel_err,
+                    tolerance: 0.0,
+                };
+                w.row(
+                    "memcpy",
+                    "copy_from_slice",
+                    &Size::Memcpy(size),
+                    "host",
+                    &samples,
+                    v,
+                    progress,
+                )?;
+                progress.inc();
+            }
+        }
+    }
+    Ok((w.results, selections))
+}
+
+fn selection_line(sel: &Selection) -> String {
+    let trials: Vec<String> = sel
+        .trials
+        .iter()
+        .map(|t| match t.median_us {
+            Some(us) => format!("{} {:.0} µs", t.variant, us),
+            None => format!("{} failed", t.variant),
+        })
+        .collect();
+    format!(
+        "{} variant: {}{} (probe {}: {})",
+        sel.kernel,
+        sel.winner,
+        if sel.cached { " (cached)" } else { "" },
+        sel.probe,
+        trials.join(", ")
+    )
+}

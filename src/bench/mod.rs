@@ -1,0 +1,3 @@
+//! One file per bench: its points, its measurement loop, its rows.
+
+pub mod kernels;

@@ -1,0 +1,158 @@
+//! Suite configurations (TOML). Unknown keys are refused so a typo never silently falls back
+//! to a default. `bench-configs/quick.toml` is compiled in as the default suite.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::bench::kernels::KernelsPlan;
+use crate::cli::sizes::{parse_gemm, parse_layernorm};
+
+pub const QUICK_TOML: &str = include_str!("../bench-configs/quick.toml");
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteConfig {
+    /// A line saying what the suite is for.
+    #[serde(default)]
+    pub description: String,
+    pub kernels: Option<KernelsConfig>,
+}
+
+fn default_iters() -> u32 {
+    20
+}
+fn default_warmup() -> u32 {
+    3
+}
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelsConfig {
+    /// GEMM sizes as "MxNxK".
+    #[serde(default)]
+    pub gemm: Vec<String>,
+    /// Layernorm sizes as "ROWSxHIDDEN".
+    #[serde(default)]
+    pub layernorm: Vec<String>,
+    #[serde(default = "default_iters")]
+    pub iters: u32,
+    #[serde(default = "default_warmup")]
+    pub warmup: u32,
+    /// "auto" (measured selection) or a variant name.
+    pub gemm_variant: Option<String>,
+    pub layernorm_variant: Option<String>,
+    #[serde(default = "default_true")]
+    pub cpu_baseline: bool,
+}
+
+impl KernelsConfig {
+    pub fn plan(&self) -> Result<KernelsPlan, String> {
+        let gemm = self
+            .gemm
+            .iter()
+            .map(|s| parse_gemm(s).map_err(|e| format!("kernels.gemm: {e}")))
+            .collect::<Result<_, _>>()?;
+        let layernorm = self
+            .layernorm
+            .iter()
+            .map(|s| parse_layernorm(s).map_err(|e| format!("kernels.layernorm: {e}")))
+            .collect::<Result<_, _>>()?;
+        check_iters("kernels.iters", self.iters)?;
+        Ok(KernelsPlan {
+            gemm,
+            layernorm,
+            iters: self.iters,
+            warmup: self.warmup,
+            gemm_variant: self.gemm_variant.clone(),
+            layernorm_variant: self.layernorm_variant.clone(),
+            cpu_baseline: self.cpu_baseline,
+            reselect: false,
+        })
+    }
+}
+
+pub fn check_iters(key: &str, iters: u32) -> Result<(), String> {
+    if iters == 0 || iters > 100_000 {
+        return Err(format!(
+            "{key} = {iters}: expected a count from 1 to 100000"
+        ));
+    }
+    Ok(())
+}
+
+impl SuiteConfig {
+    /// Parses and checks a config; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<SuiteConfig> {
+        let cfg: SuiteConfig =
+            toml::from_str(text).map_err(|e| anyhow!("invalid config {origin}: {e}"))?;
+        if let Some(k) = &cfg.kernels {
+            k.plan()
+                .map_err(|e| anyhow!("invalid config {origin}: {e}"))?;
+        }
+        if cfg.kernels.is_none() {
+            return Err(anyhow!(
+                "invalid config {origin}: it names no bench; add a [kernels] table"
+            ));
+        }
+        Ok(cfg)
+    }
+
+    pub fn load(path: &Path) -> Result<SuiteConfig> {
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "cannot read config {}: check the path, or omit --config to run the built-in quick suite",
+                path.display()
+            )
+        })?;
+        SuiteConfig::parse(&text, &path.display().to_string())
+    }
+
+    pub fn embedded() -> SuiteConfig {
+        SuiteConfig::parse(QUICK_TOML, "bench-configs/quick.toml (built in)")
+            .expect("the built-in config is valid")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_and_full_configs_parse() {
+        SuiteConfig::embedded();
+        SuiteConfig::parse(include_str!("../bench-configs/full.toml"), "full.toml").unwrap();
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = SuiteConfig::parse("[kernels]\ngemm = []\nitres = 3\n", "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("x.toml") && err.contains("itres"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let err = SuiteConfig::parse("[kernels]\ngemm = [\"0x1x1\"]\n", "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("kernels.gemm") && err.contains(">= 1"),
+            "{err}"
+        );
+        let err = SuiteConfig::parse("[kernels]\niters = \"many\"\n", "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("iters"), "{err}");
+        let err = SuiteConfig::parse("[kernels]\niters = 0\n", "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("kernels.iters"), "{err}");
+        assert!(SuiteConfig::parse("", "x.toml").is_err());
+    }
+}

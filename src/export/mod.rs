@@ -1,0 +1,8 @@
+//! Writers for run outputs: CSV tables (one per bench) and the run's metadata.
+
+pub mod csv;
+pub mod meta;
+pub mod run_dir;
+
+pub use self::csv::{CsvSink, Record, SCHEMA_VERSION};
+pub use self::run_dir::RunDir;

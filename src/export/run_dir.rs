@@ -1,0 +1,107 @@
+//! The folder of one run: `<out>/<run-id>/` holding one CSV per bench and `meta.json`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use super::csv::{CsvSink, Schema};
+use super::meta::RunMeta;
+
+pub struct RunDir {
+    pub id: String,
+    pub path: PathBuf,
+    pub meta: RunMeta,
+    /// Keep every iteration's sample in `<bench>_samples.csv`.
+    pub raw: bool,
+}
+
+/// `20261129T140102Z-hostname`: sortable, unique per host and second.
+pub fn new_run_id(host: &str) -> String {
+    let host: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ"), host)
+}
+
+impl RunDir {
+    /// Creates the folder (and a unique suffix if a run of the same second exists) and writes
+    /// `meta.json` with status "running", so an interrupted run never looks complete.
+    pub fn create(out: &Path, meta: RunMeta, raw: bool) -> Result<RunDir> {
+        std::fs::create_dir_all(out).with_context(|| {
+            format!(
+                "cannot create output folder {}: choose a writable one with --out DIR",
+                out.display()
+            )
+        })?;
+        let base = new_run_id(&meta.host.hostname);
+        let mut id = base.clone();
+        let mut k = 1;
+        while out.join(&id).exists() {
+            k += 1;
+            id = format!("{base}-{k}");
+        }
+        let path = out.join(&id);
+        std::fs::create_dir(&path).with_context(|| {
+            format!(
+                "cannot create run folder {}: choose a writable one with --out DIR",
+                path.display()
+            )
+        })?;
+        let mut dir = RunDir {
+            id,
+            path,
+            meta,
+            raw,
+        };
+        dir.meta.run_id = dir.id.clone();
+        dir.write_meta()?;
+        Ok(dir)
+    }
+
+    pub fn table(&self, bench: &str, schema: &Schema) -> Result<CsvSink> {
+        CsvSink::create(&self.path.join(format!("{bench}.csv")), schema)
+    }
+
+    pub fn samples_table(&self, bench: &str) -> Result<Option<CsvSink>> {
+        if !self.raw {
+            return Ok(None);
+        }
+        let schema = Schema {
+            params: &["timer", "iteration"],
+            with_stats: false,
+            tail: &["sample_us"],
+        };
+        Ok(Some(CsvSink::create(
+            &self.path.join(format!("{bench}_samples.csv")),
+            &schema,
+        )?))
+    }
+
+    pub fn write_meta(&self) -> Result<()> {
+        let path = self.path.join("meta.json");
+        let tmp = self.path.join("meta.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&self.meta)?)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path)?;
+        Ok(())
+    }
+
+    pub fn finish(&mut self, result: &Result<()>) -> Result<()> {
+        self.meta.finished_utc = Some(chrono::Utc::now().to_rfc3339());
+        match result {
+            Ok(()) => self.meta.status = "complete".into(),
+            Err(e) => {
+                self.meta.status = "failed".into();
+                self.meta.error = Some(format!("{e:#}"));
+            }
+        }
+        self.write_meta()
+    }
+}

@@ -1,0 +1,75 @@
+//! Buffer helpers: storage buffers from host data, poisoning, and reading results back.
+
+use wgpu::util::DeviceExt;
+
+use super::{Gpu, GpuError};
+
+/// Bit pattern written into outputs before a kernel runs: a quiet NaN no arithmetic produces,
+/// so an element the kernel never wrote is told apart from one it got wrong.
+pub const POISON_BITS: u32 = 0x7fc0_dead;
+
+impl Gpu {
+    pub fn storage_from<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> wgpu::Buffer {
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytemuck::cast_slice(data),
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
+            })
+    }
+
+    pub fn uniform_from<T: bytemuck::Pod>(&self, label: &str, value: &T) -> wgpu::Buffer {
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytemuck::bytes_of(value),
+                usage: wgpu::BufferUsages::UNIFORM,
+            })
+    }
+
+    /// Overwrites a whole f32 buffer with [`POISON_BITS`].
+    pub fn poison(&self, buffer: &wgpu::Buffer) {
+        let words = (buffer.size() / 4) as usize;
+        self.queue
+            .write_buffer(buffer, 0, bytemuck::cast_slice(&vec![POISON_BITS; words]));
+    }
+
+    /// Copies a buffer into a fresh mappable one and returns its bytes (not for timed code).
+    pub fn read_back(&self, buffer: &wgpu::Buffer) -> Result<Vec<u8>, GpuError> {
+        let size = buffer.size();
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
+        let idx = self.queue.submit([enc.finish()]);
+        self.wait(idx)?;
+        self.map_read(&staging)
+    }
+
+    /// Maps a finished MAP_READ buffer, copies its bytes out and unmaps it.
+    pub fn map_read(&self, staging: &wgpu::Buffer) -> Result<Vec<u8>, GpuError> {
+        let slice = staging.slice(..);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Device(e.to_string()))?;
+        rx.recv()
+            .map_err(|_| GpuError::Device("map callback never ran".into()))?
+            .map_err(|e| GpuError::Device(format!("map failed: {e}")))?;
+        let bytes = slice
+            .get_mapped_range()
+            .map_err(|e| GpuError::Device(format!("mapped range: {e}")))?
+            .to_vec();
+        staging.unmap();
+        Ok(bytes)
+    }
+}

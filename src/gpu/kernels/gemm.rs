@@ -1,0 +1,293 @@
+//! C = A·B in f32 on the GPU, with the variants the selection chooses among.
+
+use std::fmt;
+
+use super::Verification;
+use super::{bind_entry, compare, judge, random_vec, run_once, GpuKernel, KernelError, Variant};
+use crate::gpu::Gpu;
+
+const GEMM_WGSL: &str = include_str!("../../../shaders/gemm.wgsl");
+const GEMM_VEC4_WGSL: &str = include_str!("../../../shaders/gemm_vec4.wgsl");
+const GEMM_SUBGROUP_WGSL: &str = include_str!("../../../shaders/gemm_subgroup.wgsl");
+
+pub static GEMM_VARIANTS: &[Variant] = &[
+    Variant {
+        name: "naive",
+        wgsl: GEMM_WGSL,
+        entry: "gemm_naive",
+        needs_subgroups: false,
+    },
+    Variant {
+        name: "tiled64",
+        wgsl: GEMM_WGSL,
+        entry: "gemm_tiled",
+        needs_subgroups: false,
+    },
+    Variant {
+        name: "rb4x4",
+        wgsl: GEMM_VEC4_WGSL,
+        entry: "gemm_rb4x4",
+        needs_subgroups: false,
+    },
+    Variant {
+        name: "rb8x4",
+        wgsl: GEMM_VEC4_WGSL,
+        entry: "gemm_rb8x4",
+        needs_subgroups: false,
+    },
+    Variant {
+        name: "sg8x4",
+        wgsl: GEMM_SUBGROUP_WGSL,
+        entry: "gemm_sg8x4",
+        needs_subgroups: true,
+    },
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct GemmSize {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+}
+
+impl fmt::Display for GemmSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}x{}", self.m, self.n, self.k)
+    }
+}
+
+impl GemmSize {
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+    /// Row stride of B and C: n rounded up to whole vec4s.
+    pub fn ldc(&self) -> usize {
+        (self.n as usize).div_ceil(4) * 4
+    }
+    /// Relative-error bound. Rounding errors of a length-k dot product in f32 grow like
+    /// sqrt(k) * 2^-24 for random inputs, so the 1e-5 bound is widened by sqrt(k / 256)
+    /// beyond k = 256 (k = 4096 allows 4e-5).
+    pub fn tolerance(&self) -> f64 {
+        1e-5 * (self.k as f64 / 256.0).sqrt().max(1.0)
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Dims {
+    m: u32,
+    n: u32,
+    k: u32,
+    ldc: u32,
+}
+
+/// f64 reference C = A·B for dense row-major A (m x k) and B (k x n).
+pub fn reference(size: GemmSize, a: &[f32], b: &[f32]) -> Vec<f64> {
+    let (m, n, k) = (size.m as usize, size.n as usize, size.k as usize);
+    let a64: Vec<f64> = a.iter().map(|&x| x as f64).collect();
+    let b64: Vec<f64> = b.iter().map(|&x| x as f64).collect();
+    let mut c = vec![0.0f64; m * n];
+    // SAFETY: pointers and strides describe the three dense row-major buffers above.
+    unsafe {
+        matrixmultiply::dgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a64.as_ptr(),
+            k as isize,
+            1,
+            b64.as_ptr(),
+            n as isize,
+            1,
+            0.0,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+    c
+}
+
+/// Native CPU SGEMM (matrixmultiply with its thread pool) on dense row-major inputs.
+pub fn cpu_sgemm(size: GemmSize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let (m, n, k) = (size.m as usize, size.n as usize, size.k as usize);
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+    // SAFETY: dense row-major buffers of m x k, k x n and m x n elements (asserted above).
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            k as isize,
+            1,
+            b.as_ptr(),
+            n as isize,
+            1,
+            0.0,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}
+
+/// Checks a dense m x n result (such as the CPU baseline's) against the reference.
+pub fn verify_dense(
+    size: GemmSize,
+    out: &[f32],
+    reference: &[f64],
+    variant: &'static str,
+) -> Result<Verification, KernelError> {
+    let (m, n) = (size.m as usize, size.n as usize);
+    let result = compare(out, n, m, n, reference, size.tolerance());
+    judge("cpu_sgemm", variant, size.to_string(), m * n, result)
+}
+
+/// A GEMM ready to run: pipeline, buffers holding random inputs, and its f64 reference.
+pub struct GemmKernel<'g> {
+    gpu: &'g Gpu,
+    variant: &'static Variant,
+    pub size: GemmSize,
+    pipeline: wgpu::ComputePipeline,
+    bind_group: wgpu::BindGroup,
+    c: wgpu::Buffer,
+    workgroups: (u32, u32),
+    /// Dense inputs (B without padding), kept for the CPU baseline.
+    pub a: Vec<f32>,
+    pub b: Vec<f32>,
+    pub reference: Vec<f64>,
+}
+
+impl<'g> GemmKernel<'g> {
+    /// Refuses sizes whose matrices exceed the adapter's buffer limits, naming the limit.
+    pub fn check_fits(gpu: &Gpu, size: GemmSize) -> Result<(), KernelError> {
+        let ldc = size.ldc() as u64;
+        let (m, k) = (size.m as u64, size.k as u64);
+        gpu.check_binding(&format!("GEMM {size} matrix A"), m * k * 4)?;
+        gpu.check_binding(&format!("GEMM {size} matrix B"), k * ldc * 4)?;
+        gpu.check_binding(&format!("GEMM {size} matrix C"), m * ldc * 4)?;
+        Ok(())
+    }
+
+    pub fn new(
+        gpu: &'g Gpu,
+        variant: &'static Variant,
+        size: GemmSize,
+    ) -> Result<Self, KernelError> {
+        if size.m == 0 || size.n == 0 || size.k == 0 {
+            return Err(KernelError::Invalid(format!(
+                "GEMM size {size} has a zero dimension: M, N and K must each be >= 1"
+            )));
+        }
+        if variant.needs_subgroups && !gpu.has_subgroups() {
+            return Err(KernelError::Invalid(format!(
+                "GEMM variant {} needs subgroup support, which this adapter lacks",
+                variant.name
+            )));
+        }
+        Self::check_fits(gpu, size)?;
+        let ldc = size.ldc();
+        let (m, n, k) = (size.m as u64, size.n as u64, size.k as u64);
+        let col4_groups = (ldc as u32 / 4).div_ceil(64);
+        let workgroups = match variant.entry {
+            "gemm_naive" => (size.n.div_ceil(8), size.m.div_ceil(8)),
+            "gemm_tiled" => (size.n.div_ceil(64), size.m.div_ceil(64)),
+            "gemm_rb4x4" => (col4_groups, size.m.div_ceil(4)),
+            _ => (col4_groups, size.m.div_ceil(8)),
+        };
+        let max = gpu.limits.max_compute_workgroups_per_dimension;
+        if workgroups.0 > max || workgroups.1 > max {
+            return Err(KernelError::Invalid(format!(
+                "GEMM {size} with variant {} needs {}x{} workgroups, over this adapter's \
+                 max_compute_workgroups_per_dimension of {max}: choose a smaller size",
+                variant.name, workgroups.0, workgroups.1
+            )));
+        }
+        let a = random_vec((m * k) as usize);
+        let b = random_vec((k * n) as usize);
+        let mut b_padded = vec![0.0f32; k as usize * ldc];
+        for (row, src) in b_padded.chunks_mut(ldc).zip(b.chunks(n as usize)) {
+            row[..src.len()].copy_from_slice(src);
+        }
+        let reference = reference(size, &a, &b);
+        let pipeline = gpu.compute_pipeline(
+            &format!("gemm {}", variant.name),
+            variant.wgsl,
+            variant.entry,
+            true,
+        )?;
+        let a_buf = gpu.storage_from("gemm a", &a);
+        let b_buf = gpu.storage_from("gemm b", &b_padded);
+        let c = gpu.storage_from("gemm c", &vec![0.0f32; m as usize * ldc]);
+        let dims = gpu.uniform_from(
+            "gemm dims",
+            &Dims {
+                m: size.m,
+                n: size.n,
+                k: size.k,
+                ldc: ldc as u32,
+            },
+        );
+        let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("gemm"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                bind_entry(0, &a_buf),
+                bind_entry(1, &b_buf),
+                bind_entry(2, &c),
+                bind_entry(3, &dims),
+            ],
+        });
+        gpu.check()?;
+        Ok(GemmKernel {
+            gpu,
+            variant,
+            size,
+            pipeline,
+            bind_group,
+            c,
+            workgroups,
+            a,
+            b,
+            reference,
+        })
+    }
+}
+
+impl GpuKernel for GemmKernel<'_> {
+    fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(self.workgroups.0, self.workgroups.1, 1);
+    }
+
+    fn verify(&self) -> Result<Verification, KernelError> {
+        self.gpu.poison(&self.c);
+        run_once(self.gpu, self)?;
+        let bytes = self.gpu.read_back(&self.c)?;
+        let out: &[f32] = bytemuck::cast_slice(&bytes);
+        let (m, n) = (self.size.m as usize, self.size.n as usize);
+        let result = compare(
+            out,
+            self.size.ldc(),
+            m,
+            n,
+            &self.reference,
+            self.size.tolerance(),
+        );
+        judge(
+            "gemm",
+            self.variant.name,
+            self.size.to_string(),
+            m * n,
+            result,
+        )
+    }
+
+    fn variant(&self) -> &'static str {
+        self.variant.name
+    }
+}

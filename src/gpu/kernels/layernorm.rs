@@ -1,0 +1,220 @@
+//! Layer normalisation over rows x hidden, f32, with eps = 1e-5.
+
+use std::fmt;
+
+use super::Verification;
+use super::{bind_entry, compare, judge, random_vec, run_once, GpuKernel, KernelError, Variant};
+use crate::gpu::Gpu;
+
+const LAYERNORM_WGSL: &str = include_str!("../../../shaders/layernorm.wgsl");
+const LAYERNORM_SUBGROUP_WGSL: &str = include_str!("../../../shaders/layernorm_subgroup.wgsl");
+
+pub const EPS: f32 = 1e-5;
+
+pub static LAYERNORM_VARIANTS: &[Variant] = &[
+    Variant {
+        name: "row",
+        wgsl: LAYERNORM_WGSL,
+        entry: "layernorm_row",
+        needs_subgroups: false,
+    },
+    Variant {
+        name: "workgroup256",
+        wgsl: LAYERNORM_WGSL,
+        entry: "layernorm_workgroup",
+        needs_subgroups: false,
+    },
+    Variant {
+        name: "subgroup",
+        wgsl: LAYERNORM_SUBGROUP_WGSL,
+        entry: "layernorm_subgroup",
+        needs_subgroups: true,
+    },
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct LayernormSize {
+    pub rows: u32,
+    pub hidden: u32,
+}
+
+impl fmt::Display for LayernormSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.rows, self.hidden)
+    }
+}
+
+impl LayernormSize {
+    pub fn elements(&self) -> usize {
+        self.rows as usize * self.hidden as usize
+    }
+    /// Bytes a pass must move: x read, y written, gamma and beta read.
+    pub fn bytes_moved(&self) -> f64 {
+        (2 * self.elements() + 2 * self.hidden as usize) as f64 * 4.0
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Dims {
+    rows: u32,
+    hidden: u32,
+    eps: f32,
+    groups_x: u32,
+}
+
+/// f64 reference, two-pass per row.
+pub fn reference(size: LayernormSize, x: &[f32], gamma: &[f32], beta: &[f32]) -> Vec<f64> {
+    let h = size.hidden as usize;
+    let mut y = Vec::with_capacity(size.elements());
+    for row in x.chunks(h) {
+        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / h as f64;
+        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / h as f64;
+        let inv = 1.0 / (var + EPS as f64).sqrt();
+        y.extend(
+            row.iter()
+                .enumerate()
+                .map(|(i, &v)| (v as f64 - mean) * inv * gamma[i] as f64 + beta[i] as f64),
+        );
+    }
+    y
+}
+
+pub struct LayernormKernel<'g> {
+    gpu: &'g Gpu,
+    variant: &'static Variant,
+    pub size: LayernormSize,
+    pipeline: wgpu::ComputePipeline,
+    bind_group: wgpu::BindGroup,
+    y: wgpu::Buffer,
+    workgroups: (u32, u32),
+    reference: Vec<f64>,
+}
+
+impl<'g> LayernormKernel<'g> {
+    /// Refuses sizes whose buffers exceed the adapter's limits, naming the limit.
+    pub fn check_fits(gpu: &Gpu, size: LayernormSize) -> Result<(), KernelError> {
+        let bytes = size.elements() as u64 * 4;
+        gpu.check_binding(&format!("layernorm {size} input"), bytes)?;
+        Ok(())
+    }
+
+    pub fn new(
+        gpu: &'g Gpu,
+        variant: &'static Variant,
+        size: LayernormSize,
+    ) -> Result<Self, KernelError> {
+        if size.rows == 0 || size.hidden == 0 {
+            return Err(KernelError::Invalid(format!(
+                "layernorm size {size} has a zero dimension: ROWS and HIDDEN must be >= 1"
+            )));
+        }
+        if variant.needs_subgroups && !gpu.has_subgroups() {
+            return Err(KernelError::Invalid(format!(
+                "layernorm variant {} needs subgroup support, which this adapter lacks",
+                variant.name
+            )));
+        }
+        Self::check_fits(gpu, size)?;
+        // Rows each workgroup covers. The subgroup variant covers 64 / subgroup_size rows;
+        // planning with the largest size the adapter may pick never leaves a row out.
+        let rows_per_group = match variant.entry {
+            "layernorm_row" => 64,
+            "layernorm_workgroup" => 1,
+            _ => {
+                let sg = gpu.report.subgroup_max_size.max(1);
+                if sg > 64 {
+                    return Err(KernelError::Invalid(format!(
+                        "layernorm variant {} needs subgroups of at most 64 lanes; this adapter's \
+                         may be {sg}: choose another --variant",
+                        variant.name
+                    )));
+                }
+                64 / sg
+            }
+        };
+        let groups = size.rows.div_ceil(rows_per_group);
+        let max = gpu.limits.max_compute_workgroups_per_dimension;
+        let groups_x = groups.min(max);
+        let workgroups = (groups_x, groups.div_ceil(groups_x));
+        if workgroups.1 > max {
+            return Err(KernelError::Invalid(format!(
+                "layernorm {size} needs more workgroups than this adapter dispatches \
+                 (max_compute_workgroups_per_dimension {max}): choose fewer rows"
+            )));
+        }
+        let x = random_vec(size.elements());
+        let gamma = random_vec(size.hidden as usize);
+        let beta = random_vec(size.hidden as usize);
+        let reference = reference(size, &x, &gamma, &beta);
+        let pipeline = gpu.compute_pipeline(
+            &format!("layernorm {}", variant.name),
+            variant.wgsl,
+            variant.entry,
+            true,
+        )?;
+        let x_buf = gpu.storage_from("layernorm x", &x);
+        let g_buf = gpu.storage_from("layernorm gamma", &gamma);
+        let b_buf = gpu.storage_from("layernorm beta", &beta);
+        let y = gpu.storage_from("layernorm y", &vec![0.0f32; size.elements()]);
+        let dims = gpu.uniform_from(
+            "layernorm dims",
+            &Dims {
+                rows: size.rows,
+                hidden: size.hidden,
+                eps: EPS,
+                groups_x,
+            },
+        );
+        let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("layernorm"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                bind_entry(0, &x_buf),
+                bind_entry(1, &g_buf),
+                bind_entry(2, &b_buf),
+                bind_entry(3, &y),
+                bind_entry(4, &dims),
+            ],
+        });
+        gpu.check()?;
+        Ok(LayernormKernel {
+            gpu,
+            variant,
+            size,
+            pipeline,
+            bind_group,
+            y,
+            workgroups,
+            reference,
+        })
+    }
+}
+
+impl GpuKernel for LayernormKernel<'_> {
+    fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(self.workgroups.0, self.workgroups.1, 1);
+    }
+
+    fn verify(&self) -> Result<Verification, KernelError> {
+        self.gpu.poison(&self.y);
+        run_once(self.gpu, self)?;
+        let bytes = self.gpu.read_back(&self.y)?;
+        let out: &[f32] = bytemuck::cast_slice(&bytes);
+        let (rows, h) = (self.size.rows as usize, self.size.hidden as usize);
+        let result = compare(out, h, rows, h, &self.reference, 1e-5);
+        judge(
+            "layernorm",
+            self.variant.name,
+            self.size.to_string(),
+            rows * h,
+            result,
+        )
+    }
+
+    fn variant(&self) -> &'static str {
+        self.variant.name
+    }
+}

@@ -1,0 +1,150 @@
+//! The measured compute kernels (GEMM and layernorm), their variants, and the check of every
+//! prepared kernel against a CPU reference computed in f64. Kernels never time themselves.
+
+pub mod gemm;
+pub mod layernorm;
+pub mod select;
+
+use rand::{Rng, SeedableRng};
+use thiserror::Error;
+
+use super::buffers::POISON_BITS;
+use super::GpuError;
+
+pub use gemm::{GemmKernel, GemmSize, GEMM_VARIANTS};
+pub use layernorm::{LayernormKernel, LayernormSize, LAYERNORM_VARIANTS};
+
+/// One shader entry point a kernel can run as.
+#[derive(Debug, Clone, Copy)]
+pub struct Variant {
+    pub name: &'static str,
+    pub wgsl: &'static str,
+    pub entry: &'static str,
+    pub needs_subgroups: bool,
+}
+
+pub fn find_variant(list: &'static [Variant], name: &str) -> Option<&'static Variant> {
+    list.iter().find(|v| v.name == name)
+}
+
+pub fn variant_names(list: &[Variant]) -> String {
+    list.iter().map(|v| v.name).collect::<Vec<_>>().join(", ")
+}
+
+/// The outcome of checking a kernel's output against its reference.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Verification {
+    /// ||out - ref||_2 / ||ref||_2 over the valid elements.
+    pub rel_err: f64,
+    pub tolerance: f64,
+}
+
+#[derive(Debug, Error)]
+pub enum KernelError {
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error(
+        "{kernel} [{variant}] at {size} FAILED verification: {unwritten} of {total} elements never \
+         written, {nan} NaN/inf, relative error {rel_err:.3e} (bound {tolerance:.1e}). Its timings \
+         are not reported; try another --variant or report a driver bug"
+    )]
+    Mismatch {
+        kernel: &'static str,
+        variant: &'static str,
+        size: String,
+        unwritten: usize,
+        nan: usize,
+        total: usize,
+        rel_err: f64,
+        tolerance: f64,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Fresh random inputs in [-1, 1): each kernel draws new ones, seeded from the OS.
+pub fn random_vec(len: usize) -> Vec<f32> {
+    let mut rng = rand::rngs::SmallRng::from_entropy();
+    (0..len).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
+}
+
+/// Compares `out` (row stride `ld`, `cols` valid columns) with the dense `reference`.
+/// Returns the verification and the counts of unwritten (still poisoned) and non-finite values.
+pub(crate) fn compare(
+    out: &[f32],
+    ld: usize,
+    rows: usize,
+    cols: usize,
+    reference: &[f64],
+    tolerance: f64,
+) -> (Verification, usize, usize) {
+    let (mut diff2, mut ref2, mut unwritten, mut nan) = (0.0f64, 0.0f64, 0, 0);
+    for r in 0..rows {
+        for c in 0..cols {
+            let v = out[r * ld + c];
+            let want = reference[r * cols + c];
+            if v.to_bits() == POISON_BITS {
+                unwritten += 1;
+            } else if !v.is_finite() {
+                nan += 1;
+            } else {
+                diff2 += (v as f64 - want).powi(2);
+            }
+            ref2 += want * want;
+        }
+    }
+    let rel_err = if ref2 > 0.0 {
+        (diff2 / ref2).sqrt()
+    } else {
+        diff2.sqrt()
+    };
+    (Verification { rel_err, tolerance }, unwritten, nan)
+}
+
+/// Fails unless every element was written, finite, and within the bound.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn judge(
+    kernel: &'static str,
+    variant: &'static str,
+    size: String,
+    total: usize,
+    (v, unwritten, nan): (Verification, usize, usize),
+) -> Result<Verification, KernelError> {
+    if unwritten > 0 || nan > 0 || v.rel_err.is_nan() || v.rel_err >= v.tolerance {
+        return Err(KernelError::Mismatch {
+            kernel,
+            variant,
+            size,
+            unwritten,
+            nan,
+            total,
+            rel_err: v.rel_err,
+            tolerance: v.tolerance,
+        });
+    }
+    Ok(v)
+}
+
+/// What every prepared GPU kernel offers the benches.
+pub trait GpuKernel {
+    /// Records one run of the kernel into a compute pass.
+    fn encode(&self, pass: &mut wgpu::ComputePass<'_>);
+    /// Poisons the output, runs once on the current inputs, and checks against the reference.
+    fn verify(&self) -> Result<Verification, KernelError>;
+    fn variant(&self) -> &'static str;
+}
+
+pub(crate) fn bind_entry(binding: u32, buffer: &wgpu::Buffer) -> wgpu::BindGroupEntry<'_> {
+    wgpu::BindGroupEntry {
+        binding,
+        resource: buffer.as_entire_binding(),
+    }
+}
+
+/// Runs a kernel once on its own submission (for verification and warm-up).
+pub(crate) fn run_once(gpu: &super::Gpu, kernel: &dyn GpuKernel) -> Result<(), GpuError> {
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    kernel.encode(&mut enc.begin_compute_pass(&Default::default()));
+    let idx = gpu.queue.submit([enc.finish()]);
+    gpu.wait(idx)
+}

@@ -1,0 +1,155 @@
+//! Choosing the fastest verified variant of a kernel on this adapter, by measuring a short
+//! probe, and remembering the choice per adapter so later runs skip the probe.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{GpuKernel, KernelError, Variant};
+use crate::gpu::timing::time_compute_passes;
+use crate::gpu::Gpu;
+use crate::stats::Summary;
+
+/// One candidate's result in the probe.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Trial {
+    pub variant: String,
+    /// Median time of the probe in µs; `None` if it failed to build or verify.
+    pub median_us: Option<f64>,
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Selection {
+    pub kernel: String,
+    pub winner: String,
+    pub probe: String,
+    pub trials: Vec<Trial>,
+    pub cached: bool,
+}
+
+fn cache_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("morphbench").join("variants.json"))
+}
+
+fn cache_key(gpu: &Gpu, kernel: &str) -> String {
+    let r = &gpu.report;
+    format!(
+        "{kernel}|{}|{}|{}|{}|{}",
+        r.name,
+        r.backend,
+        r.driver,
+        r.driver_info,
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+fn load_cache() -> BTreeMap<String, Selection> {
+    cache_path()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+fn store_cache(key: String, sel: &Selection) {
+    let Some(path) = cache_path() else { return };
+    let mut all = load_cache();
+    all.insert(key, sel.clone());
+    let ok = path
+        .parent()
+        .map(std::fs::create_dir_all)
+        .transpose()
+        .ok()
+        .and_then(|_| serde_json::to_vec_pretty(&all).ok())
+        .map(|bytes| std::fs::write(&path, bytes).is_ok())
+        .unwrap_or(false);
+    if !ok {
+        tracing::warn!("could not write the variant cache at {}", path.display());
+    }
+}
+
+/// Measures every candidate the adapter supports on `probe` (built by `make`), each verified
+/// first, and returns the fastest by median GPU time (host time without timestamps).
+/// A cached choice for this adapter, driver and tool version is reused unless `fresh`.
+pub fn select<'g, K: GpuKernel + 'g>(
+    gpu: &'g Gpu,
+    kernel: &str,
+    candidates: &'static [Variant],
+    probe: &str,
+    fresh: bool,
+    mut make: impl FnMut(&'static Variant) -> Result<K, KernelError>,
+) -> Result<(&'static Variant, Selection), KernelError> {
+    let key = cache_key(gpu, kernel);
+    if !fresh {
+        if let Some(mut sel) = load_cache().remove(&key) {
+            if let Some(v) = candidates.iter().find(|v| v.name == sel.winner) {
+                sel.cached = true;
+                return Ok((v, sel));
+            }
+        }
+    }
+    let mut trials = Vec::new();
+    let mut best: Option<(&'static Variant, f64)> = None;
+    for v in candidates {
+        if v.needs_subgroups && !gpu.has_subgroups() {
+            trials.push(Trial {
+                variant: v.name.into(),
+                median_us: None,
+                note: "adapter has no subgroups".into(),
+            });
+            continue;
+        }
+        let measured = make(v).and_then(|k| {
+            k.verify()?;
+            let t = time_compute_passes(gpu, 1, 3, |pass| k.encode(pass))?;
+            let samples = t.gpu_us.unwrap_or(t.host_us);
+            Ok(Summary::of(&samples)
+                .map(|s| s.p50)
+                .unwrap_or(f64::INFINITY))
+        });
+        match measured {
+            Ok(median) => {
+                tracing::info!(kernel, variant = v.name, median_us = median, "probe");
+                trials.push(Trial {
+                    variant: v.name.into(),
+                    median_us: Some(median),
+                    note: "verified".into(),
+                });
+                if best.is_none_or(|(_, b)| median < b) {
+                    best = Some((v, median));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(kernel, variant = v.name, "probe failed: {e}");
+                trials.push(Trial {
+                    variant: v.name.into(),
+                    median_us: None,
+                    note: e.to_string(),
+                });
+            }
+        }
+    }
+    let (winner, _) = best.ok_or_else(|| {
+        KernelError::Invalid(format!(
+            "no {kernel} variant verified on this adapter: {}",
+            trials
+                .iter()
+                .map(|t| format!("{}: {}", t.variant, t.note))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+    })?;
+    let sel = Selection {
+        kernel: kernel.into(),
+        winner: winner.name.into(),
+        probe: probe.into(),
+        trials,
+        cached: false,
+    };
+    store_cache(key, &sel);
+    Ok((winner, sel))
+}

@@ -1,0 +1,132 @@
+//! Timing GPU work two ways at once: timestamp queries written at the start and end of each
+//! compute pass (the GPU's own clock), and the host clock from submit to completion.
+
+use std::time::Instant;
+
+use super::{Gpu, GpuError};
+
+/// At most 4096 queries fit one set; two per timed pass.
+const MAX_PAIRS: u32 = 2048;
+
+/// Per-iteration durations in microseconds.
+#[derive(Debug, Clone)]
+pub struct IterationTimes {
+    /// `None` when the adapter has no timestamp queries inside passes.
+    pub gpu_us: Option<Vec<f64>>,
+    pub host_us: Vec<f64>,
+}
+
+/// A query set with its resolve and readback buffers, reused across iterations.
+pub struct PassTimer {
+    query_set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    readback: wgpu::Buffer,
+    capacity: u32,
+    period_ns: f64,
+}
+
+impl PassTimer {
+    pub fn new(gpu: &Gpu, pairs: u32) -> PassTimer {
+        let capacity = pairs.clamp(1, MAX_PAIRS);
+        let bytes = capacity as u64 * 16;
+        PassTimer {
+            query_set: gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("pass timestamps"),
+                ty: wgpu::QueryType::Timestamp,
+                count: capacity * 2,
+            }),
+            resolve: gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("timestamp resolve"),
+                size: bytes,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            }),
+            readback: gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("timestamp readback"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            capacity,
+            period_ns: gpu.queue.get_timestamp_period() as f64,
+        }
+    }
+
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Timestamp writes for pass `slot` (start at 2*slot, end at 2*slot + 1).
+    pub fn writes(&self, slot: u32) -> wgpu::ComputePassTimestampWrites<'_> {
+        wgpu::ComputePassTimestampWrites {
+            query_set: &self.query_set,
+            beginning_of_pass_write_index: Some(2 * slot),
+            end_of_pass_write_index: Some(2 * slot + 1),
+        }
+    }
+
+    /// Reads the durations of slots `0..count` in microseconds.
+    pub fn read(&self, gpu: &Gpu, count: u32) -> Result<Vec<f64>, GpuError> {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.resolve_query_set(&self.query_set, 0..2 * count, &self.resolve, 0);
+        enc.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, count as u64 * 16);
+        let idx = gpu.queue.submit([enc.finish()]);
+        gpu.wait(idx)?;
+        let bytes = gpu.map_read(&self.readback)?;
+        let ticks: &[u64] = bytemuck::cast_slice(&bytes);
+        Ok((0..count as usize)
+            .map(|i| ticks[2 * i + 1].wrapping_sub(ticks[2 * i]) as f64 * self.period_ns / 1e3)
+            .collect())
+    }
+}
+
+/// Runs `warmup` untimed then `iters` timed submissions of one compute pass each, recorded by
+/// `encode`. Encoding happens before the clock starts; the host time covers submit to done.
+pub fn time_compute_passes(
+    gpu: &Gpu,
+    warmup: u32,
+    iters: u32,
+    mut encode: impl FnMut(&mut wgpu::ComputePass<'_>),
+) -> Result<IterationTimes, GpuError> {
+    let timer = gpu.has_timestamps().then(|| PassTimer::new(gpu, iters));
+    let mut host_us = Vec::with_capacity(iters as usize);
+    let mut gpu_us = Vec::with_capacity(iters as usize);
+    for _ in 0..warmup {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        encode(&mut enc.begin_compute_pass(&Default::default()));
+        let idx = gpu.queue.submit([enc.finish()]);
+        gpu.wait(idx)?;
+    }
+    let mut slot = 0;
+    for _ in 0..iters {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: None,
+                timestamp_writes: timer.as_ref().map(|t| t.writes(slot)),
+            });
+            encode(&mut pass);
+        }
+        let cmd = enc.finish();
+        let t0 = Instant::now();
+        let idx = gpu.queue.submit([cmd]);
+        gpu.wait(idx)?;
+        host_us.push(t0.elapsed().as_secs_f64() * 1e6);
+        slot += 1;
+        if let Some(t) = &timer {
+            if slot == t.capacity() {
+                gpu_us.extend(t.read(gpu, slot)?);
+                slot = 0;
+            }
+        }
+    }
+    if let Some(t) = &timer {
+        if slot > 0 {
+            gpu_us.extend(t.read(gpu, slot)?);
+        }
+    }
+    Ok(IterationTimes {
+        gpu_us: timer.map(|_| gpu_us),
+        host_us,
+    })
+}

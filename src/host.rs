@@ -1,0 +1,62 @@
+//! What the host is: CPU model, cores, memory, OS and kernel (Linux /proc, best effort elsewhere).
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HostInfo {
+    pub hostname: String,
+    pub cpu_model: String,
+    pub logical_cores: usize,
+    pub memory_bytes: Option<u64>,
+    pub os: String,
+    pub kernel: String,
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+impl HostInfo {
+    pub fn probe() -> HostInfo {
+        let hostname = read("/proc/sys/kernel/hostname")
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "unknown-host".into());
+        let cpu_model = read("/proc/cpuinfo")
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+        let memory_bytes = read("/proc/meminfo").and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+                .map(|kb| kb * 1024)
+        });
+        let os = read("/etc/os-release")
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("PRETTY_NAME="))
+                    .map(|l| l["PRETTY_NAME=".len()..].trim_matches('"').to_string())
+            })
+            .unwrap_or_else(|| std::env::consts::OS.to_string());
+        let kernel = read("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        HostInfo {
+            hostname,
+            cpu_model,
+            logical_cores: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            memory_bytes,
+            os,
+            kernel,
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! morphbench: measures what makes pipeline-parallel training stall on a GPU node (kernel
+//! speed, transfers, head-of-line blocking) and predicts its effect on a pipeline schedule.
+
+pub mod bench;
+pub mod cli;
+pub mod config;
+pub mod export;
+pub mod gpu;
+pub mod host;
+pub mod info;
+pub mod output;
+pub mod stats;
+pub mod suite;

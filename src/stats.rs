@@ -1,0 +1,160 @@
+//! Summary statistics over timing samples.
+//!
+//! Percentiles use linear interpolation between closest ranks (Hyndman & Fan type 7, the
+//! default of numpy and R): for sorted samples x[0..n) and p in [0, 1], h = (n - 1) p,
+//! q = x[floor(h)] + (h - floor(h)) (x[floor(h) + 1] - x[floor(h)]).
+//! The standard deviation is the sample one (n - 1 denominator); the 95% confidence interval
+//! of the mean is mean ± t(0.975, n - 1) · s / sqrt(n) with Student's t from statrs.
+
+use statrs::distribution::{ContinuousCDF, StudentsT};
+use statrs::statistics::Statistics;
+
+/// Column names of a summary, in CSV order. Values are microseconds unless named otherwise.
+pub const SUMMARY_COLUMNS: [&str; 12] = [
+    "n",
+    "mean_us",
+    "stddev_us",
+    "min_us",
+    "p50_us",
+    "p90_us",
+    "p99_us",
+    "p999_us",
+    "max_us",
+    "cv",
+    "ci95_lo_us",
+    "ci95_hi_us",
+];
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Summary {
+    pub n: usize,
+    pub mean: f64,
+    pub stddev: f64,
+    pub min: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    /// Coefficient of variation: stddev / mean (0 when the mean is 0).
+    pub cv: f64,
+    pub ci95_lo: f64,
+    pub ci95_hi: f64,
+}
+
+/// Type-7 percentile of already sorted samples; `p` in [0, 1].
+pub fn percentile_sorted(sorted: &[f64], p: f64) -> f64 {
+    assert!(!sorted.is_empty(), "percentile of no samples");
+    let h = (sorted.len() - 1) as f64 * p.clamp(0.0, 1.0);
+    let lo = h.floor() as usize;
+    let hi = (lo + 1).min(sorted.len() - 1);
+    sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
+}
+
+impl Summary {
+    /// Summarises samples; `None` when there are none or any is not finite.
+    pub fn of(samples: &[f64]) -> Option<Summary> {
+        if samples.is_empty() || samples.iter().any(|x| !x.is_finite()) {
+            return None;
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let mean = sorted.iter().mean();
+        let stddev = if n > 1 { sorted.iter().std_dev() } else { 0.0 };
+        let half_width = if n > 1 {
+            let t = StudentsT::new(0.0, 1.0, (n - 1) as f64)
+                .expect("n - 1 >= 1 degrees of freedom")
+                .inverse_cdf(0.975);
+            t * stddev / (n as f64).sqrt()
+        } else {
+            0.0
+        };
+        Some(Summary {
+            n,
+            mean,
+            stddev,
+            min: sorted[0],
+            p50: percentile_sorted(&sorted, 0.50),
+            p90: percentile_sorted(&sorted, 0.90),
+            p99: percentile_sorted(&sorted, 0.99),
+            p999: percentile_sorted(&sorted, 0.999),
+            max: sorted[n - 1],
+            cv: if mean != 0.0 { stddev / mean } else { 0.0 },
+            ci95_lo: mean - half_width,
+            ci95_hi: mean + half_width,
+        })
+    }
+
+    /// Values in the order of [`SUMMARY_COLUMNS`].
+    pub fn fields(&self) -> Vec<String> {
+        let f = |x: f64| format!("{x:.3}");
+        vec![
+            self.n.to_string(),
+            f(self.mean),
+            f(self.stddev),
+            f(self.min),
+            f(self.p50),
+            f(self.p90),
+            f(self.p99),
+            f(self.p999),
+            f(self.max),
+            format!("{:.5}", self.cv),
+            f(self.ci95_lo),
+            f(self.ci95_hi),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn known_data() {
+        // 1..=10: mean 5.5, sample sd sqrt(55/6), numpy percentiles p50 5.5, p90 9.1, p99 9.91.
+        let xs: Vec<f64> = (1..=10).map(f64::from).collect();
+        let s = Summary::of(&xs).unwrap();
+        assert_eq!(s.n, 10);
+        assert!(close(s.mean, 5.5));
+        assert!(close(s.stddev, (55.0f64 / 6.0).sqrt()));
+        assert!(close(s.min, 1.0) && close(s.max, 10.0));
+        assert!(close(s.p50, 5.5));
+        assert!(close(s.p90, 9.1));
+        assert!(close(s.p99, 9.91));
+        assert!(close(s.p999, 9.991));
+        assert!(close(s.cv, s.stddev / 5.5));
+        // t(0.975, 9) = 2.262157...
+        let hw = 2.2621571627982 * s.stddev / 10f64.sqrt();
+        assert!((s.ci95_lo - (5.5 - hw)).abs() < 1e-6);
+        assert!((s.ci95_hi - (5.5 + hw)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn order_does_not_matter_and_single_sample() {
+        let a = Summary::of(&[3.0, 1.0, 2.0]).unwrap();
+        let b = Summary::of(&[1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(a, b);
+        let one = Summary::of(&[7.0]).unwrap();
+        assert_eq!(
+            (one.p50, one.p99, one.stddev, one.ci95_lo),
+            (7.0, 7.0, 0.0, 7.0)
+        );
+    }
+
+    #[test]
+    fn rejects_empty_and_non_finite() {
+        assert!(Summary::of(&[]).is_none());
+        assert!(Summary::of(&[1.0, f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn fields_match_columns() {
+        let s = Summary::of(&[1.0, 2.0]).unwrap();
+        assert_eq!(s.fields().len(), SUMMARY_COLUMNS.len());
+    }
+}

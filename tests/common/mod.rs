@@ -1,0 +1,60 @@
+//! Helpers shared by the integration tests: running the binary in a private environment.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+pub fn morphbench(args: &[&str], home: &Path) -> Output {
+    let runtime = home.join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    Command::new(env!("CARGO_BIN_EXE_morphbench"))
+        .args(args)
+        // A private variant cache, so each test probes for itself.
+        .env("XDG_CACHE_HOME", home.join("cache"))
+        .env("XDG_RUNTIME_DIR", runtime)
+        .output()
+        .expect("run morphbench")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The single run folder under `out`.
+pub fn only_run(out: &Path) -> std::path::PathBuf {
+    let runs: Vec<_> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(
+        runs.len(),
+        1,
+        "expected one run folder in {}",
+        out.display()
+    );
+    runs[0].clone()
+}
+
+pub fn read_csv(path: &Path) -> (Vec<String>, Vec<csv::StringRecord>) {
+    let mut rd = csv::Reader::from_path(path).unwrap();
+    let headers = rd.headers().unwrap().iter().map(String::from).collect();
+    let rows = rd.records().map(|r| r.unwrap()).collect();
+    (headers, rows)
+}
+
+pub fn col(headers: &[String], name: &str) -> usize {
+    headers
+        .iter()
+        .position(|h| h == name)
+        .unwrap_or_else(|| panic!("no column {name}"))
+}

@@ -1,0 +1,81 @@
+//! Every kernel variant, verified against the f64 CPU reference at sizes that are not
+//! multiples of any tile, on whatever adapter is present (lavapipe in CI).
+
+use morphbench::gpu::kernels::{
+    GemmKernel, GemmSize, GpuKernel, KernelError, LayernormKernel, LayernormSize, GEMM_VARIANTS,
+    LAYERNORM_VARIANTS,
+};
+use morphbench::gpu::{BackendChoice, Gpu};
+
+fn gpu() -> Gpu {
+    Gpu::open(BackendChoice::Auto, None).expect("a GPU adapter (install mesa-vulkan-drivers)")
+}
+
+#[test]
+fn every_gemm_variant_verifies_at_odd_sizes() {
+    let gpu = gpu();
+    let sizes = [
+        (1, 1, 1),
+        (17, 33, 65),
+        (127, 1, 255),
+        (64, 64, 64),
+        (5, 130, 9),
+    ];
+    for v in GEMM_VARIANTS {
+        if v.needs_subgroups && !gpu.has_subgroups() {
+            continue;
+        }
+        for &(m, n, k) in &sizes {
+            let size = GemmSize { m, n, k };
+            let kernel = GemmKernel::new(&gpu, v, size).unwrap();
+            let check = kernel.verify();
+            assert!(check.is_ok(), "{} {size}: {:?}", v.name, check.err());
+            // The same kernel again on its fresh poison must still pass: no stale output.
+            kernel.verify().unwrap();
+        }
+    }
+}
+
+#[test]
+fn every_layernorm_variant_verifies_at_odd_sizes() {
+    let gpu = gpu();
+    let sizes = [(1, 4096), (3, 1000), (1, 1), (67, 33), (130, 257)];
+    for v in LAYERNORM_VARIANTS {
+        if v.needs_subgroups && !gpu.has_subgroups() {
+            continue;
+        }
+        for &(rows, hidden) in &sizes {
+            let size = LayernormSize { rows, hidden };
+            let kernel = LayernormKernel::new(&gpu, v, size).unwrap();
+            let check = kernel.verify();
+            assert!(check.is_ok(), "{} {size}: {:?}", v.name, check.err());
+        }
+    }
+}
+
+#[test]
+fn sizes_over_the_binding_limit_name_the_limit() {
+    let gpu = gpu();
+    let limit = gpu.limits.max_storage_buffer_binding_size;
+    let rows = (limit / 4 / 1024 + 1) as u32;
+    let err = LayernormKernel::new(
+        &gpu,
+        &LAYERNORM_VARIANTS[0],
+        LayernormSize { rows, hidden: 1024 },
+    )
+    .err()
+    .expect("too large");
+    let msg = err.to_string();
+    assert!(matches!(err, KernelError::Gpu(_)), "{msg}");
+    assert!(msg.contains("max_storage_buffer_binding_size"), "{msg}");
+    assert!(msg.contains(&limit.to_string()), "{msg}");
+}
+
+#[test]
+fn zero_sizes_are_refused() {
+    let gpu = gpu();
+    let err = GemmKernel::new(&gpu, &GEMM_VARIANTS[0], GemmSize { m: 0, n: 4, k: 4 })
+        .err()
+        .expect("zero size");
+    assert!(err.to_string().contains(">= 1"));
+}
