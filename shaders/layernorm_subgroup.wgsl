@@ -45,3 +45,105 @@ fn layernorm_subgroup(
         }
     }
 }
+
+// Welford's update for (count, mean, M2) merged with Chan's formula; one read of x for the
+// statistics instead of two.
+struct Moments {
+    n: f32,
+    mean: f32,
+    m2: f32,
+}
+
+fn merge(a: Moments, b: Moments) -> Moments {
+    let n = a.n + b.n;
+    if (n == 0.0) {
+        return a;
+    }
+    let delta = b.mean - a.mean;
+    let wb = b.n / n;
+    return Moments(n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb);
+}
+
+@compute @workgroup_size(64)
+fn layernorm_subgroup_welford(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_index) t: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_size) sg_size: u32,
+) {
+    let rows_per_group = 64u / sg_size;
+    let wanted = (wg.y * dims.groups_x + wg.x) * rows_per_group + t / sg_size;
+    let row = min(wanted, dims.rows - 1u);
+    let base = row * dims.hidden;
+    var mo = Moments(0.0, 0.0, 0.0);
+    for (var i0 = 0u; i0 < dims.hidden; i0 += sg_size) {
+        let i = min(i0 + lane, dims.hidden - 1u);
+        let v = x[base + i];
+        if (i0 + lane >= dims.hidden) {
+            continue;
+        }
+        mo.n += 1.0;
+        let d = v - mo.mean;
+        mo.mean += d / mo.n;
+        mo.m2 = fma(d, v - mo.mean, mo.m2);
+    }
+    for (var off = sg_size / 2u; off > 0u; off >>= 1u) {
+        let other = Moments(
+            subgroupShuffleXor(mo.n, off),
+            subgroupShuffleXor(mo.mean, off),
+            subgroupShuffleXor(mo.m2, off),
+        );
+        mo = merge(mo, other);
+    }
+    let inv = inverseSqrt(mo.m2 / f32(dims.hidden) + dims.eps);
+    if (wanted < dims.rows) {
+        for (var i0 = 0u; i0 < dims.hidden; i0 += sg_size) {
+            let i = i0 + lane;
+            if (i < dims.hidden) {
+                y[base + i] = (x[base + i] - mo.mean) * inv * gamma[i] + beta[i];
+            }
+        }
+    }
+}
+
+// One workgroup of exactly one subgroup per row (SG_WG is set to the adapter's subgroup size
+// through a pipeline-overridable constant): the row, and so every base address, is uniform.
+override SG_WG: u32 = 32u;
+
+@compute @workgroup_size(SG_WG)
+fn layernorm_one_subgroup(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_index) lane: u32,
+) {
+    let row = wg.y * dims.groups_x + wg.x;
+    if (row >= dims.rows) {
+        return;
+    }
+    let base = row * dims.hidden;
+    var mo = Moments(0.0, 0.0, 0.0);
+    for (var i0 = 0u; i0 < dims.hidden; i0 += SG_WG) {
+        let i = i0 + lane;
+        if (i < dims.hidden) {
+            let v = x[base + i];
+            mo.n += 1.0;
+            let d = v - mo.mean;
+            mo.mean += d / mo.n;
+            mo.m2 = fma(d, v - mo.mean, mo.m2);
+        }
+    }
+    for (var off = SG_WG / 2u; off > 0u; off >>= 1u) {
+        let other = Moments(
+            subgroupShuffleXor(mo.n, off),
+            subgroupShuffleXor(mo.mean, off),
+            subgroupShuffleXor(mo.m2, off),
+        );
+        mo = merge(mo, other);
+    }
+    let inv = inverseSqrt(mo.m2 / f32(dims.hidden) + dims.eps);
+    for (var i0 = 0u; i0 < dims.hidden; i0 += SG_WG) {
+        let i = i0 + lane;
+        if (i < dims.hidden) {
+            y[base + i] = (x[base + i] - mo.mean) * inv * gamma[i] + beta[i];
+        }
+    }
+}

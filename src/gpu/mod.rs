@@ -313,6 +313,7 @@ impl Gpu {
         wgsl: &str,
         entry: &str,
         trusted: bool,
+        constants: &[(&str, f64)],
     ) -> Result<wgpu::ComputePipeline, GpuError> {
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some(label),
@@ -336,7 +337,10 @@ impl Gpu {
                 layout: None,
                 module: &module,
                 entry_point: Some(entry),
-                compilation_options: Default::default(),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants,
+                    ..Default::default()
+                },
                 cache: None,
             });
         if let Some(err) = pollster::block_on(scope.pop()) {

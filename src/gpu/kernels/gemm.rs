@@ -218,6 +218,7 @@ impl<'g> GemmKernel<'g> {
             variant.wgsl,
             variant.entry,
             true,
+            &[],
         )?;
         let a_buf = gpu.storage_from("gemm a", &a);
         let b_buf = gpu.storage_from("gemm b", &b_padded);

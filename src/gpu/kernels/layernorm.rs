@@ -30,6 +30,18 @@ pub static LAYERNORM_VARIANTS: &[Variant] = &[
         entry: "layernorm_subgroup",
         needs_subgroups: true,
     },
+    Variant {
+        name: "subgroup_welford",
+        wgsl: LAYERNORM_SUBGROUP_WGSL,
+        entry: "layernorm_subgroup_welford",
+        needs_subgroups: true,
+    },
+    Variant {
+        name: "one_subgroup",
+        wgsl: LAYERNORM_SUBGROUP_WGSL,
+        entry: "layernorm_one_subgroup",
+        needs_subgroups: true,
+    },
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -121,6 +133,17 @@ impl<'g> LayernormKernel<'g> {
         let rows_per_group = match variant.entry {
             "layernorm_row" => 64,
             "layernorm_workgroup" => 1,
+            "layernorm_one_subgroup" => {
+                let r = &gpu.report;
+                if r.subgroup_min_size != r.subgroup_max_size || r.subgroup_max_size > 256 {
+                    return Err(KernelError::Invalid(format!(
+                        "layernorm variant {} needs one fixed subgroup size; this adapter's \
+                         varies from {} to {}: choose another --variant",
+                        variant.name, r.subgroup_min_size, r.subgroup_max_size
+                    )));
+                }
+                1
+            }
             _ => {
                 let sg = gpu.report.subgroup_max_size.max(1);
                 if sg > 64 {
@@ -147,11 +170,18 @@ impl<'g> LayernormKernel<'g> {
         let gamma = random_vec(size.hidden as usize);
         let beta = random_vec(size.hidden as usize);
         let reference = reference(size, &x, &gamma, &beta);
+        let sg = [("SG_WG", gpu.report.subgroup_max_size as f64)];
+        let overrides: &[(&str, f64)] = if variant.wgsl == LAYERNORM_SUBGROUP_WGSL {
+            &sg
+        } else {
+            &[]
+        };
         let pipeline = gpu.compute_pipeline(
             &format!("layernorm {}", variant.name),
             variant.wgsl,
             variant.entry,
             true,
+            overrides,
         )?;
         let x_buf = gpu.storage_from("layernorm x", &x);
         let g_buf = gpu.storage_from("layernorm gamma", &gamma);
