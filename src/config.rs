@@ -18,6 +18,7 @@ pub struct SuiteConfig {
     #[serde(default)]
     pub description: String,
     pub kernels: Option<KernelsConfig>,
+    pub sim: Option<SimConfig>,
 }
 
 fn default_iters() -> u32 {
@@ -94,9 +95,13 @@ impl SuiteConfig {
             k.plan()
                 .map_err(|e| anyhow!("invalid config {origin}: {e}"))?;
         }
-        if cfg.kernels.is_none() {
+        if let Some(sim) = &cfg.sim {
+            crate::bench::sim::SimPlan::from_config(sim)
+                .map_err(|e| anyhow!("invalid config {origin}: [sim] {e}"))?;
+        }
+        if cfg.kernels.is_none() && cfg.sim.is_none() {
             return Err(anyhow!(
-                "invalid config {origin}: it names no bench; add a [kernels] table"
+                "invalid config {origin}: it names no bench; add a [kernels] or [sim] table"
             ));
         }
         Ok(cfg)
@@ -154,5 +159,66 @@ mod tests {
             .to_string();
         assert!(err.contains("kernels.iters"), "{err}");
         assert!(SuiteConfig::parse("", "x.toml").is_err());
+    }
+}
+
+/// A number or a list of numbers (per-stage durations).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(f64),
+    Many(Vec<f64>),
+}
+
+impl OneOrMany {
+    pub fn values(&self) -> Vec<f64> {
+        match self {
+            OneOrMany::One(x) => vec![*x],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SlowLink {
+    pub link: usize,
+    pub delay_ms: f64,
+}
+
+/// One scenario per delay: link `link` gets each of `delays_ms` in turn (on top of `slow`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SweepLink {
+    pub link: usize,
+    pub delays_ms: Vec<f64>,
+}
+
+/// A simulator scenario (`[sim]` in a suite, or a `morphbench sim --scenario FILE`).
+/// Anything left out takes the `morphbench sim` flag defaults.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SimConfig {
+    pub stages: Option<usize>,
+    pub microbatches: Option<usize>,
+    pub tf: Option<OneOrMany>,
+    pub tb: Option<OneOrMany>,
+    pub tw: Option<OneOrMany>,
+    pub link_ms: Option<f64>,
+    pub comm: Option<crate::sim::CommModel>,
+    pub d2h_ms: Option<f64>,
+    pub mem_limit: Option<usize>,
+    pub schedules: Option<Vec<String>>,
+    #[serde(default)]
+    pub slow: Vec<SlowLink>,
+    #[serde(default)]
+    pub sweep: Vec<SweepLink>,
+}
+
+impl SimConfig {
+    pub fn load(path: &Path) -> Result<SimConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read scenario {}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow!("invalid scenario {}: {e}", path.display()))
     }
 }

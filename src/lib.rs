@@ -9,5 +9,6 @@ pub mod gpu;
 pub mod host;
 pub mod info;
 pub mod output;
+pub mod sim;
 pub mod stats;
 pub mod suite;

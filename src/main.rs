@@ -3,9 +3,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+use morphbench::bench::sim::{calibrate_from, SimPlan};
 use morphbench::cli::{Cli, Command};
+use morphbench::config::OneOrMany;
 use morphbench::config::SuiteConfig;
-use morphbench::suite::{self, SuitePlan};
+use morphbench::suite::{self, SimOutput, SuitePlan};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -25,10 +27,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Info(a) => morphbench::info::run(g.backend, a.json),
         Command::Kernels(a) => {
+            let kernels = a.plan().map_err(anyhow::Error::msg)?;
+            let config = serde_json::to_value(&kernels)?;
             let plan = SuitePlan {
-                kernels: Some(a.plan().map_err(anyhow::Error::msg)?),
+                kernels: Some(kernels),
+                ..Default::default()
             };
-            suite::run(g, &plan, None, a.raw).map(|_| ())
+            suite::run(g, &plan, Some(config), a.raw).map(|_| ())
         }
         Command::Run(a) => {
             let cfg = match &a.config {
@@ -37,6 +42,54 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let plan = SuitePlan::from_config(&cfg)?;
             suite::run(g, &plan, Some(serde_json::to_value(&cfg)?), a.raw).map(|_| ())
+        }
+        Command::Sim(a) => {
+            let mut cfg = a.config()?;
+            if let Some(dir) = &a.from {
+                let cal = calibrate_from(dir, a.layers_per_stage)?;
+                if !g.quiet {
+                    println!("{}", cal.note);
+                }
+                cfg.tf =
+                    a.tf.as_ref()
+                        .map_or(Some(OneOrMany::One(cal.tf_ms)), |_| cfg.tf);
+                cfg.tb =
+                    a.tb.as_ref()
+                        .map_or(Some(OneOrMany::One(cal.tb_ms)), |_| cfg.tb);
+                cfg.tw =
+                    a.tw.as_ref()
+                        .map_or(Some(OneOrMany::One(cal.tw_ms)), |_| cfg.tw);
+                if a.d2h_ms.is_none() {
+                    cfg.d2h_ms = cal.d2h_ms.or(cfg.d2h_ms);
+                }
+            }
+            let trace = match &a.trace {
+                Some(p) => Some(
+                    std::fs::read_to_string(p)
+                        .map_err(|e| anyhow::anyhow!("cannot read trace {}: {e}", p.display()))?,
+                ),
+                None => None,
+            };
+            let sim = SimPlan::build(&cfg, trace.as_deref()).map_err(anyhow::Error::msg)?;
+            let timelines = match a.timeline.as_deref() {
+                Some("none") => Vec::new(),
+                Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+                None if sim.cases.first().is_some_and(|c| c.scenario.stages <= 32) => {
+                    vec!["static:1f1b".into(), "adaptive".into()]
+                }
+                None => Vec::new(),
+            };
+            let plan = SuitePlan {
+                sim: Some(sim),
+                sim_output: SimOutput {
+                    timelines,
+                    width: a.width,
+                    trace_out: a.trace_out.clone(),
+                    bench_reps: if a.bench { 5 } else { 0 },
+                },
+                ..Default::default()
+            };
+            suite::run(g, &plan, Some(serde_json::to_value(&cfg)?), false).map(|_| ())
         }
     }
 }

@@ -4,6 +4,7 @@
 use anyhow::Result;
 
 use crate::bench::kernels::{self, KernelsPlan};
+use crate::bench::sim::{self as sim_bench, SimPlan};
 use crate::cli::GlobalArgs;
 use crate::config::SuiteConfig;
 use crate::export::meta::RunMeta;
@@ -13,9 +14,22 @@ use crate::host::HostInfo;
 use crate::output::Progress;
 
 /// Everything one run does.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct SuitePlan {
     pub kernels: Option<KernelsPlan>,
+    pub sim: Option<SimPlan>,
+    pub sim_output: SimOutput,
+}
+
+/// What `sim` shows besides sim.csv.
+#[derive(Debug, Clone, Default)]
+pub struct SimOutput {
+    /// Schedules whose ASCII timelines are printed.
+    pub timelines: Vec<String>,
+    pub width: usize,
+    pub trace_out: Option<std::path::PathBuf>,
+    /// Repetitions of the simulator throughput benchmark (none when 0).
+    pub bench_reps: u32,
 }
 
 impl SuitePlan {
@@ -27,11 +41,24 @@ impl SuitePlan {
                 .map(|k| k.plan())
                 .transpose()
                 .map_err(anyhow::Error::msg)?,
+            sim: cfg
+                .sim
+                .as_ref()
+                .map(SimPlan::from_config)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("[sim] {e}"))?,
+            sim_output: SimOutput {
+                timelines: vec!["adaptive".into()],
+                width: 100,
+                trace_out: None,
+                bench_reps: 0,
+            },
         })
     }
 
     fn points(&self) -> u64 {
         self.kernels.as_ref().map_or(0, |k| k.points())
+            + self.sim.as_ref().map_or(0, |s| s.cases.len() as u64)
     }
 }
 
@@ -43,34 +70,64 @@ pub fn run(
     config: Option<serde_json::Value>,
     raw: bool,
 ) -> Result<RunDir> {
-    // Open the GPU before creating the run folder: no adapter leaves nothing behind.
-    let gpu = Gpu::open(global.backend, global.adapter.as_deref())?;
+    // Open the GPU (when a bench needs one) before creating the run folder: no adapter
+    // leaves nothing behind.
+    let gpu = match plan.kernels {
+        Some(_) => Some(Gpu::open(global.backend, global.adapter.as_deref())?),
+        None => None,
+    };
     let mut meta = RunMeta::new(HostInfo::probe());
-    meta.adapter = Some(serde_json::to_value(&gpu.report)?);
-    meta.config = config.or_else(|| serde_json::to_value(plan).ok());
+    if let Some(gpu) = &gpu {
+        meta.adapter = Some(serde_json::to_value(&gpu.report)?);
+    }
+    meta.config = config;
     let mut dir = RunDir::create(&global.out, meta, raw)?;
     let progress = Progress::new(plan.points(), global.quiet);
-    progress.println(format!(
-        "run {} on {} ({}) -> {}",
-        dir.id,
-        gpu.report.name,
-        gpu.report.backend,
-        dir.path.display()
-    ));
-    let result = run_benches(&gpu, plan, &mut dir, &progress);
+    let on = gpu
+        .as_ref()
+        .map(|g| format!(" on {} ({})", g.report.name, g.report.backend))
+        .unwrap_or_default();
+    progress.println(format!("run {}{on} -> {}", dir.id, dir.path.display()));
+    let result = run_benches(gpu.as_ref(), plan, &mut dir, &progress);
     progress.finish();
     dir.finish(&result)?;
     result.map(|_| dir)
 }
 
-fn run_benches(gpu: &Gpu, plan: &SuitePlan, dir: &mut RunDir, progress: &Progress) -> Result<()> {
-    if let Some(k) = &plan.kernels {
+fn run_benches(
+    gpu: Option<&Gpu>,
+    plan: &SuitePlan,
+    dir: &mut RunDir,
+    progress: &Progress,
+) -> Result<()> {
+    if let (Some(k), Some(gpu)) = (&plan.kernels, gpu) {
         let (_, selections) = kernels::run(gpu, k, dir, progress)?;
         dir.meta.notes.insert(
             "variant_selection".into(),
             serde_json::to_value(selections)?,
         );
         dir.write_meta()?;
+    }
+    if let Some(s) = &plan.sim {
+        let out = &plan.sim_output;
+        let outcomes = sim_bench::run(s, dir, progress)?;
+        let shown: Vec<_> = outcomes
+            .iter()
+            .filter(|o| out.timelines.iter().any(|t| t == &o.schedule))
+            .collect();
+        sim_bench::print_timelines(&shown, out.width, progress);
+        if let Some(path) = &out.trace_out {
+            sim_bench::write_trace(&outcomes, path)?;
+            progress.println(format!("trace written to {}", path.display()));
+        }
+        if out.bench_reps > 0 {
+            progress.println("simulator throughput (S = 64, N = 1024):".into());
+            let rate = sim_bench::throughput_bench(dir, out.bench_reps, progress)?;
+            dir.meta
+                .notes
+                .insert("sim_ops_per_s".into(), serde_json::json!(rate));
+            dir.write_meta()?;
+        }
     }
     Ok(())
 }

@@ -1,3 +1,4 @@
 //! One file per bench: its points, its measurement loop, its rows.
 
 pub mod kernels;
+pub mod sim;

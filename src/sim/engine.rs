@@ -1,0 +1,389 @@
+//! Exact event-driven execution of one pipeline iteration under a policy.
+//!
+//! Each stage runs one op at a time. The engine repeatedly takes the stage that can start
+//! something earliest and starts it; because F and B take positive time and links add
+//! non-negative latency, nothing not yet started can make another op ready earlier than that
+//! moment, so every decision sees exactly the ops that are ready then.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use thiserror::Error;
+
+use super::model::{Op, OpKind, Scenario};
+
+/// How a stage picks its next op.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Policy {
+    /// Replays a fixed per-stage order; a stage waits for its next listed op, never skipping.
+    Fixed { orders: Vec<Vec<Op>>, split: bool },
+    /// Runs the highest-priority ready op, within a warm-up rule and an in-flight cap.
+    Priority(PriorityPolicy),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PriorityPolicy {
+    /// Backward split into B (input gradient) and W (weight gradient)?
+    pub split: bool,
+    /// Forwards stage i runs before its first backward.
+    pub warmup: Vec<usize>,
+    /// Most activations in flight (F done, B not yet) per stage; `usize::MAX` for no cap.
+    pub cap: Vec<usize>,
+    /// Kinds from most to least preferred when several are ready.
+    pub priority: [OpKind; 3],
+}
+
+impl Policy {
+    pub fn split(&self) -> bool {
+        match self {
+            Policy::Fixed { split, .. } => *split,
+            Policy::Priority(p) => p.split,
+        }
+    }
+}
+
+/// One op as it ran.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Executed {
+    pub op: Op,
+    pub start: f64,
+    /// End of the computation.
+    pub end: f64,
+    /// End of the time the op holds its stage's queue (compute plus any send on the queue).
+    pub queue_end: f64,
+    /// When its output reaches the next stage (equal to `end` if it sends nothing).
+    pub arrival: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub ops: Vec<Executed>,
+    pub iteration_ms: f64,
+    /// Compute time per stage (sends on the queue are not compute).
+    pub busy_ms: Vec<f64>,
+    pub peak_in_flight: Vec<usize>,
+}
+
+impl Run {
+    /// 1 - busy / iteration time, per stage.
+    pub fn bubble_ratios(&self) -> Vec<f64> {
+        self.busy_ms
+            .iter()
+            .map(|b| 1.0 - b / self.iteration_ms)
+            .collect()
+    }
+
+    pub fn mean_bubble(&self) -> f64 {
+        let r = self.bubble_ratios();
+        r.iter().sum::<f64>() / r.len() as f64
+    }
+
+    /// Per-stage op order, as a fixed policy could replay it.
+    pub fn orders(&self, stages: usize) -> Vec<Vec<Op>> {
+        let mut per: Vec<Vec<&Executed>> = vec![Vec::new(); stages];
+        for e in &self.ops {
+            per[e.op.stage].push(e);
+        }
+        per.into_iter()
+            .map(|mut v| {
+                v.sort_by(|a, b| a.start.total_cmp(&b.start));
+                v.into_iter().map(|e| e.op).collect()
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum SimError {
+    #[error("deadlock after {done} of {total} ops: no stage can start anything ({detail})")]
+    Deadlock {
+        done: usize,
+        total: usize,
+        detail: String,
+    },
+    #[error("fixed order for stage {stage} has {got} ops, expected {want}")]
+    BadOrder {
+        stage: usize,
+        got: usize,
+        want: usize,
+    },
+}
+
+/// A time usable as a heap key (times are finite).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Time(f64);
+impl Eq for Time {}
+impl PartialOrd for Time {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Time {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+struct Stage {
+    free_at: f64,
+    f_ready: Vec<Option<f64>>,
+    b_ready: Vec<Option<f64>>,
+    /// Backwards whose input has arrived by `free_at`, lowest microbatch first.
+    b_arrived: BinaryHeap<Reverse<usize>>,
+    /// Backwards whose input arrives later, earliest first.
+    b_future: BinaryHeap<Reverse<(Time, usize)>>,
+    /// Microbatches whose B ran and whose W has not (all ready: B ran on this stage).
+    w_pending: BinaryHeap<Reverse<usize>>,
+    b_done: Vec<Option<f64>>,
+    forwards_done: usize,
+    in_flight: usize,
+    peak: usize,
+    busy: f64,
+    cursor: usize,
+    /// Cached next decision (start time, op); recomputed when the stage's state changes.
+    decision: Option<(f64, Op)>,
+    dirty: bool,
+}
+
+fn ready_of(st: &Stage, op: Op) -> Option<f64> {
+    match op.kind {
+        OpKind::F => st.f_ready[op.mb],
+        OpKind::B => st.b_ready[op.mb],
+        OpKind::W => st.b_done[op.mb],
+    }
+}
+
+fn decide(st: &mut Stage, s: usize, policy: &Policy, n: usize) -> Option<(f64, Op)> {
+    match policy {
+        Policy::Fixed { orders, .. } => {
+            let op = *orders[s].get(st.cursor)?;
+            // A W listed before its B waits for the B.
+            let ready = ready_of(st, op)?;
+            Some((st.free_at.max(ready), op))
+        }
+        Policy::Priority(p) => {
+            let mut cands: [Option<(f64, Op)>; 3] = [None, None, None];
+            let slot = |k: OpKind| p.priority.iter().position(|&x| x == k).unwrap_or(2);
+            let op = |kind, mb| Op { kind, stage: s, mb };
+            if st.forwards_done < n && st.in_flight < p.cap[s] {
+                if let Some(r) = st.f_ready[st.forwards_done] {
+                    cands[slot(OpKind::F)] = Some((r, op(OpKind::F, st.forwards_done)));
+                }
+            }
+            if st.forwards_done >= p.warmup[s].min(n) {
+                // Lowest microbatch among those arrived by the time the stage is free;
+                // otherwise the earliest to arrive.
+                while let Some(&Reverse((Time(r), m))) = st.b_future.peek() {
+                    if r > st.free_at {
+                        break;
+                    }
+                    st.b_future.pop();
+                    st.b_arrived.push(Reverse(m));
+                }
+                if let Some(&Reverse(m)) = st.b_arrived.peek() {
+                    cands[slot(OpKind::B)] = Some((st.b_ready[m].unwrap(), op(OpKind::B, m)));
+                } else if let Some(&Reverse((Time(r), m))) = st.b_future.peek() {
+                    cands[slot(OpKind::B)] = Some((r, op(OpKind::B, m)));
+                }
+            }
+            if p.split {
+                if let Some(&Reverse(m)) = st.w_pending.peek() {
+                    cands[slot(OpKind::W)] = Some((st.b_done[m].unwrap(), op(OpKind::W, m)));
+                }
+            }
+            let earliest = cands
+                .iter()
+                .flatten()
+                .map(|(r, _)| *r)
+                .fold(f64::INFINITY, f64::min);
+            if !earliest.is_finite() {
+                return None;
+            }
+            let t = st.free_at.max(earliest);
+            // Highest priority among those ready by t.
+            cands
+                .iter()
+                .flatten()
+                .find(|(r, _)| *r <= t)
+                .map(|&(_, op)| (t, op))
+        }
+    }
+}
+
+static OPS_SIMULATED: AtomicU64 = AtomicU64::new(0);
+
+/// Ops executed by every simulation in this process so far (for throughput figures).
+pub fn ops_simulated() -> u64 {
+    OPS_SIMULATED.load(Ordering::Relaxed)
+}
+
+/// Simulates one iteration, recording every op.
+pub fn simulate(sc: &Scenario, policy: &Policy) -> Result<Run, SimError> {
+    simulate_with(sc, policy, true)
+}
+
+/// Simulates one iteration; without `record`, `Run::ops` stays empty (for plan searches that
+/// need only the iteration time, busy times and peaks).
+pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run, SimError> {
+    let (s_count, n) = (sc.stages, sc.microbatches);
+    let split = policy.split();
+    let per_stage_ops = if split { 3 * n } else { 2 * n };
+    if let Policy::Fixed { orders, .. } = policy {
+        for (stage, o) in orders.iter().enumerate() {
+            if o.len() != per_stage_ops {
+                return Err(SimError::BadOrder {
+                    stage,
+                    got: o.len(),
+                    want: per_stage_ops,
+                });
+            }
+        }
+    }
+    let mut stages: Vec<Stage> = (0..s_count)
+        .map(|s| Stage {
+            free_at: 0.0,
+            f_ready: vec![if s == 0 { Some(0.0) } else { None }; n],
+            b_ready: vec![None; n],
+            b_arrived: BinaryHeap::new(),
+            b_future: BinaryHeap::new(),
+            w_pending: BinaryHeap::new(),
+            b_done: vec![None; n],
+            forwards_done: 0,
+            in_flight: 0,
+            peak: 0,
+            busy: 0.0,
+            cursor: 0,
+            decision: None,
+            dirty: true,
+        })
+        .collect();
+    let total = per_stage_ops * s_count;
+    // Only priority policies keep the queues of ready backward and weight ops.
+    let dynamic = matches!(policy, Policy::Priority(_));
+    let mut ops = Vec::with_capacity(if record { total } else { 0 });
+    let (mut done, mut iteration_ms) = (0usize, 0.0f64);
+    // Candidate starts, earliest first (ties: lowest stage). An entry is stale once its
+    // stage's state changed (version bumped); stale entries are skipped when popped.
+    let mut queue: BinaryHeap<Reverse<(Time, usize, u64)>> = BinaryHeap::new();
+    let mut versions = vec![0u64; s_count];
+    // Stages whose state changed since their decision was made.
+    let mut touched: Vec<usize> = (0..s_count).collect();
+    while done < total {
+        for s in touched.drain(..) {
+            let st = &mut stages[s];
+            if !st.dirty {
+                continue;
+            }
+            st.decision = decide(&mut *st, s, policy, n);
+            st.dirty = false;
+            versions[s] += 1;
+            if let Some((t, _)) = st.decision {
+                queue.push(Reverse((Time(t), s, versions[s])));
+            }
+        }
+        let mut best = None;
+        while let Some(Reverse((Time(t), s, v))) = queue.pop() {
+            if v == versions[s] {
+                best = Some((t, s));
+                break;
+            }
+        }
+        let Some((start, s)) = best else {
+            let detail = stages
+                .iter()
+                .enumerate()
+                .map(|(i, st)| {
+                    format!(
+                        "stage {i}: {} F done, {} in flight",
+                        st.forwards_done, st.in_flight
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(SimError::Deadlock {
+                done,
+                total,
+                detail,
+            });
+        };
+        let (_, op) = stages[s].decision.expect("chosen stage has a decision");
+        let compute = sc.compute(op, split);
+        let (queue_extra, arrival_after) = sc.send_costs(op);
+        let end = start + compute;
+        let exec = Executed {
+            op,
+            start,
+            end,
+            queue_end: end + queue_extra,
+            arrival: end + arrival_after,
+        };
+        if record {
+            ops.push(exec);
+        }
+        done += 1;
+        iteration_ms = iteration_ms.max(end);
+        let st = &mut stages[s];
+        st.free_at = exec.queue_end;
+        st.busy += compute;
+        st.cursor += 1;
+        st.dirty = true;
+        touched.push(s);
+        match op.kind {
+            OpKind::F => {
+                st.forwards_done += 1;
+                st.in_flight += 1;
+                st.peak = st.peak.max(st.in_flight);
+                if s + 1 < s_count {
+                    let next = &mut stages[s + 1];
+                    next.f_ready[op.mb] = Some(exec.arrival);
+                    next.dirty = true;
+                    touched.push(s + 1);
+                } else {
+                    st.b_ready[op.mb] = Some(end);
+                    if dynamic {
+                        st.b_future.push(Reverse((Time(end), op.mb)));
+                    }
+                }
+            }
+            OpKind::B => {
+                st.in_flight -= 1;
+                // The chosen B is the top of one of the two queues (fixed orders use neither).
+                if st.b_arrived.peek() == Some(&Reverse(op.mb)) {
+                    st.b_arrived.pop();
+                } else if st
+                    .b_future
+                    .peek()
+                    .is_some_and(|Reverse((_, m))| *m == op.mb)
+                {
+                    st.b_future.pop();
+                }
+                st.b_done[op.mb] = Some(end);
+                if split && dynamic {
+                    st.w_pending.push(Reverse(op.mb));
+                }
+                if s > 0 {
+                    let prev = &mut stages[s - 1];
+                    prev.b_ready[op.mb] = Some(exec.arrival);
+                    if dynamic {
+                        prev.b_future.push(Reverse((Time(exec.arrival), op.mb)));
+                    }
+                    prev.dirty = true;
+                    touched.push(s - 1);
+                }
+            }
+            OpKind::W => {
+                if st.w_pending.peek() == Some(&Reverse(op.mb)) {
+                    st.w_pending.pop();
+                }
+            }
+        }
+    }
+    OPS_SIMULATED.fetch_add(done as u64, Ordering::Relaxed);
+    Ok(Run {
+        iteration_ms,
+        busy_ms: stages.iter().map(|st| st.busy).collect(),
+        peak_in_flight: stages.iter().map(|st| st.peak).collect(),
+        ops,
+    })
+}

@@ -1,0 +1,15 @@
+//! The pipeline schedule simulator: a pure model (no I/O) of S stages and N microbatches under
+//! link delays, the schedules that run them, and pictures of the result.
+
+pub mod engine;
+pub mod model;
+pub mod render;
+pub mod schedules;
+pub mod trace;
+
+pub use engine::{simulate, Executed, Policy, Run, SimError};
+pub use model::{CommModel, Op, OpKind, Scenario, ScenarioError};
+pub use schedules::{adaptive, default_mem_limit, evaluate, Schedule, DEFAULT_SCHEDULES};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,268 @@
+//! The pipeline being simulated: stages, microbatches, op durations, links and how a transfer
+//! uses the sender's compute queue. Times are in milliseconds (f64).
+
+use std::fmt;
+
+use thiserror::Error;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub enum OpKind {
+    /// Forward.
+    F,
+    /// Backward for the input gradient (the whole backward when fused).
+    B,
+    /// Backward for the weight gradient (only when backward is split).
+    W,
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OpKind::F => "F",
+            OpKind::B => "B",
+            OpKind::W => "W",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Op {
+    pub kind: OpKind,
+    pub stage: usize,
+    pub mb: usize,
+}
+
+/// How a transfer between stages uses the sender's single compute queue.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum CommModel {
+    /// Pure latency, off the compute queue.
+    Latency,
+    /// The sender's queue is blocked for the whole transfer (head-of-line blocking).
+    Queue,
+    /// The sender pays a device-to-host copy on its queue; the rest travels off the queue.
+    Offload,
+}
+
+impl fmt::Display for CommModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CommModel::Latency => "latency",
+            CommModel::Queue => "queue",
+            CommModel::Offload => "offload",
+        })
+    }
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum ScenarioError {
+    #[error("{0} must be at least 1")]
+    TooFew(&'static str),
+    #[error("{field} has {got} values; give one value or one per stage ({stages})")]
+    WrongLength {
+        field: &'static str,
+        got: usize,
+        stages: usize,
+    },
+    #[error("{field} = {value}: durations must be finite and >= 0{extra}")]
+    BadDuration {
+        field: &'static str,
+        value: f64,
+        extra: &'static str,
+    },
+    #[error("link {link} does not exist: with {stages} stages links are 0..={max} (link i joins stages i and i+1)")]
+    NoSuchLink {
+        link: usize,
+        stages: usize,
+        max: i64,
+    },
+}
+
+/// One simulated iteration's inputs.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Scenario {
+    pub stages: usize,
+    pub microbatches: usize,
+    pub tf: Vec<f64>,
+    pub tb: Vec<f64>,
+    pub tw: Vec<f64>,
+    /// Base latency of every link.
+    pub link_ms: f64,
+    /// Extra straggler delay per link (length stages - 1).
+    pub delay_ms: Vec<f64>,
+    pub comm: CommModel,
+    /// Queue time of the device-to-host copy under `CommModel::Offload`.
+    pub d2h_ms: f64,
+}
+
+fn per_stage(field: &'static str, v: &[f64], stages: usize) -> Result<Vec<f64>, ScenarioError> {
+    let out = match v.len() {
+        1 => vec![v[0]; stages],
+        n if n == stages => v.to_vec(),
+        got => return Err(ScenarioError::WrongLength { field, got, stages }),
+    };
+    for &x in &out {
+        if !x.is_finite() || x < 0.0 {
+            return Err(ScenarioError::BadDuration {
+                field,
+                value: x,
+                extra: "",
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn non_negative(field: &'static str, x: f64) -> Result<f64, ScenarioError> {
+    if !x.is_finite() || x < 0.0 {
+        return Err(ScenarioError::BadDuration {
+            field,
+            value: x,
+            extra: "",
+        });
+    }
+    Ok(x)
+}
+
+impl Scenario {
+    /// Builds and checks a scenario; `tf`/`tb`/`tw` take one value or one per stage, and
+    /// `slow` lists (link, extra delay) pairs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        stages: usize,
+        microbatches: usize,
+        tf: &[f64],
+        tb: &[f64],
+        tw: &[f64],
+        link_ms: f64,
+        slow: &[(usize, f64)],
+        comm: CommModel,
+        d2h_ms: f64,
+    ) -> Result<Scenario, ScenarioError> {
+        if stages < 1 {
+            return Err(ScenarioError::TooFew("stages"));
+        }
+        if microbatches < 1 {
+            return Err(ScenarioError::TooFew("microbatches"));
+        }
+        let tf = per_stage("tf", tf, stages)?;
+        let tb = per_stage("tb", tb, stages)?;
+        let tw = per_stage("tw", tw, stages)?;
+        // F and B carry every cross-stage dependency; zero-length ones would let a chain of
+        // ops finish "at the same instant", which the event order cannot represent.
+        for (field, v) in [("tf", &tf), ("tb", &tb)] {
+            if let Some(&x) = v.iter().find(|&&x| x <= 0.0) {
+                return Err(ScenarioError::BadDuration {
+                    field,
+                    value: x,
+                    extra: " and F and B must take > 0",
+                });
+            }
+        }
+        let mut delay_ms = vec![0.0; stages - 1];
+        for &(link, d) in slow {
+            if link + 1 >= stages {
+                return Err(ScenarioError::NoSuchLink {
+                    link,
+                    stages,
+                    max: stages as i64 - 2,
+                });
+            }
+            delay_ms[link] += non_negative("slow delay", d)?;
+        }
+        Ok(Scenario {
+            stages,
+            microbatches,
+            tf,
+            tb,
+            tw,
+            link_ms: non_negative("link-ms", link_ms)?,
+            delay_ms,
+            comm,
+            d2h_ms: non_negative("d2h-ms", d2h_ms)?,
+        })
+    }
+
+    /// Latency of link `l` (between stages l and l + 1).
+    pub fn link(&self, l: usize) -> f64 {
+        self.link_ms + self.delay_ms[l]
+    }
+
+    /// The same scenario with other straggler delays.
+    pub fn with_delays(&self, delay_ms: Vec<f64>) -> Scenario {
+        assert_eq!(delay_ms.len(), self.delay_ms.len());
+        Scenario {
+            delay_ms,
+            ..self.clone()
+        }
+    }
+
+    /// Compute time of an op on its stage; `split` says whether backward is split into B and W.
+    pub fn compute(&self, op: Op, split: bool) -> f64 {
+        let i = op.stage;
+        match (op.kind, split) {
+            (OpKind::F, _) => self.tf[i],
+            (OpKind::B, true) => self.tb[i],
+            (OpKind::B, false) => self.tb[i] + self.tw[i],
+            (OpKind::W, _) => self.tw[i],
+        }
+    }
+
+    /// The link an op's output crosses, if any: F goes downstream, B upstream, W nowhere.
+    pub fn out_link(&self, op: Op) -> Option<usize> {
+        match op.kind {
+            OpKind::F if op.stage + 1 < self.stages => Some(op.stage),
+            OpKind::B if op.stage > 0 => Some(op.stage - 1),
+            _ => None,
+        }
+    }
+
+    /// (extra time the sender's queue stays busy after compute, arrival delay after compute).
+    pub fn send_costs(&self, op: Op) -> (f64, f64) {
+        match self.out_link(op) {
+            None => (0.0, 0.0),
+            Some(l) => {
+                let c = self.link(l);
+                match self.comm {
+                    CommModel::Latency => (0.0, c),
+                    CommModel::Queue => (c, c),
+                    CommModel::Offload => (self.d2h_ms, self.d2h_ms + c),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_input_naming_the_field() {
+        let ok = |s, n, tf: &[f64], slow: &[(usize, f64)]| {
+            Scenario::new(s, n, tf, &[1.0], &[1.0], 0.0, slow, CommModel::Latency, 0.0)
+        };
+        assert_eq!(ok(0, 4, &[1.0], &[]), Err(ScenarioError::TooFew("stages")));
+        assert_eq!(
+            ok(2, 0, &[1.0], &[]),
+            Err(ScenarioError::TooFew("microbatches"))
+        );
+        assert!(ok(2, 4, &[1.0, 2.0, 3.0], &[])
+            .unwrap_err()
+            .to_string()
+            .contains("tf"));
+        assert!(ok(2, 4, &[-1.0], &[])
+            .unwrap_err()
+            .to_string()
+            .contains("tf"));
+        assert!(ok(2, 4, &[f64::NAN], &[]).is_err());
+        assert!(ok(2, 4, &[0.0], &[]).is_err());
+        let e = ok(4, 4, &[1.0], &[(3, 1.0)]).unwrap_err().to_string();
+        assert!(e.contains("link 3") && e.contains("0..=2"), "{e}");
+        assert!(ok(4, 4, &[1.0], &[(2, -5.0)]).is_err());
+        let s = ok(4, 4, &[1.0], &[(1, 5.0), (1, 2.5)]).unwrap();
+        assert_eq!(s.delay_ms, vec![0.0, 7.5, 0.0]);
+    }
+}

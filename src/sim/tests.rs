@@ -1,0 +1,207 @@
+//! Behaviour of the simulator: closed forms, invariants over random scenarios, and the domino
+//! effect that adaptation removes.
+
+use proptest::prelude::*;
+
+use super::engine::{simulate, Run};
+use super::model::{CommModel, OpKind, Scenario};
+use super::schedules::{base_policy, default_mem_limit, evaluate, static_policy, Schedule};
+
+fn uniform(s: usize, n: usize, t: f64, slow: &[(usize, f64)], comm: CommModel) -> Scenario {
+    Scenario::new(s, n, &[t], &[t], &[t], 0.0, slow, comm, 0.0).unwrap()
+}
+
+fn run(schedule: &str, sc: &Scenario) -> Run {
+    evaluate(&schedule.parse().unwrap(), sc, default_mem_limit(sc))
+        .unwrap()
+        .1
+}
+
+#[test]
+fn one_f_one_b_closed_form() {
+    for (s, n) in [(4, 12), (1, 5), (8, 8), (3, 20), (6, 2)] {
+        let sc = uniform(s, n, 10.0, &[], CommModel::Latency);
+        let r = run("1f1b", &sc);
+        let expect = (n + s - 1) as f64 * 30.0;
+        assert!(
+            (r.iteration_ms - expect).abs() < 1e-9,
+            "S={s} N={n}: {}",
+            r.iteration_ms
+        );
+        let bubble = (s - 1) as f64 / (n + s - 1) as f64;
+        for b in r.bubble_ratios() {
+            assert!((b - bubble).abs() < 1e-9);
+        }
+        // 1F1B holds at most min(S - i, N) activations on stage i.
+        for (i, &p) in r.peak_in_flight.iter().enumerate() {
+            assert_eq!(p, (s - i).min(n));
+        }
+    }
+}
+
+#[test]
+fn gpipe_holds_every_microbatch_and_zero_bubble_beats_1f1b() {
+    let sc = uniform(4, 12, 10.0, &[], CommModel::Latency);
+    let g = run("gpipe", &sc);
+    assert_eq!(g.peak_in_flight, vec![12; 4]);
+    let one = run("1f1b", &sc);
+    let zb = run("zb-h1", &sc);
+    assert!(
+        zb.iteration_ms < one.iteration_ms,
+        "{} vs {}",
+        zb.iteration_ms,
+        one.iteration_ms
+    );
+    // ZB-H1 keeps 1F1B's memory.
+    assert_eq!(zb.peak_in_flight, one.peak_in_flight);
+}
+
+#[test]
+fn domino_effect_and_adaptation() {
+    // One slow link: the static 1F1B replay loses more than the delay per iteration, because
+    // the delay is paid again by every microbatch that waits behind it.
+    for link in [0usize, 2] {
+        let calm = uniform(4, 12, 10.0, &[], CommModel::Latency);
+        let slow = uniform(4, 12, 10.0, &[(link, 40.0)], CommModel::Latency);
+        let base = run("1f1b", &calm).iteration_ms;
+        let static_1f1b = run("static:1f1b", &slow).iteration_ms;
+        assert!(
+            static_1f1b - base > 40.0,
+            "link {link}: lost only {}",
+            static_1f1b - base
+        );
+        let adaptive = run("adaptive", &slow).iteration_ms;
+        assert!(adaptive < static_1f1b, "link {link}");
+        assert!(adaptive <= run("static:zb-h1", &slow).iteration_ms + 1e-9);
+    }
+}
+
+#[test]
+fn queue_model_blocks_the_sender_and_offload_unblocks_it() {
+    let q = uniform(4, 8, 10.0, &[(1, 30.0)], CommModel::Queue);
+    let l = uniform(4, 8, 10.0, &[(1, 30.0)], CommModel::Latency);
+    let o = Scenario {
+        comm: CommModel::Offload,
+        d2h_ms: 0.5,
+        ..l.clone()
+    };
+    let (tq, tl, to) = (
+        run("static:1f1b", &q).iteration_ms,
+        run("static:1f1b", &l).iteration_ms,
+        run("static:1f1b", &o).iteration_ms,
+    );
+    assert!(tq > tl, "head-of-line blocking costs time: {tq} vs {tl}");
+    assert!(to < tq && to >= tl, "offload sits between: {to}");
+    // The send shows in the queue: stage 1's forwards hold its queue for the link time.
+    let r = run("static:1f1b", &q);
+    let f = r
+        .ops
+        .iter()
+        .find(|e| e.op.stage == 1 && e.op.kind == OpKind::F)
+        .unwrap();
+    assert!((f.queue_end - f.end - 30.0).abs() < 1e-9);
+}
+
+#[test]
+fn static_replay_equals_the_schedule_without_delay() {
+    let sc = uniform(5, 9, 3.0, &[], CommModel::Latency);
+    for name in ["1f1b", "zb-h1", "gpipe", "greedy"] {
+        let inner: Schedule = name.parse().unwrap();
+        let a = simulate(&sc, &base_policy(&inner, &sc)).unwrap();
+        let b = simulate(&sc, &static_policy(&inner, &sc).unwrap()).unwrap();
+        assert!((a.iteration_ms - b.iteration_ms).abs() < 1e-9, "{name}");
+    }
+}
+
+#[test]
+fn schedule_names_parse_and_print() {
+    for s in [
+        "gpipe",
+        "1f1b",
+        "zb-h1",
+        "greedy",
+        "adaptive",
+        "static:1f1b",
+        "static:zb-h1",
+    ] {
+        assert_eq!(s.parse::<Schedule>().unwrap().to_string(), s);
+    }
+    assert!("static:adaptive".parse::<Schedule>().is_err());
+    assert!("2f2b"
+        .parse::<Schedule>()
+        .unwrap_err()
+        .contains("unknown schedule"));
+}
+
+fn check_invariants(sc: &Scenario, r: &Run, split: bool) {
+    let (s, n) = (sc.stages, sc.microbatches);
+    let per = if split { 3 } else { 2 };
+    assert_eq!(r.ops.len(), s * n * per, "every op exactly once");
+    let mut seen = std::collections::HashSet::new();
+    let mut by_op = std::collections::HashMap::new();
+    for e in &r.ops {
+        assert!(seen.insert(e.op), "{:?} ran twice", e.op);
+        by_op.insert(e.op, *e);
+    }
+    let get = |kind, stage, mb| by_op[&super::model::Op { kind, stage, mb }];
+    for e in &r.ops {
+        let (i, m) = (e.op.stage, e.op.mb);
+        let after = match e.op.kind {
+            OpKind::F if i > 0 => get(OpKind::F, i - 1, m).arrival,
+            OpKind::F => 0.0,
+            OpKind::B if i + 1 < s => get(OpKind::B, i + 1, m).arrival,
+            OpKind::B => get(OpKind::F, i, m).end,
+            OpKind::W => get(OpKind::B, i, m).end,
+        };
+        assert!(
+            e.start + 1e-9 >= after,
+            "{:?} started before its dependency",
+            e.op
+        );
+    }
+    for stage in 0..s {
+        let mut ops: Vec<_> = r.ops.iter().filter(|e| e.op.stage == stage).collect();
+        ops.sort_by(|a, b| a.start.total_cmp(&b.start));
+        for w in ops.windows(2) {
+            assert!(
+                w[1].start + 1e-9 >= w[0].queue_end,
+                "overlap on stage {stage}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+    #[test]
+    fn invariants_hold_and_adaptive_is_never_worse(
+        s in 1usize..6,
+        n in 1usize..14,
+        tf in prop::collection::vec(0.5f64..5.0, 1..2),
+        tb in 0.5f64..6.0,
+        tw in 0.0f64..4.0,
+        link in 0.0f64..2.0,
+        slow in prop::collection::vec((0usize..5, 0.0f64..30.0), 0..3),
+        comm in prop::sample::select(vec![CommModel::Latency, CommModel::Queue, CommModel::Offload]),
+    ) {
+        let slow: Vec<(usize, f64)> = slow.into_iter().filter(|(l, _)| l + 1 < s).collect();
+        let sc = Scenario::new(s, n, &tf, &[tb], &[tw], link, &slow, comm, 0.3).unwrap();
+        let mem = default_mem_limit(&sc);
+        for name in ["gpipe", "1f1b", "zb-h1", "greedy", "static:1f1b", "static:zb-h1", "static:gpipe", "adaptive"] {
+            let schedule: Schedule = name.parse().unwrap();
+            let (_, r) = evaluate(&schedule, &sc, mem).unwrap();
+            let split = !matches!(name, "gpipe" | "1f1b" | "static:1f1b" | "static:gpipe");
+            check_invariants(&sc, &r, split);
+        }
+        let adaptive = run("adaptive", &sc);
+        prop_assert!(adaptive.peak_in_flight.iter().all(|&p| p <= mem));
+        for other in ["static:1f1b", "static:zb-h1"] {
+            let t = run(other, &sc).iteration_ms;
+            prop_assert!(adaptive.iteration_ms <= t + 1e-9, "adaptive {} > {other} {t}", adaptive.iteration_ms);
+        }
+        let greedy = run("greedy", &sc);
+        if greedy.peak_in_flight.iter().all(|&p| p <= mem) {
+            prop_assert!(adaptive.iteration_ms <= greedy.iteration_ms + 1e-9);
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! `morphbench sim` end to end: files written, calibration from a run, and bad input.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn sweep_writes_sim_csv_and_trace() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("out");
+    let trace = home.path().join("t.json");
+    let o = morphbench(
+        &[
+            "sim",
+            "--stages",
+            "4",
+            "--microbatches",
+            "12",
+            "--tf",
+            "10",
+            "--tb",
+            "10",
+            "--tw",
+            "10",
+            "--sweep",
+            "0:0,20",
+            "--trace-out",
+            trace.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("stage  0 |"),
+        "an ASCII timeline is printed: {text}"
+    );
+    let run = only_run(&out);
+    let (h, rows) = read_csv(&run.join("sim.csv"));
+    for c in [
+        "schedule",
+        "iteration_ms",
+        "speedup_vs_1f1b",
+        "bubble_mean",
+        "peak_activations_max",
+    ] {
+        col(&h, c);
+    }
+    let (sch, it, case) = (
+        col(&h, "schedule"),
+        col(&h, "iteration_ms"),
+        col(&h, "case"),
+    );
+    let get = |case_name: &str, s: &str| -> f64 {
+        rows.iter()
+            .find(|r| &r[case] == case_name && &r[sch] == s)
+            .unwrap_or_else(|| panic!("no row {case_name} {s}"))[it]
+            .parse()
+            .unwrap()
+    };
+    // The closed form of 1F1B and the domino effect, read back from the CSV.
+    assert_eq!(get("link 0 +0 ms", "1f1b"), 450.0);
+    assert!(get("link 0 +20 ms", "static:1f1b") > 450.0 + 20.0);
+    assert!(get("link 0 +20 ms", "adaptive") <= get("link 0 +20 ms", "static:1f1b"));
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(trace).unwrap()).unwrap();
+    assert!(json["traceEvents"].as_array().unwrap().len() > 100);
+}
+
+#[test]
+fn trace_file_gives_one_iteration_each() {
+    let home = tempfile::tempdir().unwrap();
+    let t = home.path().join("stragglers.txt");
+    std::fs::write(&t, "# iteration;link;delay_ms\n0;0;0\n1;1;30\n2;2;60\n").unwrap();
+    let out = home.path().join("out");
+    let o = morphbench(
+        &[
+            "sim",
+            "--trace",
+            t.to_str().unwrap(),
+            "--timeline",
+            "none",
+            "-q",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (h, rows) = read_csv(&only_run(&out).join("sim.csv"));
+    let iters: std::collections::BTreeSet<String> = rows
+        .iter()
+        .map(|r| r[col(&h, "iteration")].to_string())
+        .collect();
+    assert_eq!(iters.len(), 3);
+}
+
+#[test]
+fn calibrates_from_a_run_folder() {
+    let home = tempfile::tempdir().unwrap();
+    let run = home.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::write(
+        run.join("kernels.csv"),
+        "kernel,timer,size_m,size_n,size_k,rows,hidden,p50_us\n\
+         gemm,gpu,512,512,512,,,2000\ngemm,host,512,512,512,,,2500\n\
+         gemm,gpu,64,64,64,,,10\nlayernorm,gpu,,,,4096,1024,500\n",
+    )
+    .unwrap();
+    let out = home.path().join("out");
+    let o = morphbench(
+        &[
+            "sim",
+            "--from",
+            run.to_str().unwrap(),
+            "--timeline",
+            "none",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("tF = tB = 2.500 ms, tW = 2.000 ms"),
+        "{}",
+        stdout(&o)
+    );
+    // No gemm rows: a clear error naming the file.
+    std::fs::write(
+        run.join("kernels.csv"),
+        "kernel,timer,p50_us\nmemcpy,host,3\n",
+    )
+    .unwrap();
+    let o = morphbench(&["sim", "--from", run.to_str().unwrap()], home.path());
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no gemm rows"), "{}", stderr(&o));
+}
+
+fn sim_fails_with(args: &[&str], needle: &str) {
+    let home = tempfile::tempdir().unwrap();
+    let mut all = vec!["sim", "--out", "/tmp/mb-sim-bad"];
+    all.extend_from_slice(args);
+    let o = morphbench(&all, home.path());
+    assert!(!o.status.success(), "{args:?} should fail");
+    let err = stderr(&o);
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected '{needle}' in: {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_input_names_the_field() {
+    sim_fails_with(&["--stages", "0"], "stages must be at least 1");
+    sim_fails_with(&["--microbatches", "0"], "microbatches must be at least 1");
+    sim_fails_with(&["--tf", "-3"], "tf = -3");
+    sim_fails_with(&["--tb", "inf"], "tb = inf");
+    sim_fails_with(&["--tf", "1,2,3"], "tf has 3 values");
+    sim_fails_with(&["--slow", "3:10"], "link 3 does not exist");
+    sim_fails_with(&["--slow", "x:10"], "not a whole number");
+    sim_fails_with(&["--sweep", "9:1,2"], "sweep link 9");
+    sim_fails_with(&["--schedule", "2f2b"], "unknown schedule");
+    sim_fails_with(&["--mem-limit", "0"], "mem_limit");
+    let home = tempfile::tempdir().unwrap();
+    let t = home.path().join("bad.txt");
+    std::fs::write(&t, "0;1;10\n1;one;10\n").unwrap();
+    sim_fails_with(&["--trace", t.to_str().unwrap()], "line 2");
+    let s = home.path().join("bad.toml");
+    std::fs::write(&s, "stages = 4\nstagez = 3\n").unwrap();
+    sim_fails_with(&["--scenario", s.to_str().unwrap()], "stagez");
+    sim_fails_with(&["--trace", "/nonexistent"], "cannot read trace");
+}
