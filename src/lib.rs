@@ -12,3 +12,4 @@ pub mod output;
 pub mod sim;
 pub mod stats;
 pub mod suite;
+pub mod transport;

@@ -1,0 +1,73 @@
+//! Moving host buffers to a peer: the `Transport` trait (send with an end-to-end check), a TCP
+//! implementation, the wire format, and the receiving sink. Knows nothing of the GPU.
+
+pub mod sink;
+pub mod tcp;
+pub mod wire;
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum TransportError {
+    #[error(
+        "cannot connect to {addr}: {source}. Is `morphbench sink --listen {addr}` running there?"
+    )]
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("the peer timed out after {0:?} (it stopped answering)")]
+    Timeout(Duration),
+    #[error("the peer closed the connection")]
+    Closed,
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    #[error("payload {seq} arrived corrupted (checksum mismatch)")]
+    Corrupt { seq: u64 },
+    #[error("payload of {len} bytes exceeds the peer's limit of {max} bytes")]
+    TooLarge { len: u64, max: u64 },
+    #[error("I/O error: {0}")]
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for TransportError {
+    fn from(e: std::io::Error) -> Self {
+        use std::io::ErrorKind::*;
+        match e.kind() {
+            UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe => {
+                TransportError::Closed
+            }
+            WouldBlock | TimedOut => TransportError::Timeout(Duration::ZERO),
+            _ => TransportError::Io(e),
+        }
+    }
+}
+
+/// Where the time of one send went, in microseconds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendTiming {
+    /// Handing the bytes to the transport (the socket write, the RDMA post).
+    pub send_us: f64,
+    /// From the end of the send until the peer confirmed the payload intact.
+    pub receive_us: f64,
+}
+
+/// Sends host buffers to a peer. Every payload is checked by the receiver, and `send`
+/// returns only once the peer has confirmed it arrived intact.
+pub trait Transport: Send {
+    fn send(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError>;
+    /// Ends the session cleanly.
+    fn close(&mut self) -> Result<(), TransportError>;
+    fn name(&self) -> &'static str;
+}
+
+/// Receives payloads into a host buffer, checking and acknowledging each.
+pub trait Receiver: Send {
+    /// The next payload's sequence number, or `None` once the sender said goodbye.
+    fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, TransportError>;
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,74 @@
+//! The receiving side: `morphbench sink` on another node, or an in-process sink on loopback.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::tcp::TcpReceiver;
+use super::{Receiver, TransportError};
+
+/// What one connection delivered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkStats {
+    pub payloads: u64,
+    pub bytes: u64,
+}
+
+/// Receives until the sender says goodbye; every payload is verified before it is acked.
+pub fn drain(rx: &mut dyn Receiver) -> Result<SinkStats, TransportError> {
+    let mut buf = Vec::new();
+    let mut stats = SinkStats::default();
+    while rx.recv(&mut buf)?.is_some() {
+        stats.payloads += 1;
+        stats.bytes += buf.len() as u64;
+    }
+    Ok(stats)
+}
+
+/// Serves connections one at a time until `stop` is set (or after one with `once`).
+/// `report` is told about each finished connection.
+pub fn serve(
+    listener: TcpListener,
+    max_payload: u64,
+    io: Duration,
+    once: bool,
+    stop: Arc<AtomicBool>,
+    mut report: impl FnMut(SocketAddr, Result<SinkStats, TransportError>),
+) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                stream.set_nonblocking(false)?;
+                let result =
+                    TcpReceiver::accept(stream, max_payload, io).and_then(|mut rx| drain(&mut rx));
+                report(peer, result);
+                if once {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// An in-process sink on an ephemeral loopback port that serves one connection.
+pub fn spawn_loopback(
+    max_payload: u64,
+    io: Duration,
+) -> std::io::Result<(SocketAddr, JoinHandle<Result<SinkStats, TransportError>>)> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let handle = std::thread::spawn(move || {
+        let (stream, _) = listener.accept()?;
+        let mut rx = TcpReceiver::accept(stream, max_payload, io)?;
+        drain(&mut rx)
+    });
+    Ok((addr, handle))
+}

@@ -1,0 +1,196 @@
+//! TCP transport: one connection, hello exchange, framed payloads acknowledged after the
+//! receiver verified their checksum.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use super::wire::{
+    checksum, read_hello, write_hello, FrameKind, Header, ACK_BAD_CHECKSUM, ACK_OK, HEADER_BYTES,
+};
+use super::{Receiver, SendTiming, Transport, TransportError};
+
+/// How long connecting, and any single read or write, may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub io: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            io: Duration::from_secs(30),
+        }
+    }
+}
+
+fn with_timeout(e: TransportError, t: Duration) -> TransportError {
+    match e {
+        TransportError::Timeout(_) => TransportError::Timeout(t),
+        other => other,
+    }
+}
+
+pub struct TcpTransport {
+    stream: TcpStream,
+    seq: u64,
+    peer_max: u64,
+    io: Duration,
+}
+
+impl TcpTransport {
+    pub fn connect(
+        addr: &str,
+        max_payload: u64,
+        t: Timeouts,
+    ) -> Result<TcpTransport, TransportError> {
+        let err = |source| TransportError::Connect {
+            addr: addr.to_string(),
+            source,
+        };
+        let resolved: Vec<SocketAddr> = addr.to_socket_addrs().map_err(err)?.collect();
+        let first = resolved.first().copied().ok_or_else(|| {
+            err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no address",
+            ))
+        })?;
+        let mut stream = TcpStream::connect_timeout(&first, t.connect).map_err(err)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(t.io))?;
+        stream.set_write_timeout(Some(t.io))?;
+        write_hello(&mut stream, max_payload).map_err(|e| with_timeout(e, t.io))?;
+        let peer_max = read_hello(&mut stream).map_err(|e| with_timeout(e, t.io))?;
+        Ok(TcpTransport {
+            stream,
+            seq: 0,
+            peer_max,
+            io: t.io,
+        })
+    }
+
+    fn send_inner(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
+        let len = payload.len() as u64;
+        if len > self.peer_max {
+            return Err(TransportError::TooLarge {
+                len,
+                max: self.peer_max,
+            });
+        }
+        self.seq += 1;
+        let header = Header {
+            kind: FrameKind::Data,
+            seq: self.seq,
+            len,
+            check: checksum(payload),
+        };
+        let t0 = Instant::now();
+        self.stream.write_all(&header.encode())?;
+        self.stream.write_all(payload)?;
+        let t1 = Instant::now();
+        let mut b = [0u8; HEADER_BYTES];
+        self.stream.read_exact(&mut b)?;
+        let ack = Header::decode(&b, 0)?;
+        if ack.kind != FrameKind::Ack || ack.seq != self.seq {
+            return Err(TransportError::Protocol(format!(
+                "expected the ack of payload {}, got {:?} {}",
+                self.seq, ack.kind, ack.seq
+            )));
+        }
+        if ack.check == ACK_BAD_CHECKSUM {
+            return Err(TransportError::Corrupt { seq: self.seq });
+        }
+        Ok(SendTiming {
+            send_us: (t1 - t0).as_secs_f64() * 1e6,
+            receive_us: t1.elapsed().as_secs_f64() * 1e6,
+        })
+    }
+}
+
+impl Transport for TcpTransport {
+    fn send(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
+        let io = self.io;
+        self.send_inner(payload).map_err(|e| with_timeout(e, io))
+    }
+
+    fn close(&mut self) -> Result<(), TransportError> {
+        let bye = Header {
+            kind: FrameKind::Bye,
+            seq: self.seq,
+            len: 0,
+            check: 0,
+        };
+        self.stream.write_all(&bye.encode())?;
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+}
+
+/// The receiving end of one TCP connection.
+pub struct TcpReceiver {
+    stream: TcpStream,
+    max_payload: u64,
+    io: Duration,
+}
+
+impl TcpReceiver {
+    /// Completes the hello on an accepted connection.
+    pub fn accept(
+        mut stream: TcpStream,
+        max_payload: u64,
+        io: Duration,
+    ) -> Result<TcpReceiver, TransportError> {
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(io))?;
+        stream.set_write_timeout(Some(io))?;
+        read_hello(&mut stream).map_err(|e| with_timeout(e, io))?;
+        write_hello(&mut stream, max_payload).map_err(|e| with_timeout(e, io))?;
+        Ok(TcpReceiver {
+            stream,
+            max_payload,
+            io,
+        })
+    }
+
+    fn recv_inner(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, TransportError> {
+        let mut b = [0u8; HEADER_BYTES];
+        self.stream.read_exact(&mut b)?;
+        // The length is checked against our limit before the buffer is sized from it.
+        let h = Header::decode(&b, self.max_payload)?;
+        match h.kind {
+            FrameKind::Bye => return Ok(None),
+            FrameKind::Ack => {
+                return Err(TransportError::Protocol(
+                    "unexpected ack from the sender".into(),
+                ))
+            }
+            FrameKind::Data => {}
+        }
+        buf.resize(h.len as usize, 0);
+        self.stream.read_exact(buf)?;
+        let ok = checksum(buf) == h.check;
+        let ack = Header {
+            kind: FrameKind::Ack,
+            seq: h.seq,
+            len: 0,
+            check: if ok { ACK_OK } else { ACK_BAD_CHECKSUM },
+        };
+        self.stream.write_all(&ack.encode())?;
+        if !ok {
+            return Err(TransportError::Corrupt { seq: h.seq });
+        }
+        Ok(Some(h.seq))
+    }
+}
+
+impl Receiver for TcpReceiver {
+    fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, TransportError> {
+        let io = self.io;
+        self.recv_inner(buf).map_err(|e| with_timeout(e, io))
+    }
+}

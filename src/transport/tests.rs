@@ -1,0 +1,181 @@
+//! The transport test-suite: payloads verified end to end, and every fault a peer can cause
+//! gives an error in bounded time.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use super::sink::spawn_loopback;
+use super::tcp::{TcpTransport, Timeouts};
+use super::wire::{checksum, read_hello, write_hello, FrameKind, Header, HEADER_BYTES};
+use super::{Transport, TransportError};
+
+fn quick() -> Timeouts {
+    Timeouts {
+        connect: Duration::from_secs(2),
+        io: Duration::from_millis(500),
+    }
+}
+
+#[test]
+fn payloads_arrive_verified() {
+    let (addr, sink) = spawn_loopback(1 << 24, Duration::from_secs(5)).unwrap();
+    let mut t = TcpTransport::connect(&addr.to_string(), 1 << 24, quick()).unwrap();
+    let sizes = [0usize, 1, 7, 4096, 65_537, 1 << 20];
+    for &n in &sizes {
+        let payload: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
+        let timing = t.send(&payload).unwrap();
+        assert!(timing.send_us >= 0.0 && timing.receive_us >= 0.0);
+    }
+    t.close().unwrap();
+    let stats = sink.join().unwrap().unwrap();
+    assert_eq!(stats.payloads, sizes.len() as u64);
+    assert_eq!(stats.bytes, sizes.iter().sum::<usize>() as u64);
+}
+
+#[test]
+fn oversized_payload_is_refused_before_sending() {
+    let (addr, _sink) = spawn_loopback(1024, Duration::from_secs(5)).unwrap();
+    let mut t = TcpTransport::connect(&addr.to_string(), 1 << 20, quick()).unwrap();
+    let err = t.send(&[0u8; 2048]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TransportError::TooLarge {
+                len: 2048,
+                max: 1024
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn connection_refused_is_clear() {
+    // Bind then drop to find a port nothing listens on.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let err = TcpTransport::connect(&addr, 1024, quick()).err().unwrap();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("cannot connect") && msg.contains("morphbench sink"),
+        "{msg}"
+    );
+}
+
+/// A fake peer: accepts one connection and runs `script` on it.
+fn fake_peer(script: impl FnOnce(TcpStream) + Send + 'static) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        script(s);
+    });
+    addr
+}
+
+#[test]
+fn receiver_closing_early_is_an_error() {
+    let addr = fake_peer(|mut s| {
+        read_hello(&mut s).unwrap();
+        write_hello(&mut s, 1 << 20).unwrap();
+        // Read one header, then hang up without an ack.
+        let mut b = [0u8; HEADER_BYTES];
+        let _ = s.read_exact(&mut b);
+    });
+    let mut t = TcpTransport::connect(&addr, 1 << 20, quick()).unwrap();
+    let err = t.send(&[1u8; 100]).unwrap_err();
+    assert!(
+        matches!(err, TransportError::Closed | TransportError::Io(_)),
+        "{err}"
+    );
+}
+
+#[test]
+fn silent_peer_times_out_in_bounded_time() {
+    let addr = fake_peer(|mut s| {
+        read_hello(&mut s).unwrap();
+        write_hello(&mut s, 1 << 20).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    let mut t = TcpTransport::connect(&addr, 1 << 20, quick()).unwrap();
+    let t0 = Instant::now();
+    let err = t.send(&[1u8; 100]).unwrap_err();
+    assert!(matches!(err, TransportError::Timeout(_)), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn wrong_hello_is_refused_by_both_sides() {
+    let addr = fake_peer(|mut s| {
+        let mut b = [0u8; 16];
+        s.read_exact(&mut b).unwrap();
+        s.write_all(b"MBH1\x09\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00")
+            .unwrap();
+    });
+    let err = TcpTransport::connect(&addr, 1024, quick()).err().unwrap();
+    assert!(err.to_string().contains("version 9"), "{err}");
+    let addr = fake_peer(|mut s| {
+        s.write_all(b"HTTP/1.1 200 OK\r\n\r\n").unwrap();
+    });
+    let err = TcpTransport::connect(&addr, 1024, quick()).err().unwrap();
+    assert!(err.to_string().contains("bad hello"), "{err}");
+}
+
+/// A raw client against a real sink, sending what a broken sender might.
+fn raw_client(
+    max: u64,
+    frames: impl FnOnce(&mut TcpStream),
+) -> Result<super::sink::SinkStats, TransportError> {
+    let (addr, sink) = spawn_loopback(max, Duration::from_millis(500)).unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    write_hello(&mut s, max).unwrap();
+    read_hello(&mut s).unwrap();
+    frames(&mut s);
+    sink.join().unwrap()
+}
+
+#[test]
+fn sink_rejects_garbage_oversized_and_corrupt_frames() {
+    let err = raw_client(1024, |s| s.write_all(&[0xAB; HEADER_BYTES]).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("magic"), "{err}");
+    let huge = Header {
+        kind: FrameKind::Data,
+        seq: 1,
+        len: u64::MAX,
+        check: 0,
+    };
+    let err = raw_client(1024, |s| s.write_all(&huge.encode()).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("exceeds"), "{err}");
+    let payload = [5u8; 64];
+    let bad = Header {
+        kind: FrameKind::Data,
+        seq: 1,
+        len: 64,
+        check: checksum(&payload) ^ 1,
+    };
+    let err = raw_client(1024, |s| {
+        s.write_all(&bad.encode()).unwrap();
+        s.write_all(&payload).unwrap();
+    })
+    .unwrap_err();
+    assert!(matches!(err, TransportError::Corrupt { seq: 1 }), "{err}");
+    // A sender that vanishes mid-payload.
+    let cut = Header {
+        kind: FrameKind::Data,
+        seq: 1,
+        len: 64,
+        check: 0,
+    };
+    let err = raw_client(1024, |s| {
+        s.write_all(&cut.encode()).unwrap();
+        s.write_all(&payload[..10]).unwrap();
+        s.shutdown(std::net::Shutdown::Both).unwrap();
+    })
+    .unwrap_err();
+    assert!(matches!(err, TransportError::Closed), "{err}");
+}
