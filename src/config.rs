@@ -18,7 +18,88 @@ pub struct SuiteConfig {
     #[serde(default)]
     pub description: String,
     pub kernels: Option<KernelsConfig>,
+    pub d2h: Option<D2hConfig>,
+    pub hol: Option<HolConfig>,
     pub sim: Option<SimConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HolConfig {
+    pub tokens: Option<u32>,
+    pub hidden: Option<u32>,
+    pub ops: Option<u32>,
+    pub every: Option<Vec<u32>>,
+    /// Sizes such as "64K"; default: the whole activation.
+    pub bytes: Option<Vec<String>>,
+    pub delays_ms: Option<Vec<f64>>,
+    pub modes: Option<Vec<crate::bench::hol::Mode>>,
+    pub reps: Option<u32>,
+    pub link_gbps: Option<f64>,
+    pub peer: Option<String>,
+}
+
+impl HolConfig {
+    pub fn plan(&self) -> Result<crate::bench::hol::HolPlan, String> {
+        use crate::bench::hol::{Delays, HolPlan, Mode};
+        let bytes = match &self.bytes {
+            Some(list) => list
+                .iter()
+                .map(|s| crate::bench::d2h::parse_size(s).map(Some))
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("hol.bytes: {e}"))?,
+            None => vec![None],
+        };
+        let plan = HolPlan {
+            tokens: self.tokens.unwrap_or(256),
+            hidden: self.hidden.unwrap_or(256),
+            ops: self.ops.unwrap_or(24),
+            every: self.every.clone().unwrap_or(vec![2]),
+            bytes,
+            delays: Delays::Sweep(self.delays_ms.clone().unwrap_or(vec![0.0, 20.0])),
+            modes: self
+                .modes
+                .clone()
+                .unwrap_or(vec![Mode::None, Mode::Inline, Mode::Offload]),
+            reps: self.reps.unwrap_or(3),
+            link_gbps: self.link_gbps.unwrap_or(12.5),
+            peer: self.peer.clone(),
+            gemm_variant: None,
+            layernorm_variant: None,
+        };
+        plan.validate().map_err(|e| format!("hol: {e}"))?;
+        Ok(plan)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct D2hConfig {
+    /// Sizes such as "4", "64K", "16MiB"; default 4 B to 256 MiB, powers of two.
+    pub sizes: Option<Vec<String>>,
+    #[serde(default = "default_iters")]
+    pub iters: u32,
+    #[serde(default = "default_warmup")]
+    pub warmup: u32,
+}
+
+impl D2hConfig {
+    pub fn plan(&self) -> Result<crate::bench::d2h::D2hPlan, String> {
+        use crate::bench::d2h::{default_sizes, parse_size};
+        let sizes = match &self.sizes {
+            Some(list) => list
+                .iter()
+                .map(|s| parse_size(s).map_err(|e| format!("d2h.sizes: {e}")))
+                .collect::<Result<_, _>>()?,
+            None => default_sizes(),
+        };
+        check_iters("d2h.iters", self.iters)?;
+        Ok(crate::bench::d2h::D2hPlan {
+            sizes,
+            iters: self.iters,
+            warmup: self.warmup,
+        })
+    }
 }
 
 fn default_iters() -> u32 {
@@ -95,13 +176,21 @@ impl SuiteConfig {
             k.plan()
                 .map_err(|e| anyhow!("invalid config {origin}: {e}"))?;
         }
+        if let Some(d) = &cfg.d2h {
+            d.plan()
+                .map_err(|e| anyhow!("invalid config {origin}: {e}"))?;
+        }
+        if let Some(h) = &cfg.hol {
+            h.plan()
+                .map_err(|e| anyhow!("invalid config {origin}: {e}"))?;
+        }
         if let Some(sim) = &cfg.sim {
             crate::bench::sim::SimPlan::from_config(sim)
                 .map_err(|e| anyhow!("invalid config {origin}: [sim] {e}"))?;
         }
-        if cfg.kernels.is_none() && cfg.sim.is_none() {
+        if cfg.kernels.is_none() && cfg.d2h.is_none() && cfg.hol.is_none() && cfg.sim.is_none() {
             return Err(anyhow!(
-                "invalid config {origin}: it names no bench; add a [kernels] or [sim] table"
+                "invalid config {origin}: it names no bench; add a [kernels], [d2h], [hol] or [sim] table"
             ));
         }
         Ok(cfg)

@@ -43,6 +43,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let plan = SuitePlan::from_config(&cfg)?;
             suite::run(g, &plan, Some(serde_json::to_value(&cfg)?), a.raw).map(|_| ())
         }
+        Command::D2h(a) => {
+            let d2h = a.plan();
+            let config = serde_json::to_value(&d2h)?;
+            let plan = SuitePlan {
+                d2h: Some(d2h),
+                ..Default::default()
+            };
+            suite::run(g, &plan, Some(config), a.raw).map(|_| ())
+        }
+        Command::Hol(a) => {
+            let hol = a.plan()?;
+            let config = serde_json::to_value(&hol)?;
+            let plan = SuitePlan {
+                hol: Some(hol),
+                ..Default::default()
+            };
+            suite::run(g, &plan, Some(config), false).map(|_| ())
+        }
+        Command::Sink(a) => morphbench::transport::sink::run_cli(
+            &a.listen,
+            a.max_payload,
+            std::time::Duration::from_secs(a.timeout_s),
+            a.once,
+            g.quiet,
+        ),
         Command::Sim(a) => {
             let mut cfg = a.config()?;
             if let Some(dir) = &a.from {

@@ -3,6 +3,8 @@
 
 use anyhow::Result;
 
+use crate::bench::d2h::{self, D2hPlan};
+use crate::bench::hol::{self, HolPlan};
 use crate::bench::kernels::{self, KernelsPlan};
 use crate::bench::sim::{self as sim_bench, SimPlan};
 use crate::cli::GlobalArgs;
@@ -17,6 +19,8 @@ use crate::output::Progress;
 #[derive(Debug, Clone, Default)]
 pub struct SuitePlan {
     pub kernels: Option<KernelsPlan>,
+    pub d2h: Option<D2hPlan>,
+    pub hol: Option<HolPlan>,
     pub sim: Option<SimPlan>,
     pub sim_output: SimOutput,
 }
@@ -41,6 +45,18 @@ impl SuitePlan {
                 .map(|k| k.plan())
                 .transpose()
                 .map_err(anyhow::Error::msg)?,
+            d2h: cfg
+                .d2h
+                .as_ref()
+                .map(|d| d.plan())
+                .transpose()
+                .map_err(anyhow::Error::msg)?,
+            hol: cfg
+                .hol
+                .as_ref()
+                .map(|h| h.plan())
+                .transpose()
+                .map_err(anyhow::Error::msg)?,
             sim: cfg
                 .sim
                 .as_ref()
@@ -58,6 +74,8 @@ impl SuitePlan {
 
     fn points(&self) -> u64 {
         self.kernels.as_ref().map_or(0, |k| k.points())
+            + self.d2h.as_ref().map_or(0, |d| d.sizes.len() as u64)
+            + self.hol.as_ref().map_or(0, |h| h.points())
             + self.sim.as_ref().map_or(0, |s| s.cases.len() as u64)
     }
 }
@@ -72,9 +90,10 @@ pub fn run(
 ) -> Result<RunDir> {
     // Open the GPU (when a bench needs one) before creating the run folder: no adapter
     // leaves nothing behind.
-    let gpu = match plan.kernels {
-        Some(_) => Some(Gpu::open(global.backend, global.adapter.as_deref())?),
-        None => None,
+    let needs_gpu = plan.kernels.is_some() || plan.d2h.is_some() || plan.hol.is_some();
+    let gpu = match needs_gpu {
+        true => Some(Gpu::open(global.backend, global.adapter.as_deref())?),
+        false => None,
     };
     let mut meta = RunMeta::new(HostInfo::probe());
     if let Some(gpu) = &gpu {
@@ -105,6 +124,21 @@ fn run_benches(
         dir.meta.notes.insert(
             "variant_selection".into(),
             serde_json::to_value(selections)?,
+        );
+        dir.write_meta()?;
+    }
+    if let (Some(d), Some(gpu)) = (&plan.d2h, gpu) {
+        let sizes = d2h::run(gpu, d, dir, progress)?;
+        dir.meta
+            .notes
+            .insert("d2h".into(), serde_json::to_value(sizes)?);
+        dir.write_meta()?;
+    }
+    if let (Some(h), Some(gpu)) = (&plan.hol, gpu) {
+        let (points, calibration) = hol::run(gpu, h, dir, progress)?;
+        dir.meta.notes.insert(
+            "hol".into(),
+            serde_json::json!({ "points": points, "standin_calibration": calibration }),
         );
         dir.write_meta()?;
     }

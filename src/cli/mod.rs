@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::bench::d2h::{default_sizes, D2hPlan};
 use crate::bench::kernels::KernelsPlan;
 use crate::config::{check_iters, OneOrMany, SimConfig, SlowLink, SweepLink};
 use crate::gpu::kernels::{GemmSize, LayernormSize};
@@ -55,6 +56,155 @@ pub enum Command {
     Run(RunArgs),
     /// Simulate pipeline schedules under link stragglers and write sim.csv.
     Sim(Box<SimArgs>),
+    /// Device-to-host and host-to-device latency and bandwidth; writes d2h.csv.
+    D2h(D2hArgs),
+    /// Head-of-line blocking: compute stalled behind transfers, inline vs offloaded; writes hol.csv.
+    Hol(Box<HolArgs>),
+    /// Receive offloaded transfers from `hol --peer` on another node.
+    Sink(SinkArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HolArgs {
+    /// Tokens (rows) of the activation; the GEMM is TOKENS x HIDDEN x HIDDEN.
+    #[arg(long, default_value_t = 256)]
+    pub tokens: u32,
+    /// Hidden size (a multiple of 4).
+    #[arg(long, default_value_t = 256)]
+    pub hidden: u32,
+    /// Compute ops per stream (GEMM and layernorm in turn).
+    #[arg(long, default_value_t = 24)]
+    pub ops: u32,
+    /// A transfer after every K compute ops; comma list to sweep.
+    #[arg(
+        long,
+        value_name = "K[,K...]",
+        value_delimiter = ',',
+        default_value = "2"
+    )]
+    pub every: Vec<u32>,
+    /// Bytes per transfer (at most the activation); comma list to sweep [default: the activation].
+    #[arg(long, value_name = "SIZE[,SIZE...]", value_parser = parse_size_list)]
+    pub bytes: Option<SizeList>,
+    /// Injected straggler delay per transfer in ms; comma list to sweep.
+    #[arg(long, value_name = "MS[,MS...]", value_parser = parse_ms_list, allow_hyphen_values = true)]
+    pub delay_ms: Option<MsList>,
+    /// Per-transfer delays from a file of `iteration;delay_ms` lines (iteration = transfer index).
+    #[arg(long, value_name = "FILE", conflicts_with = "delay_ms")]
+    pub trace: Option<PathBuf>,
+    /// Modes to run [default: all three].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub mode: Vec<crate::bench::hol::Mode>,
+    /// Repetitions of the stream per point (makespan statistics are over these).
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
+    /// Link bandwidth the inline stand-in charges for the bytes, GB/s.
+    #[arg(long, default_value_t = 12.5)]
+    pub link_gbps: f64,
+    /// Send offloaded bytes to a `morphbench sink` at ADDR instead of one in-process on loopback.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub peer: Option<String>,
+    /// Force a GEMM variant.
+    #[arg(long, value_name = "NAME")]
+    pub variant: Option<String>,
+    /// Force a layernorm variant.
+    #[arg(long, value_name = "NAME")]
+    pub layernorm_variant: Option<String>,
+}
+
+impl HolArgs {
+    pub fn plan(&self) -> anyhow::Result<crate::bench::hol::HolPlan> {
+        use crate::bench::hol::{parse_delay_trace, Delays, HolPlan, Mode};
+        let delays = match (&self.trace, &self.delay_ms) {
+            (Some(p), _) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| anyhow::anyhow!("cannot read trace {}: {e}", p.display()))?;
+                Delays::Trace(
+                    parse_delay_trace(&text)
+                        .map_err(|e| anyhow::anyhow!("trace {}: {e}", p.display()))?,
+                )
+            }
+            (None, Some(list)) => Delays::Sweep(list.0.clone()),
+            (None, None) => Delays::Sweep(vec![0.0, 20.0]),
+        };
+        let plan = HolPlan {
+            tokens: self.tokens,
+            hidden: self.hidden,
+            ops: self.ops,
+            every: self.every.clone(),
+            bytes: match &self.bytes {
+                Some(list) => list.0.iter().map(|&b| Some(b)).collect(),
+                None => vec![None],
+            },
+            delays,
+            modes: if self.mode.is_empty() {
+                vec![Mode::None, Mode::Inline, Mode::Offload]
+            } else {
+                self.mode.clone()
+            },
+            reps: self.reps,
+            link_gbps: self.link_gbps,
+            peer: self.peer.clone(),
+            gemm_variant: self.variant.clone(),
+            layernorm_variant: self.layernorm_variant.clone(),
+        };
+        plan.validate().map_err(anyhow::Error::msg)?;
+        Ok(plan)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SinkArgs {
+    /// Address to listen on (loopback unless told otherwise).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:18600")]
+    pub listen: String,
+    /// Serve one connection, then exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Largest payload accepted, in bytes (K/M/G units allowed).
+    #[arg(long, value_parser = crate::bench::d2h::parse_size, default_value = "256M")]
+    pub max_payload: u64,
+    /// Seconds a read may wait before the peer counts as gone.
+    #[arg(long, default_value_t = 30)]
+    pub timeout_s: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct D2hArgs {
+    /// Transfer sizes, comma separated, with optional K/M/G units [default: 4 B to 256 MiB, powers of two].
+    #[arg(long, value_name = "SIZE[,SIZE...]", value_parser = parse_size_list)]
+    pub sizes: Option<SizeList>,
+    /// Timed iterations per point.
+    #[arg(long, default_value_t = 20, value_parser = parse_iters)]
+    pub iters: u32,
+    /// Untimed warm-up iterations per point.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: u32,
+    /// Also write every iteration's sample to d2h_samples.csv.
+    #[arg(long)]
+    pub raw: bool,
+}
+
+/// Byte sizes from a comma list such as `4,64K,16MiB`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SizeList(pub Vec<u64>);
+
+fn parse_size_list(s: &str) -> Result<SizeList, String> {
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(crate::bench::d2h::parse_size)
+        .collect::<Result<_, _>>()
+        .map(SizeList)
+}
+
+impl D2hArgs {
+    pub fn plan(&self) -> D2hPlan {
+        D2hPlan {
+            sizes: self.sizes.clone().map_or_else(default_sizes, |s| s.0),
+            iters: self.iters,
+            warmup: self.warmup,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

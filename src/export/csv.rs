@@ -104,12 +104,14 @@ impl CsvSink {
     }
 }
 
-/// Formats a float for CSV with enough digits for throughput figures.
+/// Formats a float for CSV keeping at least four significant digits.
 pub fn num(x: f64) -> String {
     if x.abs() >= 100.0 {
         format!("{x:.2}")
-    } else {
+    } else if x.abs() >= 0.01 || x == 0.0 {
         format!("{x:.4}")
+    } else {
+        format!("{x:.4e}")
     }
 }
 

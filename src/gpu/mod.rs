@@ -3,7 +3,9 @@
 
 pub mod buffers;
 pub mod kernels;
+pub mod standin;
 pub mod timing;
+pub mod transfer;
 
 use std::sync::{Arc, Mutex};
 
@@ -246,6 +248,13 @@ impl Gpu {
             && self
                 .features
                 .contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES)
+    }
+
+    pub fn has_encoder_timestamps(&self) -> bool {
+        self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
+            && self
+                .features
+                .contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
     }
 
     pub fn has_subgroups(&self) -> bool {

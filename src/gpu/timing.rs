@@ -65,6 +65,28 @@ impl PassTimer {
         }
     }
 
+    /// Writes slot `slot`'s start (`end` false) or end timestamp from an encoder, for work
+    /// that is not a pass (buffer copies).
+    pub fn encoder_write(&self, enc: &mut wgpu::CommandEncoder, slot: u32, end: bool) {
+        enc.write_timestamp(&self.query_set, 2 * slot + end as u32);
+    }
+
+    /// Reads the (start, end) of slots `0..count` in microseconds on the GPU clock.
+    pub fn read_spans(&self, gpu: &Gpu, count: u32) -> Result<Vec<(f64, f64)>, GpuError> {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.resolve_query_set(&self.query_set, 0..2 * count, &self.resolve, 0);
+        enc.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, count as u64 * 16);
+        let idx = gpu.queue.submit([enc.finish()]);
+        gpu.wait(idx)?;
+        let bytes = gpu.map_read(&self.readback)?;
+        let ticks: &[u64] = bytemuck::cast_slice(&bytes);
+        let base = ticks[0];
+        let us = |t: u64| t.wrapping_sub(base) as i64 as f64 * self.period_ns / 1e3;
+        Ok((0..count as usize)
+            .map(|i| (us(ticks[2 * i]), us(ticks[2 * i + 1])))
+            .collect())
+    }
+
     /// Reads the durations of slots `0..count` in microseconds.
     pub fn read(&self, gpu: &Gpu, count: u32) -> Result<Vec<f64>, GpuError> {
         let mut enc = gpu.device.create_command_encoder(&Default::default());

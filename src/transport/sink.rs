@@ -14,6 +14,8 @@ use super::{Receiver, TransportError};
 pub struct SinkStats {
     pub payloads: u64,
     pub bytes: u64,
+    /// Checksum of the last payload, so a caller can compare it with what it meant to send.
+    pub last_checksum: u64,
 }
 
 /// Receives until the sender says goodbye; every payload is verified before it is acked.
@@ -23,6 +25,7 @@ pub fn drain(rx: &mut dyn Receiver) -> Result<SinkStats, TransportError> {
     while rx.recv(&mut buf)?.is_some() {
         stats.payloads += 1;
         stats.bytes += buf.len() as u64;
+        stats.last_checksum = super::wire::checksum(&buf);
     }
     Ok(stats)
 }
@@ -71,4 +74,49 @@ pub fn spawn_loopback(
         drain(&mut rx)
     });
     Ok((addr, handle))
+}
+
+/// `morphbench sink`: listens (loopback unless told otherwise) and reports each connection.
+pub fn run_cli(
+    listen: &str,
+    max_payload: u64,
+    io: Duration,
+    once: bool,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(listen).map_err(|e| {
+        anyhow::anyhow!("cannot listen on {listen}: {e}. Choose another --listen HOST:PORT")
+    })?;
+    if !quiet {
+        println!(
+            "sink listening on {} (max payload {max_payload} B)",
+            listener.local_addr()?
+        );
+    }
+    let mut failed = None;
+    serve(
+        listener,
+        max_payload,
+        io,
+        once,
+        Arc::new(AtomicBool::new(false)),
+        |peer, r| match r {
+            Ok(s) => {
+                if !quiet {
+                    println!(
+                        "{peer}: {} payloads, {} bytes, all verified",
+                        s.payloads, s.bytes
+                    )
+                }
+            }
+            Err(e) => {
+                eprintln!("{peer}: {e}");
+                failed = Some(format!("{peer}: {e}"));
+            }
+        },
+    )?;
+    match (once, failed) {
+        (true, Some(e)) => Err(anyhow::anyhow!(e)),
+        _ => Ok(()),
+    }
 }

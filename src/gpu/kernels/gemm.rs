@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::Verification;
-use super::{bind_entry, compare, judge, random_vec, run_once, GpuKernel, KernelError, Variant};
+use super::{compare, judge, random_vec, run_once, DispatchPass, GpuKernel, KernelError, Variant};
 use crate::gpu::Gpu;
 
 const GEMM_WGSL: &str = include_str!("../../../shaders/gemm.wgsl");
@@ -146,15 +146,76 @@ pub fn verify_dense(
     judge("cpu_sgemm", variant, size.to_string(), m * n, result)
 }
 
+/// Refuses sizes and variants this adapter cannot run.
+fn check_size(gpu: &Gpu, variant: &Variant, size: GemmSize) -> Result<(), KernelError> {
+    if size.m == 0 || size.n == 0 || size.k == 0 {
+        return Err(KernelError::Invalid(format!(
+            "GEMM size {size} has a zero dimension: M, N and K must each be >= 1"
+        )));
+    }
+    if variant.needs_subgroups && !gpu.has_subgroups() {
+        return Err(KernelError::Invalid(format!(
+            "GEMM variant {} needs subgroup support, which this adapter lacks",
+            variant.name
+        )));
+    }
+    GemmKernel::check_fits(gpu, size)
+}
+
+/// Binds a GEMM variant to caller-owned buffers: `a` (m x k, leading dimension k), `b` and `c`
+/// (leading dimension `size.ldc()`, padding columns of `b` zero).
+pub fn gemm_pass(
+    gpu: &Gpu,
+    variant: &Variant,
+    size: GemmSize,
+    a: &wgpu::Buffer,
+    b: &wgpu::Buffer,
+    c: &wgpu::Buffer,
+) -> Result<DispatchPass, KernelError> {
+    check_size(gpu, variant, size)?;
+    let ldc = size.ldc();
+    let col4_groups = (ldc as u32 / 4).div_ceil(64);
+    let workgroups = match variant.entry {
+        "gemm_naive" => (size.n.div_ceil(8), size.m.div_ceil(8)),
+        "gemm_tiled" => (size.n.div_ceil(64), size.m.div_ceil(64)),
+        "gemm_rb4x4" => (col4_groups, size.m.div_ceil(4)),
+        _ => (col4_groups, size.m.div_ceil(8)),
+    };
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
+    if workgroups.0 > max || workgroups.1 > max {
+        return Err(KernelError::Invalid(format!(
+            "GEMM {size} with variant {} needs {}x{} workgroups, over this adapter's \
+             max_compute_workgroups_per_dimension of {max}: choose a smaller size",
+            variant.name, workgroups.0, workgroups.1
+        )));
+    }
+    let dims = gpu.uniform_from(
+        "gemm dims",
+        &Dims {
+            m: size.m,
+            n: size.n,
+            k: size.k,
+            ldc: ldc as u32,
+        },
+    );
+    Ok(DispatchPass::new(
+        gpu,
+        &format!("gemm {}", variant.name),
+        variant.wgsl,
+        variant.entry,
+        &[],
+        &[a, b, c, &dims],
+        workgroups,
+    )?)
+}
+
 /// A GEMM ready to run: pipeline, buffers holding random inputs, and its f64 reference.
 pub struct GemmKernel<'g> {
     gpu: &'g Gpu,
     variant: &'static Variant,
     pub size: GemmSize,
-    pipeline: wgpu::ComputePipeline,
-    bind_group: wgpu::BindGroup,
+    pass: DispatchPass,
     c: wgpu::Buffer,
-    workgroups: (u32, u32),
     /// Dense inputs (B without padding), kept for the CPU baseline.
     pub a: Vec<f32>,
     pub b: Vec<f32>,
@@ -177,35 +238,9 @@ impl<'g> GemmKernel<'g> {
         variant: &'static Variant,
         size: GemmSize,
     ) -> Result<Self, KernelError> {
-        if size.m == 0 || size.n == 0 || size.k == 0 {
-            return Err(KernelError::Invalid(format!(
-                "GEMM size {size} has a zero dimension: M, N and K must each be >= 1"
-            )));
-        }
-        if variant.needs_subgroups && !gpu.has_subgroups() {
-            return Err(KernelError::Invalid(format!(
-                "GEMM variant {} needs subgroup support, which this adapter lacks",
-                variant.name
-            )));
-        }
-        Self::check_fits(gpu, size)?;
-        let ldc = size.ldc();
+        check_size(gpu, variant, size)?;
         let (m, n, k) = (size.m as u64, size.n as u64, size.k as u64);
-        let col4_groups = (ldc as u32 / 4).div_ceil(64);
-        let workgroups = match variant.entry {
-            "gemm_naive" => (size.n.div_ceil(8), size.m.div_ceil(8)),
-            "gemm_tiled" => (size.n.div_ceil(64), size.m.div_ceil(64)),
-            "gemm_rb4x4" => (col4_groups, size.m.div_ceil(4)),
-            _ => (col4_groups, size.m.div_ceil(8)),
-        };
-        let max = gpu.limits.max_compute_workgroups_per_dimension;
-        if workgroups.0 > max || workgroups.1 > max {
-            return Err(KernelError::Invalid(format!(
-                "GEMM {size} with variant {} needs {}x{} workgroups, over this adapter's \
-                 max_compute_workgroups_per_dimension of {max}: choose a smaller size",
-                variant.name, workgroups.0, workgroups.1
-            )));
-        }
+        let ldc = size.ldc();
         let a = random_vec((m * k) as usize);
         let b = random_vec((k * n) as usize);
         let mut b_padded = vec![0.0f32; k as usize * ldc];
@@ -213,44 +248,16 @@ impl<'g> GemmKernel<'g> {
             row[..src.len()].copy_from_slice(src);
         }
         let reference = reference(size, &a, &b);
-        let pipeline = gpu.compute_pipeline(
-            &format!("gemm {}", variant.name),
-            variant.wgsl,
-            variant.entry,
-            true,
-            &[],
-        )?;
         let a_buf = gpu.storage_from("gemm a", &a);
         let b_buf = gpu.storage_from("gemm b", &b_padded);
         let c = gpu.storage_from("gemm c", &vec![0.0f32; m as usize * ldc]);
-        let dims = gpu.uniform_from(
-            "gemm dims",
-            &Dims {
-                m: size.m,
-                n: size.n,
-                k: size.k,
-                ldc: ldc as u32,
-            },
-        );
-        let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("gemm"),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[
-                bind_entry(0, &a_buf),
-                bind_entry(1, &b_buf),
-                bind_entry(2, &c),
-                bind_entry(3, &dims),
-            ],
-        });
-        gpu.check()?;
+        let pass = gemm_pass(gpu, variant, size, &a_buf, &b_buf, &c)?;
         Ok(GemmKernel {
             gpu,
             variant,
             size,
-            pipeline,
-            bind_group,
+            pass,
             c,
-            workgroups,
             a,
             b,
             reference,
@@ -260,9 +267,7 @@ impl<'g> GemmKernel<'g> {
 
 impl GpuKernel for GemmKernel<'_> {
     fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
-        pass.set_pipeline(&self.pipeline);
-        pass.set_bind_group(0, &self.bind_group, &[]);
-        pass.dispatch_workgroups(self.workgroups.0, self.workgroups.1, 1);
+        self.pass.encode(pass);
     }
 
     fn verify(&self) -> Result<Verification, KernelError> {

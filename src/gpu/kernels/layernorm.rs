@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::Verification;
-use super::{bind_entry, compare, judge, random_vec, run_once, GpuKernel, KernelError, Variant};
+use super::{compare, judge, random_vec, run_once, DispatchPass, GpuKernel, KernelError, Variant};
 use crate::gpu::Gpu;
 
 const LAYERNORM_WGSL: &str = include_str!("../../../shaders/layernorm.wgsl");
@@ -96,11 +96,96 @@ pub struct LayernormKernel<'g> {
     gpu: &'g Gpu,
     variant: &'static Variant,
     pub size: LayernormSize,
-    pipeline: wgpu::ComputePipeline,
-    bind_group: wgpu::BindGroup,
+    pass: DispatchPass,
     y: wgpu::Buffer,
-    workgroups: (u32, u32),
     reference: Vec<f64>,
+}
+
+/// Binds a layernorm variant to caller-owned buffers: `x` and `y` (rows x hidden), `gamma`
+/// and `beta` (hidden).
+pub fn layernorm_pass(
+    gpu: &Gpu,
+    variant: &Variant,
+    size: LayernormSize,
+    x: &wgpu::Buffer,
+    gamma: &wgpu::Buffer,
+    beta: &wgpu::Buffer,
+    y: &wgpu::Buffer,
+) -> Result<DispatchPass, KernelError> {
+    if size.rows == 0 || size.hidden == 0 {
+        return Err(KernelError::Invalid(format!(
+            "layernorm size {size} has a zero dimension: ROWS and HIDDEN must be >= 1"
+        )));
+    }
+    if variant.needs_subgroups && !gpu.has_subgroups() {
+        return Err(KernelError::Invalid(format!(
+            "layernorm variant {} needs subgroup support, which this adapter lacks",
+            variant.name
+        )));
+    }
+    LayernormKernel::check_fits(gpu, size)?;
+    // Rows each workgroup covers. The subgroup variant covers 64 / subgroup_size rows;
+    // planning with the largest size the adapter may pick never leaves a row out.
+    let rows_per_group = match variant.entry {
+        "layernorm_row" => 64,
+        "layernorm_workgroup" => 1,
+        "layernorm_one_subgroup" => {
+            let r = &gpu.report;
+            if r.subgroup_min_size != r.subgroup_max_size || r.subgroup_max_size > 256 {
+                return Err(KernelError::Invalid(format!(
+                    "layernorm variant {} needs one fixed subgroup size; this adapter's \
+                     varies from {} to {}: choose another --variant",
+                    variant.name, r.subgroup_min_size, r.subgroup_max_size
+                )));
+            }
+            1
+        }
+        _ => {
+            let sg = gpu.report.subgroup_max_size.max(1);
+            if sg > 64 {
+                return Err(KernelError::Invalid(format!(
+                    "layernorm variant {} needs subgroups of at most 64 lanes; this adapter's \
+                     may be {sg}: choose another --variant",
+                    variant.name
+                )));
+            }
+            64 / sg
+        }
+    };
+    let groups = size.rows.div_ceil(rows_per_group);
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
+    let groups_x = groups.min(max);
+    let workgroups = (groups_x, groups.div_ceil(groups_x));
+    if workgroups.1 > max {
+        return Err(KernelError::Invalid(format!(
+            "layernorm {size} needs more workgroups than this adapter dispatches \
+             (max_compute_workgroups_per_dimension {max}): choose fewer rows"
+        )));
+    }
+    let sg = [("SG_WG", gpu.report.subgroup_max_size as f64)];
+    let overrides: &[(&str, f64)] = if variant.wgsl == LAYERNORM_SUBGROUP_WGSL {
+        &sg
+    } else {
+        &[]
+    };
+    let dims = gpu.uniform_from(
+        "layernorm dims",
+        &Dims {
+            rows: size.rows,
+            hidden: size.hidden,
+            eps: EPS,
+            groups_x,
+        },
+    );
+    Ok(DispatchPass::new(
+        gpu,
+        &format!("layernorm {}", variant.name),
+        variant.wgsl,
+        variant.entry,
+        overrides,
+        &[x, gamma, beta, y, &dims],
+        workgroups,
+    )?)
 }
 
 impl<'g> LayernormKernel<'g> {
@@ -121,101 +206,22 @@ impl<'g> LayernormKernel<'g> {
                 "layernorm size {size} has a zero dimension: ROWS and HIDDEN must be >= 1"
             )));
         }
-        if variant.needs_subgroups && !gpu.has_subgroups() {
-            return Err(KernelError::Invalid(format!(
-                "layernorm variant {} needs subgroup support, which this adapter lacks",
-                variant.name
-            )));
-        }
         Self::check_fits(gpu, size)?;
-        // Rows each workgroup covers. The subgroup variant covers 64 / subgroup_size rows;
-        // planning with the largest size the adapter may pick never leaves a row out.
-        let rows_per_group = match variant.entry {
-            "layernorm_row" => 64,
-            "layernorm_workgroup" => 1,
-            "layernorm_one_subgroup" => {
-                let r = &gpu.report;
-                if r.subgroup_min_size != r.subgroup_max_size || r.subgroup_max_size > 256 {
-                    return Err(KernelError::Invalid(format!(
-                        "layernorm variant {} needs one fixed subgroup size; this adapter's \
-                         varies from {} to {}: choose another --variant",
-                        variant.name, r.subgroup_min_size, r.subgroup_max_size
-                    )));
-                }
-                1
-            }
-            _ => {
-                let sg = gpu.report.subgroup_max_size.max(1);
-                if sg > 64 {
-                    return Err(KernelError::Invalid(format!(
-                        "layernorm variant {} needs subgroups of at most 64 lanes; this adapter's \
-                         may be {sg}: choose another --variant",
-                        variant.name
-                    )));
-                }
-                64 / sg
-            }
-        };
-        let groups = size.rows.div_ceil(rows_per_group);
-        let max = gpu.limits.max_compute_workgroups_per_dimension;
-        let groups_x = groups.min(max);
-        let workgroups = (groups_x, groups.div_ceil(groups_x));
-        if workgroups.1 > max {
-            return Err(KernelError::Invalid(format!(
-                "layernorm {size} needs more workgroups than this adapter dispatches \
-                 (max_compute_workgroups_per_dimension {max}): choose fewer rows"
-            )));
-        }
         let x = random_vec(size.elements());
         let gamma = random_vec(size.hidden as usize);
         let beta = random_vec(size.hidden as usize);
         let reference = reference(size, &x, &gamma, &beta);
-        let sg = [("SG_WG", gpu.report.subgroup_max_size as f64)];
-        let overrides: &[(&str, f64)] = if variant.wgsl == LAYERNORM_SUBGROUP_WGSL {
-            &sg
-        } else {
-            &[]
-        };
-        let pipeline = gpu.compute_pipeline(
-            &format!("layernorm {}", variant.name),
-            variant.wgsl,
-            variant.entry,
-            true,
-            overrides,
-        )?;
         let x_buf = gpu.storage_from("layernorm x", &x);
         let g_buf = gpu.storage_from("layernorm gamma", &gamma);
         let b_buf = gpu.storage_from("layernorm beta", &beta);
         let y = gpu.storage_from("layernorm y", &vec![0.0f32; size.elements()]);
-        let dims = gpu.uniform_from(
-            "layernorm dims",
-            &Dims {
-                rows: size.rows,
-                hidden: size.hidden,
-                eps: EPS,
-                groups_x,
-            },
-        );
-        let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("layernorm"),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[
-                bind_entry(0, &x_buf),
-                bind_entry(1, &g_buf),
-                bind_entry(2, &b_buf),
-                bind_entry(3, &y),
-                bind_entry(4, &dims),
-            ],
-        });
-        gpu.check()?;
+        let pass = layernorm_pass(gpu, variant, size, &x_buf, &g_buf, &b_buf, &y)?;
         Ok(LayernormKernel {
             gpu,
             variant,
             size,
-            pipeline,
-            bind_group,
+            pass,
             y,
-            workgroups,
             reference,
         })
     }
@@ -223,9 +229,7 @@ impl<'g> LayernormKernel<'g> {
 
 impl GpuKernel for LayernormKernel<'_> {
     fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
-        pass.set_pipeline(&self.pipeline);
-        pass.set_bind_group(0, &self.bind_group, &[]);
-        pass.dispatch_workgroups(self.workgroups.0, self.workgroups.1, 1);
+        self.pass.encode(pass);
     }
 
     fn verify(&self) -> Result<Verification, KernelError> {

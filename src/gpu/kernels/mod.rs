@@ -125,6 +125,62 @@ pub(crate) fn judge(
     Ok(v)
 }
 
+/// A pipeline bound to its buffers, ready to record: what every kernel becomes.
+pub struct DispatchPass {
+    pub pipeline: wgpu::ComputePipeline,
+    pub bind_group: wgpu::BindGroup,
+    pub workgroups: (u32, u32),
+}
+
+impl DispatchPass {
+    pub fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(self.workgroups.0, self.workgroups.1, 1);
+    }
+
+    /// Binds `buffers` in order (binding 0, 1, ...) to a new pipeline's group 0.
+    pub fn new(
+        gpu: &super::Gpu,
+        label: &str,
+        wgsl: &str,
+        entry: &str,
+        constants: &[(&str, f64)],
+        buffers: &[&wgpu::Buffer],
+        workgroups: (u32, u32),
+    ) -> Result<DispatchPass, GpuError> {
+        let pipeline = gpu.compute_pipeline(label, wgsl, entry, true, constants)?;
+        Self::with_pipeline(gpu, label, pipeline, buffers, workgroups)
+    }
+
+    /// Binds buffers to an existing pipeline (no new shader compile: CPU drivers compile at
+    /// a pipeline's first dispatch, which must never land in a timed region).
+    pub fn with_pipeline(
+        gpu: &super::Gpu,
+        label: &str,
+        pipeline: wgpu::ComputePipeline,
+        buffers: &[&wgpu::Buffer],
+        workgroups: (u32, u32),
+    ) -> Result<DispatchPass, GpuError> {
+        let entries: Vec<_> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| bind_entry(i as u32, b))
+            .collect();
+        let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(label),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        gpu.check()?;
+        Ok(DispatchPass {
+            pipeline,
+            bind_group,
+            workgroups,
+        })
+    }
+}
+
 /// What every prepared GPU kernel offers the benches.
 pub trait GpuKernel {
     /// Records one run of the kernel into a compute pass.

@@ -1,0 +1,389 @@
+//! The `d2h` bench: device-to-host and host-to-device latency and bandwidth over sizes, as
+//! nvbandwidth measures copies (N copies between two GPU timestamps in one submission), with
+//! the map wait, the host copy and the end-to-end latency of one transfer reported apart, and
+//! host memcpy of the same sizes as the ceiling row.
+
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+
+use crate::export::csv::{num, Schema};
+use crate::export::{CsvSink, Record, RunDir};
+use crate::gpu::transfer::{pattern, touched, COPY_ALIGN};
+use crate::gpu::Gpu;
+use crate::output::Progress;
+use crate::stats::Summary;
+
+pub const BENCH: &str = "d2h";
+
+pub const SCHEMA: Schema = Schema {
+    params: &["direction", "method", "bytes", "part", "copies"],
+    with_stats: true,
+    tail: &["gbps", "timer", "verified"],
+};
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct D2hPlan {
+    pub sizes: Vec<u64>,
+    pub iters: u32,
+    pub warmup: u32,
+}
+
+/// 4 B to 256 MiB, powers of two.
+pub fn default_sizes() -> Vec<u64> {
+    (2..=28).map(|p| 1u64 << p).collect()
+}
+
+/// How many copies go between the two timestamps: enough to make small copies measurable,
+/// few enough that large ones stay short.
+fn copies_for(bytes: u64) -> u32 {
+    (64u64 << 20).div_ceil(bytes).clamp(1, 64) as u32
+}
+
+struct Rows<'a> {
+    run: &'a RunDir,
+    table: CsvSink,
+    samples: Option<CsvSink>,
+    progress: &'a Progress,
+}
+
+impl Rows<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &mut self,
+        direction: &str,
+        method: &str,
+        bytes: u64,
+        part: &str,
+        copies: u32,
+        timer: &str,
+        samples: &[f64],
+    ) -> Result<f64> {
+        let s = Summary::of(samples).context("no samples")?;
+        let gbps = bytes as f64 / s.p50 / 1e3;
+        let case = format!("{direction} {method} {bytes} {part}");
+        self.table.write(
+            Record::new(&self.run.id, BENCH, &case)
+                .push(direction)
+                .push(method)
+                .push(bytes)
+                .push(part)
+                .push(copies)
+                .stats(&s)
+                .push(num(gbps))
+                .push(timer)
+                .push(true),
+        )?;
+        if let Some(raw) = &mut self.samples {
+            for (i, x) in samples.iter().enumerate() {
+                raw.write(
+                    Record::new(&self.run.id, BENCH, &case)
+                        .push(timer)
+                        .push(i)
+                        .push(format!("{x:.3}")),
+                )?;
+            }
+        }
+        if part == "end_to_end" || part == "gpu_copy" {
+            self.progress.println(format!(
+                "{direction:<7} {method:<15} {:>10} {part:<10} p50 {:>11.2} µs {:>9.3} GB/s [{timer}]",
+                human_bytes(bytes),
+                s.p50,
+                gbps
+            ));
+        }
+        Ok(s.p50)
+    }
+}
+
+pub fn human_bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+/// Parses `4,4K,64KiB,1M,256MiB,1G`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{t}' is not a size (e.g. 4096, 64K, 16MiB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" | "kb" => 1 << 10,
+        "m" | "mib" | "mb" => 1 << 20,
+        "g" | "gib" | "gb" => 1 << 30,
+        u => return Err(format!("'{t}': unknown unit '{u}' (use B, K, M or G)")),
+    };
+    let v = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("'{t}' is too large"))?;
+    if v == 0 || v % COPY_ALIGN != 0 {
+        return Err(format!(
+            "'{t}': transfer sizes must be a positive multiple of {COPY_ALIGN} bytes"
+        ));
+    }
+    Ok(v)
+}
+
+/// Times `copies` buffer copies between two encoder timestamps, `reps` times; returns the
+/// per-copy time in µs and the timer used. Without timestamps in encoders, the host clock
+/// around submit and completion.
+fn time_copies(
+    gpu: &Gpu,
+    src: &wgpu::Buffer,
+    dst: &wgpu::Buffer,
+    bytes: u64,
+    copies: u32,
+    warmup: u32,
+    reps: u32,
+) -> Result<(Vec<f64>, &'static str)> {
+    let ts = gpu.has_encoder_timestamps();
+    let query = ts.then(|| {
+        gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("copy timestamps"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        })
+    });
+    let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("copy resolve"),
+        size: 16,
+        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let readback = gpu.staging("copy readback", 16, wgpu::MapMode::Read);
+    let period = gpu.queue.get_timestamp_period() as f64;
+    let mut out = Vec::with_capacity(reps as usize);
+    let mut ticks = [0u8; 16];
+    for rep in 0..warmup + reps {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        if let Some(q) = &query {
+            enc.write_timestamp(q, 0);
+        }
+        for _ in 0..copies {
+            enc.copy_buffer_to_buffer(src, 0, dst, 0, bytes);
+        }
+        if let Some(q) = &query {
+            enc.write_timestamp(q, 1);
+            enc.resolve_query_set(q, 0..2, &resolve, 0);
+            enc.copy_buffer_to_buffer(&resolve, 0, &readback, 0, 16);
+        }
+        let cmd = enc.finish();
+        let t0 = Instant::now();
+        let idx = gpu.queue.submit([cmd]);
+        gpu.wait(idx)?;
+        let host_us = t0.elapsed().as_secs_f64() * 1e6;
+        if rep < warmup {
+            continue;
+        }
+        if query.is_some() {
+            gpu.map_read_into(&readback, &mut ticks, None)?;
+            let t: &[u64] = bytemuck::cast_slice(&ticks);
+            out.push(t[1].wrapping_sub(t[0]) as f64 * period / 1e3 / copies as f64);
+        } else {
+            out.push(host_us / copies as f64);
+        }
+    }
+    Ok((out, if ts { "gpu" } else { "host" }))
+}
+
+/// Summary per size for the closing figures: (bytes, d2h gpu_copy GB/s, memcpy GB/s, d2h e2e µs).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SizeSummary {
+    pub bytes: u64,
+    pub d2h_copy_gbps: f64,
+    pub h2d_copy_gbps: f64,
+    pub memcpy_gbps: f64,
+    pub d2h_end_to_end_us: f64,
+}
+
+pub fn run(
+    gpu: &Gpu,
+    plan: &D2hPlan,
+    run: &RunDir,
+    progress: &Progress,
+) -> Result<Vec<SizeSummary>> {
+    for &bytes in &plan.sizes {
+        ensure!(
+            bytes % COPY_ALIGN == 0 && bytes > 0,
+            "transfer size {bytes} is not a positive multiple of {COPY_ALIGN} bytes"
+        );
+        gpu.check_buffer(&format!("a {} transfer", human_bytes(bytes)), bytes)?;
+    }
+    let mut rows = Rows {
+        run,
+        table: run.table(BENCH, &SCHEMA)?,
+        samples: run.samples_table(BENCH)?,
+        progress,
+    };
+    let mut summaries = Vec::new();
+    for &bytes in &plan.sizes {
+        progress.set_message(format!("d2h {}", human_bytes(bytes)));
+        let n = bytes as usize;
+        // Everything is allocated and touched here, before any clock starts.
+        let down = pattern(n, 0x3c);
+        let up = pattern(n, 0xc3);
+        let device = gpu.storage_from("d2h device", &down);
+        let read_staging = gpu.staging("d2h staging", bytes, wgpu::MapMode::Read);
+        let write_staging = gpu.staging("h2d staging", bytes, wgpu::MapMode::Write);
+        let mut host = touched(n);
+        let copies = copies_for(bytes);
+
+        // D2H: the copy alone, then whole transfers with their parts.
+        let (copy_us, timer) = time_copies(
+            gpu,
+            &device,
+            &read_staging,
+            bytes,
+            copies,
+            plan.warmup,
+            plan.iters,
+        )?;
+        let d2h_gbps = bytes as f64
+            / rows.write("d2h", "copy", bytes, "gpu_copy", copies, timer, &copy_us)?
+            / 1e3;
+        let (mut map, mut copy_out, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..plan.warmup + plan.iters {
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(&device, 0, &read_staging, 0, bytes);
+            let cmd = enc.finish();
+            let t0 = Instant::now();
+            let idx = gpu.queue.submit([cmd]);
+            gpu.wait(idx.clone())?;
+            let m = gpu.map_read_into(&read_staging, &mut host, Some(idx))?;
+            let total = t0.elapsed().as_secs_f64() * 1e6;
+            if i == 0 {
+                ensure!(
+                    host == down,
+                    "D2H of {} delivered wrong bytes",
+                    human_bytes(bytes)
+                );
+                host.fill(0xA5);
+            }
+            if i >= plan.warmup {
+                map.push(m.map_us);
+                copy_out.push(m.copy_us);
+                e2e.push(total);
+            }
+        }
+        ensure!(
+            host == down,
+            "D2H of {} delivered wrong bytes",
+            human_bytes(bytes)
+        );
+        rows.write("d2h", "mapped", bytes, "map", 1, "host", &map)?;
+        rows.write("d2h", "mapped", bytes, "copy_out", 1, "host", &copy_out)?;
+        let d2h_e2e = rows.write("d2h", "mapped", bytes, "end_to_end", 1, "host", &e2e)?;
+
+        // H2D: the copy alone, a mapped upload, and write_buffer.
+        let (copy_us, timer) = time_copies(
+            gpu,
+            &write_staging,
+            &device,
+            bytes,
+            copies,
+            plan.warmup,
+            plan.iters,
+        )?;
+        let h2d_gbps = bytes as f64
+            / rows.write("h2d", "copy", bytes, "gpu_copy", copies, timer, &copy_us)?
+            / 1e3;
+        let (mut map, mut copy_in, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..plan.warmup + plan.iters {
+            let t0 = Instant::now();
+            let m = gpu.map_write_from(&write_staging, &up)?;
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(&write_staging, 0, &device, 0, bytes);
+            let idx = gpu.queue.submit([enc.finish()]);
+            gpu.wait(idx)?;
+            let total = t0.elapsed().as_secs_f64() * 1e6;
+            if i >= plan.warmup {
+                map.push(m.map_us);
+                copy_in.push(m.copy_us);
+                e2e.push(total);
+            }
+        }
+        ensure!(
+            gpu.read_back(&device)? == up,
+            "H2D (mapped) of {} delivered wrong bytes",
+            human_bytes(bytes)
+        );
+        rows.write("h2d", "mapped", bytes, "map", 1, "host", &map)?;
+        // For H2D this part is the host copy into the mapped staging buffer.
+        rows.write("h2d", "mapped", bytes, "copy_out", 1, "host", &copy_in)?;
+        rows.write("h2d", "mapped", bytes, "end_to_end", 1, "host", &e2e)?;
+        let mut e2e = Vec::new();
+        for i in 0..plan.warmup + plan.iters {
+            let t0 = Instant::now();
+            gpu.queue.write_buffer(&device, 0, &down);
+            let idx = gpu.queue.submit([]);
+            gpu.wait(idx)?;
+            if i >= plan.warmup {
+                e2e.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        ensure!(
+            gpu.read_back(&device)? == down,
+            "H2D (write_buffer) of {} delivered wrong bytes",
+            human_bytes(bytes)
+        );
+        rows.write("h2d", "write_buffer", bytes, "end_to_end", 1, "host", &e2e)?;
+
+        // The ceiling: host memcpy of the same bytes between touched buffers.
+        let mut dst = touched(n);
+        let mut t = Vec::new();
+        for i in 0..plan.warmup + plan.iters {
+            let t0 = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(&down));
+            if i >= plan.warmup {
+                t.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        ensure!(dst == down, "memcpy baseline produced different bytes");
+        let memcpy_us = rows.write(
+            "memcpy",
+            "copy_from_slice",
+            bytes,
+            "end_to_end",
+            1,
+            "host",
+            &t,
+        )?;
+        summaries.push(SizeSummary {
+            bytes,
+            d2h_copy_gbps: d2h_gbps,
+            h2d_copy_gbps: h2d_gbps,
+            memcpy_gbps: bytes as f64 / memcpy_us / 1e3,
+            d2h_end_to_end_us: d2h_e2e,
+        });
+        progress.inc();
+    }
+    Ok(summaries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_units_and_alignment() {
+        assert_eq!(parse_size("4").unwrap(), 4);
+        assert_eq!(parse_size("64K").unwrap(), 65536);
+        assert_eq!(parse_size("16MiB").unwrap(), 16 << 20);
+        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
+        assert!(parse_size("3").unwrap_err().contains("multiple of 4"));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("12Q").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("99999999999999G")
+            .unwrap_err()
+            .contains("too large"));
+        assert_eq!(default_sizes().first(), Some(&4));
+        assert_eq!(default_sizes().last(), Some(&(256 << 20)));
+    }
+}
