@@ -7,6 +7,7 @@ use morphbench::bench::sim::{calibrate_from, SimPlan};
 use morphbench::cli::{Cli, Command};
 use morphbench::config::OneOrMany;
 use morphbench::config::SuiteConfig;
+use morphbench::export::plot::charts::Format;
 use morphbench::suite::{self, SimOutput, SuitePlan};
 
 fn main() -> ExitCode {
@@ -41,8 +42,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 None => SuiteConfig::embedded(),
             };
             let plan = SuitePlan::from_config(&cfg)?;
-            suite::run(g, &plan, Some(serde_json::to_value(&cfg)?), a.raw).map(|_| ())
+            let dir = suite::run(g, &plan, Some(serde_json::to_value(&cfg)?), a.raw)?;
+            if !a.no_plots {
+                plot(&dir.path, Format::Both, &[], g.quiet)?;
+            }
+            Ok(())
         }
+        Command::Plot(a) => plot(&a.run_dir, a.format, &a.compare, g.quiet),
         Command::D2h(a) => {
             let d2h = a.plan();
             let config = serde_json::to_value(&d2h)?;
@@ -117,6 +123,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             suite::run(g, &plan, Some(serde_json::to_value(&cfg)?), false).map(|_| ())
         }
     }
+}
+
+/// Draws a run's figures and writes its report.
+fn plot(
+    dir: &std::path::Path,
+    format: Format,
+    compare: &[std::path::PathBuf],
+    quiet: bool,
+) -> anyhow::Result<()> {
+    if !dir.join("meta.json").exists() && !dir.is_dir() {
+        anyhow::bail!("{} is not a run folder (results/<run-id>)", dir.display());
+    }
+    let outcome = morphbench::export::plot::plot_run(dir, format, compare)?;
+    morphbench::export::report::write_report(dir, &outcome)?;
+    if !quiet {
+        for f in &outcome.figures {
+            for p in &f.files {
+                println!("figure  {}", p.display());
+            }
+        }
+        for s in &outcome.skipped {
+            println!("skipped {s}");
+        }
+        println!("report  {}", dir.join("report.md").display());
+        println!("report  {}", dir.join("report.html").display());
+    }
+    Ok(())
 }
 
 fn init_logging(quiet: bool, verbose: u8) {

@@ -116,6 +116,10 @@ fn run_with_the_embedded_default() {
         serde_json::from_slice(&std::fs::read(run.join("meta.json")).unwrap()).unwrap();
     assert_eq!(meta["status"], "complete");
     assert!(meta["config"]["kernels"].is_object());
+    // The run ends with its figures and report.
+    assert!(run.join("report.md").exists() && run.join("report.html").exists());
+    assert!(run.join("plots/kernels_gemm.png").exists());
+    assert!(run.join("plots/hol_stall.svg").exists());
 }
 
 fn fails_with(args: &[&str], needle: &str) {

@@ -167,9 +167,21 @@ pub struct Outcome {
     pub run: Run,
 }
 
-/// Simulates every schedule on every case, writing `sim.csv` row by row.
+/// Every op of every simulated schedule, for Gantt charts (small scenarios only).
+pub const TIMELINE_SCHEMA: Schema = Schema {
+    params: &["iteration", "schedule", "stage", "kind", "microbatch"],
+    with_stats: false,
+    tail: &["start_ms", "end_ms", "queue_end_ms"],
+};
+
+/// Scenarios with more ops than this per schedule get no `sim_timeline.csv` rows.
+const TIMELINE_MAX_OPS: usize = 12_288;
+
+/// Simulates every schedule on every case, writing `sim.csv` row by row (and the ops of small
+/// scenarios to `sim_timeline.csv`).
 pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outcome>> {
     let mut table = dir.table(BENCH, &SCHEMA)?;
+    let mut timeline = dir.table("sim_timeline", &TIMELINE_SCHEMA)?;
     let mut outcomes = Vec::new();
     let one_f_one_b: Schedule = "1f1b".parse().expect("valid");
     for case in &plan.cases {
@@ -221,6 +233,21 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
                     .push(peak_max)
                     .push(run.ops.len()),
             )?;
+            if run.ops.len() <= TIMELINE_MAX_OPS {
+                for e in &run.ops {
+                    timeline.write(
+                        Record::new(&dir.id, "sim_timeline", &case.label)
+                            .push(case.iteration)
+                            .push(schedule)
+                            .push(e.op.stage)
+                            .push(e.op.kind)
+                            .push(e.op.mb)
+                            .push(format!("{:.4}", e.start))
+                            .push(format!("{:.4}", e.end))
+                            .push(format!("{:.4}", e.queue_end)),
+                    )?;
+                }
+            }
             progress.println(format!(
                 "  {:<14} {:>12.2} {:>8.2}x {:>8.3} {:>10}  {}",
                 schedule.to_string(),

@@ -62,6 +62,20 @@ pub enum Command {
     Hol(Box<HolArgs>),
     /// Receive offloaded transfers from `hol --peer` on another node.
     Sink(SinkArgs),
+    /// Draw a run's CSVs into RUN_DIR/plots/ and write report.md and report.html.
+    Plot(PlotArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// The run folder (results/<run-id>).
+    pub run_dir: PathBuf,
+    /// Image format.
+    #[arg(long, value_enum, default_value = "both")]
+    pub format: crate::export::plot::charts::Format,
+    /// Other run folders drawn as extra series (labelled by host and adapter).
+    #[arg(long, value_name = "RUN_DIR", num_args = 1..)]
+    pub compare: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -253,6 +267,9 @@ pub struct RunArgs {
     /// Also write every iteration's sample to <bench>_samples.csv.
     #[arg(long)]
     pub raw: bool,
+    /// Skip the figures and report written at the end of the run.
+    #[arg(long)]
+    pub no_plots: bool,
 }
 
 #[derive(Debug, Args)]

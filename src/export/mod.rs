@@ -2,6 +2,8 @@
 
 pub mod csv;
 pub mod meta;
+pub mod plot;
+pub mod report;
 pub mod run_dir;
 
 pub use self::csv::{CsvSink, Record, SCHEMA_VERSION};

@@ -1,0 +1,435 @@
+//! Chart shapes drawn with plotters into PNG (embedded DejaVu font, so text renders on a
+//! machine with no fonts installed) or SVG: lines with optional bands, stacked bars, Gantt.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use anyhow::{anyhow, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+const WIDTH: u32 = 1000;
+const HEIGHT: u32 = 620;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Png,
+    Svg,
+    Both,
+}
+
+impl Format {
+    fn extensions(self) -> &'static [&'static str] {
+        match self {
+            Format::Png => &["png"],
+            Format::Svg => &["svg"],
+            Format::Both => &["png", "svg"],
+        }
+    }
+}
+
+/// A palette that stays readable in print (Tableau 10).
+pub fn color(i: usize) -> RGBColor {
+    const P: [(u8, u8, u8); 10] = [
+        (31, 119, 180),
+        (255, 127, 14),
+        (44, 160, 44),
+        (214, 39, 40),
+        (148, 103, 189),
+        (140, 86, 75),
+        (227, 119, 194),
+        (127, 127, 127),
+        (188, 189, 34),
+        (23, 190, 207),
+    ];
+    let (r, g, b) = P[i % P.len()];
+    RGBColor(r, g, b)
+}
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for style in [FontStyle::Normal, FontStyle::Bold] {
+            let bytes = match style {
+                FontStyle::Bold => dejavu::sans::bold(),
+                _ => dejavu::sans::regular(),
+            };
+            if plotters::style::register_font("sans-serif", style, bytes).is_err() {
+                tracing::warn!("could not register the embedded font");
+            }
+        }
+    });
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Series {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    /// (x, low, high) drawn as a shaded band behind the line.
+    pub band: Vec<(f64, f64, f64)>,
+    /// A reference line (dashed look, no markers).
+    pub reference: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LineChart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub x_log: bool,
+    pub y_log: bool,
+    pub series: Vec<Series>,
+}
+
+/// One bar made of stacked parts (label, value), at a category.
+#[derive(Debug, Clone, Default)]
+pub struct StackedBars {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub parts: Vec<String>,
+    /// (category label, value of each part in `parts` order).
+    pub bars: Vec<(String, Vec<f64>)>,
+}
+
+/// (start, end, index into `Gantt::kinds`).
+pub type Span = (f64, f64, usize);
+
+/// Rows of spans, each with its label.
+#[derive(Debug, Clone, Default)]
+pub struct Gantt {
+    pub title: String,
+    pub x_label: String,
+    pub kinds: Vec<String>,
+    pub rows: Vec<(String, Vec<Span>)>,
+}
+
+pub enum Chart {
+    Lines(LineChart),
+    Bars(StackedBars),
+    Gantt(Gantt),
+}
+
+fn tx(v: f64, log: bool) -> f64 {
+    if log {
+        v.max(1e-12).log10()
+    } else {
+        v
+    }
+}
+
+fn fmt_tick(v: f64, log: bool) -> String {
+    let x = if log { 10f64.powf(v) } else { v };
+    let a = x.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if !(1e-3..1e6).contains(&a) {
+        format!("{x:.0e}")
+    } else if a >= 100.0 || (x - x.round()).abs() < 1e-9 {
+        format!("{x:.0}")
+    } else if a >= 1.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+fn range(values: impl Iterator<Item = f64>, pad_zero: bool) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values.filter(|v| v.is_finite()) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    if pad_zero {
+        lo = lo.min(0.0);
+    }
+    if hi - lo < 1e-12 {
+        hi = lo + 1.0;
+    }
+    let pad = (hi - lo) * 0.05;
+    (if pad_zero && lo == 0.0 { 0.0 } else { lo - pad }, hi + pad)
+}
+
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let xs = c
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| tx(p.0, c.x_log)));
+    let ys = c.series.iter().flat_map(|s| {
+        s.points
+            .iter()
+            .map(|p| p.1)
+            .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
+            .map(|v| tx(v, c.y_log))
+    });
+    let (x0, x1) = range(xs, false);
+    let (y0, y1) = range(ys, !c.y_log);
+    let mut chart = ChartBuilder::on(root)
+        .caption(&c.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(x0..x1, y0..y1)?;
+    chart
+        .configure_mesh()
+        .x_desc(&c.x_label)
+        .y_desc(&c.y_label)
+        .x_labels(10)
+        .y_labels(8)
+        .x_label_formatter(&|v| fmt_tick(*v, c.x_log))
+        .y_label_formatter(&|v| fmt_tick(*v, c.y_log))
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()?;
+    for (i, s) in c.series.iter().enumerate() {
+        let col = color(i);
+        if !s.band.is_empty() {
+            let mut poly: Vec<(f64, f64)> = s
+                .band
+                .iter()
+                .map(|b| (tx(b.0, c.x_log), tx(b.2, c.y_log)))
+                .collect();
+            poly.extend(
+                s.band
+                    .iter()
+                    .rev()
+                    .map(|b| (tx(b.0, c.x_log), tx(b.1, c.y_log))),
+            );
+            chart.draw_series(std::iter::once(Polygon::new(poly, col.mix(0.18).filled())))?;
+        }
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .map(|p| (tx(p.0, c.x_log), tx(p.1, c.y_log)))
+            .collect();
+        let style = if s.reference {
+            ShapeStyle::from(col.mix(0.7)).stroke_width(2)
+        } else {
+            ShapeStyle::from(col).stroke_width(3)
+        };
+        let drawn = if s.reference {
+            // Dashes: every other segment of a finely split line.
+            let mut dashes = Vec::new();
+            for w in pts.windows(2) {
+                let steps = 24;
+                for k in (0..steps).step_by(2) {
+                    let a = k as f64 / steps as f64;
+                    let b = (k + 1) as f64 / steps as f64;
+                    let p = |t: f64| {
+                        (
+                            w[0].0 + (w[1].0 - w[0].0) * t,
+                            w[0].1 + (w[1].1 - w[0].1) * t,
+                        )
+                    };
+                    dashes.push(PathElement::new(vec![p(a), p(b)], style));
+                }
+            }
+            chart.draw_series(dashes)?
+        } else {
+            chart.draw_series(LineSeries::new(pts.clone(), style))?
+        };
+        drawn
+            .label(&s.label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(3)));
+        if !s.reference {
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, col.filled())))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font(("sans-serif", 15))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &StackedBars) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let top = c
+        .bars
+        .iter()
+        .map(|(_, v)| v.iter().sum::<f64>())
+        .fold(0.0, f64::max)
+        .max(1e-9)
+        * 1.6;
+    let n = c.bars.len().max(1) as f64;
+    let labels: Vec<String> = c.bars.iter().map(|(l, _)| l.clone()).collect();
+    let mut chart = ChartBuilder::on(root)
+        .caption(&c.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(-0.5..n - 0.5, 0.0..top)?;
+    chart
+        .configure_mesh()
+        .x_desc(&c.x_label)
+        .y_desc(&c.y_label)
+        .x_labels(labels.len().max(1))
+        .x_label_formatter(&|v| {
+            let i = v.round();
+            if (v - i).abs() < 0.01 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|v| fmt_tick(*v, false))
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .disable_x_mesh()
+        .draw()?;
+    for (p, part) in c.parts.iter().enumerate() {
+        let col = color(p);
+        let rects: Vec<_> = c
+            .bars
+            .iter()
+            .enumerate()
+            .map(|(i, (_, vals))| {
+                let base: f64 = vals[..p].iter().sum();
+                let x = i as f64;
+                Rectangle::new([(x - 0.3, base), (x + 0.3, base + vals[p])], col.filled())
+            })
+            .collect();
+        chart
+            .draw_series(rects)?
+            .label(part)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], col.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font(("sans-serif", 15))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn draw_gantt<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Gantt) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let end = c
+        .rows
+        .iter()
+        .flat_map(|(_, s)| s.iter().map(|x| x.1))
+        .fold(0.0, f64::max)
+        .max(1e-9);
+    let n = c.rows.len().max(1) as f64;
+    let names: Vec<String> = c.rows.iter().map(|(l, _)| l.clone()).collect();
+    let mut chart = ChartBuilder::on(root)
+        .caption(&c.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(90)
+        // Room on the right for the legend.
+        .build_cartesian_2d(0.0..end * 1.22, -0.5..n - 0.5)?;
+    chart
+        .configure_mesh()
+        .x_desc(&c.x_label)
+        .y_labels(names.len().max(1))
+        .y_label_formatter(&|v| {
+            let i = v.round();
+            if (v - i).abs() < 0.01 && i >= 0.0 {
+                names.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .x_label_formatter(&|v| fmt_tick(*v, false))
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .disable_y_mesh()
+        .draw()?;
+    for (k, kind) in c.kinds.iter().enumerate() {
+        let col = color(k);
+        let rects: Vec<_> = c
+            .rows
+            .iter()
+            .enumerate()
+            .flat_map(|(r, (_, spans))| {
+                spans.iter().filter(move |s| s.2 == k).map(move |s| {
+                    let y = r as f64;
+                    Rectangle::new([(s.0, y - 0.35), (s.1, y + 0.35)], col.filled())
+                })
+            })
+            .collect();
+        // White outlines keep neighbouring ops of one kind apart.
+        let outlines: Vec<_> = c
+            .rows
+            .iter()
+            .enumerate()
+            .flat_map(|(r, (_, spans))| {
+                spans.iter().filter(move |s| s.2 == k).map(move |s| {
+                    let y = r as f64;
+                    Rectangle::new([(s.0, y - 0.35), (s.1, y + 0.35)], WHITE.stroke_width(1))
+                })
+            })
+            .collect();
+        chart
+            .draw_series(rects)?
+            .label(kind)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], col.filled()));
+        chart.draw_series(outlines)?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.4))
+        .label_font(("sans-serif", 15))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    match chart {
+        Chart::Lines(c) => draw_lines(&root, c),
+        Chart::Bars(c) => draw_bars(&root, c),
+        Chart::Gantt(c) => draw_gantt(&root, c),
+    }
+}
+
+/// Renders `chart` as `dir/name.png` and/or `.svg`; returns the files written.
+pub fn render(chart: &Chart, dir: &Path, name: &str, format: Format) -> Result<Vec<PathBuf>> {
+    register_font();
+    let mut out = Vec::new();
+    for ext in format.extensions() {
+        let path = dir.join(format!("{name}.{ext}"));
+        let result = match *ext {
+            "png" => draw(
+                BitMapBackend::new(&path, (WIDTH, HEIGHT)).into_drawing_area(),
+                chart,
+            ),
+            _ => draw(
+                SVGBackend::new(&path, (WIDTH, HEIGHT)).into_drawing_area(),
+                chart,
+            ),
+        };
+        result.map_err(|e| anyhow!("cannot draw {}: {e}", path.display()))?;
+        out.push(path);
+    }
+    Ok(out)
+}

@@ -1,0 +1,556 @@
+//! `morphbench plot`: turns whichever CSVs a run folder holds into figures in `RUN/plots/`,
+//! one series per run with `--compare`. Malformed CSVs are errors naming file and column;
+//! absent ones are skipped and said so.
+
+pub mod charts;
+pub mod data;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use charts::{render, Chart, Format, Gantt, LineChart, Series, StackedBars};
+use data::{DataError, RunLabel, Table};
+
+/// The tables of one run folder (each `None` when the bench did not run).
+pub struct Loaded {
+    pub label: RunLabel,
+    pub kernels: Option<Table>,
+    pub d2h: Option<Table>,
+    pub hol: Option<Table>,
+    pub rdma: Option<Table>,
+    pub sim: Option<Table>,
+    pub timeline: Option<Table>,
+}
+
+fn optional(dir: &Path, file: &str, columns: &[&str]) -> Result<Option<Table>, DataError> {
+    let path = dir.join(file);
+    if !path.exists() {
+        return Ok(None);
+    }
+    Table::load(&path, columns).map(Some)
+}
+
+pub const KERNEL_COLUMNS: &[&str] = &[
+    "kernel", "variant", "size_m", "size_n", "size_k", "rows", "hidden", "timer", "p50_us",
+    "gflops", "gbps",
+];
+pub const D2H_COLUMNS: &[&str] = &[
+    "direction",
+    "method",
+    "bytes",
+    "part",
+    "p50_us",
+    "p99_us",
+    "gbps",
+];
+pub const HOL_COLUMNS: &[&str] = &[
+    "mode",
+    "delay_ms",
+    "bytes",
+    "every",
+    "makespan_us",
+    "busy_fraction",
+    "stall_mean_us",
+    "stall_p99_us",
+    "d2h_copy_us",
+    "map_us",
+    "copy_out_us",
+    "delay_us",
+    "send_us",
+    "receive_us",
+];
+pub const RDMA_COLUMNS: &[&str] = &["test", "bytes", "p50_us", "p99_us"];
+pub const SIM_COLUMNS: &[&str] = &["case", "schedule", "slow", "iteration_ms"];
+pub const TIMELINE_COLUMNS: &[&str] = &["case", "schedule", "stage", "kind", "start_ms", "end_ms"];
+
+impl Loaded {
+    pub fn load(dir: &Path) -> Result<Loaded, DataError> {
+        Ok(Loaded {
+            label: RunLabel::of(dir),
+            kernels: optional(dir, "kernels.csv", KERNEL_COLUMNS)?,
+            d2h: optional(dir, "d2h.csv", D2H_COLUMNS)?,
+            hol: optional(dir, "hol.csv", HOL_COLUMNS)?,
+            rdma: optional(dir, "rdma.csv", RDMA_COLUMNS)?,
+            sim: optional(dir, "sim.csv", SIM_COLUMNS)?,
+            timeline: optional(dir, "sim_timeline.csv", TIMELINE_COLUMNS)?,
+        })
+    }
+}
+
+/// A written figure and what it shows.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Figure {
+    pub name: String,
+    pub about: String,
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PlotOutcome {
+    pub figures: Vec<Figure>,
+    pub skipped: Vec<String>,
+}
+
+type Points = Vec<(f64, f64)>;
+/// (stage, start, end, kind) of one simulated op.
+type TimelineOp = (usize, f64, f64, usize);
+type Band = Vec<(f64, f64, f64)>;
+
+fn label(runs: &[Loaded], run: &Loaded, what: &str) -> String {
+    if runs.len() > 1 {
+        format!("{} — {what}", run.label.short())
+    } else {
+        what.to_string()
+    }
+}
+
+fn sorted(mut v: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v
+}
+
+fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart)>> {
+    let mut gemm = LineChart {
+        title: format!("GEMM throughput — {title}"),
+        x_label: "size: cube root of M·N·K".into(),
+        y_label: "GFLOP/s".into(),
+        x_log: true,
+        y_log: true,
+        ..Default::default()
+    };
+    let mut ln = LineChart {
+        title: format!("Layernorm throughput — {title}"),
+        x_label: "elements (rows × hidden)".into(),
+        y_label: "GB/s (read + written)".into(),
+        x_log: true,
+        y_log: true,
+        ..Default::default()
+    };
+    for run in runs {
+        let Some(t) = &run.kernels else { continue };
+        let mut by: BTreeMap<(String, String), Vec<(f64, f64)>> = BTreeMap::new();
+        for r in t.rows() {
+            let kernel = r.str("kernel").to_string();
+            // GPU kernels: the timestamp rows; the CPU rows only have the host clock.
+            if (kernel == "gemm" || kernel == "layernorm") && r.str("timer") != "gpu" {
+                continue;
+            }
+            let (x, y) = match kernel.as_str() {
+                "gemm" | "cpu_sgemm" => (
+                    (r.num("size_m")? * r.num("size_n")? * r.num("size_k")?).cbrt(),
+                    r.num("gflops")?,
+                ),
+                "layernorm" | "memcpy" => (r.num("rows")? * r.num("hidden")?, r.num("gbps")?),
+                _ => continue,
+            };
+            by.entry((kernel, r.str("variant").to_string()))
+                .or_default()
+                .push((x, y));
+        }
+        for ((kernel, variant), pts) in by {
+            let what = match kernel.as_str() {
+                "gemm" => format!("GPU GEMM ({variant})"),
+                "cpu_sgemm" => format!("CPU SGEMM ({variant})"),
+                "layernorm" => format!("GPU layernorm ({variant})"),
+                _ => "host memcpy".to_string(),
+            };
+            let s = Series {
+                label: label(runs, run, &what),
+                points: sorted(pts),
+                ..Default::default()
+            };
+            if kernel == "gemm" || kernel == "cpu_sgemm" {
+                gemm.series.push(s);
+            } else {
+                ln.series.push(s);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if !gemm.series.is_empty() {
+        out.push((
+            "kernels_gemm".into(),
+            "GEMM GFLOP/s against size, GPU and CPU baseline".into(),
+            Chart::Lines(gemm),
+        ));
+    }
+    if !ln.series.is_empty() {
+        out.push((
+            "kernels_layernorm".into(),
+            "Layernorm GB/s against size, GPU and host memcpy".into(),
+            Chart::Lines(ln),
+        ));
+    }
+    Ok(out)
+}
+
+fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart)>> {
+    let mut lat = LineChart {
+        title: format!("Transfer latency (p50, band to p99) — {title}"),
+        x_label: "bytes".into(),
+        y_label: "end-to-end latency (µs)".into(),
+        x_log: true,
+        y_log: true,
+        ..Default::default()
+    };
+    let mut bw = LineChart {
+        title: format!("Transfer bandwidth — {title}"),
+        x_label: "bytes".into(),
+        y_label: "GB/s".into(),
+        x_log: true,
+        y_log: false,
+        ..Default::default()
+    };
+    for run in runs {
+        let Some(t) = &run.d2h else { continue };
+        let mut lat_s: BTreeMap<String, (Points, Band)> = BTreeMap::new();
+        let mut bw_s: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        for r in t.rows() {
+            let (dir, method, part) = (r.str("direction"), r.str("method"), r.str("part"));
+            let bytes = r.num("bytes")?;
+            if part == "end_to_end" && dir != "memcpy" {
+                let e = lat_s.entry(format!("{dir} {method}")).or_default();
+                e.0.push((bytes, r.num("p50_us")?));
+                e.1.push((bytes, r.num("p50_us")?, r.num("p99_us")?));
+            }
+            let key = match (dir, part) {
+                ("memcpy", _) => "host memcpy (ceiling)".to_string(),
+                (_, "gpu_copy") => format!("{dir} GPU copy"),
+                ("d2h", "end_to_end") => format!("{dir} {method} end to end"),
+                _ => continue,
+            };
+            bw_s.entry(key).or_default().push((bytes, r.num("gbps")?));
+        }
+        for (k, (pts, mut band)) in lat_s {
+            band.sort_by(|a, b| a.0.total_cmp(&b.0));
+            lat.series.push(Series {
+                label: label(runs, run, &k),
+                points: sorted(pts),
+                band,
+                reference: false,
+            });
+        }
+        for (k, pts) in bw_s {
+            bw.series.push(Series {
+                reference: k.starts_with("host memcpy"),
+                label: label(runs, run, &k),
+                points: sorted(pts),
+                band: Vec::new(),
+            });
+        }
+    }
+    let mut out = Vec::new();
+    if !lat.series.is_empty() {
+        out.push((
+            "d2h_latency".into(),
+            "D2H/H2D end-to-end latency against size (log-log)".into(),
+            Chart::Lines(lat),
+        ));
+        out.push((
+            "d2h_bandwidth".into(),
+            "D2H/H2D bandwidth against size, memcpy as the ceiling".into(),
+            Chart::Lines(bw),
+        ));
+    }
+    Ok(out)
+}
+
+fn delay_of(s: &str) -> f64 {
+    s.parse().unwrap_or(0.0)
+}
+
+fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart)>> {
+    let mk = |t: &str, y: &str| LineChart {
+        title: format!("{t} — {title}"),
+        x_label: "injected delay per transfer (ms)".into(),
+        y_label: y.into(),
+        ..Default::default()
+    };
+    let mut stall = mk("Head-of-line stall per compute op (mean)", "stall (µs)");
+    let mut makespan = mk("Stream makespan", "makespan (µs)");
+    let mut busy = mk("GPU busy fraction", "busy fraction");
+    let parts = [
+        "d2h_copy_us",
+        "map_us",
+        "copy_out_us",
+        "delay_us",
+        "send_us",
+        "receive_us",
+    ];
+    let mut split = StackedBars {
+        title: format!("Offloaded transfer, where the time goes — {title}"),
+        x_label: "injected delay (ms)".into(),
+        y_label: "µs (mean per transfer)".into(),
+        parts: [
+            "D2H copy (GPU)",
+            "queue wait + map",
+            "copy out",
+            "injected delay",
+            "send",
+            "receive + ack",
+        ]
+        .map(String::from)
+        .to_vec(),
+        bars: Vec::new(),
+    };
+    for run in runs {
+        let Some(t) = &run.hol else { continue };
+        let mut groups: BTreeMap<(String, String, String), [Points; 3]> = BTreeMap::new();
+        let mut delays = Vec::new();
+        for r in t.rows() {
+            let d = delay_of(r.str("delay_ms"));
+            delays.push(d);
+            let key = (
+                r.str("mode").to_string(),
+                r.str("every").to_string(),
+                r.str("bytes").to_string(),
+            );
+            let g = groups.entry(key).or_default();
+            g[0].push((d, r.num("stall_mean_us")?));
+            g[1].push((d, r.num("makespan_us")?));
+            g[2].push((d, r.num("busy_fraction")?));
+            if r.str("mode") == "offload" && runs.len() == 1 {
+                let vals = parts
+                    .iter()
+                    .map(|p| r.opt(p).map(|v| v.unwrap_or(0.0)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                split.bars.push((r.str("delay_ms").to_string(), vals));
+            }
+        }
+        let max_delay = delays.iter().copied().fold(0.0, f64::max);
+        let several = groups
+            .keys()
+            .map(|k| (&k.1, &k.2))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            > 1;
+        for ((mode, every, bytes), [s, m, b]) in groups {
+            let what = if several {
+                format!("{mode} (every {every}, {bytes} B)")
+            } else {
+                mode.clone()
+            };
+            // The baseline does not depend on the delay: draw it across the whole range.
+            let widen = |mut v: Vec<(f64, f64)>| {
+                if mode == "none" && v.len() == 1 {
+                    v.push((max_delay, v[0].1));
+                }
+                sorted(v)
+            };
+            for (chart, pts) in [(&mut stall, s), (&mut makespan, m), (&mut busy, b)] {
+                chart.series.push(Series {
+                    label: label(runs, run, &what),
+                    points: widen(pts),
+                    reference: mode == "none",
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if !stall.series.is_empty() {
+        out.push((
+            "hol_stall".into(),
+            "HoL stall against injected delay: none, inline, offload".into(),
+            Chart::Lines(stall),
+        ));
+        out.push((
+            "hol_makespan".into(),
+            "Makespan against injected delay".into(),
+            Chart::Lines(makespan),
+        ));
+        out.push((
+            "hol_busy".into(),
+            "GPU busy fraction against injected delay".into(),
+            Chart::Lines(busy),
+        ));
+    }
+    if !split.bars.is_empty() {
+        out.push((
+            "hol_offload_split".into(),
+            "Offload latency split (D2H, map, copy, delay, send, receive)".into(),
+            Chart::Bars(split),
+        ));
+    }
+    Ok(out)
+}
+
+fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart)>> {
+    let mut lat = LineChart {
+        title: format!("RDMA latency — {title}"),
+        x_label: "bytes".into(),
+        y_label: "latency (µs)".into(),
+        x_log: true,
+        y_log: true,
+        ..Default::default()
+    };
+    for run in runs {
+        let Some(t) = &run.rdma else { continue };
+        let mut by: BTreeMap<String, (Points, Band)> = BTreeMap::new();
+        for r in t.rows().filter(|r| r.str("test") == "lat") {
+            let e = by.entry("RDMA WRITE latency".into()).or_default();
+            let b = r.num("bytes")?;
+            e.0.push((b, r.num("p50_us")?));
+            e.1.push((b, r.num("p50_us")?, r.num("p99_us")?));
+        }
+        for (k, (p, band)) in by {
+            lat.series.push(Series {
+                label: label(runs, run, &k),
+                points: sorted(p),
+                band,
+                reference: false,
+            });
+        }
+    }
+    Ok(if lat.series.is_empty() {
+        Vec::new()
+    } else {
+        vec![(
+            "rdma_latency".into(),
+            "RDMA latency percentiles against size".into(),
+            Chart::Lines(lat),
+        )]
+    })
+}
+
+/// Sum of the extra delays in a `slow` cell (`link:ms;...`).
+pub fn total_delay(slow: &str) -> f64 {
+    slow.split(';')
+        .filter_map(|p| p.split_once(':'))
+        .map(|(_, d)| d.parse::<f64>().unwrap_or(0.0))
+        .sum()
+}
+
+fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart)>> {
+    let mut iter = LineChart {
+        title: format!("Iteration time against straggler delay — {title}"),
+        x_label: "extra link delay (ms)".into(),
+        y_label: "iteration time (ms)".into(),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    for run in runs {
+        let Some(t) = &run.sim else { continue };
+        let mut by: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        for r in t.rows() {
+            by.entry(r.str("schedule").to_string())
+                .or_default()
+                .push((total_delay(r.str("slow")), r.num("iteration_ms")?));
+        }
+        for (sched, pts) in by {
+            if pts.len() > 1 {
+                iter.series.push(Series {
+                    label: label(runs, run, &sched),
+                    points: sorted(pts),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    if !iter.series.is_empty() {
+        out.push((
+            "sim_iteration".into(),
+            "Simulated iteration time against delay, per schedule".into(),
+            Chart::Lines(iter),
+        ));
+    }
+    // Gantt charts of the first run, for its most delayed case.
+    if let Some(t) = runs.first().and_then(|r| r.timeline.as_ref()) {
+        let mut cases: BTreeMap<String, BTreeMap<String, Vec<TimelineOp>>> = BTreeMap::new();
+        let kinds = ["F", "B", "W"];
+        for r in t.rows() {
+            let kind = kinds.iter().position(|k| *k == r.str("kind")).unwrap_or(0);
+            cases
+                .entry(r.str("case").to_string())
+                .or_default()
+                .entry(r.str("schedule").to_string())
+                .or_default()
+                .push((
+                    r.num("stage")? as usize,
+                    r.num("start_ms")?,
+                    r.num("end_ms")?,
+                    kind,
+                ));
+        }
+        let delayed = runs[0].sim.as_ref().and_then(|s| {
+            s.rows()
+                .max_by(|a, b| total_delay(a.str("slow")).total_cmp(&total_delay(b.str("slow"))))
+                .map(|r| r.str("case").to_string())
+        });
+        let case = delayed
+            .filter(|c| cases.contains_key(c))
+            .or_else(|| cases.keys().next().cloned());
+        if let Some(case) = case {
+            for (i, (sched, ops)) in cases[&case].iter().enumerate() {
+                let stages = ops.iter().map(|o| o.0).max().unwrap_or(0) + 1;
+                let mut rows: Vec<(String, Vec<charts::Span>)> = (0..stages)
+                    .map(|s| (format!("stage {s}"), Vec::new()))
+                    .collect();
+                for &(s, a, b, k) in ops {
+                    rows[s].1.push((a, b, k));
+                }
+                // Stage 0 on top, as pipeline diagrams draw it.
+                rows.reverse();
+                let safe: String = sched
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                    .collect();
+                out.push((
+                    format!("sim_gantt_{i}_{safe}"),
+                    format!("Gantt chart of {sched}, {case}"),
+                    Chart::Gantt(Gantt {
+                        title: format!("{sched}: {case} — {title}"),
+                        x_label: "time (ms)".into(),
+                        kinds: ["F (forward)", "B (backward)", "W (weight grad)"]
+                            .map(String::from)
+                            .to_vec(),
+                        rows,
+                    }),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Draws every figure the run (and the compared runs) has data for into `RUN/plots/`.
+pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotOutcome> {
+    let mut runs = vec![Loaded::load(dir)?];
+    for other in compare {
+        runs.push(Loaded::load(other)?);
+    }
+    let title = if runs.len() > 1 {
+        format!("{} runs", runs.len())
+    } else {
+        runs[0].label.short()
+    };
+    let plots = dir.join("plots");
+    std::fs::create_dir_all(&plots)
+        .with_context(|| format!("cannot create {}", plots.display()))?;
+    let mut outcome = PlotOutcome::default();
+    let present = |r: &Loaded, file: &str| match file {
+        "kernels.csv" => r.kernels.is_some(),
+        "d2h.csv" => r.d2h.is_some(),
+        "hol.csv" => r.hol.is_some(),
+        "rdma.csv" => r.rdma.is_some(),
+        _ => r.sim.is_some(),
+    };
+    for file in ["kernels.csv", "d2h.csv", "hol.csv", "rdma.csv", "sim.csv"] {
+        if !runs.iter().any(|r| present(r, file)) {
+            outcome.skipped.push(format!("{file}: not in this run"));
+        }
+    }
+    let mut charts = Vec::new();
+    charts.extend(kernel_charts(&runs, &title)?);
+    charts.extend(d2h_charts(&runs, &title)?);
+    charts.extend(hol_charts(&runs, &title)?);
+    charts.extend(rdma_charts(&runs, &title)?);
+    charts.extend(sim_charts(&runs, &title)?);
+    for (name, about, chart) in charts {
+        let files = render(&chart, &plots, &name, format)?;
+        outcome.figures.push(Figure { name, about, files });
+    }
+    Ok(outcome)
+}

@@ -1,0 +1,294 @@
+//! `RUN/report.md` and `RUN/report.html`: the headline numbers of a run, with links to its
+//! CSVs and figures (the HTML embeds the SVGs).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use super::plot::data::DataError;
+use super::plot::{Loaded, PlotOutcome};
+
+/// One headline: what, the figure, and how it was obtained.
+pub struct Headline {
+    pub what: String,
+    pub value: String,
+}
+
+fn gemm_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataError> {
+    let Some(t) = &run.kernels else { return Ok(()) };
+    let mut best: Option<(f64, String, String)> = None;
+    let mut cpu = std::collections::HashMap::new();
+    let mut memcpy = std::collections::HashMap::new();
+    let mut best_ln: Option<(f64, String)> = None;
+    for r in t.rows() {
+        let size = format!(
+            "{}x{}x{}",
+            r.str("size_m"),
+            r.str("size_n"),
+            r.str("size_k")
+        );
+        let ln = format!("{}x{}", r.str("rows"), r.str("hidden"));
+        match (r.str("kernel"), r.str("timer")) {
+            ("gemm", "gpu") => {
+                let g = r.num("gflops")?;
+                if best.as_ref().is_none_or(|b| g > b.0) {
+                    best = Some((g, size, r.str("variant").to_string()));
+                }
+            }
+            ("cpu_sgemm", _) => {
+                cpu.insert(size, r.num("gflops")?);
+            }
+            ("layernorm", "gpu") => {
+                let g = r.num("gbps")?;
+                if best_ln.as_ref().is_none_or(|b| g > b.0) {
+                    best_ln = Some((g, ln));
+                }
+            }
+            ("memcpy", _) => {
+                memcpy.insert(ln, r.num("gbps")?);
+            }
+            _ => {}
+        }
+    }
+    if let Some((g, size, variant)) = best {
+        let ratio = cpu
+            .get(&size)
+            .map(|c| format!(", {:.3}x the CPU SGEMM baseline ({c:.1} GFLOP/s)", g / c))
+            .unwrap_or_default();
+        out.push(Headline {
+            what: "Best GEMM".into(),
+            value: format!("{g:.2} GFLOP/s at {size} ({variant}){ratio}"),
+        });
+    }
+    if let Some((g, size)) = best_ln {
+        let ratio = memcpy
+            .get(&size)
+            .map(|m| format!(", {:.3}x host memcpy ({m:.1} GB/s)", g / m))
+            .unwrap_or_default();
+        out.push(Headline {
+            what: "Best layernorm".into(),
+            value: format!("{g:.2} GB/s at {size}{ratio}"),
+        });
+    }
+    Ok(())
+}
+
+fn d2h_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataError> {
+    let Some(t) = &run.d2h else { return Ok(()) };
+    let mut best: Option<(f64, f64)> = None;
+    let mut memcpy = std::collections::HashMap::new();
+    let mut smallest: Option<(f64, f64)> = None;
+    for r in t.rows() {
+        let bytes = r.num("bytes")?;
+        match (r.str("direction"), r.str("part")) {
+            ("d2h", "gpu_copy") => {
+                let g = r.num("gbps")?;
+                if best.is_none_or(|b| g > b.0) {
+                    best = Some((g, bytes));
+                }
+            }
+            ("d2h", "end_to_end") if smallest.is_none_or(|s| bytes < s.0) => {
+                smallest = Some((bytes, r.num("p50_us")?));
+            }
+            ("memcpy", _) => {
+                memcpy.insert(bytes as u64, r.num("gbps")?);
+            }
+            _ => {}
+        }
+    }
+    if let Some((g, bytes)) = best {
+        let ratio = memcpy
+            .get(&(bytes as u64))
+            .map(|m| format!(", {:.2}x host memcpy", g / m))
+            .unwrap_or_default();
+        out.push(Headline {
+            what: "D2H bandwidth (GPU copy)".into(),
+            value: format!("{g:.2} GB/s at {bytes} B{ratio}"),
+        });
+    }
+    if let Some((bytes, us)) = smallest {
+        out.push(Headline {
+            what: "D2H end-to-end latency".into(),
+            value: format!("{us:.1} µs at {bytes} B (p50)"),
+        });
+    }
+    Ok(())
+}
+
+fn hol_sim_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataError> {
+    if let Some(t) = &run.rdma {
+        if let Some(r) = t.rows().find(|r| r.str("test") == "lat") {
+            out.push(Headline {
+                what: "RDMA latency".into(),
+                value: format!("{:.2} µs at {} B (p50)", r.num("p50_us")?, r.str("bytes")),
+            });
+        }
+    } else {
+        out.push(Headline {
+            what: "RDMA latency".into(),
+            value: "not measured in this run".into(),
+        });
+    }
+    if let Some(t) = &run.hol {
+        let mut best: Option<(f64, f64)> = None;
+        for r in t.rows().filter(|r| r.str("mode") == "offload") {
+            let d: f64 = r.str("delay_ms").parse().unwrap_or(0.0);
+            if let Some(removed) = r.opt("stall_removed")? {
+                if best.is_none_or(|b| d > b.0) {
+                    best = Some((d, removed));
+                }
+            }
+        }
+        if let Some((d, removed)) = best {
+            out.push(Headline {
+                what: "HoL stall removed by offload".into(),
+                value: format!("{:.1}% at {d} ms injected delay", removed * 100.0),
+            });
+        }
+    }
+    if let Some(t) = &run.sim {
+        let mut best: Option<(f64, String, f64)> = None;
+        for r in t.rows().filter(|r| r.str("schedule") == "adaptive") {
+            let delay = super::plot::total_delay(r.str("slow"));
+            if best.as_ref().is_none_or(|b| delay > b.0) {
+                best = Some((delay, r.str("case").to_string(), r.num("speedup_vs_1f1b")?));
+            }
+        }
+        if let Some((_, case, speedup)) = best {
+            out.push(Headline {
+                what: "Adaptive schedule vs 1F1B (simulated)".into(),
+                value: format!("{speedup:.2}x faster ({case})"),
+            });
+        }
+    }
+    Ok(())
+}
+
+pub fn headlines(run: &Loaded) -> Result<Vec<Headline>, DataError> {
+    let mut out = Vec::new();
+    gemm_headlines(run, &mut out)?;
+    d2h_headlines(run, &mut out)?;
+    hol_sim_headlines(run, &mut out)?;
+    Ok(out)
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Writes report.md and report.html into the run folder.
+pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
+    let run = Loaded::load(dir)?;
+    let heads = headlines(&run)?;
+    let csvs: Vec<String> = [
+        "kernels.csv",
+        "d2h.csv",
+        "hol.csv",
+        "rdma.csv",
+        "sim.csv",
+        "sim_timeline.csv",
+        "meta.json",
+    ]
+    .iter()
+    .filter(|f| dir.join(f).exists())
+    .map(|f| f.to_string())
+    .collect();
+    let rel = |p: &Path| p.strip_prefix(dir).unwrap_or(p).display().to_string();
+
+    let mut md = String::new();
+    writeln!(
+        md,
+        "# morphbench run {}\n",
+        dir.file_name().unwrap_or_default().to_string_lossy()
+    )?;
+    writeln!(
+        md,
+        "Host **{}**, adapter **{}**.\n",
+        run.label.host, run.label.adapter
+    )?;
+    writeln!(md, "| headline | value |\n|---|---|")?;
+    for h in &heads {
+        writeln!(md, "| {} | {} |", h.what, h.value)?;
+    }
+    writeln!(md, "\n## Data\n")?;
+    for c in &csvs {
+        writeln!(md, "- [{c}]({c})")?;
+    }
+    writeln!(md, "\n## Figures\n")?;
+    for f in &plots.figures {
+        let links: Vec<String> = f
+            .files
+            .iter()
+            .map(|p| format!("[{}]({})", rel(p), rel(p)))
+            .collect();
+        writeln!(md, "- {}: {}", f.about, links.join(", "))?;
+        if let Some(png) = f
+            .files
+            .iter()
+            .find(|p| p.extension().is_some_and(|e| e == "png"))
+        {
+            writeln!(md, "\n  ![{}]({})\n", f.about, rel(png))?;
+        }
+    }
+    for s in &plots.skipped {
+        writeln!(md, "- skipped: {s}")?;
+    }
+    std::fs::write(dir.join("report.md"), &md).context("cannot write report.md")?;
+
+    let mut html = String::new();
+    writeln!(
+        html,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>morphbench {}</title>",
+        html_escape(&run.label.short())
+    )?;
+    writeln!(html, "<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}</style></head><body>")?;
+    writeln!(
+        html,
+        "<h1>morphbench: {}</h1>",
+        html_escape(&run.label.short())
+    )?;
+    writeln!(html, "<table><tr><th>headline</th><th>value</th></tr>")?;
+    for h in &heads {
+        writeln!(
+            html,
+            "<tr><td>{}</td><td>{}</td></tr>",
+            html_escape(&h.what),
+            html_escape(&h.value)
+        )?;
+    }
+    writeln!(html, "</table><h2>Data</h2><ul>")?;
+    for c in &csvs {
+        writeln!(html, "<li><a href=\"{c}\">{c}</a></li>")?;
+    }
+    writeln!(html, "</ul><h2>Figures</h2>")?;
+    for f in &plots.figures {
+        writeln!(html, "<h3>{}</h3>", html_escape(&f.about))?;
+        match f
+            .files
+            .iter()
+            .find(|p| p.extension().is_some_and(|e| e == "svg"))
+        {
+            Some(svg) => {
+                let text = std::fs::read_to_string(svg)?;
+                let start = text.find("<svg").unwrap_or(0);
+                html.push_str(&text[start..]);
+            }
+            None => {
+                for p in &f.files {
+                    writeln!(
+                        html,
+                        "<img src=\"{}\" alt=\"{}\">",
+                        rel(p),
+                        html_escape(&f.about)
+                    )?;
+                }
+            }
+        }
+    }
+    writeln!(html, "</body></html>")?;
+    std::fs::write(dir.join("report.html"), html).context("cannot write report.html")?;
+    Ok(())
+}

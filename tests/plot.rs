@@ -1,0 +1,209 @@
+//! `morphbench plot` on runs the test makes: every CSV kind drawn, valid PNG and SVG files,
+//! comparisons, and clear errors for malformed CSVs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+const SMALL: &str = r#"
+[kernels]
+gemm = ["33x17x9", "64x64x64"]
+layernorm = ["5x77", "64x256"]
+iters = 2
+warmup = 1
+
+[d2h]
+sizes = ["4", "4K", "64K"]
+iters = 2
+warmup = 1
+
+[hol]
+tokens = 32
+hidden = 32
+ops = 6
+every = [2]
+delays_ms = [0, 5]
+reps = 1
+
+[sim]
+stages = 3
+microbatches = 4
+sweep = [{ link = 0, delays_ms = [0, 10] }]
+"#;
+
+fn small_run(home: &Path) -> PathBuf {
+    let cfg = home.join("small.toml");
+    std::fs::write(&cfg, SMALL).unwrap();
+    let out = home.join("out");
+    let o = morphbench(
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--no-plots",
+            "-q",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        home,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    only_run(&out)
+}
+
+fn check_image(path: &Path) {
+    let bytes = std::fs::read(path).unwrap_or_else(|_| panic!("{} missing", path.display()));
+    assert!(
+        bytes.len() > 5_000,
+        "{} is only {} bytes",
+        path.display(),
+        bytes.len()
+    );
+    match path.extension().unwrap().to_str().unwrap() {
+        "png" => assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", path.display()),
+        _ => {
+            let text = String::from_utf8(bytes).unwrap();
+            assert!(
+                text.contains("<svg") && text.trim_end().ends_with("</svg>"),
+                "{}",
+                path.display()
+            );
+            assert!(text.contains("<text"), "{} has no text", path.display());
+        }
+    }
+}
+
+#[test]
+fn every_csv_kind_is_drawn_and_reported() {
+    let home = tempfile::tempdir().unwrap();
+    let run = small_run(home.path());
+    let o = morphbench(&["plot", run.to_str().unwrap()], home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("skipped rdma.csv"), "{}", stdout(&o));
+    let plots = run.join("plots");
+    for name in [
+        "kernels_gemm",
+        "kernels_layernorm",
+        "d2h_latency",
+        "d2h_bandwidth",
+        "hol_stall",
+        "hol_makespan",
+        "hol_busy",
+        "hol_offload_split",
+        "sim_iteration",
+    ] {
+        check_image(&plots.join(format!("{name}.png")));
+        check_image(&plots.join(format!("{name}.svg")));
+    }
+    let gantts = std::fs::read_dir(&plots)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("sim_gantt_")
+        })
+        .count();
+    assert!(
+        gantts >= 2 * 5,
+        "a Gantt chart (png + svg) per schedule, found {gantts}"
+    );
+    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    for needle in [
+        "Best GEMM",
+        "D2H bandwidth",
+        "HoL stall removed",
+        "Adaptive schedule",
+        "kernels.csv",
+    ] {
+        assert!(md.contains(needle), "report.md lacks {needle}:\n{md}");
+    }
+    let html = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(html.contains("<svg"), "report.html embeds the SVGs");
+}
+
+#[test]
+fn compare_draws_one_series_per_run() {
+    let home = tempfile::tempdir().unwrap();
+    let a = small_run(&home.path().join("a").tap_mkdir());
+    let b = small_run(&home.path().join("b").tap_mkdir());
+    let o = morphbench(
+        &[
+            "plot",
+            a.to_str().unwrap(),
+            "--format",
+            "svg",
+            "--compare",
+            b.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let svg = std::fs::read_to_string(a.join("plots/kernels_gemm.svg")).unwrap();
+    // Each run labels its series "host / adapter — what".
+    assert!(
+        svg.matches("GPU GEMM").count() >= 2,
+        "two GPU series expected"
+    );
+    assert!(
+        !a.join("plots/kernels_gemm.png").exists(),
+        "--format svg writes no PNG"
+    );
+}
+
+trait TapMkdir {
+    fn tap_mkdir(self) -> Self;
+}
+impl TapMkdir for PathBuf {
+    fn tap_mkdir(self) -> Self {
+        std::fs::create_dir_all(&self).unwrap();
+        self
+    }
+}
+
+fn plot_fails_with(run: &Path, home: &Path, needles: &[&str]) {
+    let o = morphbench(&["plot", run.to_str().unwrap()], home);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    for n in needles {
+        assert!(err.contains(n), "expected '{n}' in: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn malformed_csvs_name_the_file_and_column() {
+    let home = tempfile::tempdir().unwrap();
+    let run = small_run(home.path());
+    let kernels = run.join("kernels.csv");
+    let good = std::fs::read_to_string(&kernels).unwrap();
+    // Wrong schema version.
+    std::fs::write(&kernels, good.replacen("\n1,", "\n99,", 1)).unwrap();
+    plot_fails_with(&run, home.path(), &["kernels.csv", "schema_version 99"]);
+    // A missing column.
+    std::fs::write(&kernels, good.replacen("gflops", "gflopz", 1)).unwrap();
+    plot_fails_with(&run, home.path(), &["kernels.csv", "'gflops'"]);
+    // A value that is not a number.
+    let header_end = good.find('\n').unwrap();
+    let (head, body) = good.split_at(header_end);
+    let idx = head.split(',').position(|c| c == "gflops").unwrap();
+    let broken: Vec<String> = body
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let mut f: Vec<&str> = l.split(',').collect();
+            f[idx] = "fast";
+            f.join(",")
+        })
+        .collect();
+    std::fs::write(&kernels, format!("{head}\n{}\n", broken.join("\n"))).unwrap();
+    plot_fails_with(&run, home.path(), &["kernels.csv", "'gflops'", "'fast'"]);
+    std::fs::write(&kernels, &good).unwrap();
+    // An empty file.
+    std::fs::write(run.join("d2h.csv"), "").unwrap();
+    plot_fails_with(&run, home.path(), &["d2h.csv", "empty"]);
+    plot_fails_with(&home.path().join("nope"), home.path(), &["nope"]);
+}
