@@ -11,6 +11,20 @@ fn gpu() -> Gpu {
     Gpu::open(BackendChoice::Auto, None).expect("a GPU adapter (install mesa-vulkan-drivers)")
 }
 
+/// A kernel, or `None` where the variant declines this shape or adapter for a stated reason
+/// (vec4 rows need a multiple of 4; the broadcast GEMM needs 8-lane subgroups).
+fn supported<K>(made: Result<K, KernelError>) -> Option<K> {
+    match made {
+        Ok(k) => Some(k),
+        Err(KernelError::Invalid(msg))
+            if msg.contains("multiple of 4") || msg.contains("exactly 8 lanes") =>
+        {
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
 #[test]
 fn every_gemm_variant_verifies_at_odd_sizes() {
     let gpu = gpu();
@@ -27,7 +41,9 @@ fn every_gemm_variant_verifies_at_odd_sizes() {
         }
         for &(m, n, k) in &sizes {
             let size = GemmSize { m, n, k };
-            let kernel = GemmKernel::new(&gpu, v, size).unwrap();
+            let Some(kernel) = supported(GemmKernel::new(&gpu, v, size)) else {
+                continue;
+            };
             let check = kernel.verify();
             assert!(check.is_ok(), "{} {size}: {:?}", v.name, check.err());
             // The same kernel again on its fresh poison must still pass: no stale output.
@@ -39,14 +55,24 @@ fn every_gemm_variant_verifies_at_odd_sizes() {
 #[test]
 fn every_layernorm_variant_verifies_at_odd_sizes() {
     let gpu = gpu();
-    let sizes = [(1, 4096), (3, 1000), (1, 1), (67, 33), (130, 257)];
+    let sizes = [
+        (1, 4096),
+        (3, 1000),
+        (1, 1),
+        (67, 33),
+        (130, 257),
+        (9, 4),
+        (67, 36),
+    ];
     for v in LAYERNORM_VARIANTS {
         if v.needs_subgroups && !gpu.has_subgroups() {
             continue;
         }
         for &(rows, hidden) in &sizes {
             let size = LayernormSize { rows, hidden };
-            let kernel = LayernormKernel::new(&gpu, v, size).unwrap();
+            let Some(kernel) = supported(LayernormKernel::new(&gpu, v, size)) else {
+                continue;
+            };
             let check = kernel.verify();
             assert!(check.is_ok(), "{} {size}: {:?}", v.name, check.err());
         }

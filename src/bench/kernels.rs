@@ -10,8 +10,8 @@ use crate::export::{CsvSink, Record, RunDir};
 use crate::gpu::kernels::gemm::{cpu_sgemm, verify_dense};
 use crate::gpu::kernels::select::{select, Selection};
 use crate::gpu::kernels::{
-    find_variant, variant_names, GemmKernel, GemmSize, GpuKernel, LayernormKernel, LayernormSize,
-    Variant, Verification, GEMM_VARIANTS, LAYERNORM_VARIANTS,
+    find_variant, variant_names, GemmKernel, GemmSize, GpuKernel, KernelError, LayernormKernel,
+    LayernormSize, Variant, Verification, GEMM_VARIANTS, LAYERNORM_VARIANTS,
 };
 use crate::gpu::timing::{time_compute_passes, IterationTimes};
 use crate::gpu::Gpu;
@@ -203,22 +203,40 @@ fn forced(list: &'static [Variant], kernel: &str, name: &str) -> Result<&'static
     })
 }
 
-fn choose<'g, K: GpuKernel + 'g>(
+/// The variants to use, best first: a forced one alone, or the measured ranking.
+pub fn choose<'g, K: GpuKernel + 'g>(
     gpu: &'g Gpu,
     kernel: &str,
     list: &'static [Variant],
     wanted: Option<&str>,
     probe: String,
     reselect: bool,
-    make: impl FnMut(&'static Variant) -> Result<K, crate::gpu::kernels::KernelError>,
-) -> Result<(&'static Variant, Option<Selection>)> {
+    make: impl FnMut(&'static Variant) -> Result<K, KernelError>,
+) -> Result<(Vec<&'static Variant>, Option<Selection>)> {
     match wanted {
-        Some(name) if name != "auto" => Ok((forced(list, kernel, name)?, None)),
+        Some(name) if name != "auto" => Ok((vec![forced(list, kernel, name)?], None)),
         _ => {
-            let (v, sel) = select(gpu, kernel, list, &probe, reselect, make)?;
-            Ok((v, Some(sel)))
+            let (_, sel) = select(gpu, kernel, list, &probe, reselect, make)?;
+            Ok((sel.ranked(list), Some(sel)))
         }
     }
+}
+
+/// Builds the kernel with the first ranked variant that can run this size (a variant may not
+/// support every shape, e.g. vec4 rows need a multiple of 4).
+pub fn first_fitting<K>(
+    ranked: &[&'static Variant],
+    mut make: impl FnMut(&'static Variant) -> Result<K, KernelError>,
+) -> Result<(K, &'static Variant), KernelError> {
+    let mut last = None;
+    for &v in ranked {
+        match make(v) {
+            Ok(k) => return Ok((k, v)),
+            Err(e @ KernelError::Invalid(_)) if ranked.len() > 1 => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| KernelError::Invalid("no variant to run".into())))
 }
 
 fn cpu_threads() -> usize {
@@ -277,7 +295,7 @@ pub fn run(
                 n: 256,
                 k: 256,
             });
-        let (variant, sel) = choose(
+        let (ranked, sel) = choose(
             gpu,
             "gemm",
             GEMM_VARIANTS,
@@ -292,7 +310,7 @@ pub fn run(
         }
         for &size in &plan.gemm {
             progress.set_message(format!("gemm {size}"));
-            let k = GemmKernel::new(gpu, variant, size)?;
+            let (k, variant) = first_fitting(&ranked, |v| GemmKernel::new(gpu, v, size))?;
             let v = k.verify()?;
             let t = time_compute_passes(gpu, plan.warmup, plan.iters, |p| k.encode(p))?;
             w.gpu_rows("gemm", variant.name, &Size::Gemm(size), &t, v, progress)?;
@@ -329,7 +347,7 @@ pub fn run(
                 rows: 4096,
                 hidden: 1024,
             });
-        let (variant, sel) = choose(
+        let (ranked, sel) = choose(
             gpu,
             "layernorm",
             LAYERNORM_VARIANTS,
@@ -344,7 +362,7 @@ pub fn run(
         }
         for &size in &plan.layernorm {
             progress.set_message(format!("layernorm {size}"));
-            let k = LayernormKernel::new(gpu, variant, size)?;
+            let (k, variant) = first_fitting(&ranked, |v| LayernormKernel::new(gpu, v, size))?;
             let v = k.verify()?;
             let t = time_compute_passes(gpu, plan.warmup, plan.iters, |p| k.encode(p))?;
             w.gpu_rows(

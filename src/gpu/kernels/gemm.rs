@@ -9,6 +9,7 @@ use crate::gpu::Gpu;
 const GEMM_WGSL: &str = include_str!("../../../shaders/gemm.wgsl");
 const GEMM_VEC4_WGSL: &str = include_str!("../../../shaders/gemm_vec4.wgsl");
 const GEMM_SUBGROUP_WGSL: &str = include_str!("../../../shaders/gemm_subgroup.wgsl");
+const GEMM_BROADCAST8_WGSL: &str = include_str!("../../../shaders/gemm_broadcast8.wgsl");
 
 pub static GEMM_VARIANTS: &[Variant] = &[
     Variant {
@@ -39,6 +40,12 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         name: "sg8x4",
         wgsl: GEMM_SUBGROUP_WGSL,
         entry: "gemm_sg8x4",
+        needs_subgroups: true,
+    },
+    Variant {
+        name: "bc8x4",
+        wgsl: GEMM_BROADCAST8_WGSL,
+        entry: "gemm_broadcast8",
         needs_subgroups: true,
     },
 ];
@@ -173,6 +180,14 @@ pub fn gemm_pass(
     c: &wgpu::Buffer,
 ) -> Result<DispatchPass, KernelError> {
     check_size(gpu, variant, size)?;
+    let r = &gpu.report;
+    if variant.entry == "gemm_broadcast8" && (r.subgroup_min_size != 8 || r.subgroup_max_size != 8)
+    {
+        return Err(KernelError::Invalid(format!(
+            "GEMM variant {} needs subgroups of exactly 8 lanes; this adapter's are {} to {}",
+            variant.name, r.subgroup_min_size, r.subgroup_max_size
+        )));
+    }
     let ldc = size.ldc();
     let col4_groups = (ldc as u32 / 4).div_ceil(64);
     let workgroups = match variant.entry {

@@ -8,6 +8,7 @@ use crate::gpu::Gpu;
 
 const LAYERNORM_WGSL: &str = include_str!("../../../shaders/layernorm.wgsl");
 const LAYERNORM_SUBGROUP_WGSL: &str = include_str!("../../../shaders/layernorm_subgroup.wgsl");
+const LAYERNORM_VEC4_WGSL: &str = include_str!("../../../shaders/layernorm_vec4.wgsl");
 
 pub const EPS: f32 = 1e-5;
 
@@ -40,6 +41,12 @@ pub static LAYERNORM_VARIANTS: &[Variant] = &[
         name: "one_subgroup",
         wgsl: LAYERNORM_SUBGROUP_WGSL,
         entry: "layernorm_one_subgroup",
+        needs_subgroups: true,
+    },
+    Variant {
+        name: "vec4_subgroup",
+        wgsl: LAYERNORM_VEC4_WGSL,
+        entry: "layernorm_vec4",
         needs_subgroups: true,
     },
 ];
@@ -129,7 +136,13 @@ pub fn layernorm_pass(
     let rows_per_group = match variant.entry {
         "layernorm_row" => 64,
         "layernorm_workgroup" => 1,
-        "layernorm_one_subgroup" => {
+        "layernorm_one_subgroup" | "layernorm_vec4" => {
+            if variant.entry == "layernorm_vec4" && !size.hidden.is_multiple_of(4) {
+                return Err(KernelError::Invalid(format!(
+                    "layernorm variant {} needs hidden to be a multiple of 4 (got {})",
+                    variant.name, size.hidden
+                )));
+            }
             let r = &gpu.report;
             if r.subgroup_min_size != r.subgroup_max_size || r.subgroup_max_size > 256 {
                 return Err(KernelError::Invalid(format!(
@@ -138,7 +151,12 @@ pub fn layernorm_pass(
                     variant.name, r.subgroup_min_size, r.subgroup_max_size
                 )));
             }
-            1
+            // layernorm_vec4 normalises ROWS_PER_GROUP = 4 rows per workgroup.
+            if variant.entry == "layernorm_vec4" {
+                4
+            } else {
+                1
+            }
         }
         _ => {
             let sg = gpu.report.subgroup_max_size.max(1);
@@ -162,12 +180,13 @@ pub fn layernorm_pass(
              (max_compute_workgroups_per_dimension {max}): choose fewer rows"
         )));
     }
-    let sg = [("SG_WG", gpu.report.subgroup_max_size as f64)];
-    let overrides: &[(&str, f64)] = if variant.wgsl == LAYERNORM_SUBGROUP_WGSL {
-        &sg
-    } else {
-        &[]
-    };
+    let sg = gpu.report.subgroup_max_size as f64;
+    let overrides: &[(&str, f64)] =
+        if variant.wgsl == LAYERNORM_VEC4_WGSL || variant.wgsl == LAYERNORM_SUBGROUP_WGSL {
+            &[("SG_WG", sg)]
+        } else {
+            &[]
+        };
     let dims = gpu.uniform_from(
         "layernorm dims",
         &Dims {

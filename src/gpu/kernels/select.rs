@@ -22,6 +22,10 @@ pub struct Trial {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Selection {
+    /// Verified variants, fastest first (the winner first): sizes a variant cannot run fall
+    /// back to the next.
+    #[serde(default)]
+    pub ranking: Vec<String>,
     pub kernel: String,
     pub winner: String,
     pub probe: String,
@@ -36,10 +40,11 @@ fn cache_path() -> Option<PathBuf> {
     Some(base.join("morphbench").join("variants.json"))
 }
 
-fn cache_key(gpu: &Gpu, kernel: &str) -> String {
+/// The choice depends on the adapter, its driver, this tool's version and the probe size.
+fn cache_key(gpu: &Gpu, kernel: &str, probe: &str) -> String {
     let r = &gpu.report;
     format!(
-        "{kernel}|{}|{}|{}|{}|{}",
+        "{kernel}|{probe}|{}|{}|{}|{}|{}",
         r.name,
         r.backend,
         r.driver,
@@ -75,6 +80,7 @@ fn store_cache(key: String, sel: &Selection) {
 /// Measures every candidate the adapter supports on `probe` (built by `make`), each verified
 /// first, and returns the fastest by median GPU time (host time without timestamps).
 /// A cached choice for this adapter, driver and tool version is reused unless `fresh`.
+/// Returns the winner and the selection (whose `ranking` lists the verified variants).
 pub fn select<'g, K: GpuKernel + 'g>(
     gpu: &'g Gpu,
     kernel: &str,
@@ -83,7 +89,7 @@ pub fn select<'g, K: GpuKernel + 'g>(
     fresh: bool,
     mut make: impl FnMut(&'static Variant) -> Result<K, KernelError>,
 ) -> Result<(&'static Variant, Selection), KernelError> {
-    let key = cache_key(gpu, kernel);
+    let key = cache_key(gpu, kernel, probe);
     if !fresh {
         if let Some(mut sel) = load_cache().remove(&key) {
             if let Some(v) = candidates.iter().find(|v| v.name == sel.winner) {
@@ -143,7 +149,10 @@ pub fn select<'g, K: GpuKernel + 'g>(
                 .join("; ")
         ))
     })?;
+    let mut ranked: Vec<&Trial> = trials.iter().filter(|t| t.median_us.is_some()).collect();
+    ranked.sort_by(|a, b| a.median_us.unwrap().total_cmp(&b.median_us.unwrap()));
     let sel = Selection {
+        ranking: ranked.iter().map(|t| t.variant.clone()).collect(),
         kernel: kernel.into(),
         winner: winner.name.into(),
         probe: probe.into(),
@@ -152,4 +161,19 @@ pub fn select<'g, K: GpuKernel + 'g>(
     };
     store_cache(key, &sel);
     Ok((winner, sel))
+}
+
+impl Selection {
+    /// The ranked variants as statics from `list` (the winner first).
+    pub fn ranked(&self, list: &'static [Variant]) -> Vec<&'static Variant> {
+        let mut out: Vec<&'static Variant> = self
+            .ranking
+            .iter()
+            .filter_map(|name| list.iter().find(|v| v.name == name))
+            .collect();
+        if out.is_empty() {
+            out.extend(list.iter().find(|v| v.name == self.winner));
+        }
+        out
+    }
 }
