@@ -1,4 +1,4 @@
-// Register-blocked GEMM (8 rows x vec4 per invocation) for adapters whose subgroups are
+// Register-blocked GEMM (16 rows x vec4 per invocation) for adapters whose subgroups are
 // exactly 8 lanes wide (CPU drivers such as lavapipe): each lane loads a different k of the
 // same A rows, and eight subgroupBroadcasts with constant lanes hand them round, which CPU
 // compilers turn into plain vector shuffles. Layout as in gemm_vec4.wgsl. Lanes past the last
@@ -17,7 +17,7 @@ struct Dims {
 @group(0) @binding(2) var<storage, read_write> c: array<vec4<f32>>;
 @group(0) @binding(3) var<uniform> dims: Dims;
 
-const ROWS: u32 = 8u;
+const ROWS: u32 = 16u;
 
 var<private> acc: array<vec4<f32>, ROWS>;
 var<private> a_lane: array<f32, ROWS>;

@@ -43,7 +43,7 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         needs_subgroups: true,
     },
     Variant {
-        name: "bc8x4",
+        name: "bc16x4",
         wgsl: GEMM_BROADCAST8_WGSL,
         entry: "gemm_broadcast8",
         needs_subgroups: true,
@@ -194,6 +194,7 @@ pub fn gemm_pass(
         "gemm_naive" => (size.n.div_ceil(8), size.m.div_ceil(8)),
         "gemm_tiled" => (size.n.div_ceil(64), size.m.div_ceil(64)),
         "gemm_rb4x4" => (col4_groups, size.m.div_ceil(4)),
+        "gemm_broadcast8" => (col4_groups, size.m.div_ceil(16)),
         _ => (col4_groups, size.m.div_ceil(8)),
     };
     let max = gpu.limits.max_compute_workgroups_per_dimension;
