@@ -173,6 +173,8 @@ where
     });
     let (x0, x1) = range(xs, false);
     let (y0, y1) = range(ys, !c.y_log);
+    // Headroom above the data for the legend box.
+    let y1 = y1 + (y1 - y0) * 0.3;
     let mut chart = ChartBuilder::on(root)
         .caption(&c.title, ("sans-serif", 22))
         .margin(16)
