@@ -613,6 +613,13 @@ pub fn run(
     progress: &Progress,
 ) -> Result<(Vec<PointSummary>, Vec<CalibrationPoint>)> {
     plan.validate().map_err(|e| anyhow!("hol: {e}"))?;
+    if !gpu.has_timestamps() {
+        bail!(
+            "hol times every op on the GPU clock, and adapter '{}' has no timestamp queries \
+             inside passes: choose another --adapter or --backend",
+            gpu.report.name
+        );
+    }
     let act = plan.activation_bytes();
     gpu.check_binding("hol activation", act)?;
     let stream = build_stream(gpu, plan)?;

@@ -89,15 +89,10 @@ impl PassTimer {
 
     /// Reads the durations of slots `0..count` in microseconds.
     pub fn read(&self, gpu: &Gpu, count: u32) -> Result<Vec<f64>, GpuError> {
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        enc.resolve_query_set(&self.query_set, 0..2 * count, &self.resolve, 0);
-        enc.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, count as u64 * 16);
-        let idx = gpu.queue.submit([enc.finish()]);
-        gpu.wait(idx)?;
-        let bytes = gpu.map_read(&self.readback)?;
-        let ticks: &[u64] = bytemuck::cast_slice(&bytes);
-        Ok((0..count as usize)
-            .map(|i| ticks[2 * i + 1].wrapping_sub(ticks[2 * i]) as f64 * self.period_ns / 1e3)
+        Ok(self
+            .read_spans(gpu, count)?
+            .into_iter()
+            .map(|(start, end)| end - start)
             .collect())
     }
 }
