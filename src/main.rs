@@ -81,18 +81,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 if !g.quiet {
                     println!("{}", cal.note);
                 }
-                cfg.tf =
-                    a.tf.as_ref()
-                        .map_or(Some(OneOrMany::One(cal.tf_ms)), |_| cfg.tf);
-                cfg.tb =
-                    a.tb.as_ref()
-                        .map_or(Some(OneOrMany::One(cal.tb_ms)), |_| cfg.tb);
-                cfg.tw =
-                    a.tw.as_ref()
-                        .map_or(Some(OneOrMany::One(cal.tw_ms)), |_| cfg.tw);
-                if a.d2h_ms.is_none() {
-                    cfg.d2h_ms = cal.d2h_ms.or(cfg.d2h_ms);
-                }
+                // Values given by flag or scenario file win over the calibration.
+                let one = |x: f64| Some(OneOrMany::One(x));
+                cfg.tf = cfg.tf.take().or(one(cal.tf_ms));
+                cfg.tb = cfg.tb.take().or(one(cal.tb_ms));
+                cfg.tw = cfg.tw.take().or(one(cal.tw_ms));
+                cfg.d2h_ms = cfg.d2h_ms.or(cal.d2h_ms);
+                cfg.link_ms = cfg.link_ms.or(cal.link_ms);
             }
             let trace = match &a.trace {
                 Some(p) => Some(

@@ -127,6 +127,31 @@ fn calibrates_from_a_run_folder() {
         "{}",
         stdout(&o)
     );
+    // Link costs from the run's offloaded transfers at delay 0.
+    std::fs::write(
+        run.join("hol.csv"),
+        "mode,delay_ms,d2h_copy_us,map_us,copy_out_us,send_us,receive_us\n\
+         none,0,,,,,\noffload,0,100,200,100,120,180\noffload,20,1,1,1,1,1\n",
+    )
+    .unwrap();
+    let o = morphbench(
+        &[
+            "sim",
+            "--from",
+            run.to_str().unwrap(),
+            "--timeline",
+            "none",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("D2H 0.400 ms, link 0.300 ms"),
+        "{}",
+        stdout(&o)
+    );
     // No gemm rows: a clear error naming the file.
     std::fs::write(
         run.join("kernels.csv"),

@@ -363,13 +363,34 @@ pub fn throughput_bench(dir: &RunDir, reps: u32, progress: &Progress) -> Result<
 /// Op durations taken from a measured run: one layer's forward is its largest GEMM plus its
 /// largest layernorm (GPU timer, median); the input-gradient backward costs the same as the
 /// forward and the weight-gradient backward one more GEMM (the usual 2x-forward backward).
-/// D2H end-to-end latency, where the run has d2h.csv, becomes the offload queue cost.
+/// Link costs come from the run's offloaded transfers where it has hol.csv (delay 0): the
+/// D2H copy, map and copy out become the offload queue cost, the send and receive the link
+/// latency. Without hol.csv, d2h.csv's end-to-end D2H latency of the largest size up to
+/// 16 MiB (a typical activation) is the offload cost.
 pub struct Calibration {
     pub tf_ms: f64,
     pub tb_ms: f64,
     pub tw_ms: f64,
     pub d2h_ms: Option<f64>,
+    pub link_ms: Option<f64>,
     pub note: String,
+}
+
+/// (D2H cost, link latency) in ms from hol.csv's offload rows at delay 0.
+fn link_from_hol(path: &Path) -> Result<Option<(f64, f64)>> {
+    let num = |r: &Row, c: &str| -> Result<f64> {
+        field(r, c)
+            .parse()
+            .with_context(|| format!("{}: {c} missing or not a number", path.display()))
+    };
+    for r in read_rows(path)? {
+        if field(&r, "mode") == "offload" && field(&r, "delay_ms") == "0" {
+            let d2h = num(&r, "d2h_copy_us")? + num(&r, "map_us")? + num(&r, "copy_out_us")?;
+            let link = num(&r, "send_us")? + num(&r, "receive_us")?;
+            return Ok(Some((d2h / 1e3, link / 1e3)));
+        }
+    }
+    Ok(None)
 }
 
 type Row = std::collections::HashMap<String, String>;
@@ -432,28 +453,40 @@ pub fn calibrate_from(run_dir: &Path, layers_per_stage: f64) -> Result<Calibrati
     let ln_us = largest_p50(&kernels, pick("layernorm"))?.unwrap_or(0.0);
     let f = (gemm_us + ln_us) / 1e3 * layers_per_stage;
     let w = gemm_us / 1e3 * layers_per_stage;
-    let d2h = run_dir.join("d2h.csv");
-    let d2h_ms = if d2h.exists() {
-        largest_p50(&d2h, |r| {
-            (field(r, "direction") == "d2h" && field(r, "part") == "end_to_end")
-                .then(|| field(r, "bytes").parse::<f64>().unwrap_or(0.0))
-        })?
-        .map(|us| us / 1e3)
+    let hol = run_dir.join("hol.csv");
+    let from_hol = if hol.exists() {
+        link_from_hol(&hol)?
     } else {
         None
     };
+    let d2h = run_dir.join("d2h.csv");
+    let d2h_ms = match from_hol {
+        Some((d, _)) => Some(d),
+        None if d2h.exists() => largest_p50(&d2h, |r| {
+            let bytes = field(r, "bytes").parse::<f64>().unwrap_or(0.0);
+            (field(r, "direction") == "d2h"
+                && field(r, "part") == "end_to_end"
+                && bytes <= 16.0 * 1048576.0)
+                .then_some(bytes)
+        })?
+        .map(|us| us / 1e3),
+        None => None,
+    };
+    let link_ms = from_hol.map(|(_, l)| l);
     Ok(Calibration {
         tf_ms: f,
         tb_ms: f,
         tw_ms: w,
         d2h_ms,
+        link_ms,
         note: format!(
             "from {}: per layer gemm {:.3} ms + layernorm {:.3} ms; {layers_per_stage} layer(s) per stage: \
-             tF = tB = {f:.3} ms, tW = {w:.3} ms{}",
+             tF = tB = {f:.3} ms, tW = {w:.3} ms{}{}",
             run_dir.display(),
             gemm_us / 1e3,
             ln_us / 1e3,
-            d2h_ms.map(|d| format!(", D2H {d:.3} ms")).unwrap_or_default()
+            d2h_ms.map(|d| format!(", D2H {d:.3} ms")).unwrap_or_default(),
+            link_ms.map(|l| format!(", link {l:.3} ms (offloaded send + ack)")).unwrap_or_default()
         ),
     })
 }
