@@ -10,6 +10,8 @@ const GEMM_WGSL: &str = include_str!("../../../shaders/gemm.wgsl");
 const GEMM_VEC4_WGSL: &str = include_str!("../../../shaders/gemm_vec4.wgsl");
 const GEMM_SUBGROUP_WGSL: &str = include_str!("../../../shaders/gemm_subgroup.wgsl");
 const GEMM_BROADCAST8_WGSL: &str = include_str!("../../../shaders/gemm_broadcast8.wgsl");
+const GEMM_BROADCAST8_VEC4A_WGSL: &str =
+    include_str!("../../../shaders/gemm_broadcast8_vec4a.wgsl");
 
 pub static GEMM_VARIANTS: &[Variant] = &[
     Variant {
@@ -46,6 +48,12 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         name: "bc16x4",
         wgsl: GEMM_BROADCAST8_WGSL,
         entry: "gemm_broadcast8",
+        needs_subgroups: true,
+    },
+    Variant {
+        name: "bq16x4",
+        wgsl: GEMM_BROADCAST8_VEC4A_WGSL,
+        entry: "gemm_broadcast8_vec4a",
         needs_subgroups: true,
     },
 ];
@@ -181,11 +189,17 @@ pub fn gemm_pass(
 ) -> Result<DispatchPass, KernelError> {
     check_size(gpu, variant, size)?;
     let r = &gpu.report;
-    if variant.entry == "gemm_broadcast8" && (r.subgroup_min_size != 8 || r.subgroup_max_size != 8)
-    {
+    let broadcast8 = variant.entry.starts_with("gemm_broadcast8");
+    if broadcast8 && (r.subgroup_min_size != 8 || r.subgroup_max_size != 8) {
         return Err(KernelError::Invalid(format!(
             "GEMM variant {} needs subgroups of exactly 8 lanes; this adapter's are {} to {}",
             variant.name, r.subgroup_min_size, r.subgroup_max_size
+        )));
+    }
+    if variant.entry == "gemm_broadcast8_vec4a" && !size.k.is_multiple_of(4) {
+        return Err(KernelError::Invalid(format!(
+            "GEMM variant {} reads A as vec4 and needs K to be a multiple of 4 (got {})",
+            variant.name, size.k
         )));
     }
     let ldc = size.ldc();
@@ -194,7 +208,7 @@ pub fn gemm_pass(
         "gemm_naive" => (size.n.div_ceil(8), size.m.div_ceil(8)),
         "gemm_tiled" => (size.n.div_ceil(64), size.m.div_ceil(64)),
         "gemm_rb4x4" => (col4_groups, size.m.div_ceil(4)),
-        "gemm_broadcast8" => (col4_groups, size.m.div_ceil(16)),
+        "gemm_broadcast8" | "gemm_broadcast8_vec4a" => (col4_groups, size.m.div_ceil(16)),
         _ => (col4_groups, size.m.div_ceil(8)),
     };
     let max = gpu.limits.max_compute_workgroups_per_dimension;
