@@ -151,7 +151,7 @@ pub fn layernorm_pass(
                     variant.name, r.subgroup_min_size, r.subgroup_max_size
                 )));
             }
-            // layernorm_vec4 normalises ROWS_PER_GROUP = 4 rows per workgroup.
+            // layernorm_vec4 normalises R = 4 rows per workgroup side by side.
             if variant.entry == "layernorm_vec4" {
                 4
             } else {
