@@ -1,4 +1,4 @@
-// Like gemm_broadcast8.wgsl (16 rows x vec4 per invocation, 8-lane subgroups), but A is read
+// Like gemm_broadcast8.wgsl (8-lane subgroups) with 32 rows x vec4 per invocation, and A read
 // as vec4s too: each lane loads four consecutive k of each row, so a subgroup covers 32 k per
 // load of A. On CPU drivers every load whose address differs across lanes is done lane by
 // lane, and vec4 loads cost about what scalar ones do, so this quarters the cost of A.
@@ -16,7 +16,7 @@ struct Dims {
 @group(0) @binding(2) var<storage, read_write> c: array<vec4<f32>>;
 @group(0) @binding(3) var<uniform> dims: Dims;
 
-const ROWS: u32 = 16u;
+const ROWS: u32 = 32u;
 
 var<private> acc: array<vec4<f32>, ROWS>;
 

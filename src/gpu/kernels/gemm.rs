@@ -51,7 +51,7 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         needs_subgroups: true,
     },
     Variant {
-        name: "bq16x4",
+        name: "bq32x4",
         wgsl: GEMM_BROADCAST8_VEC4A_WGSL,
         entry: "gemm_broadcast8_vec4a",
         needs_subgroups: true,
@@ -208,7 +208,8 @@ pub fn gemm_pass(
         "gemm_naive" => (size.n.div_ceil(8), size.m.div_ceil(8)),
         "gemm_tiled" => (size.n.div_ceil(64), size.m.div_ceil(64)),
         "gemm_rb4x4" => (col4_groups, size.m.div_ceil(4)),
-        "gemm_broadcast8" | "gemm_broadcast8_vec4a" => (col4_groups, size.m.div_ceil(16)),
+        "gemm_broadcast8" => (col4_groups, size.m.div_ceil(16)),
+        "gemm_broadcast8_vec4a" => (col4_groups, size.m.div_ceil(32)),
         _ => (col4_groups, size.m.div_ceil(8)),
     };
     let max = gpu.limits.max_compute_workgroups_per_dimension;
