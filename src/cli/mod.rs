@@ -242,7 +242,7 @@ pub struct KernelsArgs {
     /// Untimed warm-up iterations per point.
     #[arg(long, default_value_t = 3)]
     pub warmup: u32,
-    /// Force a GEMM variant instead of the measured selection (naive, tiled64, rb4x4, rb8x4, sg8x4, bc16x4, bq32x4).
+    /// Force a GEMM variant instead of the measured selection (naive, tiled64, rb4x4, rb8x4, sg8x4, bc16x4, bq32x4, bt32x4).
     #[arg(long, value_name = "NAME")]
     pub variant: Option<String>,
     /// Force a layernorm variant (row, workgroup256, subgroup, subgroup_welford, one_subgroup, vec4_subgroup).

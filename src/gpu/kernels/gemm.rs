@@ -10,6 +10,7 @@ const GEMM_WGSL: &str = include_str!("../../../shaders/gemm.wgsl");
 const GEMM_VEC4_WGSL: &str = include_str!("../../../shaders/gemm_vec4.wgsl");
 const GEMM_SUBGROUP_WGSL: &str = include_str!("../../../shaders/gemm_subgroup.wgsl");
 const GEMM_BROADCAST8_WGSL: &str = include_str!("../../../shaders/gemm_broadcast8.wgsl");
+const GEMM_BROADCAST8_TEX_WGSL: &str = include_str!("../../../shaders/gemm_broadcast8_tex.wgsl");
 const GEMM_BROADCAST8_VEC4A_WGSL: &str =
     include_str!("../../../shaders/gemm_broadcast8_vec4a.wgsl");
 
@@ -48,6 +49,12 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         name: "bc16x4",
         wgsl: GEMM_BROADCAST8_WGSL,
         entry: "gemm_broadcast8",
+        needs_subgroups: true,
+    },
+    Variant {
+        name: "bt32x4",
+        wgsl: GEMM_BROADCAST8_TEX_WGSL,
+        entry: "gemm_broadcast8_tex",
         needs_subgroups: true,
     },
     Variant {
@@ -196,7 +203,8 @@ pub fn gemm_pass(
             variant.name, r.subgroup_min_size, r.subgroup_max_size
         )));
     }
-    if variant.entry == "gemm_broadcast8_vec4a" && !size.k.is_multiple_of(4) {
+    let vec4_a = variant.entry == "gemm_broadcast8_vec4a" || variant.entry == "gemm_broadcast8_tex";
+    if vec4_a && !size.k.is_multiple_of(4) {
         return Err(KernelError::Invalid(format!(
             "GEMM variant {} reads A as vec4 and needs K to be a multiple of 4 (got {})",
             variant.name, size.k
@@ -210,6 +218,7 @@ pub fn gemm_pass(
         "gemm_rb4x4" => (col4_groups, size.m.div_ceil(4)),
         "gemm_broadcast8" => (col4_groups, size.m.div_ceil(16)),
         "gemm_broadcast8_vec4a" => (col4_groups, size.m.div_ceil(32)),
+        "gemm_broadcast8_tex" => (col4_groups, size.m.div_ceil(32)),
         _ => (col4_groups, size.m.div_ceil(8)),
     };
     let max = gpu.limits.max_compute_workgroups_per_dimension;
@@ -229,15 +238,110 @@ pub fn gemm_pass(
             ldc: ldc as u32,
         },
     );
+    let label = format!("gemm {}", variant.name);
+    if variant.entry == "gemm_broadcast8_tex" {
+        return texture_pass(gpu, variant, size, &label, [a, b, c, &dims], workgroups);
+    }
     Ok(DispatchPass::new(
         gpu,
-        &format!("gemm {}", variant.name),
+        &label,
         variant.wgsl,
         variant.entry,
         &[],
         &[a, b, c, &dims],
         workgroups,
     )?)
+}
+
+/// The texture variant: B is copied once into an rgba32float texture (one texel per vec4 of a
+/// row) and bound in its place.
+fn texture_pass(
+    gpu: &Gpu,
+    variant: &Variant,
+    size: GemmSize,
+    label: &str,
+    [a, b, c, dims]: [&wgpu::Buffer; 4],
+    workgroups: (u32, u32),
+) -> Result<DispatchPass, KernelError> {
+    let width = size.ldc() as u32 / 4;
+    let max = gpu.limits.max_texture_dimension_2d;
+    let row_bytes = size.ldc() as u32 * 4;
+    if width > max || size.k > max || !row_bytes.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)
+    {
+        return Err(KernelError::Invalid(format!(
+            "GEMM variant {} needs N/4 and K within max_texture_dimension_2d ({max}) and N a \
+             multiple of 64 (got {size})",
+            variant.name
+        )));
+    }
+    let texture = gpu.device.create_texture(&wgpu::TextureDescriptor {
+        label: Some("gemm b texture"),
+        size: wgpu::Extent3d {
+            width,
+            height: size.k,
+            depth_or_array_layers: 1,
+        },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba32Float,
+        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+        view_formats: &[],
+    });
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_texture(
+        wgpu::TexelCopyBufferInfo {
+            buffer: b,
+            layout: wgpu::TexelCopyBufferLayout {
+                offset: 0,
+                bytes_per_row: Some(row_bytes),
+                rows_per_image: Some(size.k),
+            },
+        },
+        wgpu::TexelCopyTextureInfo {
+            texture: &texture,
+            mip_level: 0,
+            origin: wgpu::Origin3d::ZERO,
+            aspect: wgpu::TextureAspect::All,
+        },
+        wgpu::Extent3d {
+            width,
+            height: size.k,
+            depth_or_array_layers: 1,
+        },
+    );
+    let idx = gpu.queue.submit([enc.finish()]);
+    gpu.wait(idx)?;
+    let pipeline = gpu.compute_pipeline(label, variant.wgsl, variant.entry, true, &[])?;
+    let view = texture.create_view(&Default::default());
+    let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(label),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: a.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: wgpu::BindingResource::TextureView(&view),
+            },
+            wgpu::BindGroupEntry {
+                binding: 2,
+                resource: c.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 3,
+                resource: dims.as_entire_binding(),
+            },
+        ],
+    });
+    gpu.check()?;
+    Ok(DispatchPass {
+        pipeline,
+        bind_group,
+        workgroups,
+    })
 }
 
 /// A GEMM ready to run: pipeline, buffers holding random inputs, and its f64 reference.
