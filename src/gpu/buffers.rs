@@ -29,6 +29,62 @@ impl Gpu {
             })
     }
 
+    /// Copies a buffer of `height` rows of `width` vec4<f32> into a new rgba32float texture
+    /// (one texel per vec4). `None` if the shape does not fit the adapter's texture limits or
+    /// a row is not a whole number of 256-byte copy rows.
+    pub fn texture_from(
+        &self,
+        label: &str,
+        buffer: &wgpu::Buffer,
+        width: u32,
+        height: u32,
+    ) -> Result<Option<wgpu::Texture>, GpuError> {
+        let max = self.limits.max_texture_dimension_2d;
+        let row_bytes = width * 16;
+        if width > max
+            || height > max
+            || !row_bytes.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)
+        {
+            return Ok(None);
+        }
+        let extent = wgpu::Extent3d {
+            width,
+            height,
+            depth_or_array_layers: 1,
+        };
+        let texture = self.device.create_texture(&wgpu::TextureDescriptor {
+            label: Some(label),
+            size: extent,
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: wgpu::TextureFormat::Rgba32Float,
+            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+            view_formats: &[],
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_texture(
+            wgpu::TexelCopyBufferInfo {
+                buffer,
+                layout: wgpu::TexelCopyBufferLayout {
+                    offset: 0,
+                    bytes_per_row: Some(row_bytes),
+                    rows_per_image: Some(height),
+                },
+            },
+            wgpu::TexelCopyTextureInfo {
+                texture: &texture,
+                mip_level: 0,
+                origin: wgpu::Origin3d::ZERO,
+                aspect: wgpu::TextureAspect::All,
+            },
+            extent,
+        );
+        let idx = self.queue.submit([enc.finish()]);
+        self.wait(idx)?;
+        Ok(Some(texture))
+    }
+
     /// Overwrites a whole f32 buffer with [`POISON_BITS`].
     pub fn poison(&self, buffer: &wgpu::Buffer) {
         let words = (buffer.size() / 4) as usize;

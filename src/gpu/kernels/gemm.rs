@@ -263,85 +263,26 @@ fn texture_pass(
     [a, b, c, dims]: [&wgpu::Buffer; 4],
     workgroups: (u32, u32),
 ) -> Result<DispatchPass, KernelError> {
-    let width = size.ldc() as u32 / 4;
-    let max = gpu.limits.max_texture_dimension_2d;
-    let row_bytes = size.ldc() as u32 * 4;
-    if width > max || size.k > max || !row_bytes.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)
-    {
-        return Err(KernelError::Invalid(format!(
-            "GEMM variant {} needs N/4 and K within max_texture_dimension_2d ({max}) and N a \
-             multiple of 64 (got {size})",
-            variant.name
-        )));
-    }
-    let texture = gpu.device.create_texture(&wgpu::TextureDescriptor {
-        label: Some("gemm b texture"),
-        size: wgpu::Extent3d {
-            width,
-            height: size.k,
-            depth_or_array_layers: 1,
-        },
-        mip_level_count: 1,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::Rgba32Float,
-        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
-        view_formats: &[],
-    });
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    enc.copy_buffer_to_texture(
-        wgpu::TexelCopyBufferInfo {
-            buffer: b,
-            layout: wgpu::TexelCopyBufferLayout {
-                offset: 0,
-                bytes_per_row: Some(row_bytes),
-                rows_per_image: Some(size.k),
-            },
-        },
-        wgpu::TexelCopyTextureInfo {
-            texture: &texture,
-            mip_level: 0,
-            origin: wgpu::Origin3d::ZERO,
-            aspect: wgpu::TextureAspect::All,
-        },
-        wgpu::Extent3d {
-            width,
-            height: size.k,
-            depth_or_array_layers: 1,
-        },
-    );
-    let idx = gpu.queue.submit([enc.finish()]);
-    gpu.wait(idx)?;
+    let texture = gpu
+        .texture_from("gemm b texture", b, size.ldc() as u32 / 4, size.k)?
+        .ok_or_else(|| {
+            KernelError::Invalid(format!(
+                "GEMM variant {} needs N/4 and K within max_texture_dimension_2d ({}) and N a \
+                 multiple of 64 (got {size})",
+                variant.name, gpu.limits.max_texture_dimension_2d
+            ))
+        })?;
     let pipeline = gpu.compute_pipeline(label, variant.wgsl, variant.entry, true, &[])?;
     let view = texture.create_view(&Default::default());
-    let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some(label),
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: a.as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: wgpu::BindingResource::TextureView(&view),
-            },
-            wgpu::BindGroupEntry {
-                binding: 2,
-                resource: c.as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 3,
-                resource: dims.as_entire_binding(),
-            },
-        ],
-    });
-    gpu.check()?;
-    Ok(DispatchPass {
-        pipeline,
-        bind_group,
-        workgroups,
-    })
+    let resources = vec![
+        a.as_entire_binding(),
+        wgpu::BindingResource::TextureView(&view),
+        c.as_entire_binding(),
+        dims.as_entire_binding(),
+    ];
+    Ok(DispatchPass::with_resources(
+        gpu, label, pipeline, resources, workgroups,
+    )?)
 }
 
 /// A GEMM ready to run: pipeline, buffers holding random inputs, and its f64 reference.

@@ -162,10 +162,25 @@ impl DispatchPass {
         buffers: &[&wgpu::Buffer],
         workgroups: (u32, u32),
     ) -> Result<DispatchPass, GpuError> {
-        let entries: Vec<_> = buffers
-            .iter()
+        let resources: Vec<_> = buffers.iter().map(|b| b.as_entire_binding()).collect();
+        Self::with_resources(gpu, label, pipeline, resources, workgroups)
+    }
+
+    /// Binds any resources (buffers, texture views) in order to an existing pipeline.
+    pub fn with_resources(
+        gpu: &super::Gpu,
+        label: &str,
+        pipeline: wgpu::ComputePipeline,
+        resources: Vec<wgpu::BindingResource<'_>>,
+        workgroups: (u32, u32),
+    ) -> Result<DispatchPass, GpuError> {
+        let entries: Vec<_> = resources
+            .into_iter()
             .enumerate()
-            .map(|(i, b)| bind_entry(i as u32, b))
+            .map(|(i, resource)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource,
+            })
             .collect();
         let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(label),
@@ -188,13 +203,6 @@ pub trait GpuKernel {
     /// Poisons the output, runs once on the current inputs, and checks against the reference.
     fn verify(&self) -> Result<Verification, KernelError>;
     fn variant(&self) -> &'static str;
-}
-
-pub(crate) fn bind_entry(binding: u32, buffer: &wgpu::Buffer) -> wgpu::BindGroupEntry<'_> {
-    wgpu::BindGroupEntry {
-        binding,
-        resource: buffer.as_entire_binding(),
-    }
 }
 
 /// Runs a kernel once on its own submission (for verification and warm-up).
