@@ -46,23 +46,6 @@ fn layernorm_subgroup(
     }
 }
 
-// Welford's update for (count, mean, M2) merged with Chan's formula; one read of x for the
-// statistics instead of two.
-struct Moments {
-    n: f32,
-    mean: f32,
-    m2: f32,
-}
-
-fn merge(a: Moments, b: Moments) -> Moments {
-    let n = a.n + b.n;
-    if (n == 0.0) {
-        return a;
-    }
-    let delta = b.mean - a.mean;
-    let wb = b.n / n;
-    return Moments(n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb);
-}
 
 @compute @workgroup_size(64)
 fn layernorm_subgroup_welford(

@@ -20,21 +20,6 @@ struct Dims {
 override SG_WG: u32 = 32u;
 const R: u32 = 4u;
 
-struct Moments {
-    n: f32,
-    mean: f32,
-    m2: f32,
-}
-
-fn merge(a: Moments, b: Moments) -> Moments {
-    let n = a.n + b.n;
-    if (n == 0.0) {
-        return a;
-    }
-    let delta = b.mean - a.mean;
-    let wb = b.n / n;
-    return Moments(n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb);
-}
 
 // Moments of four values at once (two-pass inside the vec4, exact).
 fn moments4(v: vec4<f32>) -> Moments {

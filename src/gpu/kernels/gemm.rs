@@ -10,9 +10,15 @@ const GEMM_WGSL: &str = include_str!("../../../shaders/gemm.wgsl");
 const GEMM_VEC4_WGSL: &str = include_str!("../../../shaders/gemm_vec4.wgsl");
 const GEMM_SUBGROUP_WGSL: &str = include_str!("../../../shaders/gemm_subgroup.wgsl");
 const GEMM_BROADCAST8_WGSL: &str = include_str!("../../../shaders/gemm_broadcast8.wgsl");
-const GEMM_BROADCAST8_TEX_WGSL: &str = include_str!("../../../shaders/gemm_broadcast8_tex.wgsl");
-const GEMM_BROADCAST8_VEC4A_WGSL: &str =
-    include_str!("../../../shaders/gemm_broadcast8_vec4a.wgsl");
+// The bq kernels share one body; the part in front says how B is read.
+const GEMM_BQ_STORAGE_WGSL: &str = concat!(
+    include_str!("../../../shaders/gemm_b_storage.wgsl"),
+    include_str!("../../../shaders/gemm_bq.wgsl")
+);
+const GEMM_BQ_TEXTURE_WGSL: &str = concat!(
+    include_str!("../../../shaders/gemm_b_texture.wgsl"),
+    include_str!("../../../shaders/gemm_bq.wgsl")
+);
 
 pub static GEMM_VARIANTS: &[Variant] = &[
     Variant {
@@ -53,14 +59,14 @@ pub static GEMM_VARIANTS: &[Variant] = &[
     },
     Variant {
         name: "bt32x4",
-        wgsl: GEMM_BROADCAST8_TEX_WGSL,
-        entry: "gemm_broadcast8_tex",
+        wgsl: GEMM_BQ_TEXTURE_WGSL,
+        entry: "gemm_bq",
         needs_subgroups: true,
     },
     Variant {
         name: "bq32x4",
-        wgsl: GEMM_BROADCAST8_VEC4A_WGSL,
-        entry: "gemm_broadcast8_vec4a",
+        wgsl: GEMM_BQ_STORAGE_WGSL,
+        entry: "gemm_bq",
         needs_subgroups: true,
     },
 ];
@@ -196,15 +202,14 @@ pub fn gemm_pass(
 ) -> Result<DispatchPass, KernelError> {
     check_size(gpu, variant, size)?;
     let r = &gpu.report;
-    let broadcast8 = variant.entry.starts_with("gemm_broadcast8");
+    let broadcast8 = variant.entry == "gemm_broadcast8" || variant.entry == "gemm_bq";
     if broadcast8 && (r.subgroup_min_size != 8 || r.subgroup_max_size != 8) {
         return Err(KernelError::Invalid(format!(
             "GEMM variant {} needs subgroups of exactly 8 lanes; this adapter's are {} to {}",
             variant.name, r.subgroup_min_size, r.subgroup_max_size
         )));
     }
-    let vec4_a = variant.entry == "gemm_broadcast8_vec4a" || variant.entry == "gemm_broadcast8_tex";
-    if vec4_a && !size.k.is_multiple_of(4) {
+    if variant.entry == "gemm_bq" && !size.k.is_multiple_of(4) {
         return Err(KernelError::Invalid(format!(
             "GEMM variant {} reads A as vec4 and needs K to be a multiple of 4 (got {})",
             variant.name, size.k
@@ -217,8 +222,7 @@ pub fn gemm_pass(
         "gemm_tiled" => (size.n.div_ceil(64), size.m.div_ceil(64)),
         "gemm_rb4x4" => (col4_groups, size.m.div_ceil(4)),
         "gemm_broadcast8" => (col4_groups, size.m.div_ceil(16)),
-        "gemm_broadcast8_vec4a" => (col4_groups, size.m.div_ceil(32)),
-        "gemm_broadcast8_tex" => (col4_groups, size.m.div_ceil(32)),
+        "gemm_bq" => (col4_groups, size.m.div_ceil(32)),
         _ => (col4_groups, size.m.div_ceil(8)),
     };
     let max = gpu.limits.max_compute_workgroups_per_dimension;
@@ -239,7 +243,7 @@ pub fn gemm_pass(
         },
     );
     let label = format!("gemm {}", variant.name);
-    if variant.entry == "gemm_broadcast8_tex" {
+    if variant.wgsl == GEMM_BQ_TEXTURE_WGSL {
         return texture_pass(gpu, variant, size, &label, [a, b, c, &dims], workgroups);
     }
     Ok(DispatchPass::new(

@@ -7,8 +7,14 @@ use super::{compare, judge, random_vec, run_once, DispatchPass, GpuKernel, Kerne
 use crate::gpu::Gpu;
 
 const LAYERNORM_WGSL: &str = include_str!("../../../shaders/layernorm.wgsl");
-const LAYERNORM_SUBGROUP_WGSL: &str = include_str!("../../../shaders/layernorm_subgroup.wgsl");
-const LAYERNORM_VEC4_WGSL: &str = include_str!("../../../shaders/layernorm_vec4.wgsl");
+const LAYERNORM_SUBGROUP_WGSL: &str = concat!(
+    include_str!("../../../shaders/welford.wgsl"),
+    include_str!("../../../shaders/layernorm_subgroup.wgsl")
+);
+const LAYERNORM_VEC4_WGSL: &str = concat!(
+    include_str!("../../../shaders/welford.wgsl"),
+    include_str!("../../../shaders/layernorm_vec4.wgsl")
+);
 
 pub const EPS: f32 = 1e-5;
 

@@ -1,6 +1,9 @@
-// gemm_broadcast8_vec4a.wgsl with B read from an rgba32float texture (texel (col4, k) holds
-// columns 4*col4..4*col4+3 of row k): CPU drivers fetch texels with vector gathers, cheaper than
-// their lane-by-lane storage loads. Needs k to be a multiple of 4.
+// Like gemm_broadcast8.wgsl (8-lane subgroups) with 32 rows x vec4 per invocation, and A read
+// as vec4s too: each lane loads four consecutive k of each row, so a subgroup covers 32 k per
+// load of A. On CPU drivers every load whose address differs across lanes is done lane by
+// lane, and vec4 loads cost about what scalar ones do, so this quarters the cost of A.
+// Needs k to be a multiple of 4 (A is read as vec4 rows of k / 4). How B is read comes from a
+// part the host puts in front: gemm_b_storage.wgsl or gemm_b_texture.wgsl (`load_b`).
 
 struct Dims {
     m: u32,
@@ -10,7 +13,6 @@ struct Dims {
 }
 
 @group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
-@group(0) @binding(1) var b: texture_2d<f32>;
 @group(0) @binding(2) var<storage, read_write> c: array<vec4<f32>>;
 @group(0) @binding(3) var<uniform> dims: Dims;
 
@@ -21,10 +23,10 @@ var<private> acc: array<vec4<f32>, ROWS>;
 // Four k steps from one broadcast vec4 of A per row.
 fn quad(p: u32, col4: u32, ld4: u32, q: array<vec4<f32>, ROWS>) {
     let last = dims.k - 1u;
-    let b0 = textureLoad(b, vec2<u32>(col4, min(p, last)), 0);
-    let b1 = textureLoad(b, vec2<u32>(col4, min(p + 1u, last)), 0);
-    let b2 = textureLoad(b, vec2<u32>(col4, min(p + 2u, last)), 0);
-    let b3 = textureLoad(b, vec2<u32>(col4, min(p + 3u, last)), 0);
+    let b0 = load_b(min(p, last), col4, ld4);
+    let b1 = load_b(min(p + 1u, last), col4, ld4);
+    let b2 = load_b(min(p + 2u, last), col4, ld4);
+    let b3 = load_b(min(p + 3u, last), col4, ld4);
     for (var i = 0u; i < ROWS; i++) {
         var s = fma(vec4<f32>(q[i].x), b0, acc[i]);
         s = fma(vec4<f32>(q[i].y), b1, s);
@@ -34,7 +36,7 @@ fn quad(p: u32, col4: u32, ld4: u32, q: array<vec4<f32>, ROWS>) {
 }
 
 @compute @workgroup_size(64, 1, 1)
-fn gemm_broadcast8_tex(
+fn gemm_bq(
     @builtin(global_invocation_id) gid: vec3<u32>,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {

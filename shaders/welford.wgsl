@@ -1,0 +1,19 @@
+// Running moments (count, mean, M2) for layernorm: Welford's update, merged across lanes with
+// Chan's formula, so one read of x gives a numerically stable variance. Put in front of the
+// layernorm shaders that use it.
+struct Moments {
+    n: f32,
+    mean: f32,
+    m2: f32,
+}
+
+fn merge(a: Moments, b: Moments) -> Moments {
+    let n = a.n + b.n;
+    if (n == 0.0) {
+        return a;
+    }
+    let delta = b.mean - a.mean;
+    let wb = b.n / n;
+    return Moments(n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb);
+}
+
