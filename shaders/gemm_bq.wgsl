@@ -35,7 +35,7 @@ fn quad(p: u32, col4: u32, ld4: u32, q: array<vec4<f32>, ROWS>) {
     }
 }
 
-@compute @workgroup_size(64, 1, 1)
+@compute @workgroup_size(32, 1, 1)
 fn gemm_bq(
     @builtin(global_invocation_id) gid: vec3<u32>,
     @builtin(subgroup_invocation_id) lane: u32,

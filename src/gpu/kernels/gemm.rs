@@ -222,7 +222,7 @@ pub fn gemm_pass(
         "gemm_tiled" => (size.n.div_ceil(64), size.m.div_ceil(64)),
         "gemm_rb4x4" => (col4_groups, size.m.div_ceil(4)),
         "gemm_broadcast8" => (col4_groups, size.m.div_ceil(16)),
-        "gemm_bq" => (col4_groups, size.m.div_ceil(32)),
+        "gemm_bq" => ((ldc as u32 / 4).div_ceil(32), size.m.div_ceil(32)),
         _ => (col4_groups, size.m.div_ceil(8)),
     };
     let max = gpu.limits.max_compute_workgroups_per_dimension;
