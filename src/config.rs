@@ -61,7 +61,7 @@ impl HolConfig {
                 .modes
                 .clone()
                 .unwrap_or(vec![Mode::None, Mode::Inline, Mode::Offload]),
-            reps: self.reps.unwrap_or(3),
+            reps: self.reps.unwrap_or(5),
             link_gbps: self.link_gbps.unwrap_or(12.5),
             peer: self.peer.clone(),
             gemm_variant: None,

@@ -750,7 +750,9 @@ pub fn run(
                     }
                     let ms = Summary::of(&makespans).context("no makespan")?;
                     let st = Summary::of(&stalls).context("no stalls")?;
-                    let busy_fraction = mean(&busy);
+                    // Medians over repetitions: one disturbed repetition on a shared machine
+                    // does not move the figure.
+                    let busy_fraction = Summary::of(&busy).context("no busy fraction")?.p50;
                     if mode == Mode::None {
                         none = Some((ms.p50, busy_fraction, Vec::new()));
                     }

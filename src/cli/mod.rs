@@ -110,7 +110,7 @@ pub struct HolArgs {
     #[arg(long, value_enum, value_delimiter = ',')]
     pub mode: Vec<crate::bench::hol::Mode>,
     /// Repetitions of the stream per point (makespan statistics are over these).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     pub reps: u32,
     /// Link bandwidth the inline stand-in charges for the bytes, GB/s.
     #[arg(long, default_value_t = 12.5)]
