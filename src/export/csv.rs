@@ -98,10 +98,6 @@ impl CsvSink {
         self.writer.flush()?;
         Ok(())
     }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 /// Formats a float for CSV keeping at least four significant digits.

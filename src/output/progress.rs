@@ -23,14 +23,6 @@ impl Progress {
         Progress { bar, quiet }
     }
 
-    /// A bar that shows nothing and prints nothing (for library callers and tests).
-    pub fn silent() -> Progress {
-        Progress {
-            bar: None,
-            quiet: true,
-        }
-    }
-
     pub fn inc(&self) {
         if let Some(b) = &self.bar {
             b.inc(1);
@@ -40,12 +32,6 @@ impl Progress {
     pub fn set_message(&self, msg: String) {
         if let Some(b) = &self.bar {
             b.set_message(msg);
-        }
-    }
-
-    pub fn inc_length(&self, n: u64) {
-        if let Some(b) = &self.bar {
-            b.inc_length(n);
         }
     }
 

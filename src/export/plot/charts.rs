@@ -134,6 +134,16 @@ fn fmt_tick(v: f64, log: bool) -> String {
     }
 }
 
+/// The label of the category at integer position `v` on a categorical axis ("" between them).
+fn category(labels: &[String], v: f64) -> String {
+    let i = v.round();
+    if (v - i).abs() < 0.01 && i >= 0.0 {
+        labels.get(i as usize).cloned().unwrap_or_default()
+    } else {
+        String::new()
+    }
+}
+
 fn range(values: impl Iterator<Item = f64>, pad_zero: bool) -> (f64, f64) {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     for v in values.filter(|v| v.is_finite()) {
@@ -283,14 +293,7 @@ where
         .x_desc(&c.x_label)
         .y_desc(&c.y_label)
         .x_labels(labels.len().max(1))
-        .x_label_formatter(&|v| {
-            let i = v.round();
-            if (v - i).abs() < 0.01 && i >= 0.0 {
-                labels.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
+        .x_label_formatter(&|v| category(&labels, *v))
         .y_label_formatter(&|v| fmt_tick(*v, false))
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 17))
@@ -348,14 +351,7 @@ where
         .configure_mesh()
         .x_desc(&c.x_label)
         .y_labels(names.len().max(1))
-        .y_label_formatter(&|v| {
-            let i = v.round();
-            if (v - i).abs() < 0.01 && i >= 0.0 {
-                names.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
+        .y_label_formatter(&|v| category(&names, *v))
         .x_label_formatter(&|v| fmt_tick(*v, false))
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 17))

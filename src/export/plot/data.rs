@@ -135,7 +135,6 @@ impl Row<'_> {
 /// Host and adapter of a run, for titles and legends.
 #[derive(Debug, Clone)]
 pub struct RunLabel {
-    pub dir: PathBuf,
     pub host: String,
     pub adapter: String,
 }
@@ -148,7 +147,6 @@ impl RunLabel {
             .unwrap_or_default();
         let s = |v: &serde_json::Value| v.as_str().unwrap_or("?").to_string();
         RunLabel {
-            dir: dir.to_path_buf(),
             host: s(&meta["host"]["hostname"]),
             adapter: meta["adapter"]["name"]
                 .as_str()

@@ -93,6 +93,13 @@ pub struct PlotOutcome {
     pub skipped: Vec<String>,
 }
 
+/// A figure to draw: file name, what it shows, the chart.
+type Named = (String, String, Chart);
+
+fn named(name: &str, about: &str, chart: Chart) -> Named {
+    (name.to_string(), about.to_string(), chart)
+}
+
 type Points = Vec<(f64, f64)>;
 /// (stage, start, end, kind) of one simulated op.
 type TimelineOp = (usize, f64, f64, usize);
@@ -111,7 +118,7 @@ fn sorted(mut v: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
     v
 }
 
-fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart)>> {
+fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut gemm = LineChart {
         title: format!("GEMM throughput — {title}"),
         x_label: "size: cube root of M·N·K".into(),
@@ -170,23 +177,23 @@ fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Ch
     }
     let mut out = Vec::new();
     if !gemm.series.is_empty() {
-        out.push((
-            "kernels_gemm".into(),
-            "GEMM GFLOP/s against size, GPU and CPU baseline".into(),
+        out.push(named(
+            "kernels_gemm",
+            "GEMM GFLOP/s against size, GPU and CPU baseline",
             Chart::Lines(gemm),
         ));
     }
     if !ln.series.is_empty() {
-        out.push((
-            "kernels_layernorm".into(),
-            "Layernorm GB/s against size, GPU and host memcpy".into(),
+        out.push(named(
+            "kernels_layernorm",
+            "Layernorm GB/s against size, GPU and host memcpy",
             Chart::Lines(ln),
         ));
     }
     Ok(out)
 }
 
-fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart)>> {
+fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut lat = LineChart {
         title: format!("Transfer latency (p50, band to p99) — {title}"),
         x_label: "bytes".into(),
@@ -243,14 +250,14 @@ fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart
     }
     let mut out = Vec::new();
     if !lat.series.is_empty() {
-        out.push((
-            "d2h_latency".into(),
-            "D2H/H2D end-to-end latency against size (log-log)".into(),
+        out.push(named(
+            "d2h_latency",
+            "D2H/H2D end-to-end latency against size (log-log)",
             Chart::Lines(lat),
         ));
-        out.push((
-            "d2h_bandwidth".into(),
-            "D2H/H2D bandwidth against size, memcpy as the ceiling".into(),
+        out.push(named(
+            "d2h_bandwidth",
+            "D2H/H2D bandwidth against size, memcpy as the ceiling",
             Chart::Lines(bw),
         ));
     }
@@ -261,7 +268,7 @@ fn delay_of(s: &str) -> f64 {
     s.parse().unwrap_or(0.0)
 }
 
-fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart)>> {
+fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mk = |t: &str, y: &str| LineChart {
         title: format!("{t} — {title}"),
         x_label: "injected delay per transfer (ms)".into(),
@@ -351,33 +358,33 @@ fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart
     }
     let mut out = Vec::new();
     if !stall.series.is_empty() {
-        out.push((
-            "hol_stall".into(),
-            "HoL stall against injected delay: none, inline, offload".into(),
+        out.push(named(
+            "hol_stall",
+            "HoL stall against injected delay: none, inline, offload",
             Chart::Lines(stall),
         ));
-        out.push((
-            "hol_makespan".into(),
-            "Makespan against injected delay".into(),
+        out.push(named(
+            "hol_makespan",
+            "Makespan against injected delay",
             Chart::Lines(makespan),
         ));
-        out.push((
-            "hol_busy".into(),
-            "GPU busy fraction against injected delay".into(),
+        out.push(named(
+            "hol_busy",
+            "GPU busy fraction against injected delay",
             Chart::Lines(busy),
         ));
     }
     if !split.bars.is_empty() {
-        out.push((
-            "hol_offload_split".into(),
-            "Offload latency split (D2H, map, copy, delay, send, receive)".into(),
+        out.push(named(
+            "hol_offload_split",
+            "Offload latency split (D2H, map, copy, delay, send, receive)",
             Chart::Bars(split),
         ));
     }
     Ok(out)
 }
 
-fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart)>> {
+fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut lat = LineChart {
         title: format!("RDMA latency — {title}"),
         x_label: "bytes".into(),
@@ -423,7 +430,7 @@ pub fn total_delay(slow: &str) -> f64 {
         .sum()
 }
 
-fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart)>> {
+fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut iter = LineChart {
         title: format!("Iteration time against straggler delay — {title}"),
         x_label: "extra link delay (ms)".into(),
@@ -450,9 +457,9 @@ fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<(String, String, Chart
         }
     }
     if !iter.series.is_empty() {
-        out.push((
-            "sim_iteration".into(),
-            "Simulated iteration time against delay, per schedule".into(),
+        out.push(named(
+            "sim_iteration",
+            "Simulated iteration time against delay, per schedule",
             Chart::Lines(iter),
         ));
     }

@@ -372,8 +372,4 @@ impl GpuKernel for GemmKernel<'_> {
             result,
         )
     }
-
-    fn variant(&self) -> &'static str {
-        self.variant.name
-    }
 }

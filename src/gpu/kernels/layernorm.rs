@@ -272,8 +272,4 @@ impl GpuKernel for LayernormKernel<'_> {
             result,
         )
     }
-
-    fn variant(&self) -> &'static str {
-        self.variant.name
-    }
 }

@@ -202,7 +202,6 @@ pub trait GpuKernel {
     fn encode(&self, pass: &mut wgpu::ComputePass<'_>);
     /// Poisons the output, runs once on the current inputs, and checks against the reference.
     fn verify(&self) -> Result<Verification, KernelError>;
-    fn variant(&self) -> &'static str;
 }
 
 /// Runs a kernel once on its own submission (for verification and warm-up).
