@@ -70,14 +70,7 @@ fn layernorm_subgroup_welford(
         mo.mean += d / mo.n;
         mo.m2 = fma(d, v - mo.mean, mo.m2);
     }
-    for (var off = sg_size / 2u; off > 0u; off >>= 1u) {
-        let other = Moments(
-            subgroupShuffleXor(mo.n, off),
-            subgroupShuffleXor(mo.mean, off),
-            subgroupShuffleXor(mo.m2, off),
-        );
-        mo = merge(mo, other);
-    }
+    mo = subgroup_merge(mo, sg_size);
     let inv = inverseSqrt(mo.m2 / f32(dims.hidden) + dims.eps);
     if (wanted < dims.rows) {
         for (var i0 = 0u; i0 < dims.hidden; i0 += sg_size) {
@@ -114,14 +107,7 @@ fn layernorm_one_subgroup(
             mo.m2 = fma(d, v - mo.mean, mo.m2);
         }
     }
-    for (var off = SG_WG / 2u; off > 0u; off >>= 1u) {
-        let other = Moments(
-            subgroupShuffleXor(mo.n, off),
-            subgroupShuffleXor(mo.mean, off),
-            subgroupShuffleXor(mo.m2, off),
-        );
-        mo = merge(mo, other);
-    }
+    mo = subgroup_merge(mo, SG_WG);
     let inv = inverseSqrt(mo.m2 / f32(dims.hidden) + dims.eps);
     for (var i0 = 0u; i0 < dims.hidden; i0 += SG_WG) {
         let i = i0 + lane;

@@ -28,19 +28,6 @@ fn moments4(v: vec4<f32>) -> Moments {
     return Moments(4.0, mean, dot(d, d));
 }
 
-fn subgroup_merge(m: Moments) -> Moments {
-    var mo = m;
-    for (var off = SG_WG / 2u; off > 0u; off >>= 1u) {
-        let other = Moments(
-            subgroupShuffleXor(mo.n, off),
-            subgroupShuffleXor(mo.mean, off),
-            subgroupShuffleXor(mo.m2, off),
-        );
-        mo = merge(mo, other);
-    }
-    return mo;
-}
-
 @compute @workgroup_size(SG_WG)
 fn layernorm_vec4(
     @builtin(workgroup_id) wg: vec3<u32>,
@@ -66,7 +53,7 @@ fn layernorm_vec4(
     var mean: array<vec4<f32>, R>;
     var inv: array<f32, R>;
     for (var r = 0u; r < R; r++) {
-        let m = subgroup_merge(mo[r]);
+        let m = subgroup_merge(mo[r], SG_WG);
         mean[r] = vec4<f32>(m.mean);
         inv[r] = inverseSqrt(m.m2 / f32(dims.hidden) + dims.eps);
     }

@@ -17,3 +17,17 @@ fn merge(a: Moments, b: Moments) -> Moments {
     return Moments(n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb);
 }
 
+// Merges the moments of all `width` lanes of a subgroup (a power of two) into every lane.
+fn subgroup_merge(m: Moments, width: u32) -> Moments {
+    var mo = m;
+    for (var off = width / 2u; off > 0u; off >>= 1u) {
+        let other = Moments(
+            subgroupShuffleXor(mo.n, off),
+            subgroupShuffleXor(mo.mean, off),
+            subgroupShuffleXor(mo.m2, off),
+        );
+        mo = merge(mo, other);
+    }
+    return mo;
+}
+
