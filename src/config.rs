@@ -37,6 +37,8 @@ pub struct HolConfig {
     pub reps: Option<u32>,
     pub link_gbps: Option<f64>,
     pub peer: Option<String>,
+    /// "tcp" (default) or "rdma" (the first RDMA device, port 1, GID index 0).
+    pub transport: Option<crate::transport::TransportKind>,
 }
 
 impl HolConfig {
@@ -64,6 +66,8 @@ impl HolConfig {
             reps: self.reps.unwrap_or(5),
             link_gbps: self.link_gbps.unwrap_or(12.5),
             peer: self.peer.clone(),
+            transport: self.transport.unwrap_or_default(),
+            rdma: Default::default(),
             gemm_variant: None,
             layernorm_variant: None,
         };

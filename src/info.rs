@@ -5,17 +5,46 @@ use serde::Serialize;
 
 use crate::gpu::{adapter_reports, AdapterReport, BackendChoice};
 use crate::host::HostInfo;
+use crate::rdma::verbs::{list_devices, DeviceInfo, VerbsError};
 
 #[derive(Serialize)]
 struct Info {
     host: HostInfo,
     adapters: Vec<AdapterReport>,
+    rdma: RdmaReport,
+}
+
+/// The RDMA devices, or why there are none (the rest of `info` carries on either way).
+#[derive(Serialize)]
+struct RdmaReport {
+    devices: Vec<DeviceInfo>,
+    unavailable: Option<String>,
+}
+
+impl RdmaReport {
+    fn probe() -> RdmaReport {
+        match list_devices() {
+            Ok(devices) if devices.is_empty() => RdmaReport {
+                devices,
+                unavailable: Some(VerbsError::NoDevices.to_string()),
+            },
+            Ok(devices) => RdmaReport {
+                devices,
+                unavailable: None,
+            },
+            Err(e) => RdmaReport {
+                devices: Vec::new(),
+                unavailable: Some(e.to_string()),
+            },
+        }
+    }
 }
 
 pub fn run(backend: BackendChoice, json: bool) -> Result<()> {
     let info = Info {
         host: HostInfo::probe(),
         adapters: adapter_reports(backend),
+        rdma: RdmaReport::probe(),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&info)?);
@@ -62,6 +91,25 @@ pub fn run(backend: BackendChoice, json: bool) -> Result<()> {
             a.max_compute_invocations_per_workgroup,
             a.max_compute_workgroups_per_dimension
         );
+    }
+    println!();
+    if let Some(why) = &info.rdma.unavailable {
+        println!("rdma      none: {why}");
+    }
+    for d in &info.rdma.devices {
+        println!(
+            "rdma {}: node GUID {}, max_qp_wr {}",
+            d.name, d.node_guid, d.max_qp_wr
+        );
+        for p in &d.ports {
+            println!(
+                "  port {}: {}, {}, active MTU {} B, LID {}",
+                p.port, p.state, p.link_layer, p.active_mtu, p.lid
+            );
+            for g in &p.gids {
+                println!("    gid[{}] {}", g.index, g.gid);
+            }
+        }
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ pub mod gpu;
 pub mod host;
 pub mod info;
 pub mod output;
+pub mod rdma;
 pub mod sim;
 pub mod stats;
 pub mod suite;

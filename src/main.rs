@@ -73,7 +73,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             std::time::Duration::from_secs(a.timeout_s),
             a.once,
             g.quiet,
+            a.transport,
+            &a.rdma.choice(),
         ),
+        Command::Rdma(a) => morphbench::rdma::cli::run(&a.plan(), &g.out, g.quiet),
         Command::Sim(a) => {
             let mut cfg = a.config()?;
             if let Some(dir) = &a.from {

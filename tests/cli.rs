@@ -21,6 +21,47 @@ fn info_lists_adapters_and_host() {
             .unwrap()
             > 0
     );
+    // RDMA: the devices, or a plain reason why there are none.
+    let rdma = &v["rdma"];
+    assert!(
+        rdma["devices"].as_array().is_some_and(|d| !d.is_empty())
+            || rdma["unavailable"].is_string(),
+        "{rdma}"
+    );
+    assert!(text.contains("rdma "), "{text}");
+}
+
+#[test]
+fn rdma_bad_input_and_missing_devices_are_clear_errors() {
+    fails_with(&["rdma"], "--server");
+    fails_with(
+        &["rdma", "--connect", "x", "--sizes", "0"],
+        "at least 1 byte",
+    );
+    fails_with(&["rdma", "--connect", "x", "--sizes", "2G"], "1 GiB");
+    fails_with(&["rdma", "--connect", "x", "--ib-port", "0"], "ib-port");
+    fails_with(&["rdma", "--connect", "x", "--iters", "0"], "iters");
+    // Without verbs the reason is given; with devices here, nothing listens on port 1.
+    let unavailable = morphbench::rdma::verbs::list_devices().map_or(true, |d| d.is_empty());
+    if unavailable {
+        fails_with(&["rdma", "--connect", "127.0.0.1:1"], "RDMA");
+        fails_with(&["rdma", "--server", "--listen", "127.0.0.1:0"], "RDMA");
+        fails_with(&["sink", "--transport", "rdma", "--once"], "RDMA");
+        fails_with(
+            &[
+                "hol",
+                "--transport",
+                "rdma",
+                "--mode",
+                "offload",
+                "--reps",
+                "1",
+            ],
+            "RDMA",
+        );
+    } else {
+        fails_with(&["rdma", "--connect", "127.0.0.1:1"], "cannot connect");
+    }
 }
 
 #[test]

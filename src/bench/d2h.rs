@@ -105,8 +105,20 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
-/// Parses `4,4K,64KiB,1M,256MiB,1G`.
+/// Parses a transfer size such as `4`, `4K`, `64KiB`, `1M`, `1G`: positive, 4-byte aligned.
 pub fn parse_size(text: &str) -> Result<u64, String> {
+    let v = parse_byte_count(text)?;
+    if v % COPY_ALIGN != 0 {
+        return Err(format!(
+            "'{}': transfer sizes must be a positive multiple of {COPY_ALIGN} bytes",
+            text.trim()
+        ));
+    }
+    Ok(v)
+}
+
+/// Parses a positive byte count with an optional K/M/G unit.
+pub fn parse_byte_count(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -123,10 +135,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let v = n
         .checked_mul(mult)
         .ok_or_else(|| format!("'{t}' is too large"))?;
-    if v == 0 || v % COPY_ALIGN != 0 {
-        return Err(format!(
-            "'{t}': transfer sizes must be a positive multiple of {COPY_ALIGN} bytes"
-        ));
+    if v == 0 {
+        return Err(format!("'{t}': sizes must be at least 1 byte"));
     }
     Ok(v)
 }

@@ -33,11 +33,13 @@ use crate::gpu::timing::PassTimer;
 use crate::gpu::transfer::{touched, MapTiming, StagingPool};
 use crate::gpu::{Gpu, WAIT_LIMIT};
 use crate::output::Progress;
+use crate::rdma::transport::{self as rdma_transport, RdmaTransport};
+use crate::rdma::DeviceChoice;
 use crate::stats::Summary;
 use crate::transport::sink::{spawn_loopback, SinkStats};
 use crate::transport::tcp::{TcpTransport, Timeouts};
 use crate::transport::wire::{checksum, MAX_PAYLOAD};
-use crate::transport::{Transport, TransportError};
+use crate::transport::{Transport, TransportError, TransportKind};
 
 pub const BENCH: &str = "hol";
 
@@ -125,6 +127,9 @@ pub struct HolPlan {
     pub link_gbps: f64,
     /// A remote `morphbench sink`; `None` runs one in-process on loopback.
     pub peer: Option<String>,
+    pub transport: TransportKind,
+    /// The RDMA device, port and GID when `transport` is RDMA.
+    pub rdma: DeviceChoice,
     pub gemm_variant: Option<String>,
     pub layernorm_variant: Option<String>,
 }
@@ -359,14 +364,25 @@ type SinkThread = std::thread::JoinHandle<Result<SinkStats, TransportError>>;
 fn connect(plan: &HolPlan, bytes: u64) -> Result<(Box<dyn Transport>, Option<SinkThread>)> {
     let timeouts = Timeouts::default();
     let max = bytes.clamp(4, MAX_PAYLOAD);
-    match &plan.peer {
-        Some(addr) => Ok((Box::new(TcpTransport::connect(addr, max, timeouts)?), None)),
+    let (addr, sink) = match &plan.peer {
+        Some(addr) => (addr.clone(), None),
         None => {
-            let (addr, sink) = spawn_loopback(max, timeouts.io)?;
-            let t = TcpTransport::connect(&addr.to_string(), max, timeouts)?;
-            Ok((Box::new(t), Some(sink)))
+            let (addr, sink) = match plan.transport {
+                TransportKind::Tcp => spawn_loopback(max, timeouts.io)?,
+                TransportKind::Rdma => {
+                    rdma_transport::spawn_loopback(plan.rdma.clone(), max, timeouts.io)?
+                }
+            };
+            (addr.to_string(), Some(sink))
         }
-    }
+    };
+    let transport: Box<dyn Transport> = match plan.transport {
+        TransportKind::Tcp => Box::new(TcpTransport::connect(&addr, max, timeouts)?),
+        TransportKind::Rdma => {
+            Box::new(RdmaTransport::connect(&addr, &plan.rdma, max, timeouts.io)?)
+        }
+    };
+    Ok((transport, sink))
 }
 
 struct Ctx<'a> {
@@ -613,6 +629,9 @@ pub fn run(
     progress: &Progress,
 ) -> Result<(Vec<PointSummary>, Vec<CalibrationPoint>)> {
     plan.validate().map_err(|e| anyhow!("hol: {e}"))?;
+    if plan.transport == TransportKind::Rdma && plan.modes.contains(&Mode::Offload) {
+        plan.rdma.check().context("hol --transport rdma")?;
+    }
     if !gpu.has_timestamps() {
         bail!(
             "hol times every op on the GPU clock, and adapter '{}' has no timestamp queries \
@@ -660,10 +679,11 @@ pub fn run(
     )?;
     let mut table = dir.table(BENCH, &SCHEMA)?;
     let mut summaries = Vec::new();
-    let transport = if plan.peer.is_some() {
-        "tcp-peer"
-    } else {
-        "tcp-loopback"
+    let transport = match (plan.transport, plan.peer.is_some()) {
+        (TransportKind::Tcp, true) => "tcp-peer",
+        (TransportKind::Tcp, false) => "tcp-loopback",
+        (TransportKind::Rdma, true) => "rdma-peer",
+        (TransportKind::Rdma, false) => "rdma-loopback",
     };
     for &every in &plan.every {
         let transfers = plan.transfers(every) as usize;

@@ -62,6 +62,8 @@ pub enum Command {
     Hol(Box<HolArgs>),
     /// Receive offloaded transfers from `hol --peer` on another node.
     Sink(SinkArgs),
+    /// RDMA WRITE latency and bandwidth between two nodes, perftest-style; writes rdma.csv.
+    Rdma(RdmaArgs),
     /// Draw a run's CSVs into RUN_DIR/plots/ and write report.md and report.html.
     Plot(PlotArgs),
 }
@@ -118,6 +120,11 @@ pub struct HolArgs {
     /// Send offloaded bytes to a `morphbench sink` at ADDR instead of one in-process on loopback.
     #[arg(long, value_name = "HOST:PORT")]
     pub peer: Option<String>,
+    /// What carries offloaded bytes: TCP, or RDMA WRITE through verbs.
+    #[arg(long, value_enum, default_value = "tcp")]
+    pub transport: crate::transport::TransportKind,
+    #[command(flatten)]
+    pub rdma: RdmaDeviceArgs,
     /// Force a GEMM variant.
     #[arg(long, value_name = "NAME")]
     pub variant: Option<String>,
@@ -159,6 +166,8 @@ impl HolArgs {
             reps: self.reps,
             link_gbps: self.link_gbps,
             peer: self.peer.clone(),
+            transport: self.transport,
+            rdma: self.rdma.choice(),
             gemm_variant: self.variant.clone(),
             layernorm_variant: self.layernorm_variant.clone(),
         };
@@ -181,6 +190,106 @@ pub struct SinkArgs {
     /// Seconds a read may wait before the peer counts as gone.
     #[arg(long, default_value_t = 30)]
     pub timeout_s: u64,
+    /// What the sender uses: TCP, or RDMA WRITE through verbs (`hol --transport rdma`).
+    #[arg(long, value_enum, default_value = "tcp")]
+    pub transport: crate::transport::TransportKind,
+    #[command(flatten)]
+    pub rdma: RdmaDeviceArgs,
+}
+
+/// Which RDMA device, port and GID to use.
+#[derive(Debug, Clone, Args)]
+pub struct RdmaDeviceArgs {
+    /// RDMA device name from `morphbench info` [default: the first].
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// Port of the device (from 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    pub ib_port: u8,
+    /// GID index (RoCE needs one whose address is routable between the nodes).
+    #[arg(long, default_value_t = 0)]
+    pub gid_index: u8,
+}
+
+impl RdmaDeviceArgs {
+    pub fn choice(&self) -> crate::rdma::DeviceChoice {
+        crate::rdma::DeviceChoice {
+            device: self.device.clone(),
+            port: self.ib_port,
+            gid_index: self.gid_index,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RdmaTest {
+    Lat,
+    Bw,
+    Both,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("side").required(true).args(["server", "connect"])))]
+pub struct RdmaArgs {
+    /// Wait for one client, run its tests, exit.
+    #[arg(long)]
+    pub server: bool,
+    /// Server: address to listen on (loopback unless told otherwise).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:18515",
+        requires = "server"
+    )]
+    pub listen: String,
+    /// Client: the server's HOST[:PORT] (port 18515 by default, as perftest).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub connect: Option<String>,
+    #[command(flatten)]
+    pub device: RdmaDeviceArgs,
+    /// Message sizes, comma separated, K/M/G units allowed [default: 2 B to 1 MiB, powers of two].
+    #[arg(long, value_name = "SIZE[,SIZE...]", value_parser = parse_message_sizes)]
+    pub sizes: Option<SizeList>,
+    /// Timed iterations per size (ib_write_lat/ib_write_bw -n).
+    #[arg(long, default_value_t = 1000, value_parser = parse_iters)]
+    pub iters: u32,
+    /// Untimed latency rounds before the timed ones.
+    #[arg(long, default_value_t = 10)]
+    pub warmup: u32,
+    /// Outstanding writes in the bandwidth test (ib_write_bw --tx-depth).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub window: u32,
+    /// Which tests to run.
+    #[arg(long, value_enum, default_value = "both")]
+    pub test: RdmaTest,
+    /// Seconds any wait for the peer may last before it counts as gone.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout_s: u64,
+}
+
+impl RdmaArgs {
+    pub fn plan(&self) -> crate::rdma::cli::RdmaPlan {
+        use crate::rdma::perf::{TEST_BW, TEST_LAT};
+        crate::rdma::cli::RdmaPlan {
+            listen: self.server.then(|| self.listen.clone()),
+            connect: self.connect.clone(),
+            choice: self.device.choice(),
+            sizes: self
+                .sizes
+                .as_ref()
+                .map(|s| s.0.clone())
+                .unwrap_or_else(crate::rdma::cli::default_sizes),
+            iters: self.iters,
+            warmup: self.warmup,
+            window: self.window,
+            tests: match self.test {
+                RdmaTest::Lat => TEST_LAT,
+                RdmaTest::Bw => TEST_BW,
+                RdmaTest::Both => TEST_LAT | TEST_BW,
+            },
+            timeout_s: self.timeout_s,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -202,6 +311,13 @@ pub struct D2hArgs {
 /// Byte sizes from a comma list such as `4,64K,16MiB`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SizeList(pub Vec<u64>);
+
+fn parse_message_sizes(s: &str) -> Result<SizeList, String> {
+    s.split(',')
+        .map(crate::bench::d2h::parse_byte_count)
+        .collect::<Result<Vec<_>, _>>()
+        .map(SizeList)
+}
 
 fn parse_size_list(s: &str) -> Result<SizeList, String> {
     s.split(',')

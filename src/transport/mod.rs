@@ -2,6 +2,8 @@
 //! implementation, the wire format, and the receiving sink. Knows nothing of the GPU.
 
 pub mod sink;
+#[doc(hidden)]
+pub mod suite;
 pub mod tcp;
 pub mod wire;
 
@@ -28,6 +30,8 @@ pub enum TransportError {
     Corrupt { seq: u64 },
     #[error("payload of {len} bytes exceeds the peer's limit of {max} bytes")]
     TooLarge { len: u64, max: u64 },
+    #[error("RDMA: {0}")]
+    Rdma(String),
     #[error("I/O error: {0}")]
     Io(std::io::Error),
 }
@@ -43,6 +47,25 @@ impl From<std::io::Error> for TransportError {
             _ => TransportError::Io(e),
         }
     }
+}
+
+/// Which transport carries offloaded bytes.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    #[default]
+    Tcp,
+    Rdma,
 }
 
 /// Where the time of one send went, in microseconds.

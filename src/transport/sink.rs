@@ -1,13 +1,16 @@
 //! The receiving side: `morphbench sink` on another node, or an in-process sink on loopback.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::tcp::TcpReceiver;
-use super::{Receiver, TransportError};
+use super::{Receiver, TransportError, TransportKind};
+use crate::rdma::oob::OobChannel;
+use crate::rdma::transport::RdmaReceiver;
+use crate::rdma::DeviceChoice;
 
 /// What one connection delivered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,12 +33,14 @@ pub fn drain(rx: &mut dyn Receiver) -> Result<SinkStats, TransportError> {
     Ok(stats)
 }
 
+/// Makes a receiver of an accepted connection (completing its hello).
+pub type AcceptFn<'a> = dyn Fn(TcpStream) -> Result<Box<dyn Receiver>, TransportError> + 'a;
+
 /// Serves connections one at a time until `stop` is set (or after one with `once`).
 /// `report` is told about each finished connection.
 pub fn serve(
     listener: TcpListener,
-    max_payload: u64,
-    io: Duration,
+    accept: &AcceptFn<'_>,
     once: bool,
     stop: Arc<AtomicBool>,
     mut report: impl FnMut(SocketAddr, Result<SinkStats, TransportError>),
@@ -45,8 +50,7 @@ pub fn serve(
         match listener.accept() {
             Ok((stream, peer)) => {
                 stream.set_nonblocking(false)?;
-                let result =
-                    TcpReceiver::accept(stream, max_payload, io).and_then(|mut rx| drain(&mut rx));
+                let result = accept(stream).and_then(|mut rx| drain(rx.as_mut()));
                 report(peer, result);
                 if once {
                     break;
@@ -83,7 +87,12 @@ pub fn run_cli(
     io: Duration,
     once: bool,
     quiet: bool,
+    transport: TransportKind,
+    rdma: &DeviceChoice,
 ) -> anyhow::Result<()> {
+    if transport == TransportKind::Rdma {
+        rdma.check()?;
+    }
     let listener = TcpListener::bind(listen).map_err(|e| {
         anyhow::anyhow!("cannot listen on {listen}: {e}. Choose another --listen HOST:PORT")
     })?;
@@ -94,10 +103,18 @@ pub fn run_cli(
         );
     }
     let mut failed = None;
+    let accept = |stream: TcpStream| -> Result<Box<dyn Receiver>, TransportError> {
+        Ok(match transport {
+            TransportKind::Tcp => Box::new(TcpReceiver::accept(stream, max_payload, io)?),
+            TransportKind::Rdma => {
+                let oob = OobChannel::from_stream(stream, io)?;
+                Box::new(RdmaReceiver::accept(oob, rdma, max_payload, io)?)
+            }
+        })
+    };
     serve(
         listener,
-        max_payload,
-        io,
+        &accept,
         once,
         Arc::new(AtomicBool::new(false)),
         |peer, r| match r {

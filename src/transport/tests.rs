@@ -6,9 +6,10 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::sink::spawn_loopback;
-use super::tcp::{TcpTransport, Timeouts};
+use super::suite::{self, Fixture};
+use super::tcp::{TcpReceiver, TcpTransport, Timeouts};
 use super::wire::{checksum, read_hello, write_hello, FrameKind, Header, HEADER_BYTES};
-use super::{Transport, TransportError};
+use super::{Receiver, Transport, TransportError};
 
 fn quick() -> Timeouts {
     Timeouts {
@@ -17,37 +18,34 @@ fn quick() -> Timeouts {
     }
 }
 
-#[test]
-fn payloads_arrive_verified() {
-    let (addr, sink) = spawn_loopback(1 << 24, Duration::from_secs(5)).unwrap();
-    let mut t = TcpTransport::connect(&addr.to_string(), 1 << 24, quick()).unwrap();
-    let sizes = [0usize, 1, 7, 4096, 65_537, 1 << 20];
-    for &n in &sizes {
-        let payload: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
-        let timing = t.send(&payload).unwrap();
-        assert!(timing.send_us >= 0.0 && timing.receive_us >= 0.0);
+/// Connected TCP pairs on loopback, for the shared transport suite.
+struct TcpFixture;
+
+impl Fixture for TcpFixture {
+    fn pair(
+        &self,
+        sender_max: u64,
+        receiver_max: u64,
+        io: Duration,
+    ) -> (Box<dyn Transport>, Box<dyn Receiver>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let rx = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            TcpReceiver::accept(s, receiver_max, io).unwrap()
+        });
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(2),
+            io,
+        };
+        let tx = TcpTransport::connect(&addr, sender_max, timeouts).unwrap();
+        (Box::new(tx), Box::new(rx.join().unwrap()))
     }
-    t.close().unwrap();
-    let stats = sink.join().unwrap().unwrap();
-    assert_eq!(stats.payloads, sizes.len() as u64);
-    assert_eq!(stats.bytes, sizes.iter().sum::<usize>() as u64);
 }
 
 #[test]
-fn oversized_payload_is_refused_before_sending() {
-    let (addr, _sink) = spawn_loopback(1024, Duration::from_secs(5)).unwrap();
-    let mut t = TcpTransport::connect(&addr.to_string(), 1 << 20, quick()).unwrap();
-    let err = t.send(&[0u8; 2048]).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            TransportError::TooLarge {
-                len: 2048,
-                max: 1024
-            }
-        ),
-        "{err}"
-    );
+fn tcp_passes_the_transport_suite() {
+    suite::run_all(&TcpFixture);
 }
 
 #[test]

@@ -1,0 +1,308 @@
+//! `morphbench rdma --server` / `--connect HOST`: perftest-style RDMA WRITE latency and
+//! bandwidth between two processes. The client proposes the test and writes `rdma.csv`; the
+//! server accepts one client, runs its half, and prints what it saw.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::oob::{OobChannel, Params, Purpose, MAX_MESSAGE};
+use super::perf::{self, BandwidthResult, LatencyResult, Role, Session, TEST_BW, TEST_LAT};
+use super::verbs::mtu_bytes;
+use super::{client_hello, server_hello, DeviceChoice, Link};
+use crate::export::csv::{num, Schema};
+use crate::export::meta::RunMeta;
+use crate::export::{Record, RunDir};
+use crate::host::HostInfo;
+use crate::stats::Summary;
+
+pub const BENCH: &str = "rdma";
+/// perftest's default port.
+pub const DEFAULT_PORT: u16 = 18515;
+
+pub const SCHEMA: Schema = Schema {
+    params: &[
+        "test",
+        "bytes",
+        "iters",
+        "window",
+        "inline",
+        "device",
+        "ib_port",
+        "gid_index",
+        "mtu",
+    ],
+    with_stats: true,
+    tail: &["gbps", "peak_gbps", "msg_rate_mpps", "verified", "timer"],
+};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RdmaPlan {
+    /// Server: the address to listen on. Client: None.
+    pub listen: Option<String>,
+    /// Client: the server's address.
+    pub connect: Option<String>,
+    #[serde(skip)]
+    pub choice: DeviceChoice,
+    pub sizes: Vec<u64>,
+    pub iters: u32,
+    pub warmup: u32,
+    pub window: u32,
+    /// TEST_LAT | TEST_BW bits.
+    pub tests: u32,
+    pub timeout_s: u64,
+}
+
+/// The sizes of `-a` in perftest, cut at 1 MiB: 2 B, 4 B, ..., 1 MiB.
+pub fn default_sizes() -> Vec<u64> {
+    (1..=20).map(|p| 1u64 << p).collect()
+}
+
+/// Adds perftest's port when `addr` has none.
+pub fn with_default_port(addr: &str) -> String {
+    if addr.parse::<std::net::SocketAddr>().is_ok()
+        || addr
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok())
+    {
+        addr.to_string()
+    } else {
+        format!("{addr}:{DEFAULT_PORT}")
+    }
+}
+
+impl RdmaPlan {
+    fn params(&self) -> Params {
+        Params {
+            tests: self.tests,
+            iters: self.iters,
+            warmup: self.warmup,
+            window: self.window,
+            sizes: self.sizes.clone(),
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(s) = self.sizes.iter().find(|&&s| s == 0 || s > MAX_MESSAGE) {
+            return Err(format!(
+                "--sizes: {s} B is outside 1 B ..= 1 GiB; give sizes such as 2,64,4K,1M"
+            ));
+        }
+        if self.listen.is_none() && self.connect.is_none() {
+            return Err("give --server (and --listen ADDR) or --connect HOST".into());
+        }
+        self.params()
+            .validate()
+            .map_err(|e| format!("{e}; check --sizes, --iters, --warmup and --window"))
+    }
+}
+
+fn timeout(plan: &RdmaPlan) -> Duration {
+    Duration::from_secs(plan.timeout_s)
+}
+
+pub fn run(plan: &RdmaPlan, out: &Path, quiet: bool) -> Result<()> {
+    plan.validate().map_err(anyhow::Error::msg)?;
+    plan.choice.check()?;
+    match &plan.listen {
+        Some(listen) => serve(plan, listen, quiet),
+        None => client(plan, out, quiet),
+    }
+}
+
+fn serve(plan: &RdmaPlan, listen: &str, quiet: bool) -> Result<()> {
+    let listener = TcpListener::bind(listen)
+        .with_context(|| format!("cannot listen on {listen}; choose another --listen HOST:PORT"))?;
+    if !quiet {
+        println!("rdma server listening on {}", listener.local_addr()?);
+    }
+    let (mut oob, peer) = OobChannel::accept(&listener, None, timeout(plan))?;
+    let params = server_hello(&mut oob, Purpose::Bench, |_| Ok(()))?;
+    if !quiet {
+        println!(
+            "{peer}: {} sizes up to {} B, {} iterations",
+            params.sizes.len(),
+            params.largest(),
+            params.iters
+        );
+    }
+    let mut link = Link::establish(
+        oob,
+        &plan.choice,
+        perf::shape(params.largest(), params.window),
+    )?;
+    let mut session = Session::new(&mut link, Role::Server, timeout(plan));
+    for_each_test(&params, |test, size| {
+        match test {
+            TEST_LAT => {
+                session.latency(size, params.iters, params.warmup)?;
+            }
+            _ => {
+                session.bandwidth(size, params.iters, params.window)?;
+            }
+        }
+        if !quiet {
+            println!("{} {size} B: done, payload verified", test_name(test));
+        }
+        Ok(())
+    })?;
+    link.oob.barrier(u32::MAX, true)?;
+    Ok(())
+}
+
+fn test_name(test: u32) -> &'static str {
+    if test == TEST_LAT {
+        "lat"
+    } else {
+        "bw"
+    }
+}
+
+/// Latency over every size, then bandwidth over every size, as asked.
+fn for_each_test(p: &Params, mut f: impl FnMut(u32, u64) -> Result<()>) -> Result<()> {
+    for test in [TEST_LAT, TEST_BW] {
+        if p.tests & test != 0 {
+            for &size in &p.sizes {
+                f(test, size)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn client(plan: &RdmaPlan, out: &Path, quiet: bool) -> Result<()> {
+    let addr = with_default_port(plan.connect.as_deref().unwrap_or_default());
+    let params = plan.params();
+    // Connect before creating the run folder: an absent server leaves nothing behind.
+    let mut oob = OobChannel::connect(&addr, Duration::from_secs(5), timeout(plan))?;
+    client_hello(&mut oob, Purpose::Bench, &params)?;
+    let mut link = Link::establish(
+        oob,
+        &plan.choice,
+        perf::shape(params.largest(), params.window),
+    )?;
+
+    let mut meta = RunMeta::new(HostInfo::probe());
+    meta.config = Some(serde_json::to_value(plan)?);
+    meta.notes.insert(
+        "rdma_device".into(),
+        serde_json::json!({
+            "device": link.device_name,
+            "ib_port": plan.choice.port,
+            "gid_index": plan.choice.gid_index,
+            "max_inline": link.qp.max_inline(),
+            "path_mtu": mtu_bytes(link.remote.mtu),
+        }),
+    );
+    let mut dir = RunDir::create(out, meta, false)?;
+    if !quiet {
+        println!("run {} -> {}", dir.id, dir.path.display());
+    }
+    let result = measure(plan, &params, &mut link, &dir, quiet);
+    dir.finish(&result)?;
+    result
+}
+
+fn measure(
+    plan: &RdmaPlan,
+    params: &Params,
+    link: &mut Link,
+    dir: &RunDir,
+    quiet: bool,
+) -> Result<()> {
+    let mut table = dir.table(BENCH, &SCHEMA)?;
+    let device = link.device_name.clone();
+    let mtu = mtu_bytes(link.remote.mtu);
+    let row = |test: &str, bytes: u64, inline: bool, s: &Summary| {
+        Record::new(&dir.id, BENCH, &format!("{test}_{bytes}"))
+            .push(test)
+            .push(bytes)
+            .push(params.iters)
+            .push(if test == "bw" { params.window } else { 1 })
+            .push(inline)
+            .push(&device)
+            .push(plan.choice.port)
+            .push(plan.choice.gid_index)
+            .push(mtu)
+            .stats(s)
+    };
+    let mut printed = 0;
+    let mut session = Session::new(link, Role::Client, timeout(plan));
+    for_each_test(params, |test, size| {
+        if test == TEST_LAT {
+            let r: LatencyResult = session.latency(size, params.iters, params.warmup)?;
+            let s = Summary::of(&r.samples_us).expect("iterations >= 1");
+            if !quiet {
+                if printed != TEST_LAT {
+                    println!(
+                        "{:>9} {:>11} {:>12} {:>12} {:>16} {:>12} {:>14} {:>10} {:>12}",
+                        "#bytes",
+                        "#iterations",
+                        "t_min[usec]",
+                        "t_max[usec]",
+                        "t_typical[usec]",
+                        "t_avg[usec]",
+                        "t_stdev[usec]",
+                        "99%[usec]",
+                        "99.9%[usec]"
+                    );
+                    printed = TEST_LAT;
+                }
+                println!(
+                    "{:>9} {:>11} {:>12.2} {:>12.2} {:>16.2} {:>12.2} {:>14.2} {:>10.2} {:>12.2}",
+                    size, params.iters, s.min, s.max, s.p50, s.mean, s.stddev, s.p99, s.p999
+                );
+            }
+            table.write(
+                row("lat", size, r.inline, &s)
+                    .push("")
+                    .push("")
+                    .push("")
+                    .push(true)
+                    .push("host"),
+            )?;
+        } else {
+            let r: BandwidthResult = session
+                .bandwidth(size, params.iters, params.window)?
+                .expect("the client measures");
+            let s = Summary::of(&r.per_write_us).expect("one completion at least");
+            if !quiet {
+                if printed != TEST_BW {
+                    println!(
+                        "{:>9} {:>11} {:>16} {:>19} {:>14}",
+                        "#bytes",
+                        "#iterations",
+                        "BW peak[MB/sec]",
+                        "BW average[MB/sec]",
+                        "MsgRate[Mpps]"
+                    );
+                    printed = TEST_BW;
+                }
+                // perftest's MB is 2^20 bytes.
+                let mb = |gbps: f64| gbps * 1e9 / (1u64 << 20) as f64;
+                println!(
+                    "{:>9} {:>11} {:>16.2} {:>19.2} {:>14.6}",
+                    size,
+                    r.iters,
+                    mb(r.peak_gbps),
+                    mb(r.avg_gbps),
+                    r.msg_rate_mpps
+                );
+            }
+            table.write(
+                row("bw", size, false, &s)
+                    .push(num(r.avg_gbps))
+                    .push(num(r.peak_gbps))
+                    .push(num(r.msg_rate_mpps))
+                    .push(true)
+                    .push("host"),
+            )?;
+        }
+        Ok(())
+    })?;
+    session.link.oob.barrier(u32::MAX, true)?;
+    Ok(())
+}

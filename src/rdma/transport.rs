@@ -1,0 +1,328 @@
+//! The offload `Transport` over RDMA: the sender copies each payload behind a frame header into
+//! its registered buffer (registered once, at connect) and RDMA-WRITEs both into the receiver's
+//! buffer WITH IMM, which raises a completion there. The receiver checks the header (length
+//! bounded by the agreed maximum) and the checksum, and answers with a SEND carrying the same
+//! ack frame the TCP transport uses.
+
+use std::net::{SocketAddr, TcpListener};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::oob::{OobChannel, Params, Purpose};
+use super::verbs::{Completion, QpCaps, VerbsError, WriteFlags};
+use super::{client_hello, server_hello, DeviceChoice, Link, LinkShape, RdmaError};
+use crate::transport::sink::{drain, SinkStats};
+use crate::transport::wire::{
+    checksum, FrameKind, Header, ACK_BAD_CHECKSUM, ACK_OK, HEADER_BYTES, MAX_PAYLOAD,
+};
+use crate::transport::{Receiver, SendTiming, Transport, TransportError};
+
+const WR_WRITE: u64 = 1;
+const WR_ACK_RECV: u64 = 2;
+const WR_ACK_SEND: u64 = 3;
+const WR_DATA_RECV: u64 = 4;
+
+/// Where the ack frame lives in each side's buffer: after the largest frame, 64-byte aligned.
+fn ack_offset(max_payload: u64) -> usize {
+    (HEADER_BYTES + max_payload as usize).next_multiple_of(64)
+}
+
+/// Both sides register the same layout; only the receiver's frame area is open to the peer.
+fn shape(max_payload: u64, exposed: usize) -> LinkShape {
+    LinkShape {
+        buffer: ack_offset(max_payload) + 64,
+        exposed,
+        remote_min: HEADER_BYTES as u64,
+        caps: QpCaps {
+            send_depth: 16,
+            recv_depth: 16,
+            max_inline: 64,
+        },
+    }
+}
+
+impl From<RdmaError> for TransportError {
+    fn from(e: RdmaError) -> Self {
+        match e {
+            RdmaError::Timeout(_) | RdmaError::Verbs(VerbsError::Timeout(_)) => {
+                TransportError::Timeout(Duration::ZERO)
+            }
+            other => TransportError::Rdma(other.to_string()),
+        }
+    }
+}
+
+impl From<VerbsError> for TransportError {
+    fn from(e: VerbsError) -> Self {
+        RdmaError::from(e).into()
+    }
+}
+
+fn timed_out(e: TransportError, io: Duration) -> TransportError {
+    match e {
+        TransportError::Timeout(_) => TransportError::Timeout(io),
+        other => other,
+    }
+}
+
+pub struct RdmaTransport {
+    link: Link,
+    seq: u64,
+    peer_max: u64,
+    ack_at: usize,
+    io: Duration,
+}
+
+impl RdmaTransport {
+    /// Connects to `sink --transport rdma` (or `spawn_loopback`) at `addr`.
+    pub fn connect(
+        addr: &str,
+        choice: &DeviceChoice,
+        max_payload: u64,
+        io: Duration,
+    ) -> Result<RdmaTransport, TransportError> {
+        let max_payload = max_payload.min(MAX_PAYLOAD);
+        let mut oob = OobChannel::connect(addr, Duration::from_secs(5), io)?;
+        let params = Params {
+            tests: 0,
+            iters: 1,
+            warmup: 0,
+            window: 1,
+            sizes: vec![max_payload.max(1)],
+        };
+        client_hello(&mut oob, Purpose::Transport, &params)?;
+        let link = Link::establish(oob, choice, shape(max_payload, HEADER_BYTES))?;
+        let peer_max = (link.remote.len - HEADER_BYTES as u64).min(max_payload);
+        let ack_at = ack_offset(max_payload);
+        link.qp
+            .post_recv(&link.mr, ack_at, HEADER_BYTES, WR_ACK_RECV)?;
+        Ok(RdmaTransport {
+            link,
+            seq: 0,
+            peer_max,
+            ack_at,
+            io,
+        })
+    }
+
+    fn write_frame(&mut self, header: &Header, payload: &[u8]) -> Result<(), TransportError> {
+        let l = &self.link;
+        l.mr.write(0, &header.encode())?;
+        l.mr.write(HEADER_BYTES, payload)?;
+        let flags = WriteFlags {
+            signaled: true,
+            inline: false,
+            imm: Some(header.seq as u32),
+            wr_id: WR_WRITE,
+        };
+        l.qp.write(&l.mr, 0, HEADER_BYTES + payload.len(), &l.remote, 0, flags)?;
+        Ok(())
+    }
+
+    fn send_inner(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
+        let len = payload.len() as u64;
+        if len > self.peer_max {
+            return Err(TransportError::TooLarge {
+                len,
+                max: self.peer_max,
+            });
+        }
+        self.seq += 1;
+        let header = Header {
+            kind: FrameKind::Data,
+            seq: self.seq,
+            len,
+            check: checksum(payload),
+        };
+        let t0 = Instant::now();
+        self.write_frame(&header, payload)?;
+        let t1 = Instant::now();
+        // The write's completion (the buffer is free again) and the ack, in either order.
+        let (mut written, mut acked) = (false, false);
+        while !(written && acked) {
+            let c = self.link.cq.wait(self.io)?;
+            match c.wr_id {
+                WR_WRITE => written = true,
+                WR_ACK_RECV => acked = true,
+                other => {
+                    return Err(TransportError::Protocol(format!(
+                        "unexpected completion {other}"
+                    )))
+                }
+            }
+        }
+        let ack_at = self.ack_at;
+        let mut b = [0u8; HEADER_BYTES];
+        self.link.mr.read(ack_at, &mut b)?;
+        self.link
+            .qp
+            .post_recv(&self.link.mr, ack_at, HEADER_BYTES, WR_ACK_RECV)?;
+        let ack = Header::decode(&b, 0)?;
+        if ack.kind != FrameKind::Ack || ack.seq != self.seq {
+            return Err(TransportError::Protocol(format!(
+                "expected the ack of payload {}, got {:?} {}",
+                self.seq, ack.kind, ack.seq
+            )));
+        }
+        if ack.check == ACK_BAD_CHECKSUM {
+            return Err(TransportError::Corrupt { seq: self.seq });
+        }
+        Ok(SendTiming {
+            send_us: (t1 - t0).as_secs_f64() * 1e6,
+            receive_us: t1.elapsed().as_secs_f64() * 1e6,
+        })
+    }
+}
+
+impl Transport for RdmaTransport {
+    fn send(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
+        let io = self.io;
+        self.send_inner(payload).map_err(|e| timed_out(e, io))
+    }
+
+    fn close(&mut self) -> Result<(), TransportError> {
+        let bye = Header {
+            kind: FrameKind::Bye,
+            seq: self.seq + 1,
+            len: 0,
+            check: 0,
+        };
+        self.write_frame(&bye, &[])?;
+        let c = self
+            .link
+            .cq
+            .wait(self.io)
+            .map_err(|e| timed_out(e.into(), self.io))?;
+        if c.wr_id != WR_WRITE {
+            return Err(TransportError::Protocol(format!(
+                "unexpected completion {} while closing",
+                c.wr_id
+            )));
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "rdma"
+    }
+}
+
+/// The receiving end of one RDMA transport connection.
+pub struct RdmaReceiver {
+    link: Link,
+    max_payload: u64,
+    io: Duration,
+}
+
+impl RdmaReceiver {
+    /// Completes the hello on an accepted out-of-band connection; accepts payloads of at most
+    /// `max_payload` bytes (or less, if the sender asked for less).
+    pub fn accept(
+        mut oob: OobChannel,
+        choice: &DeviceChoice,
+        max_payload: u64,
+        io: Duration,
+    ) -> Result<RdmaReceiver, TransportError> {
+        let params = server_hello(&mut oob, Purpose::Transport, |_| Ok(()))?;
+        let max_payload = params.largest().min(max_payload).min(MAX_PAYLOAD);
+        let exposed = HEADER_BYTES + max_payload as usize;
+        let link = Link::establish(oob, choice, shape(max_payload, exposed))?;
+        link.qp.post_recv(
+            &link.mr,
+            ack_offset(max_payload),
+            HEADER_BYTES,
+            WR_DATA_RECV,
+        )?;
+        Ok(RdmaReceiver {
+            link,
+            max_payload,
+            io,
+        })
+    }
+
+    fn next_frame(&mut self) -> Result<Completion, TransportError> {
+        let c = self.link.cq.wait(self.io)?;
+        if c.wr_id != WR_DATA_RECV || c.imm.is_none() {
+            return Err(TransportError::Protocol(format!(
+                "expected a frame (RDMA WRITE WITH IMM), got completion {}",
+                c.wr_id
+            )));
+        }
+        Ok(c)
+    }
+
+    fn recv_inner(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, TransportError> {
+        let c = self.next_frame()?;
+        let mut b = [0u8; HEADER_BYTES];
+        self.link.mr.read(0, &mut b)?;
+        // The length is checked against our limit before the buffer is sized from it.
+        let h = Header::decode(&b, self.max_payload)?;
+        if c.imm != Some(h.seq as u32) {
+            return Err(TransportError::Protocol(format!(
+                "frame {} arrived with immediate {:?}",
+                h.seq, c.imm
+            )));
+        }
+        match h.kind {
+            FrameKind::Bye => return Ok(None),
+            FrameKind::Ack => {
+                return Err(TransportError::Protocol(
+                    "unexpected ack from the sender".into(),
+                ))
+            }
+            FrameKind::Data => {}
+        }
+        buf.resize(h.len as usize, 0);
+        self.link.mr.read(HEADER_BYTES, buf)?;
+        let ok = checksum(buf) == h.check;
+        let ack_at = ack_offset(self.max_payload);
+        // Re-arm before acking: the sender's next frame follows the ack.
+        self.link
+            .qp
+            .post_recv(&self.link.mr, ack_at, HEADER_BYTES, WR_DATA_RECV)?;
+        let ack = Header {
+            kind: FrameKind::Ack,
+            seq: h.seq,
+            len: 0,
+            check: if ok { ACK_OK } else { ACK_BAD_CHECKSUM },
+        };
+        self.link.mr.write(ack_at + 32, &ack.encode())?;
+        self.link
+            .qp
+            .send(&self.link.mr, ack_at + 32, HEADER_BYTES, WR_ACK_SEND)?;
+        let c = self.link.cq.wait(self.io)?;
+        if c.wr_id != WR_ACK_SEND {
+            return Err(TransportError::Protocol(format!(
+                "unexpected completion {} after an ack",
+                c.wr_id
+            )));
+        }
+        if !ok {
+            return Err(TransportError::Corrupt { seq: h.seq });
+        }
+        Ok(Some(h.seq))
+    }
+}
+
+impl Receiver for RdmaReceiver {
+    fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, TransportError> {
+        let io = self.io;
+        self.recv_inner(buf).map_err(|e| timed_out(e, io))
+    }
+}
+
+/// An in-process RDMA receiver on an ephemeral loopback port that serves one connection.
+pub fn spawn_loopback(
+    choice: DeviceChoice,
+    max_payload: u64,
+    io: Duration,
+) -> std::io::Result<(SocketAddr, JoinHandle<Result<SinkStats, TransportError>>)> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let handle = std::thread::spawn(move || {
+        let (oob, _) = OobChannel::accept(&listener, Some(io), io)?;
+        let mut rx = RdmaReceiver::accept(oob, &choice, max_payload, io)?;
+        drain(&mut rx)
+    });
+    Ok((addr, handle))
+}

@@ -1,0 +1,107 @@
+//! The behaviour every `Transport` must show, written once and run against each
+//! implementation: TCP in the unit tests, RDMA in `tests/rdma.rs` (inside the Soft-RoCE guest).
+//! Each check panics with what went wrong.
+
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::sink::{drain, SinkStats};
+use super::wire::checksum;
+use super::{Receiver, Transport, TransportError};
+
+/// Makes connected pairs of one transport.
+pub trait Fixture {
+    /// A sender offering `sender_max` bytes and a receiver accepting at most `receiver_max`,
+    /// both giving up on a silent peer after `io`.
+    fn pair(
+        &self,
+        sender_max: u64,
+        receiver_max: u64,
+        io: Duration,
+    ) -> (Box<dyn Transport>, Box<dyn Receiver>);
+}
+
+fn drain_in_thread(mut rx: Box<dyn Receiver>) -> JoinHandle<Result<SinkStats, TransportError>> {
+    std::thread::spawn(move || drain(rx.as_mut()))
+}
+
+fn payload(n: usize, salt: usize) -> Vec<u8> {
+    (0..n).map(|i| ((i * 31 + salt * 7) % 251) as u8).collect()
+}
+
+/// Payloads of many sizes, empty included, arrive intact and in order.
+pub fn payloads_arrive_verified(f: &dyn Fixture) {
+    let (mut tx, rx) = f.pair(1 << 22, 1 << 22, Duration::from_secs(10));
+    let sink = drain_in_thread(rx);
+    let sizes = [0usize, 1, 7, 4096, 65_537, 1 << 20, 1 << 22, 3];
+    for (k, &n) in sizes.iter().enumerate() {
+        let timing = tx.send(&payload(n, k)).unwrap();
+        assert!(timing.send_us >= 0.0 && timing.receive_us >= 0.0);
+    }
+    tx.close().unwrap();
+    let stats = sink.join().unwrap().unwrap();
+    assert_eq!(stats.payloads, sizes.len() as u64);
+    assert_eq!(stats.bytes, sizes.iter().sum::<usize>() as u64);
+    let last = sizes.len() - 1;
+    assert_eq!(stats.last_checksum, checksum(&payload(sizes[last], last)));
+}
+
+/// A payload over the receiver's limit is refused before anything is sent.
+pub fn oversized_payload_is_refused(f: &dyn Fixture) {
+    let (mut tx, rx) = f.pair(1 << 20, 1024, Duration::from_secs(5));
+    let sink = drain_in_thread(rx);
+    let err = tx.send(&[0u8; 2048]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TransportError::TooLarge {
+                len: 2048,
+                max: 1024
+            }
+        ),
+        "{err}"
+    );
+    // The connection is still usable.
+    tx.send(&[9u8; 1024]).unwrap();
+    tx.close().unwrap();
+    assert_eq!(sink.join().unwrap().unwrap().payloads, 1);
+}
+
+/// A receiver that goes away makes the next send fail, within bounded time.
+pub fn receiver_gone_is_an_error(f: &dyn Fixture) {
+    let (mut tx, rx) = f.pair(1 << 20, 1 << 20, Duration::from_secs(2));
+    drop(rx);
+    let t0 = Instant::now();
+    let err = tx.send(&[1u8; 100]).unwrap_err();
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        !matches!(err, TransportError::TooLarge { .. }),
+        "unexpected {err}"
+    );
+}
+
+/// A receiver that is there but never answers makes the send time out.
+pub fn silent_receiver_times_out(f: &dyn Fixture) {
+    let (mut tx, rx) = f.pair(1 << 20, 1 << 20, Duration::from_millis(500));
+    let t0 = Instant::now();
+    let err = tx.send(&[1u8; 100]).unwrap_err();
+    assert!(matches!(err, TransportError::Timeout(_)), "{err}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t0.elapsed()
+    );
+    drop(rx);
+}
+
+/// Every check above, in turn.
+pub fn run_all(f: &dyn Fixture) {
+    payloads_arrive_verified(f);
+    oversized_payload_is_refused(f);
+    receiver_gone_is_an_error(f);
+    silent_receiver_times_out(f);
+}
