@@ -393,6 +393,14 @@ fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         y_log: true,
         ..Default::default()
     };
+    let mut bw = LineChart {
+        title: format!("RDMA bandwidth — {title}"),
+        x_label: "bytes".into(),
+        y_label: "GB/s".into(),
+        x_log: true,
+        y_log: true,
+        ..Default::default()
+    };
     for run in runs {
         let Some(t) = &run.rdma else { continue };
         let mut by: BTreeMap<String, (Points, Band)> = BTreeMap::new();
@@ -410,16 +418,36 @@ fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
                 reference: false,
             });
         }
+        let avg: Points = t
+            .rows()
+            .filter(|r| r.str("test") == "bw")
+            .map(|r| Ok((r.num("bytes")?, r.num("gbps")?)))
+            .collect::<Result<_>>()?;
+        if !avg.is_empty() {
+            bw.series.push(Series {
+                label: label(runs, run, "RDMA WRITE average bandwidth"),
+                points: sorted(avg),
+                band: Vec::new(),
+                reference: false,
+            });
+        }
     }
-    Ok(if lat.series.is_empty() {
-        Vec::new()
-    } else {
-        vec![(
+    let mut out = Vec::new();
+    if !lat.series.is_empty() {
+        out.push((
             "rdma_latency".into(),
             "RDMA latency percentiles against size".into(),
             Chart::Lines(lat),
-        )]
-    })
+        ));
+    }
+    if !bw.series.is_empty() {
+        out.push((
+            "rdma_bandwidth".into(),
+            "RDMA average bandwidth against size".into(),
+            Chart::Lines(bw),
+        ));
+    }
+    Ok(out)
 }
 
 /// Sum of the extra delays in a `slow` cell (`link:ms;...`).
