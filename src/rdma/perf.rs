@@ -5,8 +5,9 @@
 //!
 //! - Latency: ping-pong. The client stamps round r into the last byte of the message and writes
 //!   it; the server spins on the last byte of its receive half until round r arrives, then writes
-//!   its message back; the client spins likewise. One sample is the round trip / 2. Messages up
-//!   to the queue pair's inline limit go inline, as in ib_write_lat.
+//!   its message back; the client spins likewise. One sample is the time from one round's post
+//!   to the next (one round trip) / 2, as in ib_write_lat. Messages up to the queue pair's
+//!   inline limit go inline.
 //! - Bandwidth: the client keeps up to `window` writes outstanding, signalling every `cq_mod`-th;
 //!   the last is a WRITE WITH IMM so the server learns the end. Average = bytes / (last
 //!   completion - first post), as ib_write_bw; peak = the best rate over any `window`
@@ -151,7 +152,9 @@ impl<'a> Session<'a> {
     }
 
     fn spin_until(&self, offset: usize, value: u8, what: &str) -> Result<(), RdmaError> {
-        let start = Instant::now();
+        // The clock is read only once the byte is late: a read costs microseconds on some
+        // hosts, and would land inside the round trip being measured.
+        let mut start = None;
         loop {
             for _ in 0..SPINS_PER_CLOCK_CHECK {
                 if self.link.mr.load_byte(offset) == value {
@@ -159,6 +162,7 @@ impl<'a> Session<'a> {
                 }
                 std::hint::spin_loop();
             }
+            let start = *start.get_or_insert_with(Instant::now);
             if start.elapsed() > self.timeout {
                 return Err(RdmaError::Timeout(format!(
                     "{what} did not arrive within {:?} (the peer died or stalled)",
@@ -181,13 +185,15 @@ impl<'a> Session<'a> {
         let inline = size <= self.link.qp.max_inline() as u64;
         // Signal often enough that the send queue never fills with unreaped work.
         let signal_every = 32u32;
-        let mut samples = Vec::with_capacity(iters as usize);
+        // As ib_write_lat: one timestamp per round, at its post; a sample is the time between
+        // two posts (one round trip) / 2. One clock read per round keeps the overhead low.
+        let mut stamps = Vec::with_capacity(iters as usize + 1);
         let rounds = warmup + iters;
         let mut last = 0;
         for r in 0..rounds {
             let v = round_stamp(r);
             last = v;
-            let signaled = (r + 1) % signal_every == 0 || r + 1 == rounds;
+            let signaled = (r + 1).is_multiple_of(signal_every) || r + 1 == rounds;
             let flags = WriteFlags {
                 signaled,
                 inline,
@@ -198,14 +204,15 @@ impl<'a> Session<'a> {
             match self.role {
                 Role::Client => {
                     self.link.mr.store_byte(n - 1, v);
-                    let t0 = Instant::now();
+                    if r >= warmup {
+                        stamps.push(Instant::now());
+                    }
                     self.link
                         .qp
                         .write(&self.link.mr, 0, n, &remote, half as u64, flags)?;
                     self.spin_until(half + n - 1, v, "the server's reply")?;
-                    let dt = t0.elapsed().as_secs_f64() * 1e6 / 2.0;
-                    if r >= warmup {
-                        samples.push(dt);
+                    if r + 1 == rounds {
+                        stamps.push(Instant::now());
                     }
                 }
                 Role::Server => {
@@ -224,7 +231,10 @@ impl<'a> Session<'a> {
         Ok(LatencyResult {
             bytes: size,
             inline,
-            samples_us: samples,
+            samples_us: stamps
+                .windows(2)
+                .map(|w| (w[1] - w[0]).as_secs_f64() * 1e6 / 2.0)
+                .collect(),
         })
     }
 
@@ -261,7 +271,11 @@ impl<'a> Session<'a> {
         let n = size as usize;
         let cq_mod = CQ_MOD.min(window);
         let remote = self.link.remote;
-        let mut posted_at: Vec<Instant> = Vec::with_capacity(iters as usize);
+        // Only the posts that open a peak window get a timestamp: reading the clock on every
+        // post costs more than the post itself on slow hosts (perftest reads the TSC instead).
+        let stamps_post =
+            |i: u32| i == 0 || (i + window).is_multiple_of(cq_mod) || i + window == iters;
+        let mut posted_at: std::collections::HashMap<u32, Instant> = Default::default();
         // (index of the last write in the batch, completion time)
         let mut completed_at: Vec<(u32, Instant)> = Vec::new();
         let (mut posted, mut completed) = (0u32, 0u32);
@@ -269,12 +283,14 @@ impl<'a> Session<'a> {
             while posted < iters && posted - completed < window {
                 let last = posted + 1 == iters;
                 let flags = WriteFlags {
-                    signaled: (posted + 1) % cq_mod == 0 || last,
+                    signaled: (posted + 1).is_multiple_of(cq_mod) || last,
                     inline: false,
                     imm: last.then_some(iters),
                     wr_id: posted as u64,
                 };
-                posted_at.push(Instant::now());
+                if stamps_post(posted) {
+                    posted_at.insert(posted, Instant::now());
+                }
                 self.link
                     .qp
                     .write(&self.link.mr, 0, n, &remote, half as u64, flags)?;
@@ -291,7 +307,7 @@ impl<'a> Session<'a> {
             }
         }
         self.verify_remote_done()?;
-        let first = posted_at[0];
+        let first = posted_at[&0];
         let (_, end) = *completed_at.last().expect("at least one completion");
         let total_s = (end - first).as_secs_f64();
         let bytes = size as f64 * iters as f64;
@@ -303,8 +319,8 @@ impl<'a> Session<'a> {
             let since = prev.map_or(first, |(_, tp)| tp);
             per_write_us.push((t - since).as_secs_f64() * 1e6 / batch as f64);
             if j + 1 >= window {
-                let i = (j + 1 - window) as usize;
-                let dt = (t - posted_at[i]).as_secs_f64();
+                let i = j + 1 - window;
+                let dt = posted_at.get(&i).map_or(0.0, |&p| (t - p).as_secs_f64());
                 if dt > 0.0 {
                     peak = peak.max(window as f64 * size as f64 / dt / 1e9);
                 }
