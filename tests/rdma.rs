@@ -72,7 +72,7 @@ fn rdma_passes_the_transport_suite() {
 fn bench_pair(c: &DeviceChoice, params: Params) -> (Link, std::thread::JoinHandle<Link>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let shape = perf::shape(params.largest(), params.window);
+    let shape = perf::shape(&params);
     let server_choice = c.clone();
     let server = std::thread::spawn(move || {
         let io = Duration::from_secs(10);
@@ -96,6 +96,7 @@ fn latency_and_bandwidth_run_verified() {
         iters: 50,
         warmup: 5,
         window: 16,
+        inline_size: 220,
         sizes: sizes.clone(),
     };
     let (mut link, server) = bench_pair(&c, params.clone());
@@ -137,6 +138,7 @@ fn a_peer_that_dies_mid_test_fails_in_bounded_time() {
         iters: 1000,
         warmup: 0,
         window: 16,
+        inline_size: 0,
         sizes: vec![64],
     };
     let (mut link, server) = bench_pair(&c, params);

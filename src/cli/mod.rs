@@ -262,6 +262,10 @@ pub struct RdmaArgs {
     /// Which tests to run.
     #[arg(long, value_enum, default_value = "both")]
     pub test: RdmaTest,
+    /// Latency messages up to this size go inline (perftest's -I); the device may grant less,
+    /// and 0 turns inline off.
+    #[arg(long, default_value_t = 220, value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub inline_size: u32,
     /// Seconds any wait for the peer may last before it counts as gone.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_s: u64,
@@ -282,6 +286,7 @@ impl RdmaArgs {
             iters: self.iters,
             warmup: self.warmup,
             window: self.window,
+            inline_size: self.inline_size,
             tests: match self.test {
                 RdmaTest::Lat => TEST_LAT,
                 RdmaTest::Bw => TEST_BW,

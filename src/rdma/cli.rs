@@ -51,6 +51,7 @@ pub struct RdmaPlan {
     pub iters: u32,
     pub warmup: u32,
     pub window: u32,
+    pub inline_size: u32,
     /// TEST_LAT | TEST_BW bits.
     pub tests: u32,
     pub timeout_s: u64,
@@ -81,6 +82,7 @@ impl RdmaPlan {
             iters: self.iters,
             warmup: self.warmup,
             window: self.window,
+            inline_size: self.inline_size,
             sizes: self.sizes.clone(),
         }
     }
@@ -129,11 +131,7 @@ fn serve(plan: &RdmaPlan, listen: &str, quiet: bool) -> Result<()> {
             params.iters
         );
     }
-    let mut link = Link::establish(
-        oob,
-        &plan.choice,
-        perf::shape(params.largest(), params.window),
-    )?;
+    let mut link = Link::establish(oob, &plan.choice, perf::shape(&params))?;
     let mut session = Session::new(&mut link, Role::Server, timeout(plan));
     for_each_test(&params, |test, size| {
         match test {
@@ -179,11 +177,7 @@ fn client(plan: &RdmaPlan, out: &Path, quiet: bool) -> Result<()> {
     // Connect before creating the run folder: an absent server leaves nothing behind.
     let mut oob = OobChannel::connect(&addr, Duration::from_secs(5), timeout(plan))?;
     client_hello(&mut oob, Purpose::Bench, &params)?;
-    let mut link = Link::establish(
-        oob,
-        &plan.choice,
-        perf::shape(params.largest(), params.window),
-    )?;
+    let mut link = Link::establish(oob, &plan.choice, perf::shape(&params))?;
 
     let mut meta = RunMeta::new(HostInfo::probe());
     meta.config = Some(serde_json::to_value(plan)?);
@@ -197,6 +191,21 @@ fn client(plan: &RdmaPlan, out: &Path, quiet: bool) -> Result<()> {
             "path_mtu": mtu_bytes(link.remote.mtu),
         }),
     );
+    // Every sample reads the OS clock; off the TSC each read is a syscall that lands inside
+    // the latency (perftest reads the TSC directly), so say which clock the kernel uses.
+    if let Ok(cs) =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+    {
+        let cs = cs.trim().to_string();
+        if cs != "tsc" && !quiet {
+            eprintln!(
+                "note: the kernel's clocksource is {cs}, not tsc: every clock read is a \
+                 syscall, and small-message latencies include it"
+            );
+        }
+        meta.notes
+            .insert("clocksource".into(), serde_json::json!(cs));
+    }
     let mut dir = RunDir::create(out, meta, false)?;
     if !quiet {
         println!("run {} -> {}", dir.id, dir.path.display());

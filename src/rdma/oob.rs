@@ -11,12 +11,13 @@ use super::verbs::Endpoint;
 use super::RdmaError;
 
 /// Bumped when any record changes.
-pub const OOB_VERSION: u32 = 1;
+pub const OOB_VERSION: u32 = 2;
 /// The largest message a peer may ask for (and so the largest buffer it makes us register).
 pub const MAX_MESSAGE: u64 = 1 << 30;
 pub const MAX_SIZES: usize = 64;
 pub const MAX_ITERS: u32 = 10_000_000;
 pub const MAX_WINDOW: u32 = 4096;
+pub const MAX_INLINE: u32 = 1024;
 
 const HELLO: &[u8; 4] = b"MBRH";
 const PARAMS: &[u8; 4] = b"MBRP";
@@ -38,6 +39,8 @@ pub struct Params {
     pub iters: u32,
     pub warmup: u32,
     pub window: u32,
+    /// Largest message sent inline (perftest's -I); the device may grant less.
+    pub inline_size: u32,
     /// Message sizes in bytes (for a transport: one entry, the largest payload).
     pub sizes: Vec<u64>,
 }
@@ -67,6 +70,12 @@ impl Params {
         }
         if self.window == 0 || self.window > MAX_WINDOW {
             return bad(format!("window {} outside 1 ..= {MAX_WINDOW}", self.window));
+        }
+        if self.inline_size > MAX_INLINE {
+            return bad(format!(
+                "inline size {} over {MAX_INLINE} bytes",
+                self.inline_size
+            ));
         }
         Ok(())
     }
@@ -208,7 +217,7 @@ impl OobChannel {
             p.warmup,
             p.window,
             p.sizes.len() as u32,
-            0,
+            p.inline_size,
         ] {
             b.extend_from_slice(&v.to_le_bytes());
         }
@@ -236,6 +245,7 @@ impl OobChannel {
             iters: u32_at(&b, 8),
             warmup: u32_at(&b, 12),
             window: u32_at(&b, 16),
+            inline_size: u32_at(&b, 24),
             sizes: (0..n).map(|i| u64_at(&sizes, 8 * i)).collect(),
         };
         p.validate()?;
@@ -346,6 +356,7 @@ mod tests {
             iters: 100,
             warmup: 2,
             window: 64,
+            inline_size: 64,
             sizes: vec![2, 4096, 1 << 20],
         }
     }

@@ -18,6 +18,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::oob::Params;
 use super::verbs::{QpCaps, WriteFlags};
 use super::{Link, LinkShape, RdmaError};
 
@@ -30,8 +31,9 @@ const CQ_MOD: u32 = 100;
 /// Spins between looks at the clock while waiting for a byte.
 const SPINS_PER_CLOCK_CHECK: u32 = 4096;
 
-/// The registered buffer for a test of messages up to `largest` bytes.
-pub fn shape(largest: u64, window: u32) -> LinkShape {
+/// The registered buffer and queue sizes for a test (messages up to `largest` bytes).
+pub fn shape(params: &Params) -> LinkShape {
+    let (largest, window) = (params.largest(), params.window);
     let half = half_size(largest);
     LinkShape {
         buffer: 2 * half,
@@ -40,8 +42,7 @@ pub fn shape(largest: u64, window: u32) -> LinkShape {
         caps: QpCaps {
             send_depth: window.max(CQ_MOD.min(window)) + 4,
             recv_depth: 8,
-            // ib_write_lat's default inline size.
-            max_inline: 220,
+            max_inline: params.inline_size,
         },
     }
 }

@@ -88,6 +88,7 @@ impl RdmaTransport {
             iters: 1,
             warmup: 0,
             window: 1,
+            inline_size: 0,
             sizes: vec![max_payload.max(1)],
         };
         client_hello(&mut oob, Purpose::Transport, &params)?;
