@@ -5,6 +5,7 @@
 //!
 //! Device choice: MORPHBENCH_RDMA_DEVICE (default: the first), MORPHBENCH_RDMA_GID (default 1,
 //! the IPv4-mapped GID of a Soft-RoCE device).
+//! MORPHBENCH_BIN: the morphbench binary to run (default: the one cargo built).
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -204,4 +205,53 @@ fn device_listing_has_ports_and_gids() {
     assert!(devices
         .iter()
         .any(|d| d.ports.iter().any(|p| !p.gids.is_empty())));
+}
+
+/// `morphbench sink --transport rdma` (the binary, as a user runs it) receives and verifies
+/// what an RDMA transport sends. In the guest the binary is MORPHBENCH_BIN.
+#[test]
+fn the_sink_command_receives_over_rdma() {
+    let Some(c) = choice() else { return };
+    let bin = std::env::var("MORPHBENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_morphbench").to_string());
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut cmd = std::process::Command::new(&bin);
+    cmd.args(["sink", "--transport", "rdma", "--once", "--listen", &addr])
+        .args(["--gid-index", &c.gid_index.to_string()])
+        .stdout(std::process::Stdio::piped());
+    if let Some(d) = &c.device {
+        cmd.args(["--device", d]);
+    }
+    let sink = cmd.spawn().unwrap();
+    // Connect once the sink listens.
+    let t0 = Instant::now();
+    let mut tx = loop {
+        match RdmaTransport::connect(&addr, &c, 1 << 20, Duration::from_secs(10)) {
+            Ok(t) => break t,
+            Err(e) if t0.elapsed() < Duration::from_secs(20) => {
+                eprintln!("waiting for the sink: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let mut total = 0;
+    for n in [1usize, 4096, 1 << 20] {
+        let payload: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+        tx.send(&payload).unwrap();
+        total += n;
+    }
+    tx.close().unwrap();
+    let out = sink.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("3 payloads, {total} bytes, all verified")),
+        "{text}"
+    );
 }
