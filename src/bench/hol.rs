@@ -33,7 +33,7 @@ use crate::gpu::timing::PassTimer;
 use crate::gpu::transfer::{touched, MapTiming, StagingPool};
 use crate::gpu::{Gpu, WAIT_LIMIT};
 use crate::output::Progress;
-use crate::rdma::transport::{self as rdma_transport, RdmaTransport};
+use crate::rdma::transport::RdmaTransport;
 use crate::rdma::DeviceChoice;
 use crate::stats::Summary;
 use crate::transport::sink::{spawn_loopback, SinkStats};
@@ -367,12 +367,7 @@ fn connect(plan: &HolPlan, bytes: u64) -> Result<(Box<dyn Transport>, Option<Sin
     let (addr, sink) = match &plan.peer {
         Some(addr) => (addr.clone(), None),
         None => {
-            let (addr, sink) = match plan.transport {
-                TransportKind::Tcp => spawn_loopback(max, timeouts.io)?,
-                TransportKind::Rdma => {
-                    rdma_transport::spawn_loopback(plan.rdma.clone(), max, timeouts.io)?
-                }
-            };
+            let (addr, sink) = spawn_loopback(plan.transport, plan.rdma.clone(), max, timeouts.io)?;
             (addr.to_string(), Some(sink))
         }
     };

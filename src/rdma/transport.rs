@@ -4,17 +4,12 @@
 //! bounded by the agreed maximum) and the checksum, and answers with a SEND carrying the same
 //! ack frame the TCP transport uses.
 
-use std::net::{SocketAddr, TcpListener};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::oob::{OobChannel, Params, Purpose};
 use super::verbs::{Completion, QpCaps, VerbsError, WriteFlags};
 use super::{client_hello, server_hello, DeviceChoice, Link, LinkShape, RdmaError};
-use crate::transport::sink::{drain, SinkStats};
-use crate::transport::wire::{
-    checksum, FrameKind, Header, ACK_BAD_CHECKSUM, ACK_OK, HEADER_BYTES, MAX_PAYLOAD,
-};
+use crate::transport::wire::{checksum, FrameKind, Header, HEADER_BYTES, MAX_PAYLOAD};
 use crate::transport::{Receiver, SendTiming, Transport, TransportError};
 
 const WR_WRITE: u64 = 1;
@@ -58,13 +53,6 @@ impl From<VerbsError> for TransportError {
     }
 }
 
-fn timed_out(e: TransportError, io: Duration) -> TransportError {
-    match e {
-        TransportError::Timeout(_) => TransportError::Timeout(io),
-        other => other,
-    }
-}
-
 pub struct RdmaTransport {
     link: Link,
     seq: u64,
@@ -74,7 +62,7 @@ pub struct RdmaTransport {
 }
 
 impl RdmaTransport {
-    /// Connects to `sink --transport rdma` (or `spawn_loopback`) at `addr`.
+    /// Connects to `sink --transport rdma` (or an in-process sink) at `addr`.
     pub fn connect(
         addr: &str,
         choice: &DeviceChoice,
@@ -129,12 +117,7 @@ impl RdmaTransport {
             });
         }
         self.seq += 1;
-        let header = Header {
-            kind: FrameKind::Data,
-            seq: self.seq,
-            len,
-            check: checksum(payload),
-        };
+        let header = Header::data(self.seq, payload);
         let t0 = Instant::now();
         self.write_frame(&header, payload)?;
         let t1 = Instant::now();
@@ -158,42 +141,24 @@ impl RdmaTransport {
         self.link
             .qp
             .post_recv(&self.link.mr, ack_at, HEADER_BYTES, WR_ACK_RECV)?;
-        let ack = Header::decode(&b, 0)?;
-        if ack.kind != FrameKind::Ack || ack.seq != self.seq {
-            return Err(TransportError::Protocol(format!(
-                "expected the ack of payload {}, got {:?} {}",
-                self.seq, ack.kind, ack.seq
-            )));
-        }
-        if ack.check == ACK_BAD_CHECKSUM {
-            return Err(TransportError::Corrupt { seq: self.seq });
-        }
-        Ok(SendTiming {
-            send_us: (t1 - t0).as_secs_f64() * 1e6,
-            receive_us: t1.elapsed().as_secs_f64() * 1e6,
-        })
+        Header::expect_ack(&b, self.seq)?;
+        Ok(SendTiming::since(t0, t1))
     }
 }
 
 impl Transport for RdmaTransport {
     fn send(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
         let io = self.io;
-        self.send_inner(payload).map_err(|e| timed_out(e, io))
+        self.send_inner(payload).map_err(|e| e.with_timeout(io))
     }
 
     fn close(&mut self) -> Result<(), TransportError> {
-        let bye = Header {
-            kind: FrameKind::Bye,
-            seq: self.seq + 1,
-            len: 0,
-            check: 0,
-        };
-        self.write_frame(&bye, &[])?;
+        self.write_frame(&Header::bye(self.seq + 1), &[])?;
         let c = self
             .link
             .cq
             .wait(self.io)
-            .map_err(|e| timed_out(e.into(), self.io))?;
+            .map_err(|e| TransportError::from(e).with_timeout(self.io))?;
         if c.wr_id != WR_WRITE {
             return Err(TransportError::Protocol(format!(
                 "unexpected completion {} while closing",
@@ -281,13 +246,9 @@ impl RdmaReceiver {
         self.link
             .qp
             .post_recv(&self.link.mr, ack_at, HEADER_BYTES, WR_DATA_RECV)?;
-        let ack = Header {
-            kind: FrameKind::Ack,
-            seq: h.seq,
-            len: 0,
-            check: if ok { ACK_OK } else { ACK_BAD_CHECKSUM },
-        };
-        self.link.mr.write(ack_at + 32, &ack.encode())?;
+        self.link
+            .mr
+            .write(ack_at + 32, &Header::ack(h.seq, ok).encode())?;
         self.link
             .qp
             .send(&self.link.mr, ack_at + 32, HEADER_BYTES, WR_ACK_SEND)?;
@@ -308,22 +269,6 @@ impl RdmaReceiver {
 impl Receiver for RdmaReceiver {
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, TransportError> {
         let io = self.io;
-        self.recv_inner(buf).map_err(|e| timed_out(e, io))
+        self.recv_inner(buf).map_err(|e| e.with_timeout(io))
     }
-}
-
-/// An in-process RDMA receiver on an ephemeral loopback port that serves one connection.
-pub fn spawn_loopback(
-    choice: DeviceChoice,
-    max_payload: u64,
-    io: Duration,
-) -> std::io::Result<(SocketAddr, JoinHandle<Result<SinkStats, TransportError>>)> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    let addr = listener.local_addr()?;
-    let handle = std::thread::spawn(move || {
-        let (oob, _) = OobChannel::accept(&listener, Some(io), io)?;
-        let mut rx = RdmaReceiver::accept(oob, &choice, max_payload, io)?;
-        drain(&mut rx)
-    });
-    Ok((addr, handle))
 }

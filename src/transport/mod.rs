@@ -77,6 +77,26 @@ pub struct SendTiming {
     pub receive_us: f64,
 }
 
+impl SendTiming {
+    /// A send that started at `start`, handed its bytes over by `sent`, and was confirmed now.
+    pub fn since(start: std::time::Instant, sent: std::time::Instant) -> SendTiming {
+        SendTiming {
+            send_us: (sent - start).as_secs_f64() * 1e6,
+            receive_us: sent.elapsed().as_secs_f64() * 1e6,
+        }
+    }
+}
+
+impl TransportError {
+    /// Puts the limit that ran out into a timeout (lower layers do not know it).
+    pub fn with_timeout(self, limit: Duration) -> TransportError {
+        match self {
+            TransportError::Timeout(_) => TransportError::Timeout(limit),
+            other => other,
+        }
+    }
+}
+
 /// Sends host buffers to a peer. Every payload is checked by the receiver, and `send`
 /// returns only once the peer has confirmed it arrived intact.
 pub trait Transport: Send {

@@ -65,17 +65,38 @@ pub fn serve(
     Ok(())
 }
 
+/// Makes the receiver of one accepted connection for `transport`, completing its hello.
+pub fn receiver_for(
+    transport: TransportKind,
+    rdma: DeviceChoice,
+    max_payload: u64,
+    io: Duration,
+) -> impl Fn(TcpStream) -> Result<Box<dyn Receiver>, TransportError> {
+    move |stream| {
+        Ok(match transport {
+            TransportKind::Tcp => Box::new(TcpReceiver::accept(stream, max_payload, io)?),
+            TransportKind::Rdma => {
+                let oob = OobChannel::from_stream(stream, io)?;
+                Box::new(RdmaReceiver::accept(oob, &rdma, max_payload, io)?)
+            }
+        })
+    }
+}
+
 /// An in-process sink on an ephemeral loopback port that serves one connection.
 pub fn spawn_loopback(
+    transport: TransportKind,
+    rdma: DeviceChoice,
     max_payload: u64,
     io: Duration,
 ) -> std::io::Result<(SocketAddr, JoinHandle<Result<SinkStats, TransportError>>)> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
+    let accept = receiver_for(transport, rdma, max_payload, io);
     let handle = std::thread::spawn(move || {
         let (stream, _) = listener.accept()?;
-        let mut rx = TcpReceiver::accept(stream, max_payload, io)?;
-        drain(&mut rx)
+        let mut rx = accept(stream)?;
+        drain(rx.as_mut())
     });
     Ok((addr, handle))
 }
@@ -103,15 +124,7 @@ pub fn run_cli(
         );
     }
     let mut failed = None;
-    let accept = |stream: TcpStream| -> Result<Box<dyn Receiver>, TransportError> {
-        Ok(match transport {
-            TransportKind::Tcp => Box::new(TcpReceiver::accept(stream, max_payload, io)?),
-            TransportKind::Rdma => {
-                let oob = OobChannel::from_stream(stream, io)?;
-                Box::new(RdmaReceiver::accept(oob, rdma, max_payload, io)?)
-            }
-        })
-    };
+    let accept = receiver_for(transport, rdma.clone(), max_payload, io);
     serve(
         listener,
         &accept,

@@ -5,9 +5,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use super::wire::{
-    checksum, read_hello, write_hello, FrameKind, Header, ACK_BAD_CHECKSUM, ACK_OK, HEADER_BYTES,
-};
+use super::wire::{checksum, read_hello, write_hello, FrameKind, Header, HEADER_BYTES};
 use super::{Receiver, SendTiming, Transport, TransportError};
 
 /// How long connecting, and any single read or write, may take.
@@ -23,13 +21,6 @@ impl Default for Timeouts {
             connect: Duration::from_secs(5),
             io: Duration::from_secs(30),
         }
-    }
-}
-
-fn with_timeout(e: TransportError, t: Duration) -> TransportError {
-    match e {
-        TransportError::Timeout(_) => TransportError::Timeout(t),
-        other => other,
     }
 }
 
@@ -61,8 +52,8 @@ impl TcpTransport {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(t.io))?;
         stream.set_write_timeout(Some(t.io))?;
-        write_hello(&mut stream, max_payload).map_err(|e| with_timeout(e, t.io))?;
-        let peer_max = read_hello(&mut stream).map_err(|e| with_timeout(e, t.io))?;
+        write_hello(&mut stream, max_payload).map_err(|e| e.with_timeout(t.io))?;
+        let peer_max = read_hello(&mut stream).map_err(|e| e.with_timeout(t.io))?;
         Ok(TcpTransport {
             stream,
             seq: 0,
@@ -80,49 +71,26 @@ impl TcpTransport {
             });
         }
         self.seq += 1;
-        let header = Header {
-            kind: FrameKind::Data,
-            seq: self.seq,
-            len,
-            check: checksum(payload),
-        };
+        let header = Header::data(self.seq, payload);
         let t0 = Instant::now();
         self.stream.write_all(&header.encode())?;
         self.stream.write_all(payload)?;
         let t1 = Instant::now();
         let mut b = [0u8; HEADER_BYTES];
         self.stream.read_exact(&mut b)?;
-        let ack = Header::decode(&b, 0)?;
-        if ack.kind != FrameKind::Ack || ack.seq != self.seq {
-            return Err(TransportError::Protocol(format!(
-                "expected the ack of payload {}, got {:?} {}",
-                self.seq, ack.kind, ack.seq
-            )));
-        }
-        if ack.check == ACK_BAD_CHECKSUM {
-            return Err(TransportError::Corrupt { seq: self.seq });
-        }
-        Ok(SendTiming {
-            send_us: (t1 - t0).as_secs_f64() * 1e6,
-            receive_us: t1.elapsed().as_secs_f64() * 1e6,
-        })
+        Header::expect_ack(&b, self.seq)?;
+        Ok(SendTiming::since(t0, t1))
     }
 }
 
 impl Transport for TcpTransport {
     fn send(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
         let io = self.io;
-        self.send_inner(payload).map_err(|e| with_timeout(e, io))
+        self.send_inner(payload).map_err(|e| e.with_timeout(io))
     }
 
     fn close(&mut self) -> Result<(), TransportError> {
-        let bye = Header {
-            kind: FrameKind::Bye,
-            seq: self.seq,
-            len: 0,
-            check: 0,
-        };
-        self.stream.write_all(&bye.encode())?;
+        self.stream.write_all(&Header::bye(self.seq).encode())?;
         Ok(())
     }
 
@@ -148,8 +116,8 @@ impl TcpReceiver {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(io))?;
         stream.set_write_timeout(Some(io))?;
-        read_hello(&mut stream).map_err(|e| with_timeout(e, io))?;
-        write_hello(&mut stream, max_payload).map_err(|e| with_timeout(e, io))?;
+        read_hello(&mut stream).map_err(|e| e.with_timeout(io))?;
+        write_hello(&mut stream, max_payload).map_err(|e| e.with_timeout(io))?;
         Ok(TcpReceiver {
             stream,
             max_payload,
@@ -174,13 +142,7 @@ impl TcpReceiver {
         buf.resize(h.len as usize, 0);
         self.stream.read_exact(buf)?;
         let ok = checksum(buf) == h.check;
-        let ack = Header {
-            kind: FrameKind::Ack,
-            seq: h.seq,
-            len: 0,
-            check: if ok { ACK_OK } else { ACK_BAD_CHECKSUM },
-        };
-        self.stream.write_all(&ack.encode())?;
+        self.stream.write_all(&Header::ack(h.seq, ok).encode())?;
         if !ok {
             return Err(TransportError::Corrupt { seq: h.seq });
         }
@@ -191,6 +153,6 @@ impl TcpReceiver {
 impl Receiver for TcpReceiver {
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, TransportError> {
         let io = self.io;
-        self.recv_inner(buf).map_err(|e| with_timeout(e, io))
+        self.recv_inner(buf).map_err(|e| e.with_timeout(io))
     }
 }

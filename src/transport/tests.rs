@@ -129,7 +129,13 @@ fn raw_client(
     max: u64,
     frames: impl FnOnce(&mut TcpStream),
 ) -> Result<super::sink::SinkStats, TransportError> {
-    let (addr, sink) = spawn_loopback(max, Duration::from_millis(500)).unwrap();
+    let (addr, sink) = spawn_loopback(
+        super::TransportKind::Tcp,
+        Default::default(),
+        max,
+        Duration::from_millis(500),
+    )
+    .unwrap();
     let mut s = TcpStream::connect(addr).unwrap();
     write_hello(&mut s, max).unwrap();
     read_hello(&mut s).unwrap();

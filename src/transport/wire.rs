@@ -52,6 +52,52 @@ pub fn checksum(data: &[u8]) -> u64 {
 }
 
 impl Header {
+    /// The header in front of payload `seq`.
+    pub fn data(seq: u64, payload: &[u8]) -> Header {
+        Header {
+            kind: FrameKind::Data,
+            seq,
+            len: payload.len() as u64,
+            check: checksum(payload),
+        }
+    }
+
+    /// The sender's goodbye after payload `seq`.
+    pub fn bye(seq: u64) -> Header {
+        Header {
+            kind: FrameKind::Bye,
+            seq,
+            len: 0,
+            check: 0,
+        }
+    }
+
+    /// The receiver's answer to payload `seq`: intact or not.
+    pub fn ack(seq: u64, intact: bool) -> Header {
+        Header {
+            kind: FrameKind::Ack,
+            seq,
+            len: 0,
+            check: if intact { ACK_OK } else { ACK_BAD_CHECKSUM },
+        }
+    }
+
+    /// Checks that these bytes are the receiver's ack of payload `seq`, and that it arrived
+    /// intact.
+    pub fn expect_ack(b: &[u8; HEADER_BYTES], seq: u64) -> Result<(), TransportError> {
+        let ack = Header::decode(b, 0)?;
+        if ack.kind != FrameKind::Ack || ack.seq != seq {
+            return Err(TransportError::Protocol(format!(
+                "expected the ack of payload {seq}, got {:?} {}",
+                ack.kind, ack.seq
+            )));
+        }
+        if ack.check == ACK_BAD_CHECKSUM {
+            return Err(TransportError::Corrupt { seq });
+        }
+        Ok(())
+    }
+
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut b = [0u8; HEADER_BYTES];
         b[0..4].copy_from_slice(&FRAME_MAGIC);
