@@ -81,6 +81,20 @@ pub struct LineChart {
     pub series: Vec<Series>,
 }
 
+impl LineChart {
+    /// A chart with no series yet; `(x_log, y_log)` says which axes are logarithmic.
+    pub fn new(title: String, x_label: &str, y_label: &str, (x_log, y_log): (bool, bool)) -> Self {
+        LineChart {
+            title,
+            x_label: x_label.into(),
+            y_label: y_label.into(),
+            x_log,
+            y_log,
+            series: Vec::new(),
+        }
+    }
+}
+
 /// One bar made of stacked parts (label, value), at a category.
 #[derive(Debug, Clone, Default)]
 pub struct StackedBars {

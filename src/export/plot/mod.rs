@@ -100,6 +100,13 @@ fn named(name: &str, about: &str, chart: Chart) -> Named {
     (name.to_string(), about.to_string(), chart)
 }
 
+/// Adds a line chart to `out` when it has any series.
+fn push_lines(out: &mut Vec<Named>, name: &str, about: &str, chart: LineChart) {
+    if !chart.series.is_empty() {
+        out.push(named(name, about, Chart::Lines(chart)));
+    }
+}
+
 type Points = Vec<(f64, f64)>;
 /// (stage, start, end, kind) of one simulated op.
 type TimelineOp = (usize, f64, f64, usize);
@@ -119,22 +126,18 @@ fn sorted(mut v: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
 }
 
 fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
-    let mut gemm = LineChart {
-        title: format!("GEMM throughput — {title}"),
-        x_label: "size: cube root of M·N·K".into(),
-        y_label: "GFLOP/s".into(),
-        x_log: true,
-        y_log: true,
-        ..Default::default()
-    };
-    let mut ln = LineChart {
-        title: format!("Layernorm throughput — {title}"),
-        x_label: "elements (rows × hidden)".into(),
-        y_label: "GB/s (read + written)".into(),
-        x_log: true,
-        y_log: true,
-        ..Default::default()
-    };
+    let mut gemm = LineChart::new(
+        format!("GEMM throughput — {title}"),
+        "size: cube root of M·N·K",
+        "GFLOP/s",
+        (true, true),
+    );
+    let mut ln = LineChart::new(
+        format!("Layernorm throughput — {title}"),
+        "elements (rows × hidden)",
+        "GB/s (read + written)",
+        (true, true),
+    );
     for run in runs {
         let Some(t) = &run.kernels else { continue };
         let mut by: BTreeMap<(String, String), Vec<(f64, f64)>> = BTreeMap::new();
@@ -176,40 +179,34 @@ fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         }
     }
     let mut out = Vec::new();
-    if !gemm.series.is_empty() {
-        out.push(named(
-            "kernels_gemm",
-            "GEMM GFLOP/s against size, GPU and CPU baseline",
-            Chart::Lines(gemm),
-        ));
-    }
-    if !ln.series.is_empty() {
-        out.push(named(
-            "kernels_layernorm",
-            "Layernorm GB/s against size, GPU and host memcpy",
-            Chart::Lines(ln),
-        ));
-    }
+    push_lines(
+        &mut out,
+        "kernels_gemm",
+        "GEMM GFLOP/s against size, GPU and CPU baseline",
+        gemm,
+    );
+    push_lines(
+        &mut out,
+        "kernels_layernorm",
+        "Layernorm GB/s against size, GPU and host memcpy",
+        ln,
+    );
     Ok(out)
 }
 
 fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
-    let mut lat = LineChart {
-        title: format!("Transfer latency (p50, band to p99) — {title}"),
-        x_label: "bytes".into(),
-        y_label: "end-to-end latency (µs)".into(),
-        x_log: true,
-        y_log: true,
-        ..Default::default()
-    };
-    let mut bw = LineChart {
-        title: format!("Transfer bandwidth — {title}"),
-        x_label: "bytes".into(),
-        y_label: "GB/s".into(),
-        x_log: true,
-        y_log: false,
-        ..Default::default()
-    };
+    let mut lat = LineChart::new(
+        format!("Transfer latency (p50, band to p99) — {title}"),
+        "bytes",
+        "end-to-end latency (µs)",
+        (true, true),
+    );
+    let mut bw = LineChart::new(
+        format!("Transfer bandwidth — {title}"),
+        "bytes",
+        "GB/s",
+        (true, false),
+    );
     for run in runs {
         let Some(t) = &run.d2h else { continue };
         let mut lat_s: BTreeMap<String, (Points, Band)> = BTreeMap::new();
@@ -269,11 +266,13 @@ fn delay_of(s: &str) -> f64 {
 }
 
 fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
-    let mk = |t: &str, y: &str| LineChart {
-        title: format!("{t} — {title}"),
-        x_label: "injected delay per transfer (ms)".into(),
-        y_label: y.into(),
-        ..Default::default()
+    let mk = |t: &str, y: &str| {
+        LineChart::new(
+            format!("{t} — {title}"),
+            "injected delay per transfer (ms)",
+            y,
+            (false, false),
+        )
     };
     let mut stall = mk("Head-of-line stall per compute op (mean)", "stall (µs)");
     let mut makespan = mk("Stream makespan", "makespan (µs)");
@@ -385,35 +384,30 @@ fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
 }
 
 fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
-    let mut lat = LineChart {
-        title: format!("RDMA latency — {title}"),
-        x_label: "bytes".into(),
-        y_label: "latency (µs)".into(),
-        x_log: true,
-        y_log: true,
-        ..Default::default()
-    };
-    let mut bw = LineChart {
-        title: format!("RDMA bandwidth — {title}"),
-        x_label: "bytes".into(),
-        y_label: "GB/s".into(),
-        x_log: true,
-        y_log: true,
-        ..Default::default()
-    };
+    let mut lat = LineChart::new(
+        format!("RDMA latency — {title}"),
+        "bytes",
+        "latency (µs)",
+        (true, true),
+    );
+    let mut bw = LineChart::new(
+        format!("RDMA bandwidth — {title}"),
+        "bytes",
+        "GB/s",
+        (true, true),
+    );
     for run in runs {
         let Some(t) = &run.rdma else { continue };
-        let mut by: BTreeMap<String, (Points, Band)> = BTreeMap::new();
+        let (mut p50, mut band): (Points, Band) = Default::default();
         for r in t.rows().filter(|r| r.str("test") == "lat") {
-            let e = by.entry("RDMA WRITE latency".into()).or_default();
             let b = r.num("bytes")?;
-            e.0.push((b, r.num("p50_us")?));
-            e.1.push((b, r.num("p50_us")?, r.num("p99_us")?));
+            p50.push((b, r.num("p50_us")?));
+            band.push((b, r.num("p50_us")?, r.num("p99_us")?));
         }
-        for (k, (p, band)) in by {
+        if !p50.is_empty() {
             lat.series.push(Series {
-                label: label(runs, run, &k),
-                points: sorted(p),
+                label: label(runs, run, "RDMA WRITE latency"),
+                points: sorted(p50),
                 band,
                 reference: false,
             });
@@ -433,20 +427,18 @@ fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         }
     }
     let mut out = Vec::new();
-    if !lat.series.is_empty() {
-        out.push((
-            "rdma_latency".into(),
-            "RDMA latency percentiles against size".into(),
-            Chart::Lines(lat),
-        ));
-    }
-    if !bw.series.is_empty() {
-        out.push((
-            "rdma_bandwidth".into(),
-            "RDMA average bandwidth against size".into(),
-            Chart::Lines(bw),
-        ));
-    }
+    push_lines(
+        &mut out,
+        "rdma_latency",
+        "RDMA latency percentiles against size",
+        lat,
+    );
+    push_lines(
+        &mut out,
+        "rdma_bandwidth",
+        "RDMA average bandwidth against size",
+        bw,
+    );
     Ok(out)
 }
 
@@ -459,12 +451,12 @@ pub fn total_delay(slow: &str) -> f64 {
 }
 
 fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
-    let mut iter = LineChart {
-        title: format!("Iteration time against straggler delay — {title}"),
-        x_label: "extra link delay (ms)".into(),
-        y_label: "iteration time (ms)".into(),
-        ..Default::default()
-    };
+    let mut iter = LineChart::new(
+        format!("Iteration time against straggler delay — {title}"),
+        "extra link delay (ms)",
+        "iteration time (ms)",
+        (false, false),
+    );
     let mut out = Vec::new();
     for run in runs {
         let Some(t) = &run.sim else { continue };
@@ -484,13 +476,12 @@ fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
             }
         }
     }
-    if !iter.series.is_empty() {
-        out.push(named(
-            "sim_iteration",
-            "Simulated iteration time against delay, per schedule",
-            Chart::Lines(iter),
-        ));
-    }
+    push_lines(
+        &mut out,
+        "sim_iteration",
+        "Simulated iteration time against delay, per schedule",
+        iter,
+    );
     // Gantt charts of the first run, for its most delayed case.
     if let Some(t) = runs.first().and_then(|r| r.timeline.as_ref()) {
         let mut cases: BTreeMap<String, BTreeMap<String, Vec<TimelineOp>>> = BTreeMap::new();
