@@ -78,7 +78,7 @@ fn bench_pair(c: &DeviceChoice, params: Params) -> (Link, std::thread::JoinHandl
     let server = std::thread::spawn(move || {
         let io = Duration::from_secs(10);
         let (mut oob, _) = OobChannel::accept(&listener, Some(io), io).unwrap();
-        server_hello(&mut oob, Purpose::Bench, |_| Ok(())).unwrap();
+        server_hello(&mut oob, Purpose::Bench).unwrap();
         Link::establish(oob, &server_choice, shape).unwrap()
     });
     let io = Duration::from_secs(10);

@@ -62,16 +62,17 @@ pub fn default_sizes() -> Vec<u64> {
     (1..=20).map(|p| 1u64 << p).collect()
 }
 
-/// Adds perftest's port when `addr` has none.
+/// Adds perftest's port when `addr` has none (`HOST`, `IP` or a bare IPv6 address).
 pub fn with_default_port(addr: &str) -> String {
-    if addr.parse::<std::net::SocketAddr>().is_ok()
-        || addr
-            .rsplit_once(':')
-            .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok())
-    {
-        addr.to_string()
-    } else {
-        format!("{addr}:{DEFAULT_PORT}")
+    if addr.parse::<std::net::SocketAddr>().is_ok() {
+        return addr.to_string();
+    }
+    if let Ok(ip) = addr.parse::<std::net::IpAddr>() {
+        return std::net::SocketAddr::new(ip, DEFAULT_PORT).to_string();
+    }
+    match addr.rsplit_once(':') {
+        Some((_, port)) if port.parse::<u16>().is_ok() => addr.to_string(),
+        _ => format!("{addr}:{DEFAULT_PORT}"),
     }
 }
 
@@ -122,7 +123,7 @@ fn serve(plan: &RdmaPlan, listen: &str, quiet: bool) -> Result<()> {
         println!("rdma server listening on {}", listener.local_addr()?);
     }
     let (mut oob, peer) = OobChannel::accept(&listener, None, timeout(plan))?;
-    let params = server_hello(&mut oob, Purpose::Bench, |_| Ok(()))?;
+    let params = server_hello(&mut oob, Purpose::Bench)?;
     if !quiet {
         println!(
             "{peer}: {} sizes up to {} B, {} iterations",
@@ -314,4 +315,19 @@ fn measure(
     })?;
     session.link.oob.barrier(u32::MAX, true)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_port_is_added_only_when_missing() {
+        assert_eq!(with_default_port("10.0.0.2"), "10.0.0.2:18515");
+        assert_eq!(with_default_port("10.0.0.2:7000"), "10.0.0.2:7000");
+        assert_eq!(with_default_port("node17"), "node17:18515");
+        assert_eq!(with_default_port("node17:7000"), "node17:7000");
+        assert_eq!(with_default_port("::1"), "[::1]:18515");
+        assert_eq!(with_default_port("[::1]:7000"), "[::1]:7000");
+    }
 }

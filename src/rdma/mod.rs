@@ -8,8 +8,6 @@ pub mod perf;
 pub mod transport;
 pub mod verbs;
 
-use std::time::Duration;
-
 use rand::Rng;
 use thiserror::Error;
 
@@ -148,19 +146,11 @@ pub fn client_hello(
     oob.expect_hello(purpose)
 }
 
-/// The server side: checks the client's hello and parameters (`accept` may refuse them), then
+/// The server side: checks the client's hello and parameters (bounded as they are read), then
 /// answers.
-pub fn server_hello(
-    oob: &mut OobChannel,
-    purpose: Purpose,
-    accept: impl FnOnce(&oob::Params) -> Result<(), RdmaError>,
-) -> Result<oob::Params, RdmaError> {
+pub fn server_hello(oob: &mut OobChannel, purpose: Purpose) -> Result<oob::Params, RdmaError> {
     oob.expect_hello(purpose)?;
     let params = oob.recv_params()?;
-    accept(&params)?;
     oob.send_hello(purpose)?;
     Ok(params)
 }
-
-/// How long an RDMA wait may last before the peer counts as gone.
-pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);

@@ -109,13 +109,7 @@ impl RdmaTransport {
     }
 
     fn send_inner(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
-        let len = payload.len() as u64;
-        if len > self.peer_max {
-            return Err(TransportError::TooLarge {
-                len,
-                max: self.peer_max,
-            });
-        }
+        TransportError::check_fits(payload.len(), self.peer_max)?;
         self.seq += 1;
         let header = Header::data(self.seq, payload);
         let t0 = Instant::now();
@@ -153,7 +147,7 @@ impl Transport for RdmaTransport {
     }
 
     fn close(&mut self) -> Result<(), TransportError> {
-        self.write_frame(&Header::bye(self.seq + 1), &[])?;
+        self.write_frame(&Header::bye(self.seq), &[])?;
         let c = self
             .link
             .cq
@@ -189,7 +183,7 @@ impl RdmaReceiver {
         max_payload: u64,
         io: Duration,
     ) -> Result<RdmaReceiver, TransportError> {
-        let params = server_hello(&mut oob, Purpose::Transport, |_| Ok(()))?;
+        let params = server_hello(&mut oob, Purpose::Transport)?;
         let max_payload = params.largest().min(max_payload).min(MAX_PAYLOAD);
         let exposed = HEADER_BYTES + max_payload as usize;
         let link = Link::establish(oob, choice, shape(max_payload, exposed))?;

@@ -466,6 +466,18 @@ impl MemoryRegion {
         }
     }
 
+    /// The scatter-gather entry for `len` bytes at `offset`, checked against the buffer.
+    fn sge(&self, offset: usize, len: usize) -> Result<ibv_sge> {
+        self.check_range(offset, len)?;
+        Ok(ibv_sge {
+            addr: self.addr() + offset as u64,
+            length: u32::try_from(len).map_err(|_| {
+                VerbsError::Invalid(format!("{len} bytes is over one work request's 4 GiB"))
+            })?,
+            lkey: self.lkey(),
+        })
+    }
+
     /// Copies `data` into the buffer at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check_range(offset, data.len())?;
@@ -512,10 +524,8 @@ impl Drop for MemoryRegion {
 #[derive(Debug, Clone, Copy)]
 pub struct Completion {
     pub wr_id: u64,
-    pub byte_len: u32,
     /// The immediate value of a received RDMA WRITE WITH IMM or SEND WITH IMM.
     pub imm: Option<u32>,
-    pub is_recv: bool,
 }
 
 pub struct CompletionQueue {
@@ -574,11 +584,9 @@ impl CompletionQueue {
         let with_imm = wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0;
         Ok(Some(Completion {
             wr_id: wc.wr_id,
-            byte_len: wc.byte_len,
             // SAFETY: the union holds imm_data when IBV_WC_WITH_IMM is set.
             imm: with_imm
                 .then(|| u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data })),
-            is_recv: wc.opcode & ibv_wc_opcode::IBV_WC_RECV != 0,
         }))
     }
 
@@ -830,7 +838,6 @@ impl QueuePair {
         remote_offset: u64,
         flags: WriteFlags,
     ) -> Result<()> {
-        mr.check_range(offset, len)?;
         match remote_offset.checked_add(len as u64) {
             Some(end) if end <= remote.len => {}
             _ => {
@@ -846,11 +853,7 @@ impl QueuePair {
                 self.max_inline
             )));
         }
-        let mut sge = ibv_sge {
-            addr: mr.addr() + offset as u64,
-            length: len as u32,
-            lkey: mr.lkey(),
-        };
+        let mut sge = mr.sge(offset, len)?;
         // SAFETY: ibv_send_wr is plain data; zero is valid for every field.
         let mut wr: ibv_send_wr = unsafe { zeroed() };
         wr.wr_id = flags.wr_id;
@@ -878,12 +881,7 @@ impl QueuePair {
 
     /// A signaled SEND of `len` bytes at `offset` in `mr` (consumes one posted receive).
     pub fn send(&self, mr: &MemoryRegion, offset: usize, len: usize, wr_id: u64) -> Result<()> {
-        mr.check_range(offset, len)?;
-        let mut sge = ibv_sge {
-            addr: mr.addr() + offset as u64,
-            length: len as u32,
-            lkey: mr.lkey(),
-        };
+        let mut sge = mr.sge(offset, len)?;
         // SAFETY: as in write.
         let mut wr: ibv_send_wr = unsafe { zeroed() };
         wr.wr_id = wr_id;
@@ -905,12 +903,7 @@ impl QueuePair {
         len: usize,
         wr_id: u64,
     ) -> Result<()> {
-        mr.check_range(offset, len)?;
-        let mut sge = ibv_sge {
-            addr: mr.addr() + offset as u64,
-            length: len as u32,
-            lkey: mr.lkey(),
-        };
+        let mut sge = mr.sge(offset, len)?;
         // SAFETY: ibv_recv_wr is plain data; zero is valid for every field.
         let mut wr: ibv_recv_wr = unsafe { zeroed() };
         wr.wr_id = wr_id;

@@ -88,6 +88,15 @@ impl SendTiming {
 }
 
 impl TransportError {
+    /// Refuses a payload over the peer's limit before anything is sent.
+    pub fn check_fits(len: usize, max: u64) -> Result<(), TransportError> {
+        let len = len as u64;
+        if len > max {
+            return Err(TransportError::TooLarge { len, max });
+        }
+        Ok(())
+    }
+
     /// Puts the limit that ran out into a timeout (lower layers do not know it).
     pub fn with_timeout(self, limit: Duration) -> TransportError {
         match self {

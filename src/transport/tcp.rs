@@ -63,13 +63,7 @@ impl TcpTransport {
     }
 
     fn send_inner(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
-        let len = payload.len() as u64;
-        if len > self.peer_max {
-            return Err(TransportError::TooLarge {
-                len,
-                max: self.peer_max,
-            });
-        }
+        TransportError::check_fits(payload.len(), self.peer_max)?;
         self.seq += 1;
         let header = Header::data(self.seq, payload);
         let t0 = Instant::now();
