@@ -172,6 +172,9 @@ pub struct RdmaReceiver {
     link: Link,
     max_payload: u64,
     io: Duration,
+    /// The last ack's SEND has not completed yet, so its buffer is not free. Its completion
+    /// may come after the sender's next frame, which the ack released.
+    ack_in_flight: bool,
 }
 
 impl RdmaReceiver {
@@ -197,18 +200,39 @@ impl RdmaReceiver {
             link,
             max_payload,
             io,
+            ack_in_flight: false,
         })
     }
 
+    /// The next frame's completion, reaping the last ack's on the way.
     fn next_frame(&mut self) -> Result<Completion, TransportError> {
-        let c = self.link.cq.wait(self.io)?;
-        if c.wr_id != WR_DATA_RECV || c.imm.is_none() {
-            return Err(TransportError::Protocol(format!(
-                "expected a frame (RDMA WRITE WITH IMM), got completion {}",
-                c.wr_id
-            )));
+        loop {
+            let c = self.link.cq.wait(self.io)?;
+            match c.wr_id {
+                WR_ACK_SEND if self.ack_in_flight => self.ack_in_flight = false,
+                WR_DATA_RECV if c.imm.is_some() => return Ok(c),
+                other => {
+                    return Err(TransportError::Protocol(format!(
+                        "expected a frame (RDMA WRITE WITH IMM), got completion {other}"
+                    )))
+                }
+            }
         }
-        Ok(c)
+    }
+
+    /// Waits until the last ack's buffer is free again.
+    fn reap_ack(&mut self) -> Result<(), TransportError> {
+        while self.ack_in_flight {
+            let c = self.link.cq.wait(self.io)?;
+            if c.wr_id != WR_ACK_SEND {
+                return Err(TransportError::Protocol(format!(
+                    "unexpected completion {} while an ack was in flight",
+                    c.wr_id
+                )));
+            }
+            self.ack_in_flight = false;
+        }
+        Ok(())
     }
 
     fn recv_inner(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, TransportError> {
@@ -240,19 +264,14 @@ impl RdmaReceiver {
         self.link
             .qp
             .post_recv(&self.link.mr, ack_at, HEADER_BYTES, WR_DATA_RECV)?;
+        self.reap_ack()?;
         self.link
             .mr
             .write(ack_at + 32, &Header::ack(h.seq, ok).encode())?;
         self.link
             .qp
             .send(&self.link.mr, ack_at + 32, HEADER_BYTES, WR_ACK_SEND)?;
-        let c = self.link.cq.wait(self.io)?;
-        if c.wr_id != WR_ACK_SEND {
-            return Err(TransportError::Protocol(format!(
-                "unexpected completion {} after an ack",
-                c.wr_id
-            )));
-        }
+        self.ack_in_flight = true;
         if !ok {
             return Err(TransportError::Corrupt { seq: h.seq });
         }

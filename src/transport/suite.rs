@@ -46,6 +46,21 @@ pub fn payloads_arrive_verified(f: &dyn Fixture) {
     assert_eq!(stats.last_checksum, checksum(&payload(sizes[last], last)));
 }
 
+/// Many small payloads back to back: a sender whose next frame overtakes the receiver's
+/// bookkeeping of the last ack (as an RDMA completion can) must still be handled.
+pub fn many_payloads_back_to_back(f: &dyn Fixture) {
+    let (mut tx, rx) = f.pair(4096, 4096, Duration::from_secs(10));
+    let sink = drain_in_thread(rx);
+    let n = 1000;
+    for k in 0..n {
+        tx.send(&payload(64, k)).unwrap();
+    }
+    tx.close().unwrap();
+    let stats = sink.join().unwrap().unwrap();
+    assert_eq!(stats.payloads, n as u64);
+    assert_eq!(stats.last_checksum, checksum(&payload(64, n - 1)));
+}
+
 /// A payload over the receiver's limit is refused before anything is sent.
 pub fn oversized_payload_is_refused(f: &dyn Fixture) {
     let (mut tx, rx) = f.pair(1 << 20, 1024, Duration::from_secs(5));
@@ -101,6 +116,7 @@ pub fn silent_receiver_times_out(f: &dyn Fixture) {
 /// Every check above, in turn.
 pub fn run_all(f: &dyn Fixture) {
     payloads_arrive_verified(f);
+    many_payloads_back_to_back(f);
     oversized_payload_is_refused(f);
     receiver_gone_is_an_error(f);
     silent_receiver_times_out(f);
