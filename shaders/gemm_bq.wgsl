@@ -2,8 +2,9 @@
 // as vec4s too: each lane loads four consecutive k of each row, so a subgroup covers 32 k per
 // load of A. On CPU drivers every load whose address differs across lanes is done lane by
 // lane, and vec4 loads cost about what scalar ones do, so this quarters the cost of A.
-// Needs k to be a multiple of 4 (A is read as vec4 rows of k / 4). How B is read comes from a
-// part the host puts in front: gemm_b_storage.wgsl or gemm_b_texture.wgsl (`load_b`).
+// Needs k to be a multiple of 4 (A is read as vec4 rows of k / 4). How A and B are read comes
+// from a part the host puts in front (`load_a`, `load_b`): gemm_b_storage.wgsl,
+// gemm_b_texture.wgsl or gemm_ab_images.wgsl.
 
 struct Dims {
     m: u32,
@@ -12,7 +13,6 @@ struct Dims {
     ldc: u32,
 }
 
-@group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> c: array<vec4<f32>>;
 @group(0) @binding(3) var<uniform> dims: Dims;
 
@@ -46,14 +46,14 @@ fn gemm_bq(
     let row0 = gid.y * ROWS;
     var a_row: array<u32, ROWS>;
     for (var i = 0u; i < ROWS; i++) {
-        a_row[i] = min(row0 + i, dims.m - 1u) * k4;
+        a_row[i] = min(row0 + i, dims.m - 1u);
     }
     var a4: array<vec4<f32>, ROWS>;
     var q: array<vec4<f32>, ROWS>;
     for (var p0 = 0u; p0 < dims.k; p0 += 32u) {
         let kq = p0 / 4u + lane;
         for (var i = 0u; i < ROWS; i++) {
-            a4[i] = select(vec4<f32>(0.0), a[a_row[i] + min(kq, k4 - 1u)], kq < k4);
+            a4[i] = select(vec4<f32>(0.0), load_a(a_row[i], min(kq, k4 - 1u), k4), kq < k4);
         }
         for (var i = 0u; i < ROWS; i++) { q[i] = subgroupBroadcast(a4[i], 0u); }
         quad(p0, col4, ld4, q);

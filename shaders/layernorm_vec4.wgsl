@@ -3,6 +3,8 @@
 // by side. Welford moments per lane are merged across the subgroup. The normalising pass loads
 // gamma and beta once for all four rows: on CPU drivers, whose loads with lane-varying
 // addresses run lane by lane, that is 14 such loads and stores per 16 values instead of 20.
+// gamma and beta come from a part the host puts in front: layernorm_gb_storage.wgsl or
+// layernorm_gb_uniform.wgsl.
 
 struct Dims {
     rows: u32,
@@ -12,8 +14,6 @@ struct Dims {
 }
 
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> gamma: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> beta: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> dims: Dims;
 

@@ -186,8 +186,11 @@ impl Writer<'_> {
                 self.row(kernel, variant, size, "gpu", gpu_us, v, progress)?;
             }
             None => progress.println(format!(
-                "note: {kernel} {}: adapter has no timestamp queries; host clock only",
-                size.label()
+                "note: {kernel} {}: {}; host clock only",
+                size.label(),
+                t.gpu_rejected
+                    .as_deref()
+                    .unwrap_or("adapter has no timestamp queries")
             )),
         }
         self.row(kernel, variant, size, "host", &t.host_us, v, progress)

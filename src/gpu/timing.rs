@@ -11,9 +11,30 @@ const MAX_PAIRS: u32 = 2048;
 /// Per-iteration durations in microseconds.
 #[derive(Debug, Clone)]
 pub struct IterationTimes {
-    /// `None` when the adapter has no timestamp queries inside passes.
+    /// `None` when the adapter has no timestamp queries inside passes, or when they were
+    /// rejected (`gpu_rejected` says why).
     pub gpu_us: Option<Vec<f64>>,
     pub host_us: Vec<f64>,
+    pub gpu_rejected: Option<String>,
+}
+
+/// Why GPU timestamps cannot be what they claim, if so: a pass cannot take less than half its
+/// submit-to-done time when that gap is over a millisecond (more than any submit and wake-up
+/// costs). Seen on lavapipe, whose timestamps are taken at the wrong point once anything has
+/// rendered in the process (e.g. a texture cleared through a render pass).
+pub fn implausible_gpu_times(gpu_us: &[f64], host_us: &[f64]) -> Option<String> {
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let (gpu, host) = (median(gpu_us)?, median(host_us)?);
+    (gpu < 0.5 * host && host - gpu > 1000.0).then(|| {
+        format!(
+            "GPU timestamps rejected: median {gpu:.1} µs against {host:.1} µs from submit to \
+             done on the host clock; a driver bug can misplace them, so the host clock is used"
+        )
+    })
 }
 
 /// A query set with its resolve and readback buffers, reused across iterations.
@@ -142,8 +163,30 @@ pub fn time_compute_passes(
             gpu_us.extend(t.read(gpu, slot)?);
         }
     }
+    let gpu_rejected = timer
+        .as_ref()
+        .and_then(|_| implausible_gpu_times(&gpu_us, &host_us));
+    if let Some(why) = &gpu_rejected {
+        tracing::warn!("{why}");
+    }
     Ok(IterationTimes {
-        gpu_us: timer.map(|_| gpu_us),
+        gpu_us: (timer.is_some() && gpu_rejected.is_none()).then_some(gpu_us),
         host_us,
+        gpu_rejected,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::implausible_gpu_times;
+
+    #[test]
+    fn gpu_times_far_below_the_host_clock_are_rejected() {
+        // 20 µs on the GPU clock for 8 ms from submit to done: misplaced timestamps.
+        assert!(implausible_gpu_times(&[20.0, 25.0, 18.0], &[8000.0, 8100.0, 7900.0]).is_some());
+        // Close agreement, or a gap that submit and wake-up can explain, is kept.
+        assert!(implausible_gpu_times(&[7600.0, 7700.0], &[8000.0, 8100.0]).is_none());
+        assert!(implausible_gpu_times(&[30.0, 35.0], &[400.0, 420.0]).is_none());
+        assert!(implausible_gpu_times(&[], &[400.0]).is_none());
+    }
 }

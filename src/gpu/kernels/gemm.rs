@@ -19,6 +19,13 @@ const GEMM_BQ_TEXTURE_WGSL: &str = concat!(
     include_str!("../../../shaders/gemm_b_texture.wgsl"),
     include_str!("../../../shaders/gemm_bq.wgsl")
 );
+const GEMM_BQ_IMAGES_WGSL: &str = concat!(
+    include_str!("../../../shaders/gemm_ab_images.wgsl"),
+    include_str!("../../../shaders/gemm_bq.wgsl")
+);
+const GEMM_PACK_WGSL: &str = include_str!("../../../shaders/gemm_pack.wgsl");
+/// Rows per invocation of gemm_pack (its ROWS).
+const PACK_ROWS: u32 = 16;
 
 pub static GEMM_VARIANTS: &[Variant] = &[
     Variant {
@@ -55,6 +62,12 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         name: "bc16x4",
         wgsl: GEMM_BROADCAST8_WGSL,
         entry: "gemm_broadcast8",
+        needs_subgroups: true,
+    },
+    Variant {
+        name: "img32x4",
+        wgsl: GEMM_BQ_IMAGES_WGSL,
+        entry: "gemm_bq",
         needs_subgroups: true,
     },
     Variant {
@@ -246,6 +259,9 @@ pub fn gemm_pass(
     if variant.wgsl == GEMM_BQ_TEXTURE_WGSL {
         return texture_pass(gpu, variant, size, &label, [a, b, c, &dims], workgroups);
     }
+    if variant.wgsl == GEMM_BQ_IMAGES_WGSL {
+        return image_pass(gpu, variant, size, &label, [a, b, c, &dims], workgroups);
+    }
     Ok(DispatchPass::new(
         gpu,
         &label,
@@ -287,6 +303,119 @@ fn texture_pass(
     Ok(DispatchPass::with_resources(
         gpu, label, pipeline, resources, workgroups,
     )?)
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct PackDims {
+    rows: u32,
+    cols: u32,
+    width: u32,
+    layers: u32,
+}
+
+/// An rgba32float image for a matrix of `rows` x `cols` packed by shaders/gemm_pack.wgsl with
+/// `width` texels per layer, and the dispatch that packs `src` into it.
+fn packed_image(
+    gpu: &Gpu,
+    label: &str,
+    src: &wgpu::Buffer,
+    (rows, cols): (u32, u32),
+    width: u32,
+) -> Result<(wgpu::Texture, DispatchPass), KernelError> {
+    let texels = cols.div_ceil(4);
+    let layers = texels.div_ceil(width);
+    let l = &gpu.limits;
+    if width.max(rows) > l.max_texture_dimension_2d || layers > l.max_texture_array_layers {
+        return Err(KernelError::Invalid(format!(
+            "{label}: a {width} x {rows} x {layers} image exceeds this adapter's \
+             max_texture_dimension_2d ({}) or max_texture_array_layers ({}): choose a smaller \
+             size or another --variant",
+            l.max_texture_dimension_2d, l.max_texture_array_layers
+        )));
+    }
+    let max_groups = l.max_compute_workgroups_per_dimension;
+    let workgroups = ((width * layers).div_ceil(64), rows.div_ceil(PACK_ROWS));
+    if workgroups.0 > max_groups || workgroups.1 > max_groups {
+        return Err(KernelError::Invalid(format!(
+            "{label}: packing needs {}x{} workgroups, over this adapter's \
+             max_compute_workgroups_per_dimension of {max_groups}: choose a smaller size",
+            workgroups.0, workgroups.1
+        )));
+    }
+    let texture = gpu.device.create_texture(&wgpu::TextureDescriptor {
+        label: Some(label),
+        size: wgpu::Extent3d {
+            width,
+            height: rows,
+            depth_or_array_layers: layers,
+        },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba32Float,
+        // COPY_DST lets wgpu zero-initialise it with a buffer copy. Without it wgpu clears
+        // through a render pass, after which lavapipe misplaces every GPU timestamp.
+        usage: wgpu::TextureUsages::STORAGE_BINDING | wgpu::TextureUsages::COPY_DST,
+        view_formats: &[],
+    });
+    let view = array_view(&texture);
+    let dims = gpu.uniform_from(
+        label,
+        &PackDims {
+            rows,
+            cols,
+            width,
+            layers,
+        },
+    );
+    let pipeline = gpu.compute_pipeline(label, GEMM_PACK_WGSL, "gemm_pack", true, &[])?;
+    let resources = vec![
+        src.as_entire_binding(),
+        wgpu::BindingResource::TextureView(&view),
+        dims.as_entire_binding(),
+    ];
+    let pack = DispatchPass::with_resources(gpu, label, pipeline, resources, workgroups)?;
+    Ok((texture, pack))
+}
+
+fn array_view(texture: &wgpu::Texture) -> wgpu::TextureView {
+    texture.create_view(&wgpu::TextureViewDescriptor {
+        dimension: Some(wgpu::TextureViewDimension::D2Array),
+        ..Default::default()
+    })
+}
+
+/// The image variant. B (the weights) is packed into 32-column panels once, here; A is packed
+/// by a dispatch recorded before the GEMM in every run, so it is timed with the GEMM and always
+/// reads the current contents of `a`.
+fn image_pass(
+    gpu: &Gpu,
+    variant: &Variant,
+    size: GemmSize,
+    label: &str,
+    [a, b, c, dims]: [&wgpu::Buffer; 4],
+    workgroups: (u32, u32),
+) -> Result<DispatchPass, KernelError> {
+    let b_shape = (size.k, size.ldc() as u32);
+    let (b_image, b_pack) = packed_image(gpu, "gemm b panels", b, b_shape, 8)?;
+    let (a_image, a_pack) =
+        packed_image(gpu, "gemm a image", a, (size.m, size.k), size.k.div_ceil(4))?;
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    b_pack.encode(&mut enc.begin_compute_pass(&Default::default()));
+    let idx = gpu.queue.submit([enc.finish()]);
+    gpu.wait(idx)?;
+    let pipeline = gpu.compute_pipeline(label, variant.wgsl, variant.entry, true, &[])?;
+    let (a_view, b_view) = (array_view(&a_image), array_view(&b_image));
+    let resources = vec![
+        wgpu::BindingResource::TextureView(&a_view),
+        wgpu::BindingResource::TextureView(&b_view),
+        c.as_entire_binding(),
+        dims.as_entire_binding(),
+    ];
+    let mut pass = DispatchPass::with_resources(gpu, label, pipeline, resources, workgroups)?;
+    pass.prelude = Some(Box::new(a_pack));
+    Ok(pass)
 }
 
 /// A GEMM ready to run: pipeline, buffers holding random inputs, and its f64 reference.
@@ -371,5 +500,78 @@ impl GpuKernel for GemmKernel<'_> {
             m * n,
             result,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::BackendChoice;
+
+    /// Runs `pass` once and checks C against the reference for these inputs.
+    fn check(
+        gpu: &Gpu,
+        pass: &DispatchPass,
+        c: &wgpu::Buffer,
+        size: GemmSize,
+        a: &[f32],
+        b: &[f32],
+    ) {
+        gpu.poison(c);
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        pass.encode(&mut enc.begin_compute_pass(&Default::default()));
+        let idx = gpu.queue.submit([enc.finish()]);
+        gpu.wait(idx).unwrap();
+        let bytes = gpu.read_back(c).unwrap();
+        let (m, n) = (size.m as usize, size.n as usize);
+        let want = reference(size, a, b);
+        let (v, unwritten, nan) = compare(
+            bytemuck::cast_slice(&bytes),
+            n,
+            m,
+            n,
+            &want,
+            size.tolerance(),
+        );
+        assert!(
+            unwritten == 0 && nan == 0 && v.rel_err < v.tolerance,
+            "{v:?} {unwritten} {nan}"
+        );
+    }
+
+    /// A pass bound to caller buffers (as the hol bench chains them) must read A as it is when
+    /// the pass runs, also in variants that repack A into another layout first.
+    #[test]
+    fn every_variant_reads_the_current_a() {
+        let gpu = Gpu::open(BackendChoice::Auto, None).expect("a GPU adapter");
+        let size = GemmSize {
+            m: 64,
+            n: 64,
+            k: 64,
+        };
+        let (a1, a2, b) = (
+            random_vec(64 * 64),
+            random_vec(64 * 64),
+            random_vec(64 * 64),
+        );
+        let mut ran = 0;
+        for v in GEMM_VARIANTS {
+            let a_buf = gpu.storage_from("a", &a1);
+            let b_buf = gpu.storage_from("b", &b);
+            let c = gpu.storage_from("c", &vec![0.0f32; 64 * 64]);
+            let pass = match gemm_pass(&gpu, v, size, &a_buf, &b_buf, &c) {
+                Ok(pass) => pass,
+                Err(KernelError::Invalid(why)) => {
+                    eprintln!("{} skipped: {why}", v.name);
+                    continue;
+                }
+                Err(e) => panic!("{}: {e}", v.name),
+            };
+            check(&gpu, &pass, &c, size, &a1, &b);
+            gpu.queue.write_buffer(&a_buf, 0, bytemuck::cast_slice(&a2));
+            check(&gpu, &pass, &c, size, &a2, &b);
+            ran += 1;
+        }
+        assert!(ran >= 4, "only {ran} GEMM variants could run here");
     }
 }

@@ -13,8 +13,16 @@ const LAYERNORM_SUBGROUP_WGSL: &str = concat!(
 );
 const LAYERNORM_VEC4_WGSL: &str = concat!(
     include_str!("../../../shaders/welford.wgsl"),
+    include_str!("../../../shaders/layernorm_gb_storage.wgsl"),
     include_str!("../../../shaders/layernorm_vec4.wgsl")
 );
+const LAYERNORM_VEC4_UNIFORM_WGSL: &str = concat!(
+    include_str!("../../../shaders/welford.wgsl"),
+    include_str!("../../../shaders/layernorm_gb_uniform.wgsl"),
+    include_str!("../../../shaders/layernorm_vec4.wgsl")
+);
+/// Bytes of each uniform array in layernorm_gb_uniform.wgsl (4096 vec4).
+const UNIFORM_GB_BYTES: u64 = 4096 * 16;
 
 pub const EPS: f32 = 1e-5;
 
@@ -52,6 +60,12 @@ pub static LAYERNORM_VARIANTS: &[Variant] = &[
     Variant {
         name: "vec4_subgroup",
         wgsl: LAYERNORM_VEC4_WGSL,
+        entry: "layernorm_vec4",
+        needs_subgroups: true,
+    },
+    Variant {
+        name: "vec4_uniform_gb",
+        wgsl: LAYERNORM_VEC4_UNIFORM_WGSL,
         entry: "layernorm_vec4",
         needs_subgroups: true,
     },
@@ -188,7 +202,7 @@ pub fn layernorm_pass(
     }
     let sg = gpu.report.subgroup_max_size as f64;
     let overrides: &[(&str, f64)] =
-        if variant.wgsl == LAYERNORM_VEC4_WGSL || variant.wgsl == LAYERNORM_SUBGROUP_WGSL {
+        if variant.entry == "layernorm_vec4" || variant.wgsl == LAYERNORM_SUBGROUP_WGSL {
             &[("SG_WG", sg)]
         } else {
             &[]
@@ -202,15 +216,66 @@ pub fn layernorm_pass(
             groups_x,
         },
     );
+    let label = format!("layernorm {}", variant.name);
+    if variant.wgsl == LAYERNORM_VEC4_UNIFORM_WGSL {
+        let (gamma, beta) = uniform_parameters(gpu, variant, size, gamma, beta)?;
+        let pipeline =
+            gpu.compute_pipeline(&label, variant.wgsl, variant.entry, true, overrides)?;
+        let buffers = [x, &gamma, &beta, y, &dims];
+        return Ok(DispatchPass::with_pipeline(
+            gpu, &label, pipeline, &buffers, workgroups,
+        )?);
+    }
     Ok(DispatchPass::new(
         gpu,
-        &format!("layernorm {}", variant.name),
+        &label,
         variant.wgsl,
         variant.entry,
         overrides,
         &[x, gamma, beta, y, &dims],
         workgroups,
     )?)
+}
+
+/// gamma and beta copied into the fixed-size uniform buffers of layernorm_gb_uniform.wgsl.
+/// They are parameters: the copy is made once, here, like a weight upload.
+fn uniform_parameters(
+    gpu: &Gpu,
+    variant: &Variant,
+    size: LayernormSize,
+    gamma: &wgpu::Buffer,
+    beta: &wgpu::Buffer,
+) -> Result<(wgpu::Buffer, wgpu::Buffer), KernelError> {
+    let bytes = size.hidden as u64 * 4;
+    let max = gpu.limits.max_uniform_buffer_binding_size;
+    if bytes > UNIFORM_GB_BYTES || UNIFORM_GB_BYTES > max {
+        return Err(KernelError::Invalid(format!(
+            "layernorm variant {} holds gamma and beta in {UNIFORM_GB_BYTES}-byte uniform \
+             buffers: hidden must be at most {} (got {}) and the adapter's \
+             max_uniform_buffer_binding_size ({max}) at least that: choose another --variant",
+            variant.name,
+            UNIFORM_GB_BYTES / 4,
+            size.hidden
+        )));
+    }
+    let copy = |src: &wgpu::Buffer, label: &str, enc: &mut wgpu::CommandEncoder| {
+        let dst = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: UNIFORM_GB_BYTES,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        enc.copy_buffer_to_buffer(src, 0, &dst, 0, bytes.next_multiple_of(4));
+        dst
+    };
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    let pair = (
+        copy(gamma, "layernorm gamma uniform", &mut enc),
+        copy(beta, "layernorm beta uniform", &mut enc),
+    );
+    let idx = gpu.queue.submit([enc.finish()]);
+    gpu.wait(idx)?;
+    Ok(pair)
 }
 
 impl<'g> LayernormKernel<'g> {

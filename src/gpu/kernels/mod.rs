@@ -130,10 +130,16 @@ pub struct DispatchPass {
     pub pipeline: wgpu::ComputePipeline,
     pub bind_group: wgpu::BindGroup,
     pub workgroups: (u32, u32),
+    /// A dispatch recorded just before this one, in the same pass and so in the same timing:
+    /// a variant's repacking of an input into the layout it reads.
+    pub prelude: Option<Box<DispatchPass>>,
 }
 
 impl DispatchPass {
     pub fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
+        if let Some(first) = &self.prelude {
+            first.encode(pass);
+        }
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
         pass.dispatch_workgroups(self.workgroups.0, self.workgroups.1, 1);
@@ -192,6 +198,7 @@ impl DispatchPass {
             pipeline,
             bind_group,
             workgroups,
+            prelude: None,
         })
     }
 }

@@ -40,17 +40,30 @@ fn cache_path() -> Option<PathBuf> {
     Some(base.join("morphbench").join("variants.json"))
 }
 
-/// The choice depends on the adapter, its driver, this tool's version and the probe size.
-fn cache_key(gpu: &Gpu, kernel: &str, probe: &str) -> String {
+/// The choice depends on the adapter, its driver, this tool's version, the probe size and the
+/// candidates themselves (a changed shader or a new variant probes again).
+fn cache_key(gpu: &Gpu, kernel: &str, probe: &str, candidates: &[Variant]) -> String {
     let r = &gpu.report;
     format!(
-        "{kernel}|{probe}|{}|{}|{}|{}|{}",
+        "{kernel}|{probe}|{}|{}|{}|{}|{}|{:016x}",
         r.name,
         r.backend,
         r.driver,
         r.driver_info,
-        env!("CARGO_PKG_VERSION")
+        env!("CARGO_PKG_VERSION"),
+        fingerprint(candidates)
     )
+}
+
+/// FNV-1a over the candidates' names, entry points and WGSL: stable across builds.
+fn fingerprint(candidates: &[Variant]) -> u64 {
+    let bytes = candidates
+        .iter()
+        .flat_map(|v| [v.name, v.entry, v.wgsl])
+        .flat_map(|s| s.bytes().chain([0]));
+    bytes.fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 fn load_cache() -> BTreeMap<String, Selection> {
@@ -89,7 +102,7 @@ pub fn select<'g, K: GpuKernel + 'g>(
     fresh: bool,
     mut make: impl FnMut(&'static Variant) -> Result<K, KernelError>,
 ) -> Result<(&'static Variant, Selection), KernelError> {
-    let key = cache_key(gpu, kernel, probe);
+    let key = cache_key(gpu, kernel, probe, candidates);
     if !fresh {
         if let Some(mut sel) = load_cache().remove(&key) {
             if let Some(v) = candidates.iter().find(|v| v.name == sel.winner) {
