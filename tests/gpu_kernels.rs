@@ -35,8 +35,10 @@ fn every_gemm_variant_verifies_at_odd_sizes() {
         (127, 1, 255),
         (64, 64, 64),
         (5, 130, 9),
-        // Multiples of 4 that are not of any tile or panel (32 rows, 32 columns, 32 k).
+        // Multiples of 4 (and of 64 for K where img32x4 copies A) that are not of any tile or
+        // panel (32 rows, 32 columns).
         (33, 70, 36),
+        (33, 70, 128),
         (100, 256, 132),
     ];
     for v in GEMM_VARIANTS {

@@ -26,7 +26,7 @@ use crate::gpu::kernels::layernorm::layernorm_pass;
 use crate::gpu::kernels::select::select;
 use crate::gpu::kernels::{
     find_variant, random_vec, DispatchPass, GemmKernel, GemmSize, GpuKernel, LayernormKernel,
-    LayernormSize, Variant, GEMM_VARIANTS, LAYERNORM_VARIANTS,
+    LayernormSize, Upload, Variant, GEMM_VARIANTS, LAYERNORM_VARIANTS,
 };
 use crate::gpu::standin::{CalibrationPoint, SpinPass, StandIn};
 use crate::gpu::timing::PassTimer;
@@ -254,6 +254,14 @@ impl Stream {
             self.gemm.encode(pass)
         } else {
             self.layernorm.encode(pass)
+        }
+    }
+
+    /// The copy op `op` records before its pass (the img32x4 GEMM's copy of A), if any.
+    fn upload(&self, op: u32) -> Option<&Upload> {
+        match op.is_multiple_of(2) {
+            true => self.gemm.upload.as_ref(),
+            false => self.layernorm.upload.as_ref(),
         }
     }
 
@@ -503,13 +511,9 @@ fn run_rep(ctx: &Ctx<'_>, mode: Mode, every: u32, bytes: u64, delays_ms: &[f64])
             let mut t = 0u32;
             for op in 0..ops {
                 let mut enc = gpu.device.create_command_encoder(&Default::default());
-                {
-                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: None,
-                        timestamp_writes: Some(timer.writes(op)),
-                    });
-                    stream.encode(op, &mut pass);
-                }
+                timer.record_pass(&mut enc, op, stream.upload(op), |pass| {
+                    stream.encode(op, pass)
+                });
                 last = Some(gpu.queue.submit([enc.finish()]));
                 if (op + 1) % every != 0 || t >= transfers {
                     continue;

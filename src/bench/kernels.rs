@@ -315,7 +315,7 @@ pub fn run(
             progress.set_message(format!("gemm {size}"));
             let (k, variant) = first_fitting(&ranked, |v| GemmKernel::new(gpu, v, size))?;
             let v = k.verify()?;
-            let t = time_compute_passes(gpu, plan.warmup, plan.iters, |p| k.encode(p))?;
+            let t = time_compute_passes(gpu, plan.warmup, plan.iters, k.upload(), |p| k.encode(p))?;
             w.gpu_rows("gemm", variant.name, &Size::Gemm(size), &t, v, progress)?;
             progress.inc();
             if plan.cpu_baseline {
@@ -367,7 +367,7 @@ pub fn run(
             progress.set_message(format!("layernorm {size}"));
             let (k, variant) = first_fitting(&ranked, |v| LayernormKernel::new(gpu, v, size))?;
             let v = k.verify()?;
-            let t = time_compute_passes(gpu, plan.warmup, plan.iters, |p| k.encode(p))?;
+            let t = time_compute_passes(gpu, plan.warmup, plan.iters, k.upload(), |p| k.encode(p))?;
             w.gpu_rows(
                 "layernorm",
                 variant.name,

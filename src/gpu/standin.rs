@@ -83,7 +83,7 @@ fn measure(
     iterations: u64,
 ) -> Result<f64, GpuError> {
     let pass = spin_pass(gpu, activation, spinner, iterations)?;
-    let t = time_compute_passes(gpu, 1, 5, |p| pass.encode(p))?;
+    let t = time_compute_passes(gpu, 1, 5, None, |p| pass.encode(p))?;
     let mut samples = t.gpu_us.unwrap_or(t.host_us);
     samples.sort_by(f64::total_cmp);
     Ok(samples[samples.len() / 2])

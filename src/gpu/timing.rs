@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::kernels::Upload;
 use super::{Gpu, GpuError};
 
 /// At most 4096 queries fit one set; two per timed pass.
@@ -86,6 +87,28 @@ impl PassTimer {
         }
     }
 
+    /// Records `upload` (if any), then one compute pass filled by `encode`. Slot `slot` spans
+    /// both: with an upload, its start is written on the encoder before the copy (which needs
+    /// timestamps inside encoders), otherwise at the start of the pass.
+    pub fn record_pass(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        slot: u32,
+        upload: Option<&Upload>,
+        encode: impl FnOnce(&mut wgpu::ComputePass<'_>),
+    ) {
+        let mut writes = self.writes(slot);
+        if let Some(upload) = upload {
+            self.encoder_write(enc, slot, false);
+            writes.beginning_of_pass_write_index = None;
+            upload.record(enc);
+        }
+        encode(&mut enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: Some(writes),
+        }));
+    }
+
     /// Writes slot `slot`'s start (`end` false) or end timestamp from an encoder, for work
     /// that is not a pass (buffer copies).
     pub fn encoder_write(&self, enc: &mut wgpu::CommandEncoder, slot: u32, end: bool) {
@@ -119,18 +142,25 @@ impl PassTimer {
 }
 
 /// Runs `warmup` untimed then `iters` timed submissions of one compute pass each, recorded by
-/// `encode`. Encoding happens before the clock starts; the host time covers submit to done.
+/// `encode` after `upload` (a copy the kernel needs first, timed with it). Encoding happens
+/// before the clock starts; the host time covers submit to done.
 pub fn time_compute_passes(
     gpu: &Gpu,
     warmup: u32,
     iters: u32,
+    upload: Option<&Upload>,
     mut encode: impl FnMut(&mut wgpu::ComputePass<'_>),
 ) -> Result<IterationTimes, GpuError> {
-    let timer = gpu.has_timestamps().then(|| PassTimer::new(gpu, iters));
+    // GPU time must cover the upload too; without encoder timestamps only the host clock does.
+    let timeable = upload.is_none() || gpu.has_encoder_timestamps();
+    let timer = (gpu.has_timestamps() && timeable).then(|| PassTimer::new(gpu, iters));
     let mut host_us = Vec::with_capacity(iters as usize);
     let mut gpu_us = Vec::with_capacity(iters as usize);
     for _ in 0..warmup {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
+        if let Some(upload) = upload {
+            upload.record(&mut enc);
+        }
         encode(&mut enc.begin_compute_pass(&Default::default()));
         let idx = gpu.queue.submit([enc.finish()]);
         gpu.wait(idx)?;
@@ -138,12 +168,14 @@ pub fn time_compute_passes(
     let mut slot = 0;
     for _ in 0..iters {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: None,
-                timestamp_writes: timer.as_ref().map(|t| t.writes(slot)),
-            });
-            encode(&mut pass);
+        match &timer {
+            Some(t) => t.record_pass(&mut enc, slot, upload, &mut encode),
+            None => {
+                if let Some(upload) = upload {
+                    upload.record(&mut enc);
+                }
+                encode(&mut enc.begin_compute_pass(&Default::default()));
+            }
         }
         let cmd = enc.finish();
         let t0 = Instant::now();

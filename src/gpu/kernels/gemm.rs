@@ -3,7 +3,9 @@
 use std::fmt;
 
 use super::Verification;
-use super::{compare, judge, random_vec, run_once, DispatchPass, GpuKernel, KernelError, Variant};
+use super::{
+    compare, judge, random_vec, run_once, DispatchPass, GpuKernel, KernelError, Upload, Variant,
+};
 use crate::gpu::Gpu;
 
 const GEMM_WGSL: &str = include_str!("../../../shaders/gemm.wgsl");
@@ -24,8 +26,6 @@ const GEMM_BQ_IMAGES_WGSL: &str = concat!(
     include_str!("../../../shaders/gemm_bq.wgsl")
 );
 const GEMM_PACK_WGSL: &str = include_str!("../../../shaders/gemm_pack.wgsl");
-/// Rows per invocation of gemm_pack (its ROWS).
-const PACK_ROWS: u32 = 16;
 
 pub static GEMM_VARIANTS: &[Variant] = &[
     Variant {
@@ -314,17 +314,12 @@ struct PackDims {
     layers: u32,
 }
 
-/// An rgba32float image for a matrix of `rows` x `cols` packed by shaders/gemm_pack.wgsl with
-/// `width` texels per layer, and the dispatch that packs `src` into it.
-fn packed_image(
+/// A new rgba32float storage image of `width` x `rows` x `layers` texels, or why it does not fit.
+fn storage_image(
     gpu: &Gpu,
     label: &str,
-    src: &wgpu::Buffer,
-    (rows, cols): (u32, u32),
-    width: u32,
-) -> Result<(wgpu::Texture, DispatchPass), KernelError> {
-    let texels = cols.div_ceil(4);
-    let layers = texels.div_ceil(width);
+    (width, rows, layers): (u32, u32, u32),
+) -> Result<wgpu::Texture, KernelError> {
     let l = &gpu.limits;
     if width.max(rows) > l.max_texture_dimension_2d || layers > l.max_texture_array_layers {
         return Err(KernelError::Invalid(format!(
@@ -334,16 +329,7 @@ fn packed_image(
             l.max_texture_dimension_2d, l.max_texture_array_layers
         )));
     }
-    let max_groups = l.max_compute_workgroups_per_dimension;
-    let workgroups = ((width * layers).div_ceil(64), rows.div_ceil(PACK_ROWS));
-    if workgroups.0 > max_groups || workgroups.1 > max_groups {
-        return Err(KernelError::Invalid(format!(
-            "{label}: packing needs {}x{} workgroups, over this adapter's \
-             max_compute_workgroups_per_dimension of {max_groups}: choose a smaller size",
-            workgroups.0, workgroups.1
-        )));
-    }
-    let texture = gpu.device.create_texture(&wgpu::TextureDescriptor {
+    Ok(gpu.device.create_texture(&wgpu::TextureDescriptor {
         label: Some(label),
         size: wgpu::Extent3d {
             width,
@@ -354,11 +340,32 @@ fn packed_image(
         sample_count: 1,
         dimension: wgpu::TextureDimension::D2,
         format: wgpu::TextureFormat::Rgba32Float,
-        // COPY_DST lets wgpu zero-initialise it with a buffer copy. Without it wgpu clears
+        // COPY_DST also lets wgpu zero-initialise it with a buffer copy. Without it wgpu clears
         // through a render pass, after which lavapipe misplaces every GPU timestamp.
         usage: wgpu::TextureUsages::STORAGE_BINDING | wgpu::TextureUsages::COPY_DST,
         view_formats: &[],
-    });
+    }))
+}
+
+/// B (`rows` x `cols`, cols a multiple of 4) packed into 32-column panels by
+/// shaders/gemm_pack.wgsl, once.
+fn packed_panels(
+    gpu: &Gpu,
+    b: &wgpu::Buffer,
+    (rows, cols): (u32, u32),
+) -> Result<wgpu::Texture, KernelError> {
+    let label = "gemm b panels";
+    let (width, layers) = (8, cols.div_ceil(32));
+    let texture = storage_image(gpu, label, (width, rows, layers))?;
+    let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
+    let workgroups = ((width * layers).div_ceil(64), rows);
+    if workgroups.0 > max_groups || workgroups.1 > max_groups {
+        return Err(KernelError::Invalid(format!(
+            "{label}: packing needs {}x{} workgroups, over this adapter's \
+             max_compute_workgroups_per_dimension of {max_groups}: choose a smaller size",
+            workgroups.0, workgroups.1
+        )));
+    }
     let view = array_view(&texture);
     let dims = gpu.uniform_from(
         label,
@@ -371,12 +378,16 @@ fn packed_image(
     );
     let pipeline = gpu.compute_pipeline(label, GEMM_PACK_WGSL, "gemm_pack", true, &[])?;
     let resources = vec![
-        src.as_entire_binding(),
+        b.as_entire_binding(),
         wgpu::BindingResource::TextureView(&view),
         dims.as_entire_binding(),
     ];
     let pack = DispatchPass::with_resources(gpu, label, pipeline, resources, workgroups)?;
-    Ok((texture, pack))
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    pack.encode(&mut enc.begin_compute_pass(&Default::default()));
+    let idx = gpu.queue.submit([enc.finish()]);
+    gpu.wait(idx)?;
+    Ok(texture)
 }
 
 fn array_view(texture: &wgpu::Texture) -> wgpu::TextureView {
@@ -386,9 +397,9 @@ fn array_view(texture: &wgpu::Texture) -> wgpu::TextureView {
     })
 }
 
-/// The image variant. B (the weights) is packed into 32-column panels once, here; A is packed
-/// by a dispatch recorded before the GEMM in every run, so it is timed with the GEMM and always
-/// reads the current contents of `a`.
+/// The image variant. B (the weights) is packed into 32-column panels once, here. A is copied
+/// into its image by an [`Upload`] recorded before the GEMM in every run: it is timed with the
+/// GEMM, and a pass chained after another (as in hol) reads the current A.
 fn image_pass(
     gpu: &Gpu,
     variant: &Variant,
@@ -397,14 +408,28 @@ fn image_pass(
     [a, b, c, dims]: [&wgpu::Buffer; 4],
     workgroups: (u32, u32),
 ) -> Result<DispatchPass, KernelError> {
-    let b_shape = (size.k, size.ldc() as u32);
-    let (b_image, b_pack) = packed_image(gpu, "gemm b panels", b, b_shape, 8)?;
-    let (a_image, a_pack) =
-        packed_image(gpu, "gemm a image", a, (size.m, size.k), size.k.div_ceil(4))?;
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    b_pack.encode(&mut enc.begin_compute_pass(&Default::default()));
-    let idx = gpu.queue.submit([enc.finish()]);
-    gpu.wait(idx)?;
+    // Copy rows must be whole multiples of 256 bytes.
+    if !size.k.is_multiple_of(64) {
+        return Err(KernelError::Invalid(format!(
+            "GEMM variant {} copies A's rows into an image and needs K to be a multiple of 64 \
+             (got {size})",
+            variant.name
+        )));
+    }
+    if gpu.has_timestamps() && !gpu.has_encoder_timestamps() {
+        return Err(KernelError::Invalid(format!(
+            "GEMM variant {} needs timestamps inside command encoders to time its copy of A, \
+             which this adapter lacks: choose another --variant",
+            variant.name
+        )));
+    }
+    let b_image = packed_panels(gpu, b, (size.k, size.ldc() as u32))?;
+    let extent = wgpu::Extent3d {
+        width: size.k / 4,
+        height: size.m,
+        depth_or_array_layers: 1,
+    };
+    let a_image = storage_image(gpu, "gemm a image", (extent.width, extent.height, 1))?;
     let pipeline = gpu.compute_pipeline(label, variant.wgsl, variant.entry, true, &[])?;
     let (a_view, b_view) = (array_view(&a_image), array_view(&b_image));
     let resources = vec![
@@ -414,7 +439,12 @@ fn image_pass(
         dims.as_entire_binding(),
     ];
     let mut pass = DispatchPass::with_resources(gpu, label, pipeline, resources, workgroups)?;
-    pass.prelude = Some(Box::new(a_pack));
+    pass.upload = Some(Upload {
+        buffer: a.clone(),
+        texture: a_image,
+        bytes_per_row: size.k * 4,
+        extent,
+    });
     Ok(pass)
 }
 
@@ -479,6 +509,10 @@ impl GpuKernel for GemmKernel<'_> {
         self.pass.encode(pass);
     }
 
+    fn upload(&self) -> Option<&Upload> {
+        self.pass.upload.as_ref()
+    }
+
     fn verify(&self) -> Result<Verification, KernelError> {
         self.gpu.poison(&self.c);
         run_once(self.gpu, self)?;
@@ -519,6 +553,9 @@ mod tests {
     ) {
         gpu.poison(c);
         let mut enc = gpu.device.create_command_encoder(&Default::default());
+        if let Some(upload) = &pass.upload {
+            upload.record(&mut enc);
+        }
         pass.encode(&mut enc.begin_compute_pass(&Default::default()));
         let idx = gpu.queue.submit([enc.finish()]);
         gpu.wait(idx).unwrap();

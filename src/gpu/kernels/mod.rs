@@ -130,16 +130,40 @@ pub struct DispatchPass {
     pub pipeline: wgpu::ComputePipeline,
     pub bind_group: wgpu::BindGroup,
     pub workgroups: (u32, u32),
-    /// A dispatch recorded just before this one, in the same pass and so in the same timing:
-    /// a variant's repacking of an input into the layout it reads.
-    pub prelude: Option<Box<DispatchPass>>,
+    /// A copy the pass needs recorded on its encoder first (see [`Upload`]).
+    pub upload: Option<Upload>,
+}
+
+/// A copy of a buffer into a texture that a pass records on the encoder before its dispatch: a
+/// variant's repacking of an input into the layout it reads. It is part of the kernel's work,
+/// done on every run (so the kernel always sees the buffer's current contents) and timed with
+/// it.
+pub struct Upload {
+    pub buffer: wgpu::Buffer,
+    pub texture: wgpu::Texture,
+    pub bytes_per_row: u32,
+    pub extent: wgpu::Extent3d,
+}
+
+impl Upload {
+    pub fn record(&self, enc: &mut wgpu::CommandEncoder) {
+        enc.copy_buffer_to_texture(
+            wgpu::TexelCopyBufferInfo {
+                buffer: &self.buffer,
+                layout: wgpu::TexelCopyBufferLayout {
+                    offset: 0,
+                    bytes_per_row: Some(self.bytes_per_row),
+                    rows_per_image: Some(self.extent.height),
+                },
+            },
+            self.texture.as_image_copy(),
+            self.extent,
+        );
+    }
 }
 
 impl DispatchPass {
     pub fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
-        if let Some(first) = &self.prelude {
-            first.encode(pass);
-        }
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
         pass.dispatch_workgroups(self.workgroups.0, self.workgroups.1, 1);
@@ -198,7 +222,7 @@ impl DispatchPass {
             pipeline,
             bind_group,
             workgroups,
-            prelude: None,
+            upload: None,
         })
     }
 }
@@ -207,6 +231,10 @@ impl DispatchPass {
 pub trait GpuKernel {
     /// Records one run of the kernel into a compute pass.
     fn encode(&self, pass: &mut wgpu::ComputePass<'_>);
+    /// The copy to record on the encoder before the pass, if the kernel has one.
+    fn upload(&self) -> Option<&Upload> {
+        None
+    }
     /// Poisons the output, runs once on the current inputs, and checks against the reference.
     fn verify(&self) -> Result<Verification, KernelError>;
 }
@@ -214,6 +242,9 @@ pub trait GpuKernel {
 /// Runs a kernel once on its own submission (for verification and warm-up).
 pub(crate) fn run_once(gpu: &super::Gpu, kernel: &dyn GpuKernel) -> Result<(), GpuError> {
     let mut enc = gpu.device.create_command_encoder(&Default::default());
+    if let Some(upload) = kernel.upload() {
+        upload.record(&mut enc);
+    }
     kernel.encode(&mut enc.begin_compute_pass(&Default::default()));
     let idx = gpu.queue.submit([enc.finish()]);
     gpu.wait(idx)

@@ -124,7 +124,7 @@ pub fn select<'g, K: GpuKernel + 'g>(
         }
         let measured = make(v).and_then(|k| {
             k.verify()?;
-            let t = time_compute_passes(gpu, 1, 5, |pass| k.encode(pass))?;
+            let t = time_compute_passes(gpu, 1, 5, k.upload(), |pass| k.encode(pass))?;
             let samples = t.gpu_us.unwrap_or(t.host_us);
             Ok(Summary::of(&samples)
                 .map(|s| s.p50)
