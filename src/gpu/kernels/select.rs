@@ -40,17 +40,18 @@ fn cache_path() -> Option<PathBuf> {
     Some(base.join("morphbench").join("variants.json"))
 }
 
-/// The choice depends on the adapter, its driver, this tool's version, the probe size and the
-/// candidates themselves (a changed shader or a new variant probes again).
+/// The choice depends on the adapter, its driver, this build (version and git revision), the
+/// probe size and the candidates themselves (a changed shader or a new variant probes again).
 fn cache_key(gpu: &Gpu, kernel: &str, probe: &str, candidates: &[Variant]) -> String {
     let r = &gpu.report;
     format!(
-        "{kernel}|{probe}|{}|{}|{}|{}|{}|{:016x}",
+        "{kernel}|{probe}|{}|{}|{}|{}|{}|{}|{:016x}",
         r.name,
         r.backend,
         r.driver,
         r.driver_info,
         env!("CARGO_PKG_VERSION"),
+        option_env!("MORPHBENCH_GIT_REVISION").unwrap_or("unknown"),
         fingerprint(candidates)
     )
 }
