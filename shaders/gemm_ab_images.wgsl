@@ -1,7 +1,8 @@
-// A and B read from rgba32float images packed by gemm_pack.wgsl (for gemm_bq.wgsl). CPU
-// drivers load image texels with vector gathers, while storage-buffer loads whose address
-// differs across lanes run lane by lane, and sampled-texture fetches also look up a mip level
-// per lane. A: one layer, texel (kq, row). B: 32-column panels, layer col4 / 8.
+// A and B read from read-only rgba32float storage images (for gemm_bq.wgsl). CPU drivers load
+// image texels with vector gathers, while storage-buffer loads whose address differs across
+// lanes run lane by lane, and sampled-texture fetches also look up a mip level per lane.
+// A: copied from its buffer, one layer, texel (kq, row). B: packed by gemm_pack.wgsl into
+// 32-column panels, layer col4 / 8.
 @group(0) @binding(0) var a: texture_storage_2d_array<rgba32float, read>;
 @group(0) @binding(1) var b: texture_storage_2d_array<rgba32float, read>;
 

@@ -3,8 +3,8 @@
 // load of A. On CPU drivers every load whose address differs across lanes is done lane by
 // lane, and vec4 loads cost about what scalar ones do, so this quarters the cost of A.
 // Needs k to be a multiple of 4 (A is read as vec4 rows of k / 4). How A and B are read comes
-// from a part the host puts in front (`load_a`, `load_b`): gemm_b_storage.wgsl,
-// gemm_b_texture.wgsl or gemm_ab_images.wgsl.
+// from parts the host puts in front (`load_a`, `load_b`): gemm_a_storage.wgsl with
+// gemm_b_storage.wgsl or gemm_b_texture.wgsl, or gemm_ab_images.wgsl.
 
 struct Dims {
     m: u32,

@@ -259,9 +259,10 @@ impl Stream {
 
     /// The copy op `op` records before its pass (the img32x4 GEMM's copy of A), if any.
     fn upload(&self, op: u32) -> Option<&Upload> {
-        match op.is_multiple_of(2) {
-            true => self.gemm.upload.as_ref(),
-            false => self.layernorm.upload.as_ref(),
+        if op.is_multiple_of(2) {
+            self.gemm.upload.as_ref()
+        } else {
+            self.layernorm.upload.as_ref()
         }
     }
 

@@ -3,8 +3,9 @@
 
 use std::time::Instant;
 
-use super::kernels::Upload;
+use super::kernels::{record_untimed, Upload};
 use super::{Gpu, GpuError};
+use crate::stats::Summary;
 
 /// At most 4096 queries fit one set; two per timed pass.
 const MAX_PAIRS: u32 = 2048;
@@ -24,12 +25,7 @@ pub struct IterationTimes {
 /// costs). Seen on lavapipe, whose timestamps are taken at the wrong point once anything has
 /// rendered in the process (e.g. a texture cleared through a render pass).
 pub fn implausible_gpu_times(gpu_us: &[f64], host_us: &[f64]) -> Option<String> {
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied()
-    };
-    let (gpu, host) = (median(gpu_us)?, median(host_us)?);
+    let (gpu, host) = (Summary::of(gpu_us)?.p50, Summary::of(host_us)?.p50);
     (gpu < 0.5 * host && host - gpu > 1000.0).then(|| {
         format!(
             "GPU timestamps rejected: median {gpu:.1} µs against {host:.1} µs from submit to \
@@ -158,10 +154,7 @@ pub fn time_compute_passes(
     let mut gpu_us = Vec::with_capacity(iters as usize);
     for _ in 0..warmup {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
-        if let Some(upload) = upload {
-            upload.record(&mut enc);
-        }
-        encode(&mut enc.begin_compute_pass(&Default::default()));
+        record_untimed(&mut enc, upload, &mut encode);
         let idx = gpu.queue.submit([enc.finish()]);
         gpu.wait(idx)?;
     }
@@ -170,12 +163,7 @@ pub fn time_compute_passes(
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         match &timer {
             Some(t) => t.record_pass(&mut enc, slot, upload, &mut encode),
-            None => {
-                if let Some(upload) = upload {
-                    upload.record(&mut enc);
-                }
-                encode(&mut enc.begin_compute_pass(&Default::default()));
-            }
+            None => record_untimed(&mut enc, upload, &mut encode),
         }
         let cmd = enc.finish();
         let t0 = Instant::now();

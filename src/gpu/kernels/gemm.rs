@@ -12,12 +12,14 @@ const GEMM_WGSL: &str = include_str!("../../../shaders/gemm.wgsl");
 const GEMM_VEC4_WGSL: &str = include_str!("../../../shaders/gemm_vec4.wgsl");
 const GEMM_SUBGROUP_WGSL: &str = include_str!("../../../shaders/gemm_subgroup.wgsl");
 const GEMM_BROADCAST8_WGSL: &str = include_str!("../../../shaders/gemm_broadcast8.wgsl");
-// The bq kernels share one body; the part in front says how B is read.
+// The bq kernels share one body; the parts in front say how A and B are read.
 const GEMM_BQ_STORAGE_WGSL: &str = concat!(
+    include_str!("../../../shaders/gemm_a_storage.wgsl"),
     include_str!("../../../shaders/gemm_b_storage.wgsl"),
     include_str!("../../../shaders/gemm_bq.wgsl")
 );
 const GEMM_BQ_TEXTURE_WGSL: &str = concat!(
+    include_str!("../../../shaders/gemm_a_storage.wgsl"),
     include_str!("../../../shaders/gemm_b_texture.wgsl"),
     include_str!("../../../shaders/gemm_bq.wgsl")
 );
@@ -553,10 +555,7 @@ mod tests {
     ) {
         gpu.poison(c);
         let mut enc = gpu.device.create_command_encoder(&Default::default());
-        if let Some(upload) = &pass.upload {
-            upload.record(&mut enc);
-        }
-        pass.encode(&mut enc.begin_compute_pass(&Default::default()));
+        super::super::record_untimed(&mut enc, pass.upload.as_ref(), |p| pass.encode(p));
         let idx = gpu.queue.submit([enc.finish()]);
         gpu.wait(idx).unwrap();
         let bytes = gpu.read_back(c).unwrap();

@@ -216,19 +216,16 @@ pub fn layernorm_pass(
             groups_x,
         },
     );
-    let label = format!("layernorm {}", variant.name);
-    if variant.wgsl == LAYERNORM_VEC4_UNIFORM_WGSL {
-        let (gamma, beta) = uniform_parameters(gpu, variant, size, gamma, beta)?;
-        let pipeline =
-            gpu.compute_pipeline(&label, variant.wgsl, variant.entry, true, overrides)?;
-        let buffers = [x, &gamma, &beta, y, &dims];
-        return Ok(DispatchPass::with_pipeline(
-            gpu, &label, pipeline, &buffers, workgroups,
-        )?);
-    }
+    let uniforms = (variant.wgsl == LAYERNORM_VEC4_UNIFORM_WGSL)
+        .then(|| uniform_parameters(gpu, variant, size, gamma, beta))
+        .transpose()?;
+    let (gamma, beta) = match &uniforms {
+        Some((g, b)) => (g, b),
+        None => (gamma, beta),
+    };
     Ok(DispatchPass::new(
         gpu,
-        &label,
+        &format!("layernorm {}", variant.name),
         variant.wgsl,
         variant.entry,
         overrides,

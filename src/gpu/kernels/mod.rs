@@ -162,6 +162,18 @@ impl Upload {
     }
 }
 
+/// Records `upload` (if any), then one untimed compute pass filled by `encode`.
+pub fn record_untimed(
+    enc: &mut wgpu::CommandEncoder,
+    upload: Option<&Upload>,
+    encode: impl FnOnce(&mut wgpu::ComputePass<'_>),
+) {
+    if let Some(upload) = upload {
+        upload.record(enc);
+    }
+    encode(&mut enc.begin_compute_pass(&Default::default()));
+}
+
 impl DispatchPass {
     pub fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
         pass.set_pipeline(&self.pipeline);
@@ -242,10 +254,7 @@ pub trait GpuKernel {
 /// Runs a kernel once on its own submission (for verification and warm-up).
 pub(crate) fn run_once(gpu: &super::Gpu, kernel: &dyn GpuKernel) -> Result<(), GpuError> {
     let mut enc = gpu.device.create_command_encoder(&Default::default());
-    if let Some(upload) = kernel.upload() {
-        upload.record(&mut enc);
-    }
-    kernel.encode(&mut enc.begin_compute_pass(&Default::default()));
+    record_untimed(&mut enc, kernel.upload(), |pass| kernel.encode(pass));
     let idx = gpu.queue.submit([enc.finish()]);
     gpu.wait(idx)
 }
