@@ -79,8 +79,8 @@ pub fn run(backend: BackendChoice, json: bool) -> Result<()> {
             a.timestamp_query, a.timestamp_query_inside_passes, a.timestamp_query_inside_encoders
         );
         println!(
-            "  subgroups: {} (size {}..{})",
-            a.subgroups, a.subgroup_min_size, a.subgroup_max_size
+            "  subgroups: {} (size {}..{}), 64-bit integers in shaders: {}",
+            a.subgroups, a.subgroup_min_size, a.subgroup_max_size, a.shader_int64
         );
         println!(
             "  limits: max_buffer_size {} B, max_storage_buffer_binding_size {} B, workgroup storage {} B, \

@@ -85,6 +85,7 @@ pub struct AdapterReport {
     pub subgroups: bool,
     pub subgroup_min_size: u32,
     pub subgroup_max_size: u32,
+    pub shader_int64: bool,
     pub max_buffer_size: u64,
     pub max_storage_buffer_binding_size: u64,
     pub max_compute_workgroup_storage_size: u32,
@@ -114,6 +115,7 @@ impl AdapterReport {
             subgroups: f.contains(wgpu::Features::SUBGROUP),
             subgroup_min_size: info.subgroup_min_size,
             subgroup_max_size: info.subgroup_max_size,
+            shader_int64: f.contains(wgpu::Features::SHADER_INT64),
             max_buffer_size: l.max_buffer_size,
             max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
             max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
@@ -121,6 +123,27 @@ impl AdapterReport {
             max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
         }
     }
+}
+
+/// The optional features kernels use, named for messages.
+pub fn feature_names(features: wgpu::Features) -> String {
+    let names = [
+        (wgpu::Features::SUBGROUP, "subgroup operations"),
+        (wgpu::Features::SHADER_INT64, "64-bit integers in shaders"),
+    ];
+    let mut out: Vec<String> = names
+        .iter()
+        .filter(|(f, _)| features.contains(*f))
+        .map(|(_, name)| name.to_string())
+        .collect();
+    let rest = features
+        - names
+            .iter()
+            .fold(wgpu::Features::empty(), |acc, (f, _)| acc | *f);
+    if !rest.is_empty() {
+        out.push(format!("{rest:?}"));
+    }
+    out.join(" and ")
 }
 
 fn instance(backend: BackendChoice) -> wgpu::Instance {
@@ -211,7 +234,9 @@ impl Gpu {
         let wanted_features = wgpu::Features::TIMESTAMP_QUERY
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
-            | wgpu::Features::SUBGROUP;
+            | wgpu::Features::SUBGROUP
+            // Lets layernorm move eight floats per lane per access (see layernorm_u64.wgsl).
+            | wgpu::Features::SHADER_INT64;
         let features = adapter.features() & wanted_features;
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -255,10 +280,6 @@ impl Gpu {
             && self
                 .features
                 .contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
-    }
-
-    pub fn has_subgroups(&self) -> bool {
-        self.features.contains(wgpu::Features::SUBGROUP)
     }
 
     /// Turns any error the device raised since the last check into a `Result`.

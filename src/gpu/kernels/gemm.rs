@@ -34,55 +34,55 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         name: "naive",
         wgsl: GEMM_WGSL,
         entry: "gemm_naive",
-        needs_subgroups: false,
+        needs: wgpu::Features::empty(),
     },
     Variant {
         name: "tiled64",
         wgsl: GEMM_WGSL,
         entry: "gemm_tiled",
-        needs_subgroups: false,
+        needs: wgpu::Features::empty(),
     },
     Variant {
         name: "rb4x4",
         wgsl: GEMM_VEC4_WGSL,
         entry: "gemm_rb4x4",
-        needs_subgroups: false,
+        needs: wgpu::Features::empty(),
     },
     Variant {
         name: "rb8x4",
         wgsl: GEMM_VEC4_WGSL,
         entry: "gemm_rb8x4",
-        needs_subgroups: false,
+        needs: wgpu::Features::empty(),
     },
     Variant {
         name: "sg8x4",
         wgsl: GEMM_SUBGROUP_WGSL,
         entry: "gemm_sg8x4",
-        needs_subgroups: true,
+        needs: wgpu::Features::SUBGROUP,
     },
     Variant {
         name: "bc16x4",
         wgsl: GEMM_BROADCAST8_WGSL,
         entry: "gemm_broadcast8",
-        needs_subgroups: true,
+        needs: wgpu::Features::SUBGROUP,
     },
     Variant {
         name: "img32x4",
         wgsl: GEMM_BQ_IMAGES_WGSL,
         entry: "gemm_bq",
-        needs_subgroups: true,
+        needs: wgpu::Features::SUBGROUP,
     },
     Variant {
         name: "bt32x4",
         wgsl: GEMM_BQ_TEXTURE_WGSL,
         entry: "gemm_bq",
-        needs_subgroups: true,
+        needs: wgpu::Features::SUBGROUP,
     },
     Variant {
         name: "bq32x4",
         wgsl: GEMM_BQ_STORAGE_WGSL,
         entry: "gemm_bq",
-        needs_subgroups: true,
+        needs: wgpu::Features::SUBGROUP,
     },
 ];
 
@@ -196,11 +196,8 @@ fn check_size(gpu: &Gpu, variant: &Variant, size: GemmSize) -> Result<(), Kernel
             "GEMM size {size} has a zero dimension: M, N and K must each be >= 1"
         )));
     }
-    if variant.needs_subgroups && !gpu.has_subgroups() {
-        return Err(KernelError::Invalid(format!(
-            "GEMM variant {} needs subgroup support, which this adapter lacks",
-            variant.name
-        )));
+    if let Some(why) = variant.unsupported(gpu) {
+        return Err(KernelError::Invalid(format!("GEMM {why}")));
     }
     GemmKernel::check_fits(gpu, size)
 }

@@ -21,6 +21,11 @@ const LAYERNORM_VEC4_UNIFORM_WGSL: &str = concat!(
     include_str!("../../../shaders/layernorm_gb_uniform.wgsl"),
     include_str!("../../../shaders/layernorm_vec4.wgsl")
 );
+const LAYERNORM_U64_WGSL: &str = concat!(
+    include_str!("../../../shaders/welford.wgsl"),
+    include_str!("../../../shaders/layernorm_gb_uniform.wgsl"),
+    include_str!("../../../shaders/layernorm_u64.wgsl")
+);
 /// Bytes of each uniform array in layernorm_gb_uniform.wgsl (4096 vec4).
 const UNIFORM_GB_BYTES: u64 = 4096 * 16;
 
@@ -31,43 +36,49 @@ pub static LAYERNORM_VARIANTS: &[Variant] = &[
         name: "row",
         wgsl: LAYERNORM_WGSL,
         entry: "layernorm_row",
-        needs_subgroups: false,
+        needs: wgpu::Features::empty(),
     },
     Variant {
         name: "workgroup256",
         wgsl: LAYERNORM_WGSL,
         entry: "layernorm_workgroup",
-        needs_subgroups: false,
+        needs: wgpu::Features::empty(),
     },
     Variant {
         name: "subgroup",
         wgsl: LAYERNORM_SUBGROUP_WGSL,
         entry: "layernorm_subgroup",
-        needs_subgroups: true,
+        needs: wgpu::Features::SUBGROUP,
     },
     Variant {
         name: "subgroup_welford",
         wgsl: LAYERNORM_SUBGROUP_WGSL,
         entry: "layernorm_subgroup_welford",
-        needs_subgroups: true,
+        needs: wgpu::Features::SUBGROUP,
     },
     Variant {
         name: "one_subgroup",
         wgsl: LAYERNORM_SUBGROUP_WGSL,
         entry: "layernorm_one_subgroup",
-        needs_subgroups: true,
+        needs: wgpu::Features::SUBGROUP,
     },
     Variant {
         name: "vec4_subgroup",
         wgsl: LAYERNORM_VEC4_WGSL,
         entry: "layernorm_vec4",
-        needs_subgroups: true,
+        needs: wgpu::Features::SUBGROUP,
     },
     Variant {
         name: "vec4_uniform_gb",
         wgsl: LAYERNORM_VEC4_UNIFORM_WGSL,
         entry: "layernorm_vec4",
-        needs_subgroups: true,
+        needs: wgpu::Features::SUBGROUP,
+    },
+    Variant {
+        name: "u64x4_uniform_gb",
+        wgsl: LAYERNORM_U64_WGSL,
+        entry: "layernorm_u64",
+        needs: wgpu::Features::SUBGROUP.union(wgpu::Features::SHADER_INT64),
     },
 ];
 
@@ -144,11 +155,8 @@ pub fn layernorm_pass(
             "layernorm size {size} has a zero dimension: ROWS and HIDDEN must be >= 1"
         )));
     }
-    if variant.needs_subgroups && !gpu.has_subgroups() {
-        return Err(KernelError::Invalid(format!(
-            "layernorm variant {} needs subgroup support, which this adapter lacks",
-            variant.name
-        )));
+    if let Some(why) = variant.unsupported(gpu) {
+        return Err(KernelError::Invalid(format!("layernorm {why}")));
     }
     LayernormKernel::check_fits(gpu, size)?;
     // Rows each workgroup covers. The subgroup variant covers 64 / subgroup_size rows;
@@ -156,10 +164,16 @@ pub fn layernorm_pass(
     let rows_per_group = match variant.entry {
         "layernorm_row" => 64,
         "layernorm_workgroup" => 1,
-        "layernorm_one_subgroup" | "layernorm_vec4" => {
-            if variant.entry == "layernorm_vec4" && !size.hidden.is_multiple_of(4) {
+        "layernorm_one_subgroup" | "layernorm_vec4" | "layernorm_u64" => {
+            let floats_per_access = match variant.entry {
+                "layernorm_vec4" => 4,
+                "layernorm_u64" => 8,
+                _ => 1,
+            };
+            if !size.hidden.is_multiple_of(floats_per_access) {
                 return Err(KernelError::Invalid(format!(
-                    "layernorm variant {} needs hidden to be a multiple of 4 (got {})",
+                    "layernorm variant {} needs hidden to be a multiple of {floats_per_access} \
+                     (got {})",
                     variant.name, size.hidden
                 )));
             }
@@ -171,8 +185,8 @@ pub fn layernorm_pass(
                     variant.name, r.subgroup_min_size, r.subgroup_max_size
                 )));
             }
-            // layernorm_vec4 normalises R = 4 rows per workgroup side by side.
-            if variant.entry == "layernorm_vec4" {
+            // layernorm_vec4 and layernorm_u64 normalise R = 4 rows per workgroup side by side.
+            if floats_per_access > 1 {
                 4
             } else {
                 1
@@ -201,12 +215,12 @@ pub fn layernorm_pass(
         )));
     }
     let sg = gpu.report.subgroup_max_size as f64;
-    let overrides: &[(&str, f64)] =
-        if variant.entry == "layernorm_vec4" || variant.wgsl == LAYERNORM_SUBGROUP_WGSL {
-            &[("SG_WG", sg)]
-        } else {
-            &[]
-        };
+    let subgroup_sized = matches!(variant.entry, "layernorm_vec4" | "layernorm_u64");
+    let overrides: &[(&str, f64)] = if subgroup_sized || variant.wgsl == LAYERNORM_SUBGROUP_WGSL {
+        &[("SG_WG", sg)]
+    } else {
+        &[]
+    };
     let dims = gpu.uniform_from(
         "layernorm dims",
         &Dims {
@@ -216,7 +230,8 @@ pub fn layernorm_pass(
             groups_x,
         },
     );
-    let uniforms = (variant.wgsl == LAYERNORM_VEC4_UNIFORM_WGSL)
+    let gb_in_uniforms = [LAYERNORM_VEC4_UNIFORM_WGSL, LAYERNORM_U64_WGSL].contains(&variant.wgsl);
+    let uniforms = gb_in_uniforms
         .then(|| uniform_parameters(gpu, variant, size, gamma, beta))
         .transpose()?;
     let (gamma, beta) = match &uniforms {

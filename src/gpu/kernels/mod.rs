@@ -20,7 +20,22 @@ pub struct Variant {
     pub name: &'static str,
     pub wgsl: &'static str,
     pub entry: &'static str,
-    pub needs_subgroups: bool,
+    /// Optional device features the shader uses (subgroups, 64-bit integers).
+    pub needs: wgpu::Features,
+}
+
+impl Variant {
+    /// Why this adapter cannot run the variant: the features it needs and the device lacks.
+    pub fn unsupported(&self, gpu: &super::Gpu) -> Option<String> {
+        let missing = self.needs - gpu.features;
+        (!missing.is_empty()).then(|| {
+            format!(
+                "variant {} needs {}, which this adapter lacks",
+                self.name,
+                super::feature_names(missing)
+            )
+        })
+    }
 }
 
 pub fn find_variant(list: &'static [Variant], name: &str) -> Option<&'static Variant> {

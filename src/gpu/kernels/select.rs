@@ -115,11 +115,11 @@ pub fn select<'g, K: GpuKernel + 'g>(
     let mut trials = Vec::new();
     let mut best: Option<(&'static Variant, f64)> = None;
     for v in candidates {
-        if v.needs_subgroups && !gpu.has_subgroups() {
+        if let Some(why) = v.unsupported(gpu) {
             trials.push(Trial {
                 variant: v.name.into(),
                 median_us: None,
-                note: "adapter has no subgroups".into(),
+                note: why,
             });
             continue;
         }
