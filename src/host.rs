@@ -12,6 +12,26 @@ pub struct HostInfo {
     pub kernel: String,
 }
 
+/// CPU time this process has used so far, all threads together, in microseconds (`None` where
+/// the OS has no per-process CPU clock). A CPU driver such as lavapipe runs kernels on this
+/// process's own threads, so this also counts their work.
+pub fn process_cpu_us() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime only writes the timespec it is given a valid pointer to.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+        (rc == 0).then(|| ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
 fn read(path: &str) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::kernels::{record_untimed, Upload};
 use super::{Gpu, GpuError};
+use crate::host::process_cpu_us;
 use crate::stats::Summary;
 
 /// At most 4096 queries fit one set; two per timed pass.
@@ -20,16 +21,30 @@ pub struct IterationTimes {
     pub gpu_rejected: Option<String>,
 }
 
-/// Why GPU timestamps cannot be what they claim, if so: a pass cannot take less than half its
-/// submit-to-done time when that gap is over a millisecond (more than any submit and wake-up
-/// costs). Seen on lavapipe, whose timestamps are taken at the wrong point once anything has
-/// rendered in the process (e.g. a texture cleared through a render pass).
-pub fn implausible_gpu_times(gpu_us: &[f64], host_us: &[f64]) -> Option<String> {
-    let (gpu, host) = (Summary::of(gpu_us)?.p50, Summary::of(host_us)?.p50);
-    (gpu < 0.5 * host && host - gpu > 1000.0).then(|| {
+/// Why GPU timestamps cannot be what they claim, if so. Seen on lavapipe, whose timestamps
+/// are taken at the wrong point once anything has rendered in the process (e.g. a texture
+/// cleared through a render pass): 48 µs for a GEMM whose work took 8 ms.
+///
+/// The test is the CPU time this process used per iteration (`cpu_us`). A CPU driver does the
+/// kernel's work on this process's threads, so timestamps that span the work cover at least
+/// that CPU time spread over all `cores`; a real GPU leaves the process little CPU time to
+/// explain. Rejected when the CPU time exceeds twice what the GPU span allows, plus 1 ms for
+/// submission. The host clock is no test: on a busy machine it grows with waiting for a core,
+/// while the work does not.
+pub fn implausible_gpu_times(
+    gpu_us: &[f64],
+    host_us: &[f64],
+    cpu_us: &[f64],
+    cores: usize,
+) -> Option<String> {
+    let gpu = Summary::of(gpu_us)?.p50;
+    let host = Summary::of(host_us)?.p50;
+    let cpu = Summary::of(cpu_us)?.p50;
+    (cpu > 2.0 * cores as f64 * gpu + 1000.0).then(|| {
         format!(
-            "GPU timestamps rejected: median {gpu:.1} µs against {host:.1} µs from submit to \
-             done on the host clock; a driver bug can misplace them, so the host clock is used"
+            "GPU timestamps rejected: median {gpu:.1} µs, yet each iteration used {cpu:.0} µs \
+             of CPU time on {cores} cores ({host:.1} µs from submit to done); a driver bug \
+             can misplace them, so the host clock is used"
         )
     })
 }
@@ -151,6 +166,7 @@ pub fn time_compute_passes(
     let timeable = upload.is_none() || gpu.has_encoder_timestamps();
     let timer = (gpu.has_timestamps() && timeable).then(|| PassTimer::new(gpu, iters));
     let mut host_us = Vec::with_capacity(iters as usize);
+    let mut cpu_us = Vec::with_capacity(iters as usize);
     let mut gpu_us = Vec::with_capacity(iters as usize);
     for _ in 0..warmup {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
@@ -166,10 +182,14 @@ pub fn time_compute_passes(
             None => record_untimed(&mut enc, upload, &mut encode),
         }
         let cmd = enc.finish();
+        let cpu0 = process_cpu_us();
         let t0 = Instant::now();
         let idx = gpu.queue.submit([cmd]);
         gpu.wait(idx)?;
         host_us.push(t0.elapsed().as_secs_f64() * 1e6);
+        if let (Some(a), Some(b)) = (cpu0, process_cpu_us()) {
+            cpu_us.push(b - a);
+        }
         slot += 1;
         if let Some(t) = &timer {
             if slot == t.capacity() {
@@ -183,9 +203,10 @@ pub fn time_compute_passes(
             gpu_us.extend(t.read(gpu, slot)?);
         }
     }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let gpu_rejected = timer
         .as_ref()
-        .and_then(|_| implausible_gpu_times(&gpu_us, &host_us));
+        .and_then(|_| implausible_gpu_times(&gpu_us, &host_us, &cpu_us, cores));
     if let Some(why) = &gpu_rejected {
         tracing::warn!("{why}");
     }
@@ -201,12 +222,21 @@ mod tests {
     use super::implausible_gpu_times;
 
     #[test]
-    fn gpu_times_far_below_the_host_clock_are_rejected() {
-        // 20 µs on the GPU clock for 8 ms from submit to done: misplaced timestamps.
-        assert!(implausible_gpu_times(&[20.0, 25.0, 18.0], &[8000.0, 8100.0, 7900.0]).is_some());
-        // Close agreement, or a gap that submit and wake-up can explain, is kept.
-        assert!(implausible_gpu_times(&[7600.0, 7700.0], &[8000.0, 8100.0]).is_none());
-        assert!(implausible_gpu_times(&[30.0, 35.0], &[400.0, 420.0]).is_none());
-        assert!(implausible_gpu_times(&[], &[400.0]).is_none());
+    fn gpu_times_that_cannot_cover_the_work_are_rejected() {
+        let host = [8000.0, 8100.0, 7900.0];
+        // 20 µs on the GPU clock while two cores worked 8 ms each: misplaced timestamps.
+        let busy = [16000.0, 16100.0, 15900.0];
+        assert!(implausible_gpu_times(&[20.0, 25.0, 18.0], &host, &busy, 2).is_some());
+        // Timestamps that span the work are kept.
+        assert!(implausible_gpu_times(&[7600.0, 7700.0, 7650.0], &host, &busy, 2).is_none());
+        // A small kernel on a busy machine: the host clock waited for a core, the work did
+        // not grow. Kept.
+        let slow_host = [2400.0, 1700.0];
+        assert!(implausible_gpu_times(&[120.0, 130.0], &slow_host, &[400.0, 380.0], 2).is_none());
+        // A real GPU: the process idles while it works. Kept.
+        assert!(implausible_gpu_times(&[900.0], &[1000.0], &[60.0], 64).is_none());
+        // Nothing to judge by: kept.
+        assert!(implausible_gpu_times(&[], &host, &busy, 2).is_none());
+        assert!(implausible_gpu_times(&[20.0], &host, &[], 2).is_none());
     }
 }
