@@ -14,17 +14,20 @@ const LAYERNORM_SUBGROUP_WGSL: &str = concat!(
 const LAYERNORM_VEC4_WGSL: &str = concat!(
     include_str!("../../../shaders/welford.wgsl"),
     include_str!("../../../shaders/layernorm_gb_storage.wgsl"),
-    include_str!("../../../shaders/layernorm_vec4.wgsl")
+    include_str!("../../../shaders/layernorm_vec4.wgsl"),
+    include_str!("../../../shaders/layernorm_rows.wgsl")
 );
 const LAYERNORM_VEC4_UNIFORM_WGSL: &str = concat!(
     include_str!("../../../shaders/welford.wgsl"),
     include_str!("../../../shaders/layernorm_gb_uniform.wgsl"),
-    include_str!("../../../shaders/layernorm_vec4.wgsl")
+    include_str!("../../../shaders/layernorm_vec4.wgsl"),
+    include_str!("../../../shaders/layernorm_rows.wgsl")
 );
 const LAYERNORM_U64_WGSL: &str = concat!(
     include_str!("../../../shaders/welford.wgsl"),
     include_str!("../../../shaders/layernorm_gb_uniform.wgsl"),
-    include_str!("../../../shaders/layernorm_u64.wgsl")
+    include_str!("../../../shaders/layernorm_u64.wgsl"),
+    include_str!("../../../shaders/layernorm_rows.wgsl")
 );
 /// Bytes of each uniform array in layernorm_gb_uniform.wgsl (4096 vec4).
 const UNIFORM_GB_BYTES: u64 = 4096 * 16;
