@@ -26,7 +26,7 @@ use crate::gpu::kernels::layernorm::layernorm_pass;
 use crate::gpu::kernels::select::select;
 use crate::gpu::kernels::{
     find_variant, random_vec, DispatchPass, GemmKernel, GemmSize, GpuKernel, LayernormKernel,
-    LayernormSize, Upload, Variant, GEMM_VARIANTS, LAYERNORM_VARIANTS,
+    LayernormSize, Variant, GEMM_VARIANTS, LAYERNORM_VARIANTS,
 };
 use crate::gpu::standin::{CalibrationPoint, SpinPass, StandIn};
 use crate::gpu::timing::PassTimer;
@@ -249,20 +249,12 @@ impl Stream {
         }
     }
 
-    fn encode(&self, op: u32, pass: &mut wgpu::ComputePass<'_>) {
+    /// Op `op`'s pass: GEMM on even ops, layernorm on odd ones.
+    fn pass(&self, op: u32) -> &DispatchPass {
         if op.is_multiple_of(2) {
-            self.gemm.encode(pass)
+            &self.gemm
         } else {
-            self.layernorm.encode(pass)
-        }
-    }
-
-    /// The copy op `op` records before its pass (the img32x4 GEMM's copy of A), if any.
-    fn upload(&self, op: u32) -> Option<&Upload> {
-        if op.is_multiple_of(2) {
-            self.gemm.upload.as_ref()
-        } else {
-            self.layernorm.upload.as_ref()
+            &self.layernorm
         }
     }
 
@@ -512,8 +504,9 @@ fn run_rep(ctx: &Ctx<'_>, mode: Mode, every: u32, bytes: u64, delays_ms: &[f64])
             let mut t = 0u32;
             for op in 0..ops {
                 let mut enc = gpu.device.create_command_encoder(&Default::default());
-                timer.record_pass(&mut enc, op, stream.upload(op), |pass| {
-                    stream.encode(op, pass)
+                let op_pass = stream.pass(op);
+                timer.record_pass(&mut enc, op, op_pass.upload.as_ref(), |pass| {
+                    op_pass.encode(pass)
                 });
                 last = Some(gpu.queue.submit([enc.finish()]));
                 if (op + 1) % every != 0 || t >= transfers {
