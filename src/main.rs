@@ -76,7 +76,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             a.transport,
             &a.rdma.choice(),
         ),
-        Command::Rdma(a) => morphbench::rdma::cli::run(&a.plan(), &g.out, g.quiet),
+        Command::Rdma(a) => morphbench::bench::rdma::run(&a.plan(), &g.out, g.quiet),
         Command::Sim(a) => {
             let mut cfg = a.config()?;
             if let Some(dir) = &a.from {

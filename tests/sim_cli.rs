@@ -3,6 +3,10 @@
 mod common;
 
 use common::*;
+use morphbench::bench::hol::{HolFigures, HolParams, HolTable, Mode};
+use morphbench::bench::kernels::{KernelFigures, KernelParams, KernelsTable};
+use morphbench::export::{CsvSink, CsvTable, Line};
+use morphbench::stats::Summary;
 
 #[test]
 fn sweep_writes_sim_csv_and_trace() {
@@ -96,18 +100,78 @@ fn trace_file_gives_one_iteration_each() {
     assert_eq!(iters.len(), 3);
 }
 
+/// One kernels.csv row with a single sample of `p50` µs, written through the bench's own types.
+fn kernel_row(
+    kernel: &str,
+    timer: &str,
+    gemm: [Option<u32>; 3],
+    ln: [Option<u32>; 2],
+    p50: f64,
+) -> Line<KernelsTable> {
+    let params = KernelParams {
+        kernel: kernel.into(),
+        variant: "v".into(),
+        size_m: gemm[0],
+        size_n: gemm[1],
+        size_k: gemm[2],
+        rows: ln[0],
+        hidden: ln[1],
+    };
+    let figures = KernelFigures {
+        timer: timer.into(),
+        verified: true,
+        ..Default::default()
+    };
+    Line::new("r", kernel, params, Summary::of(&[p50]).as_ref(), figures)
+}
+
+fn hol_row(mode: Mode, delay: &str, parts: [f64; 5]) -> Line<HolTable> {
+    let params = HolParams {
+        mode,
+        delay_ms: delay.into(),
+        ..Default::default()
+    };
+    let on = mode == Mode::Offload;
+    let part = |i: usize| on.then_some(parts[i]);
+    let figures = HolFigures {
+        d2h_copy_us: part(0),
+        map_us: part(1),
+        copy_out_us: part(2),
+        send_us: part(3),
+        receive_us: part(4),
+        ..Default::default()
+    };
+    Line::new("r", "c", params, Summary::of(&[1.0]).as_ref(), figures)
+}
+
+fn write_rows<T: CsvTable>(path: &std::path::Path, rows: &[Line<T>]) {
+    let mut sink = CsvSink::<T>::create(path).unwrap();
+    for r in rows {
+        sink.write(r).unwrap();
+    }
+}
+
 #[test]
 fn calibrates_from_a_run_folder() {
     let home = tempfile::tempdir().unwrap();
     let run = home.path().join("run");
     std::fs::create_dir(&run).unwrap();
-    std::fs::write(
-        run.join("kernels.csv"),
-        "kernel,timer,size_m,size_n,size_k,rows,hidden,p50_us\n\
-         gemm,gpu,512,512,512,,,2000\ngemm,host,512,512,512,,,2500\n\
-         gemm,gpu,64,64,64,,,10\nlayernorm,gpu,,,,4096,1024,500\n",
-    )
-    .unwrap();
+    let g = |n| [Some(n), Some(n), Some(n)];
+    write_rows(
+        &run.join("kernels.csv"),
+        &[
+            kernel_row("gemm", "gpu", g(512), [None, None], 2000.0),
+            kernel_row("gemm", "host", g(512), [None, None], 2500.0),
+            kernel_row("gemm", "gpu", g(64), [None, None], 10.0),
+            kernel_row(
+                "layernorm",
+                "gpu",
+                [None; 3],
+                [Some(4096), Some(1024)],
+                500.0,
+            ),
+        ],
+    );
     let out = home.path().join("out");
     let o = morphbench(
         &[
@@ -128,12 +192,14 @@ fn calibrates_from_a_run_folder() {
         stdout(&o)
     );
     // Link costs from the run's offloaded transfers at delay 0.
-    std::fs::write(
-        run.join("hol.csv"),
-        "mode,delay_ms,d2h_copy_us,map_us,copy_out_us,send_us,receive_us\n\
-         none,0,,,,,\noffload,0,100,200,100,120,180\noffload,20,1,1,1,1,1\n",
-    )
-    .unwrap();
+    write_rows(
+        &run.join("hol.csv"),
+        &[
+            hol_row(Mode::None, "0", [0.0; 5]),
+            hol_row(Mode::Offload, "0", [100.0, 200.0, 100.0, 120.0, 180.0]),
+            hol_row(Mode::Offload, "20", [1.0; 5]),
+        ],
+    );
     let o = morphbench(
         &[
             "sim",
@@ -152,15 +218,39 @@ fn calibrates_from_a_run_folder() {
         "{}",
         stdout(&o)
     );
+    // A cell that is not a number: the error names the file, the row and the column.
+    let text = std::fs::read_to_string(run.join("hol.csv")).unwrap();
+    std::fs::write(run.join("hol.csv"), text.replacen(",120.0,", ",fast,", 1)).unwrap();
+    let o = morphbench(&["sim", "--from", run.to_str().unwrap()], home.path());
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("hol.csv: row 2: column 'send_us' holds 'fast'"),
+        "{err}"
+    );
     // No gemm rows: a clear error naming the file.
-    std::fs::write(
-        run.join("kernels.csv"),
-        "kernel,timer,p50_us\nmemcpy,host,3\n",
-    )
-    .unwrap();
+    write_rows(
+        &run.join("kernels.csv"),
+        &[kernel_row(
+            "memcpy",
+            "host",
+            [None; 3],
+            [Some(1), Some(4)],
+            3.0,
+        )],
+    );
     let o = morphbench(&["sim", "--from", run.to_str().unwrap()], home.path());
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no gemm rows"), "{}", stderr(&o));
+    // A hand-written table without the leading columns is refused, naming the column.
+    std::fs::write(run.join("kernels.csv"), "kernel,timer,p50_us\ngemm,gpu,3\n").unwrap();
+    let o = morphbench(&["sim", "--from", run.to_str().unwrap()], home.path());
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("missing column 'schema_version'"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 fn sim_fails_with(args: &[&str], needle: &str) {

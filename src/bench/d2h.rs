@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
 
-use crate::export::csv::{num, Schema};
-use crate::export::{CsvSink, Record, RunDir};
+use crate::export::csv::{sig4, SamplesTable};
+use crate::export::{CsvSink, CsvTable, Line, RunDir};
 use crate::gpu::transfer::{pattern, touched, COPY_ALIGN};
 use crate::gpu::Gpu;
 use crate::output::Progress;
@@ -16,11 +16,33 @@ use crate::stats::Summary;
 
 pub const BENCH: &str = "d2h";
 
-pub const SCHEMA: Schema = Schema {
-    params: &["direction", "method", "bytes", "part", "copies"],
-    with_stats: true,
-    tail: &["gbps", "timer", "verified"],
-};
+/// `d2h.csv`: one row per direction, method, size and part of a transfer.
+pub struct D2hTable;
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct D2hParams {
+    /// `d2h`, `h2d`, or `memcpy` (the host ceiling).
+    pub direction: String,
+    pub method: String,
+    pub bytes: u64,
+    /// `gpu_copy`, `map`, `copy_out`, `copy_in`, `end_to_end`, ...
+    pub part: String,
+    pub copies: u32,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct D2hFigures {
+    pub gbps: f64,
+    pub timer: String,
+    pub verified: bool,
+}
+
+impl CsvTable for D2hTable {
+    const NAME: &'static str = BENCH;
+    const WITH_STATS: bool = true;
+    type Params = D2hParams;
+    type Figures = D2hFigures;
+}
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct D2hPlan {
@@ -42,8 +64,8 @@ fn copies_for(bytes: u64) -> u32 {
 
 struct Rows<'a> {
     run: &'a RunDir,
-    table: CsvSink,
-    samples: Option<CsvSink>,
+    table: CsvSink<D2hTable>,
+    samples: Option<CsvSink<SamplesTable>>,
     progress: &'a Progress,
 }
 
@@ -62,27 +84,22 @@ impl Rows<'_> {
         let s = Summary::of(samples).context("no samples")?;
         let gbps = bytes as f64 / s.p50 / 1e3;
         let case = format!("{direction} {method} {bytes} {part}");
-        self.table.write(
-            Record::new(&self.run.id, BENCH, &case)
-                .push(direction)
-                .push(method)
-                .push(bytes)
-                .push(part)
-                .push(copies)
-                .stats(&s)
-                .push(num(gbps))
-                .push(timer)
-                .push(true),
-        )?;
+        let params = D2hParams {
+            direction: direction.into(),
+            method: method.into(),
+            bytes,
+            part: part.into(),
+            copies,
+        };
+        let figures = D2hFigures {
+            gbps: sig4(gbps),
+            timer: timer.into(),
+            verified: true,
+        };
+        let line = Line::new(&self.run.id, &case, params, Some(&s), figures);
+        self.table.write(&line)?;
         if let Some(raw) = &mut self.samples {
-            for (i, x) in samples.iter().enumerate() {
-                raw.write(
-                    Record::new(&self.run.id, BENCH, &case)
-                        .push(timer)
-                        .push(i)
-                        .push(format!("{x:.3}")),
-                )?;
-            }
+            raw.samples(&self.run.id, BENCH, &case, timer, samples)?;
         }
         if part == "end_to_end" || part == "gpu_copy" {
             self.progress.println(format!(
@@ -228,7 +245,7 @@ pub fn run(
     }
     let mut rows = Rows {
         run,
-        table: run.table(BENCH, &SCHEMA)?,
+        table: run.table()?,
         samples: run.samples_table(BENCH)?,
         progress,
     };

@@ -5,13 +5,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use crate::export::csv::{num, Schema};
-use crate::export::{CsvSink, Record, RunDir};
+use crate::export::csv::{sig, sig4, SamplesTable};
+use crate::export::{CsvSink, CsvTable, Line, RunDir};
 use crate::gpu::kernels::gemm::{cpu_sgemm, verify_dense};
-use crate::gpu::kernels::select::{select, Selection};
+use crate::gpu::kernels::select::{choose, first_fitting, Selection};
 use crate::gpu::kernels::{
-    find_variant, variant_names, GemmKernel, GemmSize, GpuKernel, KernelError, LayernormKernel,
-    LayernormSize, Variant, Verification, GEMM_VARIANTS, LAYERNORM_VARIANTS,
+    GemmKernel, GemmSize, GpuKernel, LayernormKernel, LayernormSize, Verification, GEMM_VARIANTS,
+    LAYERNORM_VARIANTS,
 };
 use crate::gpu::timing::{time_compute_passes, IterationTimes};
 use crate::gpu::Gpu;
@@ -20,13 +20,39 @@ use crate::stats::Summary;
 
 pub const BENCH: &str = "kernels";
 
-pub const SCHEMA: Schema = Schema {
-    params: &[
-        "kernel", "variant", "size_m", "size_n", "size_k", "rows", "hidden",
-    ],
-    with_stats: true,
-    tail: &["gflops", "gbps", "timer", "verified", "rel_err"],
-};
+/// `kernels.csv`: one row per kernel, size and timer.
+pub struct KernelsTable;
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct KernelParams {
+    /// `gemm`, `layernorm`, or a CPU baseline: `cpu_sgemm`, `memcpy`.
+    pub kernel: String,
+    pub variant: String,
+    /// GEMM sizes (empty for layernorm and memcpy).
+    pub size_m: Option<u32>,
+    pub size_n: Option<u32>,
+    pub size_k: Option<u32>,
+    /// Layernorm and memcpy sizes (empty for GEMM).
+    pub rows: Option<u32>,
+    pub hidden: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct KernelFigures {
+    pub gflops: Option<f64>,
+    pub gbps: Option<f64>,
+    /// `gpu` (timestamps) or `host` (submit to done).
+    pub timer: String,
+    pub verified: bool,
+    pub rel_err: f64,
+}
+
+impl CsvTable for KernelsTable {
+    const NAME: &'static str = BENCH;
+    const WITH_STATS: bool = true;
+    type Params = KernelParams;
+    type Figures = KernelFigures;
+}
 
 /// What to run: sizes, iteration counts, and optionally forced variants.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -64,8 +90,8 @@ pub struct PointResult {
 
 struct Writer<'a> {
     run: &'a RunDir,
-    table: CsvSink,
-    samples: Option<CsvSink>,
+    table: CsvSink<KernelsTable>,
+    samples: Option<CsvSink<SamplesTable>>,
     results: Vec<PointResult>,
 }
 
@@ -77,13 +103,19 @@ enum Size {
 }
 
 impl Size {
-    fn columns(&self, r: Record) -> Record {
+    fn params(&self, kernel: &str, variant: &str) -> KernelParams {
+        let mut p = KernelParams {
+            kernel: kernel.to_string(),
+            variant: variant.to_string(),
+            ..Default::default()
+        };
         match self {
-            Size::Gemm(s) => r.push(s.m).push(s.n).push(s.k).push("").push(""),
+            Size::Gemm(s) => (p.size_m, p.size_n, p.size_k) = (Some(s.m), Some(s.n), Some(s.k)),
             Size::Layernorm(s) | Size::Memcpy(s) => {
-                r.push("").push("").push("").push(s.rows).push(s.hidden)
+                (p.rows, p.hidden) = (Some(s.rows), Some(s.hidden))
             }
         }
+        p
     }
     fn label(&self) -> String {
         match self {
@@ -116,28 +148,22 @@ impl Writer<'_> {
         let s = Summary::of(samples).context("no valid timing samples")?;
         let case = format!("{kernel} {}", size.label());
         let (gflops, gbps) = size.throughput(s.p50);
-        let record = size
-            .columns(
-                Record::new(&self.run.id, BENCH, &case)
-                    .push(kernel)
-                    .push(variant),
-            )
-            .stats(&s)
-            .push_opt(gflops.map(num))
-            .push_opt(gbps.map(num))
-            .push(timer)
-            .push(true)
-            .push(format!("{:.3e}", v.rel_err));
-        self.table.write(record)?;
+        let figures = KernelFigures {
+            gflops: gflops.map(sig4),
+            gbps: gbps.map(sig4),
+            timer: timer.to_string(),
+            verified: true,
+            rel_err: sig(v.rel_err, 4),
+        };
+        self.table.write(&Line::new(
+            &self.run.id,
+            &case,
+            size.params(kernel, variant),
+            Some(&s),
+            figures,
+        ))?;
         if let Some(raw) = &mut self.samples {
-            for (i, x) in samples.iter().enumerate() {
-                raw.write(
-                    Record::new(&self.run.id, BENCH, &case)
-                        .push(timer)
-                        .push(i)
-                        .push(format!("{x:.3}")),
-                )?;
-            }
+            raw.samples(&self.run.id, BENCH, &case, timer, samples)?;
         }
         let throughput = gflops.or(gbps).unwrap_or(0.0);
         let unit = if gflops.is_some() { "GFLOP/s" } else { "GB/s" };
@@ -197,51 +223,6 @@ impl Writer<'_> {
     }
 }
 
-fn forced(list: &'static [Variant], kernel: &str, name: &str) -> Result<&'static Variant> {
-    find_variant(list, name).with_context(|| {
-        format!(
-            "unknown {kernel} variant '{name}': choose one of {} or auto",
-            variant_names(list)
-        )
-    })
-}
-
-/// The variants to use, best first: a forced one alone, or the measured ranking.
-pub fn choose<'g, K: GpuKernel + 'g>(
-    gpu: &'g Gpu,
-    kernel: &str,
-    list: &'static [Variant],
-    wanted: Option<&str>,
-    probe: String,
-    reselect: bool,
-    make: impl FnMut(&'static Variant) -> Result<K, KernelError>,
-) -> Result<(Vec<&'static Variant>, Option<Selection>)> {
-    match wanted {
-        Some(name) if name != "auto" => Ok((vec![forced(list, kernel, name)?], None)),
-        _ => {
-            let (_, sel) = select(gpu, kernel, list, &probe, reselect, make)?;
-            Ok((sel.ranked(list), Some(sel)))
-        }
-    }
-}
-
-/// Builds the kernel with the first ranked variant that can run this size (a variant may not
-/// support every shape, e.g. vec4 rows need a multiple of 4).
-pub fn first_fitting<K>(
-    ranked: &[&'static Variant],
-    mut make: impl FnMut(&'static Variant) -> Result<K, KernelError>,
-) -> Result<(K, &'static Variant), KernelError> {
-    let mut last = None;
-    for &v in ranked {
-        match make(v) {
-            Ok(k) => return Ok((k, v)),
-            Err(e @ KernelError::Invalid(_)) if ranked.len() > 1 => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| KernelError::Invalid("no variant to run".into())))
-}
-
 fn cpu_threads() -> usize {
     // matrixmultiply reads MATMUL_NUM_THREADS once; main sets it to every core (it caps at 4).
     std::env::var("MATMUL_NUM_THREADS")
@@ -279,7 +260,7 @@ pub fn run(
     }
     let mut w = Writer {
         run,
-        table: run.table(BENCH, &SCHEMA)?,
+        table: run.table()?,
         samples: run.samples_table(BENCH)?,
         results: Vec::new(),
     };

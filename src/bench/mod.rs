@@ -3,4 +3,5 @@
 pub mod d2h;
 pub mod hol;
 pub mod kernels;
+pub mod rdma;
 pub mod sim;

@@ -6,9 +6,12 @@ use std::time::Instant;
 
 use anyhow::{anyhow, Context, Result};
 
+use crate::bench::d2h::D2hTable;
+use crate::bench::hol::{HolTable, Mode};
+use crate::bench::kernels::KernelsTable;
 use crate::config::{OneOrMany, SimConfig};
-use crate::export::csv::{num, Schema};
-use crate::export::{Record, RunDir};
+use crate::export::csv::{round, sig4};
+use crate::export::{read_optional, read_table, CsvTable, Line, RunDir};
 use crate::output::Progress;
 use crate::sim::engine::ops_simulated;
 use crate::sim::schedules::evaluate;
@@ -17,29 +20,50 @@ use crate::stats::Summary;
 
 pub const BENCH: &str = "sim";
 
-pub const SCHEMA: Schema = Schema {
-    params: &[
-        "iteration",
-        "schedule",
-        "plan",
-        "stages",
-        "microbatches",
-        "comm",
-        "link_ms",
-        "slow",
-        "mem_limit",
-    ],
-    with_stats: true,
-    tail: &[
-        "iteration_ms",
-        "speedup_vs_1f1b",
-        "bubble_mean",
-        "bubble_per_stage",
-        "peak_activations_per_stage",
-        "peak_activations_max",
-        "ops",
-    ],
-};
+/// `sim.csv`: one row per case and schedule.
+pub struct SimTable;
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct SimParams {
+    pub iteration: u64,
+    pub schedule: String,
+    /// What the schedule planned (adaptive's chosen warm-up, a static replay's source).
+    pub plan: String,
+    pub stages: usize,
+    pub microbatches: usize,
+    pub comm: String,
+    pub link_ms: f64,
+    /// Slow links as `link:ms;...` (empty when none).
+    pub slow: String,
+    pub mem_limit: usize,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct SimFigures {
+    pub iteration_ms: f64,
+    pub speedup_vs_1f1b: f64,
+    pub bubble_mean: f64,
+    /// `;`-separated, stage 0 first.
+    pub bubble_per_stage: String,
+    pub peak_activations_per_stage: String,
+    pub peak_activations_max: usize,
+    pub ops: usize,
+}
+
+impl CsvTable for SimTable {
+    const NAME: &'static str = BENCH;
+    const WITH_STATS: bool = true;
+    type Params = SimParams;
+    type Figures = SimFigures;
+}
+
+/// Sum of the extra delays in a `slow` cell (`link:ms;...`).
+pub fn total_delay(slow: &str) -> f64 {
+    slow.split(';')
+        .filter_map(|p| p.split_once(':'))
+        .map(|(_, d)| d.parse::<f64>().unwrap_or(0.0))
+        .sum()
+}
 
 /// One scenario to simulate, with a label for the `case` column.
 #[derive(Debug, Clone)]
@@ -167,12 +191,56 @@ pub struct Outcome {
     pub run: Run,
 }
 
-/// Every op of every simulated schedule, for Gantt charts (small scenarios only).
-pub const TIMELINE_SCHEMA: Schema = Schema {
-    params: &["iteration", "schedule", "stage", "kind", "microbatch"],
-    with_stats: false,
-    tail: &["start_ms", "end_ms", "queue_end_ms"],
-};
+/// `sim_timeline.csv`: every op of every simulated schedule, for Gantt charts (small
+/// scenarios only).
+pub struct TimelineTable;
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct TimelineParams {
+    pub iteration: u64,
+    pub schedule: String,
+    pub stage: usize,
+    /// `F`, `B` or `W`.
+    pub kind: String,
+    pub microbatch: usize,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct TimelineFigures {
+    pub start_ms: f64,
+    pub end_ms: f64,
+    pub queue_end_ms: f64,
+}
+
+impl CsvTable for TimelineTable {
+    const NAME: &'static str = "sim_timeline";
+    const WITH_STATS: bool = false;
+    type Params = TimelineParams;
+    type Figures = TimelineFigures;
+}
+
+/// `sim_bench.csv`: simulator throughput per schedule (`sim --bench`).
+pub struct SimBenchTable;
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct SimBenchParams {
+    pub schedule: String,
+    pub stages: usize,
+    pub microbatches: usize,
+    pub ops: usize,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct SimBenchFigures {
+    pub ops_per_s: f64,
+}
+
+impl CsvTable for SimBenchTable {
+    const NAME: &'static str = "sim_bench";
+    const WITH_STATS: bool = true;
+    type Params = SimBenchParams;
+    type Figures = SimBenchFigures;
+}
 
 /// Scenarios with more ops than this per schedule get no `sim_timeline.csv` rows.
 const TIMELINE_MAX_OPS: usize = 12_288;
@@ -180,8 +248,8 @@ const TIMELINE_MAX_OPS: usize = 12_288;
 /// Simulates every schedule on every case, writing `sim.csv` row by row (and the ops of small
 /// scenarios to `sim_timeline.csv`).
 pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outcome>> {
-    let mut table = dir.table(BENCH, &SCHEMA)?;
-    let mut timeline = dir.table("sim_timeline", &TIMELINE_SCHEMA)?;
+    let mut table = dir.table::<SimTable>()?;
+    let mut timeline = dir.table::<TimelineTable>()?;
     let mut outcomes = Vec::new();
     let one_f_one_b: Schedule = "1f1b".parse().expect("valid");
     for case in &plan.cases {
@@ -211,41 +279,50 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
             let peak_max = run.peak_in_flight.iter().copied().max().unwrap_or(0);
             let stats = Summary::of(&[run.iteration_ms * 1e3]).context("iteration time")?;
             let join = |v: Vec<String>| v.join(";");
-            table.write(
-                Record::new(&dir.id, BENCH, &case.label)
-                    .push(case.iteration)
-                    .push(schedule)
-                    .push(&plan_name)
-                    .push(sc.stages)
-                    .push(sc.microbatches)
-                    .push(sc.comm)
-                    .push(sc.link_ms)
-                    .push(slow_label(&sc.delay_ms))
-                    .push(plan.mem_limit)
-                    .stats(&stats)
-                    .push(num(run.iteration_ms))
-                    .push(format!("{speedup:.4}"))
-                    .push(format!("{:.4}", run.mean_bubble()))
-                    .push(join(bubbles.iter().map(|b| format!("{b:.4}")).collect()))
-                    .push(join(
-                        run.peak_in_flight.iter().map(|p| p.to_string()).collect(),
-                    ))
-                    .push(peak_max)
-                    .push(run.ops.len()),
-            )?;
+            let params = SimParams {
+                iteration: case.iteration,
+                schedule: schedule.to_string(),
+                plan: plan_name.clone(),
+                stages: sc.stages,
+                microbatches: sc.microbatches,
+                comm: sc.comm.to_string(),
+                link_ms: sc.link_ms,
+                slow: slow_label(&sc.delay_ms),
+                mem_limit: plan.mem_limit,
+            };
+            let figures = SimFigures {
+                iteration_ms: sig4(run.iteration_ms),
+                speedup_vs_1f1b: round(speedup, 4),
+                bubble_mean: round(run.mean_bubble(), 4),
+                bubble_per_stage: join(bubbles.iter().map(|b| format!("{b:.4}")).collect()),
+                peak_activations_per_stage: join(
+                    run.peak_in_flight.iter().map(|p| p.to_string()).collect(),
+                ),
+                peak_activations_max: peak_max,
+                ops: run.ops.len(),
+            };
+            table.write(&Line::new(
+                &dir.id,
+                &case.label,
+                params,
+                Some(&stats),
+                figures,
+            ))?;
             if run.ops.len() <= TIMELINE_MAX_OPS {
                 for e in &run.ops {
-                    timeline.write(
-                        Record::new(&dir.id, "sim_timeline", &case.label)
-                            .push(case.iteration)
-                            .push(schedule)
-                            .push(e.op.stage)
-                            .push(e.op.kind)
-                            .push(e.op.mb)
-                            .push(format!("{:.4}", e.start))
-                            .push(format!("{:.4}", e.end))
-                            .push(format!("{:.4}", e.queue_end)),
-                    )?;
+                    let params = TimelineParams {
+                        iteration: case.iteration,
+                        schedule: schedule.to_string(),
+                        stage: e.op.stage,
+                        kind: e.op.kind.to_string(),
+                        microbatch: e.op.mb,
+                    };
+                    let figures = TimelineFigures {
+                        start_ms: round(e.start, 4),
+                        end_ms: round(e.end, 4),
+                        queue_end_ms: round(e.queue_end, 4),
+                    };
+                    timeline.write(&Line::new(&dir.id, &case.label, params, None, figures))?;
                 }
             }
             progress.println(format!(
@@ -294,12 +371,7 @@ pub fn write_trace(outcomes: &[Outcome], path: &Path) -> Result<()> {
 
 /// Simulator throughput: every schedule on S = 64, N = 1024, timed `reps` times.
 pub fn throughput_bench(dir: &RunDir, reps: u32, progress: &Progress) -> Result<f64> {
-    let schema = Schema {
-        params: &["schedule", "stages", "microbatches", "ops"],
-        with_stats: true,
-        tail: &["ops_per_s"],
-    };
-    let mut table = dir.table("sim_bench", &schema)?;
+    let mut table = dir.table::<SimBenchTable>()?;
     let sc = Scenario::new(
         64,
         1024,
@@ -340,15 +412,16 @@ pub fn throughput_bench(dir: &RunDir, reps: u32, progress: &Progress) -> Result<
         let rate = ops as f64 / (s.p50 / 1e6);
         all_ops += ops;
         all_secs += s.p50 / 1e6;
-        table.write(
-            Record::new(&dir.id, "sim_bench", name)
-                .push(name)
-                .push(64)
-                .push(1024)
-                .push(ops)
-                .stats(&s)
-                .push(format!("{rate:.0}")),
-        )?;
+        let params = SimBenchParams {
+            schedule: name.to_string(),
+            stages: 64,
+            microbatches: 1024,
+            ops,
+        };
+        let figures = SimBenchFigures {
+            ops_per_s: rate.round(),
+        };
+        table.write(&Line::new(&dir.id, name, params, Some(&s), figures))?;
         progress.println(format!(
             "  {name:<14} {ops:>9} ops  p50 {:>9.1} ms  {:>6.2} M ops/s",
             s.p50 / 1e3,
@@ -377,100 +450,61 @@ pub struct Calibration {
 }
 
 /// (D2H cost, link latency) in ms from hol.csv's offload rows at delay 0.
-fn link_from_hol(path: &Path) -> Result<Option<(f64, f64)>> {
-    let num = |r: &Row, c: &str| -> Result<f64> {
-        field(r, c)
-            .parse()
-            .with_context(|| format!("{}: {c} missing or not a number", path.display()))
-    };
-    for r in read_rows(path)? {
-        if field(&r, "mode") == "offload" && field(&r, "delay_ms") == "0" {
-            let d2h = num(&r, "d2h_copy_us")? + num(&r, "map_us")? + num(&r, "copy_out_us")?;
-            let link = num(&r, "send_us")? + num(&r, "receive_us")?;
-            return Ok(Some((d2h / 1e3, link / 1e3)));
-        }
-    }
-    Ok(None)
-}
-
-type Row = std::collections::HashMap<String, String>;
-
-/// Every row of a CSV as column -> value.
-fn read_rows(path: &Path) -> Result<Vec<Row>> {
-    let mut rd =
-        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let headers = rd.headers()?.clone();
-    rd.records()
-        .map(|rec| {
-            let rec = rec.with_context(|| format!("malformed row in {}", path.display()))?;
-            Ok(headers
-                .iter()
-                .zip(rec.iter())
-                .map(|(h, v)| (h.to_string(), v.to_string()))
-                .collect())
-        })
-        .collect()
-}
-
-fn field<'a>(row: &'a Row, name: &str) -> &'a str {
-    row.get(name).map_or("", String::as_str)
+fn link_from_hol(rows: &[Line<HolTable>]) -> Option<(f64, f64)> {
+    let r = rows
+        .iter()
+        .find(|r| r.params.mode == Mode::Offload && r.params.delay_ms == "0")?;
+    let f = &r.figures;
+    let d2h = f.d2h_copy_us? + f.map_us? + f.copy_out_us?;
+    let link = f.send_us? + f.receive_us?;
+    Some((d2h / 1e3, link / 1e3))
 }
 
 /// The p50 of the row with the largest `weight` among those it returns one for.
-fn largest_p50(path: &Path, weight: impl Fn(&Row) -> Option<f64>) -> Result<Option<f64>> {
-    let mut best: Option<(f64, f64)> = None;
-    for row in read_rows(path)? {
-        if let Some(w) = weight(&row) {
-            let p50: f64 = field(&row, "p50_us")
-                .parse()
-                .with_context(|| format!("{}: p50_us missing or not a number", path.display()))?;
-            if best.is_none_or(|(bw, _)| w > bw) {
-                best = Some((w, p50));
-            }
-        }
-    }
-    Ok(best.map(|(_, p)| p))
+fn largest_p50<T: CsvTable>(
+    rows: &[Line<T>],
+    weight: impl Fn(&Line<T>) -> Option<f64>,
+) -> Option<f64> {
+    rows.iter()
+        .filter_map(|r| Some((weight(r)?, r.stats().p50_us)))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, p50)| p50)
 }
 
 pub fn calibrate_from(run_dir: &Path, layers_per_stage: f64) -> Result<Calibration> {
-    let kernels = run_dir.join("kernels.csv");
+    let kernels = read_table::<KernelsTable>(&run_dir.join("kernels.csv"))?;
     let pick = |kernel: &'static str| {
-        move |r: &Row| -> Option<f64> {
-            if field(r, "kernel") != kernel {
+        move |r: &Line<KernelsTable>| -> Option<f64> {
+            let p = &r.params;
+            if p.kernel != kernel {
                 return None;
             }
             // Prefer GPU timestamps: host rows of the same size weigh less.
-            let bonus = if field(r, "timer") == "gpu" { 0.5 } else { 0.0 };
-            let size: f64 = ["size_m", "size_n", "size_k", "rows", "hidden"]
+            let bonus = if r.figures.timer == "gpu" { 0.5 } else { 0.0 };
+            let size: f64 = [p.size_m, p.size_n, p.size_k, p.rows, p.hidden]
                 .iter()
-                .filter_map(|d| field(r, d).parse::<f64>().ok())
+                .flatten()
+                .map(|&d| d as f64)
                 .product();
             Some(size + bonus)
         }
     };
-    let gemm_us = largest_p50(&kernels, pick("gemm"))?
-        .with_context(|| format!("{} has no gemm rows", kernels.display()))?;
-    let ln_us = largest_p50(&kernels, pick("layernorm"))?.unwrap_or(0.0);
+    let gemm_us = largest_p50(&kernels, pick("gemm"))
+        .with_context(|| format!("{} has no gemm rows", run_dir.join("kernels.csv").display()))?;
+    let ln_us = largest_p50(&kernels, pick("layernorm")).unwrap_or(0.0);
     let f = (gemm_us + ln_us) / 1e3 * layers_per_stage;
     let w = gemm_us / 1e3 * layers_per_stage;
-    let hol = run_dir.join("hol.csv");
-    let from_hol = if hol.exists() {
-        link_from_hol(&hol)?
-    } else {
-        None
-    };
-    let d2h = run_dir.join("d2h.csv");
+    let from_hol = read_optional::<HolTable>(run_dir)?.and_then(|rows| link_from_hol(&rows));
     let d2h_ms = match from_hol {
         Some((d, _)) => Some(d),
-        None if d2h.exists() => largest_p50(&d2h, |r| {
-            let bytes = field(r, "bytes").parse::<f64>().unwrap_or(0.0);
-            (field(r, "direction") == "d2h"
-                && field(r, "part") == "end_to_end"
-                && bytes <= 16.0 * 1048576.0)
-                .then_some(bytes)
-        })?
-        .map(|us| us / 1e3),
-        None => None,
+        None => read_optional::<D2hTable>(run_dir)?.and_then(|rows| {
+            largest_p50(&rows, |r| {
+                let p = &r.params;
+                (p.direction == "d2h" && p.part == "end_to_end" && p.bytes <= 16 << 20)
+                    .then_some(p.bytes as f64)
+            })
+            .map(|us| us / 1e3)
+        }),
     };
     let link_ms = from_hol.map(|(_, l)| l);
     Ok(Calibration {

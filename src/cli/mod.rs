@@ -272,9 +272,9 @@ pub struct RdmaArgs {
 }
 
 impl RdmaArgs {
-    pub fn plan(&self) -> crate::rdma::cli::RdmaPlan {
+    pub fn plan(&self) -> crate::bench::rdma::RdmaPlan {
         use crate::rdma::perf::{TEST_BW, TEST_LAT};
-        crate::rdma::cli::RdmaPlan {
+        crate::bench::rdma::RdmaPlan {
             listen: self.server.then(|| self.listen.clone()),
             connect: self.connect.clone(),
             choice: self.device.choice(),
@@ -282,7 +282,7 @@ impl RdmaArgs {
                 .sizes
                 .as_ref()
                 .map(|s| s.0.clone())
-                .unwrap_or_else(crate::rdma::cli::default_sizes),
+                .unwrap_or_else(crate::bench::rdma::default_sizes),
             iters: self.iters,
             warmup: self.warmup,
             window: self.window,

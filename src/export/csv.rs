@@ -1,153 +1,496 @@
-//! CSV tables. Every table starts with `schema_version,run_id,bench,case`, then the bench's
-//! parameters, then the summary statistics, then the bench's tail (throughput, timer, ...).
-//! Each row is flushed as soon as it is written, so an interrupted run keeps whole rows.
+//! CSV tables, typed. Every table starts with `schema_version,run_id,bench,case` ([`Leading`]),
+//! then the bench's parameters, then (in most tables) the statistics block ([`Stats`]), then
+//! the bench's figures. Each table is one [`CsvTable`]: its parameter and figure structs are
+//! the single place its columns are named, and both the writer ([`CsvSink`]) and every reader
+//! ([`read_table`]) go through them. Rows are flushed one by one, so an interrupted run keeps
+//! whole rows.
 
 use std::fs::File;
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
-use crate::stats::{Summary, SUMMARY_COLUMNS};
+use crate::stats::Summary;
 
 /// Bumped whenever a column is added, removed or renamed in any table.
 pub const SCHEMA_VERSION: u32 = 1;
 
-pub const LEADING_COLUMNS: [&str; 4] = ["schema_version", "run_id", "bench", "case"];
-
-/// The column layout of one table: parameters, optional statistics, tail.
-pub struct Schema {
-    pub params: &'static [&'static str],
-    pub with_stats: bool,
-    pub tail: &'static [&'static str],
+/// One CSV file: its name and the structs that hold its columns.
+pub trait CsvTable {
+    /// The file is `<NAME>.csv` and the `bench` column holds `NAME`.
+    const NAME: &'static str;
+    /// Whether the statistics block sits between the parameters and the figures.
+    const WITH_STATS: bool;
+    /// Columns after the leading four. `Default` gives the header of an empty table.
+    type Params: Serialize + DeserializeOwned + Default;
+    /// Columns after the statistics block (or after the parameters without one).
+    type Figures: Serialize + DeserializeOwned + Default;
 }
 
-impl Schema {
-    pub fn header(&self) -> Vec<&'static str> {
-        let mut h: Vec<&'static str> = LEADING_COLUMNS.to_vec();
-        h.extend_from_slice(self.params);
-        if self.with_stats {
-            h.extend_from_slice(&SUMMARY_COLUMNS);
+/// The four columns every table starts with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Leading {
+    pub schema_version: u32,
+    pub run_id: String,
+    pub bench: String,
+    pub case: String,
+}
+
+/// The statistics block: a [`Summary`] as CSV columns, in µs unless named otherwise.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub n: usize,
+    pub mean_us: f64,
+    pub stddev_us: f64,
+    pub min_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    pub cv: f64,
+    pub ci95_lo_us: f64,
+    pub ci95_hi_us: f64,
+}
+
+impl From<&Summary> for Stats {
+    fn from(s: &Summary) -> Stats {
+        let r = |x: f64| round(x, 3);
+        Stats {
+            n: s.n,
+            mean_us: r(s.mean),
+            stddev_us: r(s.stddev),
+            min_us: r(s.min),
+            p50_us: r(s.p50),
+            p90_us: r(s.p90),
+            p99_us: r(s.p99),
+            p999_us: r(s.p999),
+            max_us: r(s.max),
+            cv: round(s.cv, 5),
+            ci95_lo_us: r(s.ci95_lo),
+            ci95_hi_us: r(s.ci95_hi),
         }
-        h.extend_from_slice(self.tail);
-        h
     }
 }
 
-/// One row under construction, in column order.
-pub struct Record(Vec<String>);
+/// One row of table `T`, as written and as read back.
+#[derive(Debug, Clone)]
+pub struct Line<T: CsvTable> {
+    pub lead: Leading,
+    pub params: T::Params,
+    /// `Some` exactly when `T::WITH_STATS`.
+    pub stats: Option<Stats>,
+    pub figures: T::Figures,
+}
 
-impl Record {
-    pub fn new(run_id: &str, bench: &str, case: &str) -> Record {
-        Record(vec![
-            SCHEMA_VERSION.to_string(),
-            run_id.to_string(),
-            bench.to_string(),
-            case.to_string(),
-        ])
-    }
-    pub fn push(mut self, value: impl ToString) -> Record {
-        self.0.push(value.to_string());
-        self
-    }
-    pub fn push_opt(self, value: Option<impl ToString>) -> Record {
-        match value {
-            Some(v) => self.push(v),
-            None => self.push(""),
+impl<T: CsvTable> Line<T> {
+    /// A row of `T` for `case` in run `run_id`.
+    pub fn new(
+        run_id: &str,
+        case: impl Into<String>,
+        params: T::Params,
+        stats: Option<&Summary>,
+        figures: T::Figures,
+    ) -> Line<T> {
+        Line {
+            lead: Leading {
+                schema_version: SCHEMA_VERSION,
+                run_id: run_id.to_string(),
+                bench: T::NAME.to_string(),
+                case: case.into(),
+            },
+            params,
+            stats: stats.map(Stats::from),
+            figures,
         }
     }
-    pub fn stats(mut self, s: &Summary) -> Record {
-        self.0.extend(s.fields());
-        self
+
+    /// The statistics block; tables with one always have it.
+    pub fn stats(&self) -> &Stats {
+        self.stats
+            .as_ref()
+            .expect("read_table fills stats for tables WITH_STATS")
     }
-    pub fn values(&self) -> &[String] {
-        &self.0
+
+    fn write_to<W: std::io::Write>(&self, w: &mut ::csv::Writer<W>) -> ::csv::Result<()> {
+        match &self.stats {
+            Some(s) => w.serialize((&self.lead, &self.params, s, &self.figures)),
+            None => w.serialize((&self.lead, &self.params, &self.figures)),
+        }
+    }
+}
+
+/// The header of table `T`, from the field names of its structs.
+pub fn header<T: CsvTable>() -> Vec<String> {
+    let blank: Line<T> = Line {
+        lead: Leading::default(),
+        params: Default::default(),
+        stats: T::WITH_STATS.then(Stats::default),
+        figures: Default::default(),
+    };
+    let mut w = ::csv::Writer::from_writer(Vec::new());
+    blank.write_to(&mut w).expect("row structs are flat");
+    let bytes = w.into_inner().expect("writing to memory");
+    let mut rd = ::csv::Reader::from_reader(&bytes[..]);
+    let h = rd.headers().expect("a header was written");
+    h.iter().map(String::from).collect()
+}
+
+/// Rounds to `decimals` places, for tidy CSV cells.
+pub fn round(x: f64, decimals: i32) -> f64 {
+    let p = 10f64.powi(decimals);
+    let r = (x * p).round() / p;
+    if r.is_finite() {
+        r
+    } else {
+        x
+    }
+}
+
+/// Rounds to `digits` significant digits (0 and non-finite values unchanged).
+pub fn sig(x: f64, digits: i32) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    round(x, digits - 1 - x.abs().log10().floor() as i32)
+}
+
+/// Keeps at least four significant digits: 2 decimals from 100 up, 4 below, and 4
+/// significant digits under 0.01.
+pub fn sig4(x: f64) -> f64 {
+    let a = x.abs();
+    if a >= 100.0 {
+        round(x, 2)
+    } else if a >= 0.01 || x == 0.0 || !x.is_finite() {
+        round(x, 4)
+    } else {
+        sig(x, 4)
     }
 }
 
 /// A table on disk that is appended to row by row.
-pub struct CsvSink {
+pub struct CsvSink<T: CsvTable> {
     writer: ::csv::Writer<File>,
-    columns: usize,
     path: PathBuf,
+    table: PhantomData<T>,
 }
 
-impl CsvSink {
-    pub fn create(path: &Path, schema: &Schema) -> Result<CsvSink> {
-        let header = schema.header();
+impl<T: CsvTable> CsvSink<T> {
+    /// Creates the file and writes the header, so even a table without rows names its columns.
+    pub fn create(path: &Path) -> Result<CsvSink<T>> {
         let file =
             File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-        let mut writer = ::csv::Writer::from_writer(file);
-        writer.write_record(&header)?;
+        let mut writer = ::csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(file);
+        writer.write_record(header::<T>())?;
         writer.flush()?;
         Ok(CsvSink {
             writer,
-            columns: header.len(),
             path: path.to_path_buf(),
+            table: PhantomData,
         })
     }
 
-    pub fn write(&mut self, record: Record) -> Result<()> {
-        ensure!(
-            record.0.len() == self.columns,
-            "internal error: row for {} has {} values for {} columns",
+    pub fn write(&mut self, line: &Line<T>) -> Result<()> {
+        anyhow::ensure!(
+            line.stats.is_some() == T::WITH_STATS,
+            "internal error: a row of {} {} a statistics block",
             self.path.display(),
-            record.0.len(),
-            self.columns
+            if T::WITH_STATS { "lacks" } else { "has" }
         );
-        self.writer.write_record(&record.0)?;
+        line.write_to(&mut self.writer)
+            .with_context(|| format!("cannot write a row to {}", self.path.display()))?;
         self.writer.flush()?;
         Ok(())
     }
 }
 
-/// Formats a float for CSV keeping at least four significant digits.
-pub fn num(x: f64) -> String {
-    if x.abs() >= 100.0 {
-        format!("{x:.2}")
-    } else if x.abs() >= 0.01 || x == 0.0 {
-        format!("{x:.4}")
-    } else {
-        format!("{x:.4e}")
+/// Every iteration's sample of a bench (`<bench>_samples.csv`, with `--raw`).
+pub struct SamplesTable;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SampleParams {
+    pub timer: String,
+    pub iteration: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SampleFigures {
+    pub sample_us: f64,
+}
+
+impl CsvTable for SamplesTable {
+    const NAME: &'static str = "samples";
+    const WITH_STATS: bool = false;
+    type Params = SampleParams;
+    type Figures = SampleFigures;
+}
+
+impl CsvSink<SamplesTable> {
+    /// Writes one row per sample of `case`.
+    pub fn samples(
+        &mut self,
+        run_id: &str,
+        bench: &str,
+        case: &str,
+        timer: &str,
+        samples: &[f64],
+    ) -> Result<()> {
+        for (i, &x) in samples.iter().enumerate() {
+            let mut line = Line::<SamplesTable>::new(
+                run_id,
+                case,
+                SampleParams {
+                    timer: timer.to_string(),
+                    iteration: i as u64,
+                },
+                None,
+                SampleFigures {
+                    sample_us: round(x, 3),
+                },
+            );
+            line.lead.bench = bench.to_string();
+            self.write(&line)?;
+        }
+        Ok(())
     }
+}
+
+#[derive(Debug, Error)]
+pub enum DataError {
+    #[error("{path}: cannot read: {reason}")]
+    Unreadable { path: PathBuf, reason: String },
+    #[error("{path}: the file is empty (no header): re-run the bench that writes it")]
+    Empty { path: PathBuf },
+    #[error("{path}: missing column '{column}' (written by another tool or version?)")]
+    MissingColumn { path: PathBuf, column: String },
+    #[error("{path}: schema_version {found} is not {expected}, which this morphbench reads: read it with the version that wrote it")]
+    Schema {
+        path: PathBuf,
+        found: String,
+        expected: u32,
+    },
+    #[error("{path}: row {row}: column '{column}' holds '{value}': {reason}")]
+    BadCell {
+        path: PathBuf,
+        row: usize,
+        column: String,
+        value: String,
+        reason: String,
+    },
+}
+
+/// Reads every row of table `T` from `path`, checking the header, each row's
+/// `schema_version`, and each cell; an error names the file, the row and the column.
+pub fn read_table<T: CsvTable>(path: &Path) -> Result<Vec<Line<T>>, DataError> {
+    let unreadable = |reason: String| DataError::Unreadable {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| unreadable(e.to_string()))?;
+    if text.trim().is_empty() {
+        return Err(DataError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut rd = ::csv::Reader::from_reader(text.as_bytes());
+    let headers = rd.headers().map_err(|e| unreadable(e.to_string()))?.clone();
+    for column in header::<T>() {
+        if !headers.iter().any(|h| h == column) {
+            return Err(DataError::MissingColumn {
+                path: path.to_path_buf(),
+                column,
+            });
+        }
+    }
+    let mut out = Vec::new();
+    for (i, record) in rd.records().enumerate() {
+        let row = i + 1;
+        let record = record.map_err(|e| unreadable(format!("row {row}: {e}")))?;
+        let cell = |e: ::csv::Error| bad_cell(path, row, &headers, &record, e);
+        let lead: Leading = record.deserialize(Some(&headers)).map_err(cell)?;
+        if lead.schema_version != SCHEMA_VERSION {
+            return Err(DataError::Schema {
+                path: path.to_path_buf(),
+                found: lead.schema_version.to_string(),
+                expected: SCHEMA_VERSION,
+            });
+        }
+        out.push(Line {
+            lead,
+            params: record.deserialize(Some(&headers)).map_err(cell)?,
+            stats: match T::WITH_STATS {
+                true => Some(record.deserialize(Some(&headers)).map_err(cell)?),
+                false => None,
+            },
+            figures: record.deserialize(Some(&headers)).map_err(cell)?,
+        });
+    }
+    Ok(out)
+}
+
+/// Turns a cell's deserialization error into one that names the column and the value.
+fn bad_cell(
+    path: &Path,
+    row: usize,
+    headers: &::csv::StringRecord,
+    record: &::csv::StringRecord,
+    e: ::csv::Error,
+) -> DataError {
+    let (column, value, reason) = match e.kind() {
+        ::csv::ErrorKind::Deserialize { err, .. } => {
+            let field = err.field().map(|f| f as usize);
+            (
+                field
+                    .and_then(|f| headers.get(f))
+                    .unwrap_or("?")
+                    .to_string(),
+                field.and_then(|f| record.get(f)).unwrap_or("").to_string(),
+                err.kind().to_string(),
+            )
+        }
+        other => ("?".into(), String::new(), format!("{other:?}")),
+    };
+    if column == "schema_version" {
+        return DataError::Schema {
+            path: path.to_path_buf(),
+            found: value,
+            expected: SCHEMA_VERSION,
+        };
+    }
+    DataError::BadCell {
+        path: path.to_path_buf(),
+        row,
+        column,
+        value,
+        reason,
+    }
+}
+
+/// Reads table `T` from a run folder, or `None` when the run did not write it.
+pub fn read_optional<T: CsvTable>(dir: &Path) -> Result<Option<Vec<Line<T>>>, DataError> {
+    let path = dir.join(format!("{}.csv", T::NAME));
+    if !path.exists() {
+        return Ok(None);
+    }
+    read_table::<T>(&path).map(Some)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[derive(Debug)]
+    struct T;
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    struct P {
+        size: u64,
+        label: String,
+    }
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    struct F {
+        gbps: Option<f64>,
+        timer: String,
+    }
+    impl CsvTable for T {
+        const NAME: &'static str = "t";
+        const WITH_STATS: bool = true;
+        type Params = P;
+        type Figures = F;
+    }
+
+    fn line(size: u64, label: &str, gbps: Option<f64>) -> Line<T> {
+        let s = Summary::of(&[1.0, 2.0, 3.0]).unwrap();
+        Line::new(
+            "r1",
+            format!("c{size}"),
+            P {
+                size,
+                label: label.into(),
+            },
+            Some(&s),
+            F {
+                gbps,
+                timer: "gpu".into(),
+            },
+        )
+    }
+
     #[test]
-    fn round_trip_keeps_column_order() {
+    fn header_is_leading_params_stats_figures() {
+        let h = header::<T>();
+        assert_eq!(
+            &h[..6],
+            &["schema_version", "run_id", "bench", "case", "size", "label"]
+        );
+        assert_eq!(&h[6..18], &crate::stats::SUMMARY_COLUMNS.map(String::from));
+        assert_eq!(&h[18..], &["gbps", "timer"]);
+    }
+
+    #[test]
+    fn rows_round_trip_through_the_same_types() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.csv");
-        let schema = Schema {
-            params: &["size"],
-            with_stats: true,
-            tail: &["gbps", "timer"],
-        };
-        let mut sink = CsvSink::create(&path, &schema).unwrap();
-        let s = Summary::of(&[1.0, 2.0, 3.0]).unwrap();
-        sink.write(
-            Record::new("r1", "t", "c1")
-                .push(64)
-                .stats(&s)
-                .push("1.5")
-                .push("gpu"),
-        )
-        .unwrap();
-        // A short row is refused, never written.
-        assert!(sink.write(Record::new("r1", "t", "c2").push(1)).is_err());
-        let mut rd = ::csv::Reader::from_path(&path).unwrap();
-        let headers: Vec<String> = rd.headers().unwrap().iter().map(String::from).collect();
+        let mut sink = CsvSink::<T>::create(&path).unwrap();
+        // A label that looks like a number stays a string; an empty cell is None.
+        sink.write(&line(64, "0", Some(1.5))).unwrap();
+        sink.write(&line(128, "x", None)).unwrap();
+        let rows = read_table::<T>(&path).unwrap();
+        assert_eq!(rows.len(), 2);
         assert_eq!(
-            &headers[..5],
-            &["schema_version", "run_id", "bench", "case", "size"]
+            rows[0].params,
+            P {
+                size: 64,
+                label: "0".into()
+            }
         );
-        assert_eq!(&headers[5..17], &SUMMARY_COLUMNS.map(String::from));
-        assert_eq!(&headers[17..], &["gbps", "timer"]);
-        let rows: Vec<::csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
-        assert_eq!(rows.len(), 1);
-        assert_eq!(&rows[0][0], SCHEMA_VERSION.to_string().as_str());
-        assert_eq!(&rows[0][5], "3");
-        assert_eq!(&rows[0][18], "gpu");
+        assert_eq!(rows[0].figures.gbps, Some(1.5));
+        assert_eq!(rows[1].figures.gbps, None);
+        assert_eq!(rows[0].stats().p50_us, 2.0);
+        assert_eq!(rows[0].lead.bench, "t");
+        // A row without the statistics block is refused, never written.
+        let mut short = line(1, "y", None);
+        short.stats = None;
+        assert!(sink.write(&short).is_err());
+    }
+
+    #[test]
+    fn readers_name_file_row_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv");
+        let mut sink = CsvSink::<T>::create(&path).unwrap();
+        sink.write(&line(64, "a", Some(1.0))).unwrap();
+        sink.write(&line(65, "b", Some(1.0))).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replacen(",65,", ",lots,", 1)).unwrap();
+        let e = read_table::<T>(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("t.csv")
+                && e.contains("row 2")
+                && e.contains("'size'")
+                && e.contains("lots"),
+            "{e}"
+        );
+        // A missing column is named even with no rows.
+        std::fs::write(&path, "schema_version,run_id,bench,case,size\n").unwrap();
+        let e = read_table::<T>(&path).unwrap_err().to_string();
+        assert!(e.contains("missing column 'label'"), "{e}");
+        // Another schema version is refused.
+        std::fs::write(&path, text.replace("\n1,r1", "\n9,r1")).unwrap();
+        let e = read_table::<T>(&path).unwrap_err().to_string();
+        assert!(e.contains("schema_version 9"), "{e}");
+    }
+
+    #[test]
+    fn rounding_keeps_four_significant_digits() {
+        assert_eq!(sig4(1234.5678), 1234.57);
+        assert_eq!(sig4(1.23456), 1.2346);
+        assert_eq!(sig4(0.000123456), 0.0001235);
+        assert_eq!(sig4(0.0), 0.0);
     }
 }

@@ -6,5 +6,7 @@ pub mod plot;
 pub mod report;
 pub mod run_dir;
 
-pub use self::csv::{CsvSink, Record, SCHEMA_VERSION};
+pub use self::csv::{
+    read_optional, read_table, CsvSink, CsvTable, DataError, Line, SCHEMA_VERSION,
+};
 pub use self::run_dir::RunDir;

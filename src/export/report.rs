@@ -6,8 +6,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::plot::data::DataError;
 use super::plot::{Loaded, PlotOutcome};
+use crate::bench::hol::Mode;
+use crate::bench::sim::total_delay;
+use crate::export::DataError;
 
 /// One headline: what, the figure, and how it was obtained.
 pub struct Headline {
@@ -21,32 +23,23 @@ fn gemm_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataError
     let mut cpu = std::collections::HashMap::new();
     let mut memcpy = std::collections::HashMap::new();
     let mut best_ln: Option<(f64, String)> = None;
-    for r in t.rows() {
-        let size = format!(
-            "{}x{}x{}",
-            r.str("size_m"),
-            r.str("size_n"),
-            r.str("size_k")
-        );
-        let ln = format!("{}x{}", r.str("rows"), r.str("hidden"));
-        match (r.str("kernel"), r.str("timer")) {
-            ("gemm", "gpu") => {
-                let g = r.num("gflops")?;
-                if best.as_ref().is_none_or(|b| g > b.0) {
-                    best = Some((g, size, r.str("variant").to_string()));
-                }
+    let dim = |d: Option<u32>| d.map(|x| x.to_string()).unwrap_or_default();
+    for r in t {
+        let (p, f) = (&r.params, &r.figures);
+        let size = format!("{}x{}x{}", dim(p.size_m), dim(p.size_n), dim(p.size_k));
+        let ln = format!("{}x{}", dim(p.rows), dim(p.hidden));
+        match (p.kernel.as_str(), f.timer.as_str(), f.gflops, f.gbps) {
+            ("gemm", "gpu", Some(g), _) if best.as_ref().is_none_or(|b| g > b.0) => {
+                best = Some((g, size, p.variant.clone()));
             }
-            ("cpu_sgemm", _) => {
-                cpu.insert(size, r.num("gflops")?);
+            ("cpu_sgemm", _, Some(g), _) => {
+                cpu.insert(size, g);
             }
-            ("layernorm", "gpu") => {
-                let g = r.num("gbps")?;
-                if best_ln.as_ref().is_none_or(|b| g > b.0) {
-                    best_ln = Some((g, ln));
-                }
+            ("layernorm", "gpu", _, Some(g)) if best_ln.as_ref().is_none_or(|b| g > b.0) => {
+                best_ln = Some((g, ln));
             }
-            ("memcpy", _) => {
-                memcpy.insert(ln, r.num("gbps")?);
+            ("memcpy", _, _, Some(g)) => {
+                memcpy.insert(ln, g);
             }
             _ => {}
         }
@@ -79,20 +72,18 @@ fn d2h_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataError>
     let mut best: Option<(f64, f64)> = None;
     let mut memcpy = std::collections::HashMap::new();
     let mut smallest: Option<(f64, f64)> = None;
-    for r in t.rows() {
-        let bytes = r.num("bytes")?;
-        match (r.str("direction"), r.str("part")) {
-            ("d2h", "gpu_copy") => {
-                let g = r.num("gbps")?;
-                if best.is_none_or(|b| g > b.0) {
-                    best = Some((g, bytes));
-                }
+    for r in t {
+        let p = &r.params;
+        let (bytes, g) = (p.bytes as f64, r.figures.gbps);
+        match (p.direction.as_str(), p.part.as_str()) {
+            ("d2h", "gpu_copy") if best.is_none_or(|b| g > b.0) => {
+                best = Some((g, bytes));
             }
             ("d2h", "end_to_end") if smallest.is_none_or(|s| bytes < s.0) => {
-                smallest = Some((bytes, r.num("p50_us")?));
+                smallest = Some((bytes, r.stats().p50_us));
             }
             ("memcpy", _) => {
-                memcpy.insert(bytes as u64, r.num("gbps")?);
+                memcpy.insert(p.bytes, g);
             }
             _ => {}
         }
@@ -118,10 +109,10 @@ fn d2h_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataError>
 
 fn hol_sim_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataError> {
     if let Some(t) = &run.rdma {
-        if let Some(r) = t.rows().find(|r| r.str("test") == "lat") {
+        if let Some(r) = t.iter().find(|r| r.params.test == "lat") {
             out.push(Headline {
                 what: "RDMA latency".into(),
-                value: format!("{:.2} µs at {} B (p50)", r.num("p50_us")?, r.str("bytes")),
+                value: format!("{:.2} µs at {} B (p50)", r.stats().p50_us, r.params.bytes),
             });
         }
     } else {
@@ -132,9 +123,9 @@ fn hol_sim_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataEr
     }
     if let Some(t) = &run.hol {
         let mut best: Option<(f64, f64)> = None;
-        for r in t.rows().filter(|r| r.str("mode") == "offload") {
-            let d: f64 = r.str("delay_ms").parse().unwrap_or(0.0);
-            if let Some(removed) = r.opt("stall_removed")? {
+        for r in t.iter().filter(|r| r.params.mode == Mode::Offload) {
+            let d: f64 = r.params.delay_ms.parse().unwrap_or(0.0);
+            if let Some(removed) = r.figures.stall_removed {
                 if best.is_none_or(|b| d > b.0) {
                     best = Some((d, removed));
                 }
@@ -149,10 +140,10 @@ fn hol_sim_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataEr
     }
     if let Some(t) = &run.sim {
         let mut best: Option<(f64, String, f64)> = None;
-        for r in t.rows().filter(|r| r.str("schedule") == "adaptive") {
-            let delay = super::plot::total_delay(r.str("slow"));
+        for r in t.iter().filter(|r| r.params.schedule == "adaptive") {
+            let delay = total_delay(&r.params.slow);
             if best.as_ref().is_none_or(|b| delay > b.0) {
-                best = Some((delay, r.str("case").to_string(), r.num("speedup_vs_1f1b")?));
+                best = Some((delay, r.lead.case.clone(), r.figures.speedup_vs_1f1b));
             }
         }
         if let Some((_, case, speedup)) = best {

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use super::csv::{CsvSink, Schema};
+use super::csv::{CsvSink, CsvTable, SamplesTable};
 use super::meta::RunMeta;
 
 pub struct RunDir {
@@ -65,23 +65,17 @@ impl RunDir {
         Ok(dir)
     }
 
-    pub fn table(&self, bench: &str, schema: &Schema) -> Result<CsvSink> {
-        CsvSink::create(&self.path.join(format!("{bench}.csv")), schema)
+    /// Creates `<T::NAME>.csv` in the run folder, header first.
+    pub fn table<T: CsvTable>(&self) -> Result<CsvSink<T>> {
+        CsvSink::create(&self.path.join(format!("{}.csv", T::NAME)))
     }
 
-    pub fn samples_table(&self, bench: &str) -> Result<Option<CsvSink>> {
+    /// `<bench>_samples.csv` when the run keeps every sample (`--raw`).
+    pub fn samples_table(&self, bench: &str) -> Result<Option<CsvSink<SamplesTable>>> {
         if !self.raw {
             return Ok(None);
         }
-        let schema = Schema {
-            params: &["timer", "iteration"],
-            with_stats: false,
-            tail: &["sample_us"],
-        };
-        Ok(Some(CsvSink::create(
-            &self.path.join(format!("{bench}_samples.csv")),
-            &schema,
-        )?))
+        CsvSink::create(&self.path.join(format!("{bench}_samples.csv"))).map(Some)
     }
 
     pub fn write_meta(&self) -> Result<()> {

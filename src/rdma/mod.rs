@@ -2,7 +2,6 @@
 //! connection setup (`oob`), perftest-style latency and bandwidth (`perf`, `morphbench rdma`),
 //! and the RDMA implementation of the offload `Transport` (`transport`).
 
-pub mod cli;
 pub mod oob;
 pub mod perf;
 pub mod transport;

@@ -1,6 +1,7 @@
 //! Moving host buffers to a peer: the `Transport` trait (send with an end-to-end check), a TCP
 //! implementation, the wire format, and the receiving sink. Knows nothing of the GPU.
 
+pub mod factory;
 pub mod sink;
 #[doc(hidden)]
 pub mod suite;
@@ -109,7 +110,15 @@ impl TransportError {
 /// Sends host buffers to a peer. Every payload is checked by the receiver, and `send`
 /// returns only once the peer has confirmed it arrived intact.
 pub trait Transport: Send {
-    fn send(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError>;
+    /// Sends one payload and waits for the peer's confirmation (what `send` wraps).
+    fn send_payload(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError>;
+    /// The limit on any one read or write, named in a timeout error.
+    fn io_timeout(&self) -> Duration;
+    /// Sends one payload; a timeout error names the limit that ran out.
+    fn send(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
+        let io = self.io_timeout();
+        self.send_payload(payload).map_err(|e| e.with_timeout(io))
+    }
     /// Ends the session cleanly.
     fn close(&mut self) -> Result<(), TransportError>;
     fn name(&self) -> &'static str;

@@ -6,10 +6,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::tcp::TcpReceiver;
+use super::factory::{check_available, receiver_for};
 use super::{Receiver, TransportError, TransportKind};
-use crate::rdma::oob::OobChannel;
-use crate::rdma::transport::RdmaReceiver;
 use crate::rdma::DeviceChoice;
 
 /// What one connection delivered.
@@ -65,24 +63,6 @@ pub fn serve(
     Ok(())
 }
 
-/// Makes the receiver of one accepted connection for `transport`, completing its hello.
-pub fn receiver_for(
-    transport: TransportKind,
-    rdma: DeviceChoice,
-    max_payload: u64,
-    io: Duration,
-) -> impl Fn(TcpStream) -> Result<Box<dyn Receiver>, TransportError> {
-    move |stream| {
-        Ok(match transport {
-            TransportKind::Tcp => Box::new(TcpReceiver::accept(stream, max_payload, io)?),
-            TransportKind::Rdma => {
-                let oob = OobChannel::from_stream(stream, io)?;
-                Box::new(RdmaReceiver::accept(oob, &rdma, max_payload, io)?)
-            }
-        })
-    }
-}
-
 /// An in-process sink on an ephemeral loopback port that serves one connection.
 pub fn spawn_loopback(
     transport: TransportKind,
@@ -111,9 +91,7 @@ pub fn run_cli(
     transport: TransportKind,
     rdma: &DeviceChoice,
 ) -> anyhow::Result<()> {
-    if transport == TransportKind::Rdma {
-        rdma.check()?;
-    }
+    check_available(transport, rdma)?;
     let listener = TcpListener::bind(listen).map_err(|e| {
         anyhow::anyhow!("cannot listen on {listen}: {e}. Choose another --listen HOST:PORT")
     })?;

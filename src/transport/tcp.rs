@@ -78,9 +78,12 @@ impl TcpTransport {
 }
 
 impl Transport for TcpTransport {
-    fn send(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
-        let io = self.io;
-        self.send_inner(payload).map_err(|e| e.with_timeout(io))
+    fn send_payload(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
+        self.send_inner(payload)
+    }
+
+    fn io_timeout(&self) -> Duration {
+        self.io
     }
 
     fn close(&mut self) -> Result<(), TransportError> {

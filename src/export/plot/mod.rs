@@ -11,70 +11,36 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use charts::{render, Chart, Format, Gantt, LineChart, Series, StackedBars};
-use data::{DataError, RunLabel, Table};
+use data::RunLabel;
+
+use crate::bench::d2h::D2hTable;
+use crate::bench::hol::{HolTable, Mode};
+use crate::bench::kernels::KernelsTable;
+use crate::bench::rdma::RdmaTable;
+use crate::bench::sim::{total_delay, SimTable, TimelineTable};
+use crate::export::{read_optional, DataError, Line};
 
 /// The tables of one run folder (each `None` when the bench did not run).
 pub struct Loaded {
     pub label: RunLabel,
-    pub kernels: Option<Table>,
-    pub d2h: Option<Table>,
-    pub hol: Option<Table>,
-    pub rdma: Option<Table>,
-    pub sim: Option<Table>,
-    pub timeline: Option<Table>,
+    pub kernels: Option<Vec<Line<KernelsTable>>>,
+    pub d2h: Option<Vec<Line<D2hTable>>>,
+    pub hol: Option<Vec<Line<HolTable>>>,
+    pub rdma: Option<Vec<Line<RdmaTable>>>,
+    pub sim: Option<Vec<Line<SimTable>>>,
+    pub timeline: Option<Vec<Line<TimelineTable>>>,
 }
-
-fn optional(dir: &Path, file: &str, columns: &[&str]) -> Result<Option<Table>, DataError> {
-    let path = dir.join(file);
-    if !path.exists() {
-        return Ok(None);
-    }
-    Table::load(&path, columns).map(Some)
-}
-
-pub const KERNEL_COLUMNS: &[&str] = &[
-    "kernel", "variant", "size_m", "size_n", "size_k", "rows", "hidden", "timer", "p50_us",
-    "gflops", "gbps",
-];
-pub const D2H_COLUMNS: &[&str] = &[
-    "direction",
-    "method",
-    "bytes",
-    "part",
-    "p50_us",
-    "p99_us",
-    "gbps",
-];
-pub const HOL_COLUMNS: &[&str] = &[
-    "mode",
-    "delay_ms",
-    "bytes",
-    "every",
-    "makespan_us",
-    "busy_fraction",
-    "stall_mean_us",
-    "stall_p99_us",
-    "d2h_copy_us",
-    "map_us",
-    "copy_out_us",
-    "delay_us",
-    "send_us",
-    "receive_us",
-];
-pub const RDMA_COLUMNS: &[&str] = &["test", "bytes", "p50_us", "p99_us"];
-pub const SIM_COLUMNS: &[&str] = &["case", "schedule", "slow", "iteration_ms"];
-pub const TIMELINE_COLUMNS: &[&str] = &["case", "schedule", "stage", "kind", "start_ms", "end_ms"];
 
 impl Loaded {
     pub fn load(dir: &Path) -> Result<Loaded, DataError> {
         Ok(Loaded {
             label: RunLabel::of(dir),
-            kernels: optional(dir, "kernels.csv", KERNEL_COLUMNS)?,
-            d2h: optional(dir, "d2h.csv", D2H_COLUMNS)?,
-            hol: optional(dir, "hol.csv", HOL_COLUMNS)?,
-            rdma: optional(dir, "rdma.csv", RDMA_COLUMNS)?,
-            sim: optional(dir, "sim.csv", SIM_COLUMNS)?,
-            timeline: optional(dir, "sim_timeline.csv", TIMELINE_COLUMNS)?,
+            kernels: read_optional(dir)?,
+            d2h: read_optional(dir)?,
+            hol: read_optional(dir)?,
+            rdma: read_optional(dir)?,
+            sim: read_optional(dir)?,
+            timeline: read_optional(dir)?,
         })
     }
 }
@@ -141,21 +107,24 @@ fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     for run in runs {
         let Some(t) = &run.kernels else { continue };
         let mut by: BTreeMap<(String, String), Vec<(f64, f64)>> = BTreeMap::new();
-        for r in t.rows() {
-            let kernel = r.str("kernel").to_string();
+        for r in t {
+            let (p, f) = (&r.params, &r.figures);
+            let kernel = p.kernel.clone();
             // GPU kernels: the timestamp rows; the CPU rows only have the host clock.
-            if (kernel == "gemm" || kernel == "layernorm") && r.str("timer") != "gpu" {
+            if (kernel == "gemm" || kernel == "layernorm") && f.timer != "gpu" {
                 continue;
             }
-            let (x, y) = match kernel.as_str() {
-                "gemm" | "cpu_sgemm" => (
-                    (r.num("size_m")? * r.num("size_n")? * r.num("size_k")?).cbrt(),
-                    r.num("gflops")?,
-                ),
-                "layernorm" | "memcpy" => (r.num("rows")? * r.num("hidden")?, r.num("gbps")?),
+            let dims =
+                |d: &[Option<u32>]| d.iter().map(|x| x.map(f64::from)).product::<Option<f64>>();
+            let point = match kernel.as_str() {
+                "gemm" | "cpu_sgemm" => dims(&[p.size_m, p.size_n, p.size_k])
+                    .map(f64::cbrt)
+                    .zip(f.gflops),
+                "layernorm" | "memcpy" => dims(&[p.rows, p.hidden]).zip(f.gbps),
                 _ => continue,
             };
-            by.entry((kernel, r.str("variant").to_string()))
+            let Some((x, y)) = point else { continue };
+            by.entry((kernel, p.variant.clone()))
                 .or_default()
                 .push((x, y));
         }
@@ -211,13 +180,15 @@ fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         let Some(t) = &run.d2h else { continue };
         let mut lat_s: BTreeMap<String, (Points, Band)> = BTreeMap::new();
         let mut bw_s: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-        for r in t.rows() {
-            let (dir, method, part) = (r.str("direction"), r.str("method"), r.str("part"));
-            let bytes = r.num("bytes")?;
+        for r in t {
+            let p = &r.params;
+            let (dir, method, part) = (p.direction.as_str(), &p.method, p.part.as_str());
+            let bytes = p.bytes as f64;
+            let s = r.stats();
             if part == "end_to_end" && dir != "memcpy" {
                 let e = lat_s.entry(format!("{dir} {method}")).or_default();
-                e.0.push((bytes, r.num("p50_us")?));
-                e.1.push((bytes, r.num("p50_us")?, r.num("p99_us")?));
+                e.0.push((bytes, s.p50_us));
+                e.1.push((bytes, s.p50_us, s.p99_us));
             }
             let key = match (dir, part) {
                 ("memcpy", _) => "host memcpy (ceiling)".to_string(),
@@ -225,7 +196,7 @@ fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
                 ("d2h", "end_to_end") => format!("{dir} {method} end to end"),
                 _ => continue,
             };
-            bw_s.entry(key).or_default().push((bytes, r.num("gbps")?));
+            bw_s.entry(key).or_default().push((bytes, r.figures.gbps));
         }
         for (k, (pts, mut band)) in lat_s {
             band.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -277,14 +248,6 @@ fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut stall = mk("Head-of-line stall per compute op (mean)", "stall (µs)");
     let mut makespan = mk("Stream makespan", "makespan (µs)");
     let mut busy = mk("GPU busy fraction", "busy fraction");
-    let parts = [
-        "d2h_copy_us",
-        "map_us",
-        "copy_out_us",
-        "delay_us",
-        "send_us",
-        "receive_us",
-    ];
     let mut split = StackedBars {
         title: format!("Offloaded transfer, where the time goes — {title}"),
         x_label: "injected delay (ms)".into(),
@@ -305,24 +268,26 @@ fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         let Some(t) = &run.hol else { continue };
         let mut groups: BTreeMap<(String, String, String), [Points; 3]> = BTreeMap::new();
         let mut delays = Vec::new();
-        for r in t.rows() {
-            let d = delay_of(r.str("delay_ms"));
+        for r in t {
+            let (p, f) = (&r.params, &r.figures);
+            let d = delay_of(&p.delay_ms);
             delays.push(d);
-            let key = (
-                r.str("mode").to_string(),
-                r.str("every").to_string(),
-                r.str("bytes").to_string(),
-            );
+            let key = (p.mode.to_string(), p.every.to_string(), p.bytes.to_string());
             let g = groups.entry(key).or_default();
-            g[0].push((d, r.num("stall_mean_us")?));
-            g[1].push((d, r.num("makespan_us")?));
-            g[2].push((d, r.num("busy_fraction")?));
-            if r.str("mode") == "offload" && runs.len() == 1 {
-                let vals = parts
-                    .iter()
-                    .map(|p| r.opt(p).map(|v| v.unwrap_or(0.0)))
-                    .collect::<Result<Vec<_>, _>>()?;
-                split.bars.push((r.str("delay_ms").to_string(), vals));
+            g[0].push((d, f.stall_mean_us));
+            g[1].push((d, f.makespan_us));
+            g[2].push((d, f.busy_fraction));
+            if p.mode == Mode::Offload && runs.len() == 1 {
+                let parts = [
+                    f.d2h_copy_us,
+                    f.map_us,
+                    f.copy_out_us,
+                    f.delay_us,
+                    f.send_us,
+                    f.receive_us,
+                ];
+                let vals = parts.iter().map(|v| v.unwrap_or(0.0)).collect();
+                split.bars.push((p.delay_ms.clone(), vals));
             }
         }
         let max_delay = delays.iter().copied().fold(0.0, f64::max);
@@ -399,10 +364,10 @@ fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     for run in runs {
         let Some(t) = &run.rdma else { continue };
         let (mut p50, mut band): (Points, Band) = Default::default();
-        for r in t.rows().filter(|r| r.str("test") == "lat") {
-            let b = r.num("bytes")?;
-            p50.push((b, r.num("p50_us")?));
-            band.push((b, r.num("p50_us")?, r.num("p99_us")?));
+        for r in t.iter().filter(|r| r.params.test == "lat") {
+            let (b, s) = (r.params.bytes as f64, r.stats());
+            p50.push((b, s.p50_us));
+            band.push((b, s.p50_us, s.p99_us));
         }
         if !p50.is_empty() {
             lat.series.push(Series {
@@ -413,10 +378,10 @@ fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
             });
         }
         let avg: Points = t
-            .rows()
-            .filter(|r| r.str("test") == "bw")
-            .map(|r| Ok((r.num("bytes")?, r.num("gbps")?)))
-            .collect::<Result<_>>()?;
+            .iter()
+            .filter(|r| r.params.test == "bw")
+            .filter_map(|r| Some((r.params.bytes as f64, r.figures.gbps?)))
+            .collect();
         if !avg.is_empty() {
             bw.series.push(Series {
                 label: label(runs, run, "RDMA WRITE average bandwidth"),
@@ -442,14 +407,6 @@ fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     Ok(out)
 }
 
-/// Sum of the extra delays in a `slow` cell (`link:ms;...`).
-pub fn total_delay(slow: &str) -> f64 {
-    slow.split(';')
-        .filter_map(|p| p.split_once(':'))
-        .map(|(_, d)| d.parse::<f64>().unwrap_or(0.0))
-        .sum()
-}
-
 fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut iter = LineChart::new(
         format!("Iteration time against straggler delay — {title}"),
@@ -461,10 +418,10 @@ fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     for run in runs {
         let Some(t) = &run.sim else { continue };
         let mut by: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-        for r in t.rows() {
-            by.entry(r.str("schedule").to_string())
+        for r in t {
+            by.entry(r.params.schedule.clone())
                 .or_default()
-                .push((total_delay(r.str("slow")), r.num("iteration_ms")?));
+                .push((total_delay(&r.params.slow), r.figures.iteration_ms));
         }
         for (sched, pts) in by {
             if pts.len() > 1 {
@@ -486,24 +443,20 @@ fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     if let Some(t) = runs.first().and_then(|r| r.timeline.as_ref()) {
         let mut cases: BTreeMap<String, BTreeMap<String, Vec<TimelineOp>>> = BTreeMap::new();
         let kinds = ["F", "B", "W"];
-        for r in t.rows() {
-            let kind = kinds.iter().position(|k| *k == r.str("kind")).unwrap_or(0);
+        for r in t {
+            let p = &r.params;
+            let kind = kinds.iter().position(|k| *k == p.kind).unwrap_or(0);
             cases
-                .entry(r.str("case").to_string())
+                .entry(r.lead.case.clone())
                 .or_default()
-                .entry(r.str("schedule").to_string())
+                .entry(p.schedule.clone())
                 .or_default()
-                .push((
-                    r.num("stage")? as usize,
-                    r.num("start_ms")?,
-                    r.num("end_ms")?,
-                    kind,
-                ));
+                .push((p.stage, r.figures.start_ms, r.figures.end_ms, kind));
         }
         let delayed = runs[0].sim.as_ref().and_then(|s| {
-            s.rows()
-                .max_by(|a, b| total_delay(a.str("slow")).total_cmp(&total_delay(b.str("slow"))))
-                .map(|r| r.str("case").to_string())
+            s.iter()
+                .max_by(|a, b| total_delay(&a.params.slow).total_cmp(&total_delay(&b.params.slow)))
+                .map(|r| r.lead.case.clone())
         });
         let case = delayed
             .filter(|c| cases.contains_key(c))

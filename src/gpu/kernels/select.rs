@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{GpuKernel, KernelError, Variant};
+use anyhow::Context;
+
+use super::{find_variant, variant_names, GpuKernel, KernelError, Variant};
 use crate::gpu::timing::time_compute_passes;
 use crate::gpu::Gpu;
 use crate::stats::Summary;
@@ -190,4 +192,49 @@ impl Selection {
         }
         out
     }
+}
+
+fn forced(list: &'static [Variant], kernel: &str, name: &str) -> anyhow::Result<&'static Variant> {
+    find_variant(list, name).with_context(|| {
+        format!(
+            "unknown {kernel} variant '{name}': choose one of {} or auto",
+            variant_names(list)
+        )
+    })
+}
+
+/// The variants to use, best first: a forced one alone, or the measured ranking.
+pub fn choose<'g, K: GpuKernel + 'g>(
+    gpu: &'g Gpu,
+    kernel: &str,
+    list: &'static [Variant],
+    wanted: Option<&str>,
+    probe: String,
+    reselect: bool,
+    make: impl FnMut(&'static Variant) -> Result<K, KernelError>,
+) -> anyhow::Result<(Vec<&'static Variant>, Option<Selection>)> {
+    match wanted {
+        Some(name) if name != "auto" => Ok((vec![forced(list, kernel, name)?], None)),
+        _ => {
+            let (_, sel) = select(gpu, kernel, list, &probe, reselect, make)?;
+            Ok((sel.ranked(list), Some(sel)))
+        }
+    }
+}
+
+/// Builds the kernel with the first ranked variant that can run this size (a variant may not
+/// support every shape, e.g. vec4 rows need a multiple of 4).
+pub fn first_fitting<K>(
+    ranked: &[&'static Variant],
+    mut make: impl FnMut(&'static Variant) -> Result<K, KernelError>,
+) -> Result<(K, &'static Variant), KernelError> {
+    let mut last = None;
+    for &v in ranked {
+        match make(v) {
+            Ok(k) => return Ok((k, v)),
+            Err(e @ KernelError::Invalid(_)) if ranked.len() > 1 => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| KernelError::Invalid("no variant to run".into())))
 }

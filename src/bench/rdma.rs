@@ -9,35 +9,52 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::oob::{OobChannel, Params, Purpose, MAX_MESSAGE};
-use super::perf::{self, BandwidthResult, LatencyResult, Role, Session, TEST_BW, TEST_LAT};
-use super::verbs::mtu_bytes;
-use super::{client_hello, server_hello, DeviceChoice, Link};
-use crate::export::csv::{num, Schema};
+use crate::export::csv::sig4;
 use crate::export::meta::RunMeta;
-use crate::export::{Record, RunDir};
+use crate::export::{CsvTable, Line, RunDir};
 use crate::host::HostInfo;
+use crate::rdma::oob::{OobChannel, Params, Purpose, MAX_MESSAGE};
+use crate::rdma::perf::{self, BandwidthResult, LatencyResult, Role, Session, TEST_BW, TEST_LAT};
+use crate::rdma::verbs::mtu_bytes;
+use crate::rdma::{client_hello, server_hello, DeviceChoice, Link};
 use crate::stats::Summary;
 
 pub const BENCH: &str = "rdma";
 /// perftest's default port.
 pub const DEFAULT_PORT: u16 = 18515;
 
-pub const SCHEMA: Schema = Schema {
-    params: &[
-        "test",
-        "bytes",
-        "iters",
-        "window",
-        "inline",
-        "device",
-        "ib_port",
-        "gid_index",
-        "mtu",
-    ],
-    with_stats: true,
-    tail: &["gbps", "peak_gbps", "msg_rate_mpps", "verified", "timer"],
-};
+/// `rdma.csv`: one row per test (`lat`, `bw`) and size.
+pub struct RdmaTable;
+
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct RdmaParams {
+    pub test: String,
+    pub bytes: u64,
+    pub iters: u32,
+    pub window: u32,
+    pub inline: bool,
+    pub device: String,
+    pub ib_port: u8,
+    pub gid_index: u8,
+    pub mtu: u32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct RdmaFigures {
+    /// Average bandwidth (bw rows only).
+    pub gbps: Option<f64>,
+    pub peak_gbps: Option<f64>,
+    pub msg_rate_mpps: Option<f64>,
+    pub verified: bool,
+    pub timer: String,
+}
+
+impl CsvTable for RdmaTable {
+    const NAME: &'static str = BENCH;
+    const WITH_STATS: bool = true;
+    type Params = RdmaParams;
+    type Figures = RdmaFigures;
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RdmaPlan {
@@ -223,21 +240,22 @@ fn measure(
     dir: &RunDir,
     quiet: bool,
 ) -> Result<()> {
-    let mut table = dir.table(BENCH, &SCHEMA)?;
+    let mut table = dir.table::<RdmaTable>()?;
     let device = link.device_name.clone();
     let mtu = mtu_bytes(link.remote.mtu);
-    let row = |test: &str, bytes: u64, inline: bool, s: &Summary| {
-        Record::new(&dir.id, BENCH, &format!("{test}_{bytes}"))
-            .push(test)
-            .push(bytes)
-            .push(params.iters)
-            .push(if test == "bw" { params.window } else { 1 })
-            .push(inline)
-            .push(&device)
-            .push(plan.choice.port)
-            .push(plan.choice.gid_index)
-            .push(mtu)
-            .stats(s)
+    let row = |test: &str, bytes: u64, inline: bool, s: &Summary, figures: RdmaFigures| {
+        let params = RdmaParams {
+            test: test.to_string(),
+            bytes,
+            iters: params.iters,
+            window: if test == "bw" { params.window } else { 1 },
+            inline,
+            device: device.clone(),
+            ib_port: plan.choice.port,
+            gid_index: plan.choice.gid_index,
+            mtu,
+        };
+        Line::<RdmaTable>::new(&dir.id, format!("{test}_{bytes}"), params, Some(s), figures)
     };
     let mut printed = 0;
     let mut session = Session::new(link, Role::Client, timeout(plan));
@@ -266,14 +284,12 @@ fn measure(
                     size, params.iters, s.min, s.max, s.p50, s.mean, s.stddev, s.p99, s.p999
                 );
             }
-            table.write(
-                row("lat", size, r.inline, &s)
-                    .push("")
-                    .push("")
-                    .push("")
-                    .push(true)
-                    .push("host"),
-            )?;
+            let figures = RdmaFigures {
+                verified: true,
+                timer: "host".into(),
+                ..Default::default()
+            };
+            table.write(&row("lat", size, r.inline, &s, figures))?;
         } else {
             let r: BandwidthResult = session
                 .bandwidth(size, params.iters, params.window)?
@@ -302,14 +318,14 @@ fn measure(
                     r.msg_rate_mpps
                 );
             }
-            table.write(
-                row("bw", size, false, &s)
-                    .push(num(r.avg_gbps))
-                    .push(num(r.peak_gbps))
-                    .push(num(r.msg_rate_mpps))
-                    .push(true)
-                    .push("host"),
-            )?;
+            let figures = RdmaFigures {
+                gbps: Some(sig4(r.avg_gbps)),
+                peak_gbps: Some(sig4(r.peak_gbps)),
+                msg_rate_mpps: Some(sig4(r.msg_rate_mpps)),
+                verified: true,
+                timer: "host".into(),
+            };
+            table.write(&row("bw", size, false, &s, figures))?;
         }
         Ok(())
     })?;

@@ -1,0 +1,288 @@
+//! One repetition of the `hol` stream, with its transfers done the plan's way. In `offload`
+//! mode three parties overlap: this thread submits ops and staging copies; a poller thread
+//! waits for each copy and maps it into a host buffer; a sender thread sends the bytes through
+//! the Transport after the injected delay. Staging slots always come back, so the stream never
+//! waits on a failed sender.
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, ensure, Context, Result};
+
+use super::plan::{HolPlan, Mode};
+use super::stream::Stream;
+use crate::gpu::standin::{SpinPass, StandIn};
+use crate::gpu::timing::PassTimer;
+use crate::gpu::transfer::{touched, MapTiming, StagingPool};
+use crate::gpu::{Gpu, WAIT_LIMIT};
+use crate::transport::factory;
+use crate::transport::sink::{spawn_loopback, SinkStats};
+use crate::transport::tcp::Timeouts;
+use crate::transport::wire::MAX_PAYLOAD;
+use crate::transport::{Transport, TransportError};
+
+/// One offloaded transfer as it went.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OffloadSample {
+    pub map: MapTiming,
+    pub delay_us: f64,
+    pub send_us: f64,
+    pub receive_us: f64,
+    pub end_to_end_us: f64,
+}
+
+/// One repetition of the stream.
+pub struct Rep {
+    /// (start, end) of each compute op, µs on the GPU clock.
+    pub ops: Vec<(f64, f64)>,
+    /// (start, end) of each transfer's queue work (stand-in or copy).
+    pub transfers: Vec<(f64, f64)>,
+    pub offload: Vec<OffloadSample>,
+    /// The final activation, to check that modes compute the same thing.
+    pub output: Vec<u8>,
+    pub sink: Option<SinkStats>,
+}
+
+struct Job {
+    index: usize,
+    slot: usize,
+    submission: wgpu::SubmissionIndex,
+    submitted: Instant,
+    delay: Duration,
+}
+
+/// The in-process sink's thread, when there is one.
+type SinkThread = std::thread::JoinHandle<Result<SinkStats, TransportError>>;
+
+/// Where offloaded bytes go: a fresh connection per repetition.
+fn connect(plan: &HolPlan, bytes: u64) -> Result<(Box<dyn Transport>, Option<SinkThread>)> {
+    let timeouts = Timeouts::default();
+    let max = bytes.clamp(4, MAX_PAYLOAD);
+    let (addr, sink) = match &plan.peer {
+        Some(addr) => (addr.clone(), None),
+        None => {
+            let (addr, sink) = spawn_loopback(plan.transport, plan.rdma.clone(), max, timeouts.io)?;
+            (addr.to_string(), Some(sink))
+        }
+    };
+    let transport = factory::connect(plan.transport, &plan.rdma, &addr, max, timeouts)?;
+    Ok((transport, sink))
+}
+
+/// What every repetition shares.
+pub struct Ctx<'a> {
+    pub gpu: &'a Gpu,
+    pub plan: &'a HolPlan,
+    pub stream: &'a Stream,
+    pub standin: Option<&'a StandIn>,
+}
+
+/// Runs the stream once in `mode`, with a transfer of `bytes` after every `every` ops and
+/// `delays_ms[t]` injected into transfer t.
+pub fn run_rep(
+    ctx: &Ctx<'_>,
+    mode: Mode,
+    every: u32,
+    bytes: u64,
+    delays_ms: &[f64],
+) -> Result<Rep> {
+    let Ctx {
+        gpu, plan, stream, ..
+    } = *ctx;
+    let ops = plan.ops;
+    let transfers = plan.transfers(every);
+    stream.reset(gpu)?;
+    let timer = PassTimer::new(gpu, ops + transfers);
+    ensure!(
+        timer.capacity() >= ops + transfers,
+        "at most 2048 ops and transfers per stream"
+    );
+    // Everything a transfer needs is made before the stream starts.
+    let standins: Vec<SpinPass> = match mode {
+        Mode::Inline => {
+            let s = ctx.standin.context("stand-in not calibrated")?;
+            let wire_us = bytes as f64 / (plan.link_gbps * 1e3);
+            (0..transfers)
+                .map(|t| {
+                    let op = (t + 1) * every - 1;
+                    s.pass(
+                        gpu,
+                        stream.output_of(op),
+                        wire_us + delays_ms[t as usize] * 1e3,
+                    )
+                })
+                .collect::<Result<_, _>>()?
+        }
+        _ => Vec::new(),
+    };
+    let offload = mode == Mode::Offload;
+    let slots = if offload {
+        (transfers as u64).min((512 << 20) / bytes.max(1)).max(2) as usize
+    } else {
+        0
+    };
+    let pool = StagingPool::new(gpu, slots, bytes);
+    let hosts: Vec<Mutex<Vec<u8>>> = (0..slots)
+        .map(|_| Mutex::new(touched(bytes as usize)))
+        .collect();
+    let (mut transport, sink) = if offload {
+        let (t, s) = connect(plan, bytes)?;
+        (Some(t), s)
+    } else {
+        (None, None)
+    };
+    let (job_tx, job_rx): (Sender<Job>, Receiver<Job>) = channel();
+    let (send_tx, send_rx) = channel::<(Job, MapTiming, Instant)>();
+    let returner = pool.returner();
+
+    let (samples, last) = std::thread::scope(
+        |scope| -> Result<(Vec<OffloadSample>, Option<wgpu::SubmissionIndex>)> {
+            let poller = offload.then(|| {
+                let (staging, hosts) = (&pool.buffers, &hosts);
+                scope.spawn(move || -> Result<()> {
+                    for job in job_rx {
+                        let mut host = hosts[job.slot].lock().unwrap();
+                        let m = gpu.map_read_into(
+                            &staging[job.slot],
+                            &mut host,
+                            Some(job.submission.clone()),
+                        )?;
+                        let mapped = Instant::now();
+                        drop(host);
+                        if send_tx.send((job, m, mapped)).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(())
+                })
+            });
+            let sender = transport.as_mut().map(|t| {
+                let hosts = &hosts;
+                scope.spawn(move || -> Result<Vec<OffloadSample>> {
+                    let mut out = vec![OffloadSample::default(); transfers as usize];
+                    let mut failed: Option<anyhow::Error> = None;
+                    for (job, map, mapped) in send_rx {
+                        if failed.is_none() {
+                            // The delay runs from when the bytes are ready, like link latency.
+                            let due = mapped + job.delay;
+                            let now = Instant::now();
+                            if due > now {
+                                std::thread::sleep(due - now);
+                            }
+                            let start = Instant::now();
+                            let host = hosts[job.slot].lock().unwrap();
+                            match t.send(&host) {
+                                Ok(timing) => {
+                                    out[job.index] = OffloadSample {
+                                        map,
+                                        delay_us: (start - mapped).as_secs_f64() * 1e6,
+                                        send_us: timing.send_us,
+                                        receive_us: timing.receive_us,
+                                        end_to_end_us: job.submitted.elapsed().as_secs_f64() * 1e6,
+                                    };
+                                }
+                                Err(e) => failed = Some(anyhow!(e).context("offload send failed")),
+                            }
+                        }
+                        // Slots always come back, so the stream never waits on a dead sender.
+                        let _ = returner.send(job.slot);
+                    }
+                    match failed {
+                        Some(e) => Err(e),
+                        None => {
+                            t.close()?;
+                            Ok(out)
+                        }
+                    }
+                })
+            });
+
+            let mut last = None;
+            let mut t = 0u32;
+            for op in 0..ops {
+                let mut enc = gpu.device.create_command_encoder(&Default::default());
+                let op_pass = stream.pass(op);
+                timer.record_pass(&mut enc, op, op_pass.upload.as_ref(), |pass| {
+                    op_pass.encode(pass)
+                });
+                last = Some(gpu.queue.submit([enc.finish()]));
+                if (op + 1) % every != 0 || t >= transfers {
+                    continue;
+                }
+                let slot_ts = ops + t;
+                match mode {
+                    Mode::None => {}
+                    Mode::Inline => {
+                        let mut enc = gpu.device.create_command_encoder(&Default::default());
+                        {
+                            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                                label: Some("stand-in"),
+                                timestamp_writes: Some(timer.writes(slot_ts)),
+                            });
+                            standins[t as usize].encode(&mut pass);
+                        }
+                        last = Some(gpu.queue.submit([enc.finish()]));
+                    }
+                    Mode::Offload => {
+                        let slot = pool
+                            .take(WAIT_LIMIT)
+                            .context("offload pipeline stalled: no staging buffer came back")?;
+                        let mut enc = gpu.device.create_command_encoder(&Default::default());
+                        let ts = gpu.has_encoder_timestamps();
+                        if ts {
+                            timer.encoder_write(&mut enc, slot_ts, false);
+                        }
+                        enc.copy_buffer_to_buffer(
+                            stream.output_of(op),
+                            0,
+                            &pool.buffers[slot],
+                            0,
+                            bytes,
+                        );
+                        if ts {
+                            timer.encoder_write(&mut enc, slot_ts, true);
+                        }
+                        let idx = gpu.queue.submit([enc.finish()]);
+                        last = Some(idx.clone());
+                        job_tx
+                            .send(Job {
+                                index: t as usize,
+                                slot,
+                                submission: idx,
+                                submitted: Instant::now(),
+                                delay: Duration::from_secs_f64(delays_ms[t as usize] / 1e3),
+                            })
+                            .map_err(|_| anyhow!("the offload poller stopped early"))?;
+                    }
+                }
+                t += 1;
+            }
+            drop(job_tx);
+            if let Some(p) = poller {
+                p.join().map_err(|_| anyhow!("poller thread panicked"))??;
+            }
+            let samples = match sender {
+                Some(s) => s.join().map_err(|_| anyhow!("sender thread panicked"))??,
+                None => Vec::new(),
+            };
+            Ok((samples, last))
+        },
+    )?;
+    if let Some(idx) = last {
+        gpu.wait(idx)?;
+    }
+    let spans = timer.read_spans(gpu, ops + if mode == Mode::None { 0 } else { transfers })?;
+    let output = gpu.read_back(stream.output_of(ops - 1))?;
+    let sink = match sink {
+        Some(h) => Some(h.join().map_err(|_| anyhow!("sink thread panicked"))??),
+        None => None,
+    };
+    Ok(Rep {
+        ops: spans[..ops as usize].to_vec(),
+        transfers: spans[ops as usize..].to_vec(),
+        offload: samples,
+        output,
+        sink,
+    })
+}

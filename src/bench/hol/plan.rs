@@ -1,0 +1,220 @@
+//! What a `hol` run does: the stream's shape, the transfers and delays, the modes, and the
+//! checks that refuse a plan before anything runs.
+
+use crate::rdma::DeviceChoice;
+use crate::transport::TransportKind;
+
+/// The longest straggler delay accepted (one minute).
+pub const MAX_DELAY_MS: f64 = 60_000.0;
+
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    None,
+    Inline,
+    Offload,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::None => "none",
+            Mode::Inline => "inline",
+            Mode::Offload => "offload",
+        })
+    }
+}
+
+/// Straggler delays: a list to sweep (every transfer gets the same), or a trace giving the
+/// delay of each transfer index in the stream (`iteration;delay_ms` lines).
+#[derive(Debug, Clone, serde::Serialize)]
+pub enum Delays {
+    Sweep(Vec<f64>),
+    Trace(Vec<(u64, f64)>),
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HolPlan {
+    pub tokens: u32,
+    pub hidden: u32,
+    pub ops: u32,
+    pub every: Vec<u32>,
+    /// Bytes per transfer; `None` sends the whole activation.
+    pub bytes: Vec<Option<u64>>,
+    pub delays: Delays,
+    pub modes: Vec<Mode>,
+    pub reps: u32,
+    pub link_gbps: f64,
+    /// A remote `morphbench sink`; `None` runs one in-process on loopback.
+    pub peer: Option<String>,
+    pub transport: TransportKind,
+    /// The RDMA device, port and GID when `transport` is RDMA.
+    pub rdma: DeviceChoice,
+    pub gemm_variant: Option<String>,
+    pub layernorm_variant: Option<String>,
+}
+
+/// Parses `iteration;delay_ms` lines (`#` comments).
+pub fn parse_delay_trace(text: &str) -> Result<Vec<(u64, f64)>, String> {
+    let mut out = Vec::new();
+    for (no, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let at = |what: &str| format!("line {}: '{line}': {what}", no + 1);
+        let (it, ms) = line
+            .split_once(';')
+            .ok_or_else(|| at("expected iteration;delay_ms"))?;
+        let it: u64 = it
+            .trim()
+            .parse()
+            .map_err(|_| at("iteration is not a whole number"))?;
+        let ms: f64 = ms
+            .trim()
+            .parse()
+            .map_err(|_| at("delay_ms is not a number"))?;
+        check_delay(ms).map_err(|e| at(&e))?;
+        out.push((it, ms));
+    }
+    if out.is_empty() {
+        return Err("the trace has no iteration;delay_ms lines".into());
+    }
+    Ok(out)
+}
+
+pub fn check_delay(ms: f64) -> Result<(), String> {
+    if !ms.is_finite() || !(0.0..=MAX_DELAY_MS).contains(&ms) {
+        return Err(format!(
+            "delay {ms} ms is out of range: give 0 to {MAX_DELAY_MS} ms"
+        ));
+    }
+    Ok(())
+}
+
+impl HolPlan {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.tokens == 0 || self.hidden == 0 || !self.hidden.is_multiple_of(4) {
+            return Err(format!(
+                "tokens {} x hidden {}: both must be >= 1 and hidden a multiple of 4",
+                self.tokens, self.hidden
+            ));
+        }
+        if self.ops < 2 {
+            return Err("ops must be at least 2".into());
+        }
+        if self.every.iter().any(|&e| e == 0 || e > self.ops) {
+            return Err(format!("every must be between 1 and ops ({})", self.ops));
+        }
+        if self.reps == 0 {
+            return Err("reps must be at least 1".into());
+        }
+        if !(self.link_gbps.is_finite() && self.link_gbps > 0.0) {
+            return Err("link-gbps must be a positive number".into());
+        }
+        let act = self.activation_bytes();
+        for b in self.bytes.iter().flatten() {
+            if *b == 0 || b % 4 != 0 || *b > act {
+                return Err(format!(
+                    "bytes {b}: a transfer sends part of the activation, so give a multiple of 4 \
+                     from 4 to {act} (tokens x hidden x 4)"
+                ));
+            }
+        }
+        match &self.delays {
+            Delays::Sweep(d) if d.is_empty() => return Err("no delay to run".into()),
+            Delays::Sweep(d) => d.iter().try_for_each(|&ms| check_delay(ms))?,
+            Delays::Trace(t) => t.iter().try_for_each(|&(_, ms)| check_delay(ms))?,
+        }
+        if self.modes.is_empty() {
+            return Err("no mode to run".into());
+        }
+        Ok(())
+    }
+
+    pub fn activation_bytes(&self) -> u64 {
+        self.tokens as u64 * self.hidden as u64 * 4
+    }
+
+    pub fn transfers(&self, every: u32) -> u32 {
+        self.ops / every
+    }
+
+    /// `tcp-loopback`, `tcp-peer`, `rdma-loopback` or `rdma-peer`: the `transport` column.
+    pub fn transport_label(&self) -> String {
+        let kind = serde_json::to_value(self.transport)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
+        let place = if self.peer.is_some() {
+            "peer"
+        } else {
+            "loopback"
+        };
+        format!("{kind}-{place}")
+    }
+
+    /// The delay cases of the sweep at this transfer period: a label and each transfer's
+    /// delay in ms.
+    pub fn delay_cases(&self, every: u32) -> Vec<(String, Vec<f64>)> {
+        let transfers = self.transfers(every) as usize;
+        match &self.delays {
+            Delays::Sweep(list) => list
+                .iter()
+                .map(|&d| (format!("{d}"), vec![d; transfers]))
+                .collect(),
+            Delays::Trace(trace) => {
+                let mut v = vec![0.0; transfers];
+                for &(i, d) in trace {
+                    if let Some(slot) = v.get_mut(i as usize) {
+                        *slot = d;
+                    }
+                }
+                vec![("trace".into(), v)]
+            }
+        }
+    }
+
+    pub fn points(&self) -> u64 {
+        let delays = match &self.delays {
+            Delays::Sweep(d) => d.len(),
+            Delays::Trace(_) => 1,
+        };
+        (self.every.len() * self.bytes.len() * delays * self.modes.len()) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_traces_parse_and_bad_delays_are_named() {
+        assert_eq!(
+            parse_delay_trace("# it;ms\n0;20\n3; 5.5\n").unwrap(),
+            vec![(0, 20.0), (3, 5.5)]
+        );
+        assert!(parse_delay_trace("0,20\n").unwrap_err().contains("line 1"));
+        assert!(parse_delay_trace("0;-1\n")
+            .unwrap_err()
+            .contains("out of range"));
+        assert!(parse_delay_trace("0;1e9\n")
+            .unwrap_err()
+            .contains("out of range"));
+        assert!(parse_delay_trace("x;1\n")
+            .unwrap_err()
+            .contains("iteration"));
+        assert!(parse_delay_trace("").is_err());
+    }
+}
