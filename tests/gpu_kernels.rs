@@ -2,8 +2,8 @@
 //! multiples of any tile, on whatever adapter is present (lavapipe in CI).
 
 use morphbench::gpu::kernels::{
-    GemmKernel, GemmSize, GpuKernel, KernelError, LayernormKernel, LayernormSize, Variant,
-    GEMM_VARIANTS, LAYERNORM_VARIANTS,
+    Dim, GemmInputs, GemmKernel, GemmSize, Geometry, GpuKernel, KernelError, LayernormKernel,
+    LayernormSize, Variant, GEMM_VARIANTS, LAYERNORM_VARIANTS,
 };
 use morphbench::gpu::{BackendChoice, Gpu};
 
@@ -11,33 +11,39 @@ fn gpu() -> Gpu {
     Gpu::open(BackendChoice::Auto, None).expect("a GPU adapter (install mesa-vulkan-drivers)")
 }
 
-/// A kernel, or `None` where the variant declines this shape or adapter for a stated reason
-/// (vec4 rows need a multiple of 4, the B texture a multiple of 64 columns; the broadcast GEMM
-/// needs 8-lane subgroups).
-fn supported<K>(made: Result<K, KernelError>) -> Option<K> {
-    match made {
-        Ok(k) => Some(k),
-        Err(KernelError::Invalid(msg))
-            if msg.contains("multiple of") || msg.contains("exactly 8 lanes") =>
-        {
-            None
+/// The variants this adapter cannot run, each with the reason its table entry gives; the
+/// rest must each verify at two or more sizes.
+fn runnable(gpu: &Gpu, list: &'static [Variant]) -> Vec<&'static Variant> {
+    let mut out = Vec::new();
+    for v in list {
+        match v.unsupported(gpu) {
+            Some(why) => {
+                assert!(why.contains(v.name), "{why}");
+                eprintln!("not run on {}: {why}", gpu.report.name);
+            }
+            None => out.push(v),
         }
-        Err(e) => panic!("{e}"),
     }
+    out
 }
 
-/// A variant must verify at two or more sizes, so one that declines every size cannot pass
-/// silently. Subgroup variants are held to it where subgroups have 8 lanes, the size their
-/// shapes are written for.
-fn assert_verified_enough(gpu: &Gpu, v: &Variant, verified: usize) {
-    let lanes8 = gpu.report.subgroup_min_size == 8 && gpu.report.subgroup_max_size == 8;
-    if lanes8 || !v.needs.contains(wgpu::Features::SUBGROUP) {
-        assert!(
-            verified >= 2,
-            "{} verified at only {verified} sizes",
-            v.name
-        );
+/// Builds and verifies `v` at `size` when its table entry says the size fits (a misfit is
+/// skipped, and any other refusal fails the test). Returns whether it verified.
+fn verify_if_fits<K: GpuKernel>(
+    v: &Variant,
+    misfit: Option<String>,
+    size: impl std::fmt::Display,
+    make: impl FnOnce() -> Result<K, KernelError>,
+) -> bool {
+    if misfit.is_some() {
+        return false;
     }
+    let kernel = make().unwrap_or_else(|e| panic!("{} {size}: {e}", v.name));
+    let check = kernel.verify();
+    assert!(check.is_ok(), "{} {size}: {:?}", v.name, check.err());
+    // The same kernel again on its fresh poison must still pass: no stale output.
+    kernel.verify().unwrap();
+    true
 }
 
 #[test]
@@ -55,23 +61,34 @@ fn every_gemm_variant_verifies_at_odd_sizes() {
         (33, 70, 128),
         (100, 256, 132),
     ];
-    for v in GEMM_VARIANTS {
-        if v.unsupported(&gpu).is_some() {
-            continue;
-        }
+    for v in runnable(&gpu, GEMM_VARIANTS) {
         let mut verified = 0;
         for &(m, n, k) in &sizes {
             let size = GemmSize { m, n, k };
-            let Some(kernel) = supported(GemmKernel::new(&gpu, v, size)) else {
+            let misfit = v.misfit(|d| match d {
+                Dim::K => k,
+                Dim::N => n,
+                Dim::Hidden => unreachable!("a GEMM variant asks for hidden"),
+            });
+            // bt32x4's texture rows must be whole multiples of 256 bytes (N up to 64).
+            let texture_rows = matches!(
+                v.geometry,
+                Geometry::Gemm {
+                    inputs: GemmInputs::BTexture,
+                    ..
+                }
+            ) && !size.ldc().is_multiple_of(64);
+            if texture_rows {
+                assert!(GemmKernel::new(&gpu, v, size).is_err());
                 continue;
-            };
-            let check = kernel.verify();
-            assert!(check.is_ok(), "{} {size}: {:?}", v.name, check.err());
-            // The same kernel again on its fresh poison must still pass: no stale output.
-            kernel.verify().unwrap();
-            verified += 1;
+            }
+            verified += verify_if_fits(v, misfit, size, || GemmKernel::new(&gpu, v, size)) as usize;
         }
-        assert_verified_enough(&gpu, v, verified);
+        assert!(
+            verified >= 2,
+            "{} verified at only {verified} sizes",
+            v.name
+        );
     }
 }
 
@@ -91,21 +108,19 @@ fn every_layernorm_variant_verifies_at_odd_sizes() {
         (67, 40),
         (5, 1032),
     ];
-    for v in LAYERNORM_VARIANTS {
-        if v.unsupported(&gpu).is_some() {
-            continue;
-        }
+    for v in runnable(&gpu, LAYERNORM_VARIANTS) {
         let mut verified = 0;
         for &(rows, hidden) in &sizes {
             let size = LayernormSize { rows, hidden };
-            let Some(kernel) = supported(LayernormKernel::new(&gpu, v, size)) else {
-                continue;
-            };
-            let check = kernel.verify();
-            assert!(check.is_ok(), "{} {size}: {:?}", v.name, check.err());
-            verified += 1;
+            let misfit = v.misfit(|_| hidden);
+            let make = || LayernormKernel::new(&gpu, v, size);
+            verified += verify_if_fits(v, misfit, size, make) as usize;
         }
-        assert_verified_enough(&gpu, v, verified);
+        assert!(
+            verified >= 2,
+            "{} verified at only {verified} sizes",
+            v.name
+        );
     }
 }
 

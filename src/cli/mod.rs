@@ -9,7 +9,9 @@ use clap::{Args, Parser, Subcommand};
 use crate::bench::d2h::{default_sizes, D2hPlan};
 use crate::bench::kernels::KernelsPlan;
 use crate::config::{check_iters, OneOrMany, SimConfig, SlowLink, SweepLink};
-use crate::gpu::kernels::{GemmSize, LayernormSize};
+use crate::gpu::kernels::{
+    variant_help, variant_long_help, GemmSize, LayernormSize, GEMM_VARIANTS, LAYERNORM_VARIANTS,
+};
 use crate::gpu::BackendChoice;
 use crate::sim::CommModel;
 
@@ -125,11 +127,13 @@ pub struct HolArgs {
     pub transport: crate::transport::TransportKind,
     #[command(flatten)]
     pub rdma: RdmaDeviceArgs,
-    /// Force a GEMM variant.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME",
+        help = variant_help("GEMM", GEMM_VARIANTS),
+        long_help = variant_long_help("GEMM", GEMM_VARIANTS))]
     pub variant: Option<String>,
-    /// Force a layernorm variant.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME",
+        help = variant_help("layernorm", LAYERNORM_VARIANTS),
+        long_help = variant_long_help("layernorm", LAYERNORM_VARIANTS))]
     pub layernorm_variant: Option<String>,
 }
 
@@ -363,11 +367,13 @@ pub struct KernelsArgs {
     /// Untimed warm-up iterations per point.
     #[arg(long, default_value_t = 3)]
     pub warmup: u32,
-    /// Force a GEMM variant instead of the measured selection (naive, tiled64, rb4x4, rb8x4, sg8x4, bc16x4, bq32x4, bt32x4).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME",
+        help = variant_help("GEMM", GEMM_VARIANTS),
+        long_help = variant_long_help("GEMM", GEMM_VARIANTS))]
     pub variant: Option<String>,
-    /// Force a layernorm variant (row, workgroup256, subgroup, subgroup_welford, one_subgroup, vec4_subgroup).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME",
+        help = variant_help("layernorm", LAYERNORM_VARIANTS),
+        long_help = variant_long_help("layernorm", LAYERNORM_VARIANTS))]
     pub layernorm_variant: Option<String>,
     /// Probe the variants again instead of using the cached choice.
     #[arg(long)]

@@ -4,7 +4,8 @@ use std::fmt;
 
 use super::Verification;
 use super::{
-    compare, judge, random_vec, run_once, DispatchPass, GpuKernel, KernelError, Upload, Variant,
+    compare, judge, random_vec, run_once, Dim, DispatchPass, GemmInputs, Geometry, GpuKernel,
+    KernelError, Lanes, Upload, Variant,
 };
 use crate::gpu::Gpu;
 
@@ -29,60 +30,134 @@ const GEMM_BQ_IMAGES_WGSL: &str = concat!(
 );
 const GEMM_PACK_WGSL: &str = include_str!("../../../shaders/gemm_pack.wgsl");
 
+/// The GEMM variant table: each row carries its requirements and its tile.
 pub static GEMM_VARIANTS: &[Variant] = &[
     Variant {
         name: "naive",
+        about: "one output per invocation, 8x8 workgroups",
         wgsl: GEMM_WGSL,
         entry: "gemm_naive",
         needs: wgpu::Features::empty(),
+        lanes: Lanes::Any,
+        multiple_of: &[],
+        geometry: Geometry::Gemm {
+            cols: 8,
+            rows: 8,
+            inputs: GemmInputs::Buffers,
+        },
     },
     Variant {
         name: "tiled64",
+        about: "64x64 shared-memory tiles, 4x4 per invocation (the usual GPU winner)",
         wgsl: GEMM_WGSL,
         entry: "gemm_tiled",
         needs: wgpu::Features::empty(),
+        lanes: Lanes::Any,
+        multiple_of: &[],
+        geometry: Geometry::Gemm {
+            cols: 64,
+            rows: 64,
+            inputs: GemmInputs::Buffers,
+        },
     },
     Variant {
         name: "rb4x4",
+        about: "register blocking, 4 rows x vec4 columns, no shared memory",
         wgsl: GEMM_VEC4_WGSL,
         entry: "gemm_rb4x4",
         needs: wgpu::Features::empty(),
+        lanes: Lanes::Any,
+        multiple_of: &[],
+        geometry: Geometry::Gemm {
+            cols: 256,
+            rows: 4,
+            inputs: GemmInputs::Buffers,
+        },
     },
     Variant {
         name: "rb8x4",
+        about: "register blocking, 8 rows x vec4 columns, no shared memory",
         wgsl: GEMM_VEC4_WGSL,
         entry: "gemm_rb8x4",
         needs: wgpu::Features::empty(),
+        lanes: Lanes::Any,
+        multiple_of: &[],
+        geometry: Geometry::Gemm {
+            cols: 256,
+            rows: 8,
+            inputs: GemmInputs::Buffers,
+        },
     },
     Variant {
         name: "sg8x4",
+        about: "8x4 register blocks, A shared across the subgroup by subgroupShuffle",
         wgsl: GEMM_SUBGROUP_WGSL,
         entry: "gemm_sg8x4",
         needs: wgpu::Features::SUBGROUP,
+        lanes: Lanes::Any,
+        multiple_of: &[],
+        geometry: Geometry::Gemm {
+            cols: 256,
+            rows: 8,
+            inputs: GemmInputs::Buffers,
+        },
     },
     Variant {
         name: "bc16x4",
+        about: "16 rows per invocation, A handed round by subgroupBroadcast",
         wgsl: GEMM_BROADCAST8_WGSL,
         entry: "gemm_broadcast8",
         needs: wgpu::Features::SUBGROUP,
+        lanes: Lanes::Exactly(8),
+        multiple_of: &[],
+        geometry: Geometry::Gemm {
+            cols: 256,
+            rows: 16,
+            inputs: GemmInputs::Buffers,
+        },
     },
     Variant {
         name: "img32x4",
+        about: "32 rows, A and B read as rgba32float storage images",
         wgsl: GEMM_BQ_IMAGES_WGSL,
         entry: "gemm_bq",
         needs: wgpu::Features::SUBGROUP,
+        lanes: Lanes::Exactly(8),
+        // A's rows are copied into an image: whole multiples of 256 bytes.
+        multiple_of: &[(Dim::K, 64)],
+        geometry: Geometry::Gemm {
+            cols: 128,
+            rows: 32,
+            inputs: GemmInputs::Images,
+        },
     },
     Variant {
         name: "bt32x4",
+        about: "32 rows, A as vec4, B from an rgba32float texture",
         wgsl: GEMM_BQ_TEXTURE_WGSL,
         entry: "gemm_bq",
         needs: wgpu::Features::SUBGROUP,
+        lanes: Lanes::Exactly(8),
+        multiple_of: &[(Dim::K, 4)],
+        geometry: Geometry::Gemm {
+            cols: 128,
+            rows: 32,
+            inputs: GemmInputs::BTexture,
+        },
     },
     Variant {
         name: "bq32x4",
+        about: "32 rows, A read as vec4 (four k per load)",
         wgsl: GEMM_BQ_STORAGE_WGSL,
         entry: "gemm_bq",
         needs: wgpu::Features::SUBGROUP,
+        lanes: Lanes::Exactly(8),
+        multiple_of: &[(Dim::K, 4)],
+        geometry: Geometry::Gemm {
+            cols: 128,
+            rows: 32,
+            inputs: GemmInputs::Buffers,
+        },
     },
 ];
 
@@ -213,30 +288,21 @@ pub fn gemm_pass(
     c: &wgpu::Buffer,
 ) -> Result<DispatchPass, KernelError> {
     check_size(gpu, variant, size)?;
-    let r = &gpu.report;
-    let broadcast8 = variant.entry == "gemm_broadcast8" || variant.entry == "gemm_bq";
-    if broadcast8 && (r.subgroup_min_size != 8 || r.subgroup_max_size != 8) {
+    let Geometry::Gemm { cols, rows, inputs } = variant.geometry else {
         return Err(KernelError::Invalid(format!(
-            "GEMM variant {} needs subgroups of exactly 8 lanes; this adapter's are {} to {}",
-            variant.name, r.subgroup_min_size, r.subgroup_max_size
+            "{} is not a GEMM variant",
+            variant.name
         )));
-    }
-    if variant.entry == "gemm_bq" && !size.k.is_multiple_of(4) {
-        return Err(KernelError::Invalid(format!(
-            "GEMM variant {} reads A as vec4 and needs K to be a multiple of 4 (got {})",
-            variant.name, size.k
-        )));
+    };
+    if let Some(why) = variant.misfit(|d| match d {
+        Dim::K => size.k,
+        Dim::N => size.n,
+        Dim::Hidden => 0,
+    }) {
+        return Err(KernelError::Invalid(format!("GEMM {why}")));
     }
     let ldc = size.ldc();
-    let col4_groups = (ldc as u32 / 4).div_ceil(64);
-    let workgroups = match variant.entry {
-        "gemm_naive" => (size.n.div_ceil(8), size.m.div_ceil(8)),
-        "gemm_tiled" => (size.n.div_ceil(64), size.m.div_ceil(64)),
-        "gemm_rb4x4" => (col4_groups, size.m.div_ceil(4)),
-        "gemm_broadcast8" => (col4_groups, size.m.div_ceil(16)),
-        "gemm_bq" => ((ldc as u32 / 4).div_ceil(32), size.m.div_ceil(32)),
-        _ => (col4_groups, size.m.div_ceil(8)),
-    };
+    let workgroups = (size.n.div_ceil(cols), size.m.div_ceil(rows));
     let max = gpu.limits.max_compute_workgroups_per_dimension;
     if workgroups.0 > max || workgroups.1 > max {
         return Err(KernelError::Invalid(format!(
@@ -255,21 +321,20 @@ pub fn gemm_pass(
         },
     );
     let label = format!("gemm {}", variant.name);
-    if variant.wgsl == GEMM_BQ_TEXTURE_WGSL {
-        return texture_pass(gpu, variant, size, &label, [a, b, c, &dims], workgroups);
+    let buffers = [a, b, c, &dims];
+    match inputs {
+        GemmInputs::BTexture => texture_pass(gpu, variant, size, &label, buffers, workgroups),
+        GemmInputs::Images => image_pass(gpu, variant, size, &label, buffers, workgroups),
+        GemmInputs::Buffers => Ok(DispatchPass::new(
+            gpu,
+            &label,
+            variant.wgsl,
+            variant.entry,
+            &[],
+            &buffers,
+            workgroups,
+        )?),
     }
-    if variant.wgsl == GEMM_BQ_IMAGES_WGSL {
-        return image_pass(gpu, variant, size, &label, [a, b, c, &dims], workgroups);
-    }
-    Ok(DispatchPass::new(
-        gpu,
-        &label,
-        variant.wgsl,
-        variant.entry,
-        &[],
-        &[a, b, c, &dims],
-        workgroups,
-    )?)
 }
 
 /// The texture variant: B is copied once into an rgba32float texture (one texel per vec4 of a
@@ -407,14 +472,6 @@ fn image_pass(
     [a, b, c, dims]: [&wgpu::Buffer; 4],
     workgroups: (u32, u32),
 ) -> Result<DispatchPass, KernelError> {
-    // Copy rows must be whole multiples of 256 bytes.
-    if !size.k.is_multiple_of(64) {
-        return Err(KernelError::Invalid(format!(
-            "GEMM variant {} copies A's rows into an image and needs K to be a multiple of 64 \
-             (got {size})",
-            variant.name
-        )));
-    }
     if gpu.has_timestamps() && !gpu.has_encoder_timestamps() {
         return Err(KernelError::Invalid(format!(
             "GEMM variant {} needs timestamps inside command encoders to time its copy of A, \

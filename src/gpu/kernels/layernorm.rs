@@ -3,7 +3,10 @@
 use std::fmt;
 
 use super::Verification;
-use super::{compare, judge, random_vec, run_once, DispatchPass, GpuKernel, KernelError, Variant};
+use super::{
+    compare, judge, random_vec, run_once, Dim, DispatchPass, GammaBeta, Geometry, GpuKernel,
+    KernelError, Lanes, RowsPerGroup, Variant,
+};
 use crate::gpu::Gpu;
 
 const LAYERNORM_WGSL: &str = include_str!("../../../shaders/layernorm.wgsl");
@@ -34,54 +37,111 @@ const UNIFORM_GB_BYTES: u64 = 4096 * 16;
 
 pub const EPS: f32 = 1e-5;
 
+/// The layernorm variant table: each row carries its requirements and its rows per workgroup.
 pub static LAYERNORM_VARIANTS: &[Variant] = &[
     Variant {
         name: "row",
+        about: "one invocation per row, two passes",
         wgsl: LAYERNORM_WGSL,
         entry: "layernorm_row",
         needs: wgpu::Features::empty(),
+        lanes: Lanes::Any,
+        multiple_of: &[],
+        geometry: Geometry::Layernorm {
+            rows: RowsPerGroup::Fixed(64),
+            gamma_beta: GammaBeta::Storage,
+        },
     },
     Variant {
         name: "workgroup256",
+        about: "one 256-lane workgroup per row, tree reduction",
         wgsl: LAYERNORM_WGSL,
         entry: "layernorm_workgroup",
         needs: wgpu::Features::empty(),
+        lanes: Lanes::Any,
+        multiple_of: &[],
+        geometry: Geometry::Layernorm {
+            rows: RowsPerGroup::Fixed(1),
+            gamma_beta: GammaBeta::Storage,
+        },
     },
     Variant {
         name: "subgroup",
+        about: "one subgroup per row, two-pass",
         wgsl: LAYERNORM_SUBGROUP_WGSL,
         entry: "layernorm_subgroup",
         needs: wgpu::Features::SUBGROUP,
+        lanes: Lanes::AtMost(64),
+        multiple_of: &[],
+        geometry: Geometry::Layernorm {
+            rows: RowsPerGroup::OnePerSubgroup,
+            gamma_beta: GammaBeta::Storage,
+        },
     },
     Variant {
         name: "subgroup_welford",
+        about: "one subgroup per row, Welford plus Chan's merge",
         wgsl: LAYERNORM_SUBGROUP_WGSL,
         entry: "layernorm_subgroup_welford",
         needs: wgpu::Features::SUBGROUP,
+        lanes: Lanes::AtMost(64),
+        multiple_of: &[],
+        geometry: Geometry::Layernorm {
+            rows: RowsPerGroup::OnePerSubgroup,
+            gamma_beta: GammaBeta::Storage,
+        },
     },
     Variant {
         name: "one_subgroup",
+        about: "a workgroup of one subgroup per row",
         wgsl: LAYERNORM_SUBGROUP_WGSL,
         entry: "layernorm_one_subgroup",
         needs: wgpu::Features::SUBGROUP,
+        lanes: Lanes::Fixed,
+        multiple_of: &[],
+        geometry: Geometry::Layernorm {
+            rows: RowsPerGroup::Fixed(1),
+            gamma_beta: GammaBeta::Storage,
+        },
     },
     Variant {
         name: "vec4_subgroup",
+        about: "four rows per subgroup, read and written as vec4",
         wgsl: LAYERNORM_VEC4_WGSL,
         entry: "layernorm_vec4",
         needs: wgpu::Features::SUBGROUP,
+        lanes: Lanes::Fixed,
+        multiple_of: &[(Dim::Hidden, 4)],
+        geometry: Geometry::Layernorm {
+            rows: RowsPerGroup::Fixed(4),
+            gamma_beta: GammaBeta::Storage,
+        },
     },
     Variant {
         name: "vec4_uniform_gb",
+        about: "vec4_subgroup with gamma and beta in uniform buffers (hidden <= 16384)",
         wgsl: LAYERNORM_VEC4_UNIFORM_WGSL,
         entry: "layernorm_vec4",
         needs: wgpu::Features::SUBGROUP,
+        lanes: Lanes::Fixed,
+        multiple_of: &[(Dim::Hidden, 4)],
+        geometry: Geometry::Layernorm {
+            rows: RowsPerGroup::Fixed(4),
+            gamma_beta: GammaBeta::Uniform,
+        },
     },
     Variant {
         name: "u64x4_uniform_gb",
+        about: "vec4_uniform_gb moving x and y as vec4<u64>, eight floats per access",
         wgsl: LAYERNORM_U64_WGSL,
         entry: "layernorm_u64",
         needs: wgpu::Features::SUBGROUP.union(wgpu::Features::SHADER_INT64),
+        lanes: Lanes::Fixed,
+        multiple_of: &[(Dim::Hidden, 8)],
+        geometry: Geometry::Layernorm {
+            rows: RowsPerGroup::Fixed(4),
+            gamma_beta: GammaBeta::Uniform,
+        },
     },
 ];
 
@@ -162,50 +222,20 @@ pub fn layernorm_pass(
         return Err(KernelError::Invalid(format!("layernorm {why}")));
     }
     LayernormKernel::check_fits(gpu, size)?;
-    // Rows each workgroup covers. The subgroup variant covers 64 / subgroup_size rows;
+    let Geometry::Layernorm { rows, gamma_beta } = variant.geometry else {
+        return Err(KernelError::Invalid(format!(
+            "{} is not a layernorm variant",
+            variant.name
+        )));
+    };
+    if let Some(why) = variant.misfit(|d| if d == Dim::Hidden { size.hidden } else { 0 }) {
+        return Err(KernelError::Invalid(format!("layernorm {why}")));
+    }
+    // Rows each workgroup covers. One row per subgroup covers 64 / subgroup_size rows;
     // planning with the largest size the adapter may pick never leaves a row out.
-    let rows_per_group = match variant.entry {
-        "layernorm_row" => 64,
-        "layernorm_workgroup" => 1,
-        "layernorm_one_subgroup" | "layernorm_vec4" | "layernorm_u64" => {
-            let floats_per_access = match variant.entry {
-                "layernorm_vec4" => 4,
-                "layernorm_u64" => 8,
-                _ => 1,
-            };
-            if !size.hidden.is_multiple_of(floats_per_access) {
-                return Err(KernelError::Invalid(format!(
-                    "layernorm variant {} needs hidden to be a multiple of {floats_per_access} \
-                     (got {})",
-                    variant.name, size.hidden
-                )));
-            }
-            let r = &gpu.report;
-            if r.subgroup_min_size != r.subgroup_max_size || r.subgroup_max_size > 256 {
-                return Err(KernelError::Invalid(format!(
-                    "layernorm variant {} needs one fixed subgroup size; this adapter's \
-                     varies from {} to {}: choose another --variant",
-                    variant.name, r.subgroup_min_size, r.subgroup_max_size
-                )));
-            }
-            // layernorm_vec4 and layernorm_u64 normalise R = 4 rows per workgroup side by side.
-            if floats_per_access > 1 {
-                4
-            } else {
-                1
-            }
-        }
-        _ => {
-            let sg = gpu.report.subgroup_max_size.max(1);
-            if sg > 64 {
-                return Err(KernelError::Invalid(format!(
-                    "layernorm variant {} needs subgroups of at most 64 lanes; this adapter's \
-                     may be {sg}: choose another --variant",
-                    variant.name
-                )));
-            }
-            64 / sg
-        }
+    let rows_per_group = match rows {
+        RowsPerGroup::Fixed(r) => r,
+        RowsPerGroup::OnePerSubgroup => 64 / gpu.report.subgroup_max_size.max(1),
     };
     let groups = size.rows.div_ceil(rows_per_group);
     let max = gpu.limits.max_compute_workgroups_per_dimension;
@@ -217,12 +247,11 @@ pub fn layernorm_pass(
              (max_compute_workgroups_per_dimension {max}): choose fewer rows"
         )));
     }
+    // A shader written for the subgroup size gets it as its workgroup size.
     let sg = gpu.report.subgroup_max_size as f64;
-    let subgroup_sized = matches!(variant.entry, "layernorm_vec4" | "layernorm_u64");
-    let overrides: &[(&str, f64)] = if subgroup_sized || variant.wgsl == LAYERNORM_SUBGROUP_WGSL {
-        &[("SG_WG", sg)]
-    } else {
-        &[]
+    let overrides: &[(&str, f64)] = match variant.lanes {
+        Lanes::Any => &[],
+        _ => &[("SG_WG", sg)],
     };
     let dims = gpu.uniform_from(
         "layernorm dims",
@@ -233,8 +262,7 @@ pub fn layernorm_pass(
             groups_x,
         },
     );
-    let gb_in_uniforms = [LAYERNORM_VEC4_UNIFORM_WGSL, LAYERNORM_U64_WGSL].contains(&variant.wgsl);
-    let uniforms = gb_in_uniforms
+    let uniforms = (gamma_beta == GammaBeta::Uniform)
         .then(|| uniform_parameters(gpu, variant, size, gamma, beta))
         .transpose()?;
     let (gamma, beta) = match &uniforms {

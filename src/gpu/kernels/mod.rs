@@ -14,28 +14,164 @@ use super::GpuError;
 pub use gemm::{GemmKernel, GemmSize, GEMM_VARIANTS};
 pub use layernorm::{LayernormKernel, LayernormSize, LAYERNORM_VARIANTS};
 
-/// One shader entry point a kernel can run as.
+/// One shader entry point a kernel can run as: one row of a family's variant table. Everything
+/// that differs between variants is a field here, so code never matches on variant names.
 #[derive(Debug, Clone, Copy)]
 pub struct Variant {
     pub name: &'static str,
+    /// One line for `--help` and the README.
+    pub about: &'static str,
     pub wgsl: &'static str,
     pub entry: &'static str,
     /// Optional device features the shader uses (subgroups, 64-bit integers).
     pub needs: wgpu::Features,
+    /// The subgroup size the shader is written for.
+    pub lanes: Lanes,
+    /// A size dimension that must be a multiple of something (vector loads).
+    pub multiple_of: &'static [(Dim, u32)],
+    /// What each workgroup covers and how the inputs are bound.
+    pub geometry: Geometry,
+}
+
+/// The subgroup sizes a variant runs correctly with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lanes {
+    Any,
+    /// Exactly this many lanes (the shader hands values round by lane index).
+    Exactly(u32),
+    /// Any one size, as long as the adapter never varies it (workgroup = one subgroup).
+    Fixed,
+    /// At most this many (a workgroup of 64 holds a whole number of subgroups).
+    AtMost(u32),
+}
+
+/// A size dimension named in a requirement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dim {
+    /// GEMM's inner dimension.
+    K,
+    /// GEMM's columns.
+    N,
+    /// Layernorm's row length.
+    Hidden,
+}
+
+/// What one workgroup of a variant covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Geometry {
+    /// A GEMM tile of `cols` x `rows` outputs, with inputs bound as `inputs`.
+    Gemm {
+        cols: u32,
+        rows: u32,
+        inputs: GemmInputs,
+    },
+    /// Layernorm rows per workgroup, and where gamma and beta are read from.
+    Layernorm {
+        rows: RowsPerGroup,
+        gamma_beta: GammaBeta,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmInputs {
+    Buffers,
+    /// B copied once into an rgba32float texture.
+    BTexture,
+    /// A and B read as rgba32float storage images (B packed once, A by a copy each run).
+    Images,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowsPerGroup {
+    Fixed(u32),
+    /// 64 / subgroup size: one row per subgroup in a 64-lane workgroup.
+    OnePerSubgroup,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GammaBeta {
+    Storage,
+    /// Copied once into fixed-size uniform buffers.
+    Uniform,
+}
+
+impl Dim {
+    fn name(self) -> &'static str {
+        match self {
+            Dim::K => "K",
+            Dim::N => "N",
+            Dim::Hidden => "hidden",
+        }
+    }
 }
 
 impl Variant {
-    /// Why this adapter cannot run the variant: the features it needs and the device lacks.
+    /// Why this adapter cannot run the variant: the features it needs and the device lacks,
+    /// or a subgroup size the shader is not written for.
     pub fn unsupported(&self, gpu: &super::Gpu) -> Option<String> {
         let missing = self.needs - gpu.features;
-        (!missing.is_empty()).then(|| {
-            format!(
+        if !missing.is_empty() {
+            return Some(format!(
                 "variant {} needs {}, which this adapter lacks",
                 self.name,
                 super::feature_names(missing)
+            ));
+        }
+        let (lo, hi) = (gpu.report.subgroup_min_size, gpu.report.subgroup_max_size);
+        let lanes_ok = match self.lanes {
+            Lanes::Any => true,
+            Lanes::Exactly(n) => lo == n && hi == n,
+            Lanes::Fixed => lo == hi && hi <= 256,
+            Lanes::AtMost(n) => hi.max(1) <= n,
+        };
+        (!lanes_ok).then(|| {
+            let want = match self.lanes {
+                Lanes::Exactly(n) => format!("subgroups of exactly {n} lanes"),
+                Lanes::Fixed => "one fixed subgroup size".to_string(),
+                Lanes::AtMost(n) => format!("subgroups of at most {n} lanes"),
+                Lanes::Any => unreachable!(),
+            };
+            format!(
+                "variant {} needs {want}; this adapter's are {lo} to {hi}: choose another --variant",
+                self.name
             )
         })
     }
+
+    /// Why a size cannot run with this variant: a dimension that is not a multiple of what
+    /// its vector loads need. `dim` gives the size's value of each dimension.
+    pub fn misfit(&self, dim: impl Fn(Dim) -> u32) -> Option<String> {
+        self.multiple_of.iter().find_map(|&(d, m)| {
+            let v = dim(d);
+            (!v.is_multiple_of(m)).then(|| {
+                format!(
+                    "variant {} needs {} to be a multiple of {m} (got {v})",
+                    self.name,
+                    d.name()
+                )
+            })
+        })
+    }
+}
+
+/// `-h` text for a variant flag: every variant's name, from the table.
+pub fn variant_help(kernel: &str, list: &[Variant]) -> String {
+    format!(
+        "Force a {kernel} variant instead of the measured selection: auto, {}",
+        variant_names(list)
+    )
+}
+
+/// `--help` text for a variant flag: every variant of the table with its line.
+pub fn variant_long_help(kernel: &str, list: &[Variant]) -> String {
+    let mut s = format!(
+        "Force a {kernel} variant instead of the measured selection (auto, the default, \
+         probes the variants this adapter can run and keeps the fastest verified one):"
+    );
+    for v in list {
+        s.push_str(&format!("\n  {:<18} {}", v.name, v.about));
+    }
+    s
 }
 
 pub fn find_variant(list: &'static [Variant], name: &str) -> Option<&'static Variant> {
