@@ -15,6 +15,7 @@ pub struct HostInfo {
 /// CPU time this process has used so far, all threads together, in microseconds (`None` where
 /// the OS has no per-process CPU clock). A CPU driver such as lavapipe runs kernels on this
 /// process's own threads, so this also counts their work.
+#[allow(unsafe_code)]
 pub fn process_cpu_us() -> Option<f64> {
     #[cfg(unix)]
     {

@@ -1,6 +1,8 @@
 //! morphbench: measures what makes pipeline-parallel training stall on a GPU node (kernel
 //! speed, transfers, head-of-line blocking) and predicts its effect on a pipeline schedule.
 
+#![deny(unsafe_code)]
+
 pub mod bench;
 pub mod cli;
 pub mod config;

@@ -1,3 +1,5 @@
+#![deny(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -166,6 +168,7 @@ fn init_logging(quiet: bool, verbose: u8) {
 
 /// matrixmultiply sizes its thread pool from MATMUL_NUM_THREADS when first used; default it to
 /// every core so the CPU baseline is the machine's, not one core's (it caps at 4 threads).
+#[allow(unsafe_code)]
 fn use_all_cores_for_cpu_baseline() {
     if std::env::var_os("MATMUL_NUM_THREADS").is_none() {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());

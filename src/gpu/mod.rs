@@ -337,6 +337,7 @@ impl Gpu {
     /// A compute pipeline from WGSL. Our kernels guard every index themselves and are
     /// verified against a CPU reference before they are timed, so they are compiled without
     /// wgpu's injected bounds checks when `trusted` (these checks cost up to 2x on lavapipe).
+    #[allow(unsafe_code)]
     pub fn compute_pipeline(
         &self,
         label: &str,

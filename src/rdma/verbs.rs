@@ -6,6 +6,7 @@
 //! Registered memory is written by the NIC behind the compiler's back, so it is never lent out
 //! as a Rust slice: reads and writes go through `MemoryRegion` methods that copy with raw
 //! pointers (and volatile loads for spinning on a byte).
+#![allow(unsafe_code)]
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ffi::CStr;
@@ -758,6 +759,7 @@ impl QueuePair {
             | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE
             | ibv_access_flags::IBV_ACCESS_REMOTE_READ;
         // SAFETY (all three zeroed): ibv_qp_attr is plain data; zero is valid for every field.
+        // SAFETY: ibv_qp_attr is a plain C struct for which all-zero bytes are valid.
         let mut a: ibv_qp_attr = unsafe { zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_INIT;
         a.pkey_index = 0;
@@ -772,6 +774,7 @@ impl QueuePair {
             "ibv_modify_qp(INIT)",
         )?;
 
+        // SAFETY: ibv_qp_attr is a plain C struct for which all-zero bytes are valid.
         let mut a: ibv_qp_attr = unsafe { zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_RTR;
         a.path_mtu = local.mtu.min(remote.mtu).max(1);
@@ -800,6 +803,7 @@ impl QueuePair {
             "ibv_modify_qp(RTR)",
         )?;
 
+        // SAFETY: ibv_qp_attr is a plain C struct for which all-zero bytes are valid.
         let mut a: ibv_qp_attr = unsafe { zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_RTS;
         // 4.096 us * 2^14 = 67 ms per try, 7 tries: a dead peer surfaces within ~0.5 s.

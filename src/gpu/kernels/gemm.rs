@@ -200,12 +200,23 @@ struct Dims {
 }
 
 /// f64 reference C = A·B for dense row-major A (m x k) and B (k x n).
+/// Panics when a slice is shorter than its matrix.
+#[allow(unsafe_code)]
 pub fn reference(size: GemmSize, a: &[f32], b: &[f32]) -> Vec<f64> {
     let (m, n, k) = (size.m as usize, size.n as usize, size.k as usize);
+    assert!(
+        a.len() >= m * k && b.len() >= k * n,
+        "gemm reference: A has {} of {} elements, B {} of {}",
+        a.len(),
+        m * k,
+        b.len(),
+        k * n
+    );
     let a64: Vec<f64> = a.iter().map(|&x| x as f64).collect();
     let b64: Vec<f64> = b.iter().map(|&x| x as f64).collect();
     let mut c = vec![0.0f64; m * n];
-    // SAFETY: pointers and strides describe the three dense row-major buffers above.
+    // SAFETY: pointers and strides describe the three dense row-major buffers above, whose
+    // lengths (m x k, k x n, m x n) are asserted or allocated here.
     unsafe {
         matrixmultiply::dgemm(
             m,
@@ -228,6 +239,8 @@ pub fn reference(size: GemmSize, a: &[f32], b: &[f32]) -> Vec<f64> {
 }
 
 /// Native CPU SGEMM (matrixmultiply with its thread pool) on dense row-major inputs.
+/// Panics when a slice is shorter than its matrix.
+#[allow(unsafe_code)]
 pub fn cpu_sgemm(size: GemmSize, a: &[f32], b: &[f32], c: &mut [f32]) {
     let (m, n, k) = (size.m as usize, size.n as usize, size.k as usize);
     assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
@@ -597,6 +610,23 @@ impl GpuKernel for GemmKernel<'_> {
 mod tests {
     use super::*;
     use crate::gpu::BackendChoice;
+
+    #[test]
+    #[should_panic(expected = "A has 3 of 4 elements")]
+    fn reference_refuses_short_inputs() {
+        reference(GemmSize { m: 2, n: 2, k: 2 }, &[0.0; 3], &[0.0; 4]);
+    }
+
+    #[test]
+    fn reference_multiplies() {
+        // [1 2; 3 4] x [5 6; 7 8] = [19 22; 43 50]
+        let c = reference(
+            GemmSize { m: 2, n: 2, k: 2 },
+            &[1., 2., 3., 4.],
+            &[5., 6., 7., 8.],
+        );
+        assert_eq!(c, vec![19.0, 22.0, 43.0, 50.0]);
+    }
 
     /// Runs `pass` once and checks C against the reference for these inputs.
     fn check(
