@@ -1,10 +1,10 @@
 //! Moving host buffers to a peer: the `Transport` trait (send with an end-to-end check), a TCP
 //! implementation, the wire format, and the receiving sink. Knows nothing of the GPU.
 
+#[doc(hidden)]
+pub mod conformance;
 pub mod factory;
 pub mod sink;
-#[doc(hidden)]
-pub mod suite;
 pub mod tcp;
 pub mod wire;
 

@@ -1,12 +1,12 @@
-//! The transport test-suite: payloads verified end to end, and every fault a peer can cause
+//! The transport tests: payloads verified end to end, and every fault a peer can cause
 //! gives an error in bounded time.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use super::conformance::{self, Fixture};
 use super::sink::spawn_loopback;
-use super::suite::{self, Fixture};
 use super::tcp::{TcpReceiver, TcpTransport, Timeouts};
 use super::wire::{checksum, read_hello, write_hello, FrameKind, Header, HEADER_BYTES};
 use super::{Receiver, Transport, TransportError};
@@ -18,7 +18,7 @@ fn quick() -> Timeouts {
     }
 }
 
-/// Connected TCP pairs on loopback, for the shared transport suite.
+/// Connected TCP pairs on loopback, for the transport conformance kit.
 struct TcpFixture;
 
 impl Fixture for TcpFixture {
@@ -44,8 +44,8 @@ impl Fixture for TcpFixture {
 }
 
 #[test]
-fn tcp_passes_the_transport_suite() {
-    suite::run_all(&TcpFixture);
+fn tcp_passes_the_conformance_kit() {
+    conformance::run_all(&TcpFixture);
 }
 
 #[test]
