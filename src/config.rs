@@ -7,6 +7,7 @@ use anyhow::{anyhow, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::kernels::KernelsPlan;
+use crate::bench::sim::SimConfig;
 use crate::cli::sizes::{parse_gemm, parse_layernorm};
 
 pub const QUICK_TOML: &str = include_str!("../bench-configs/quick.toml");
@@ -43,33 +44,30 @@ pub struct HolConfig {
 
 impl HolConfig {
     pub fn plan(&self) -> Result<crate::bench::hol::HolPlan, String> {
-        use crate::bench::hol::{Delays, HolPlan, Mode};
+        use crate::bench::hol::{Delays, HolPlan};
         let bytes = match &self.bytes {
             Some(list) => list
                 .iter()
-                .map(|s| crate::bench::d2h::parse_size(s).map(Some))
+                .map(|s| crate::units::parse_size(s).map(Some))
                 .collect::<Result<_, _>>()
                 .map_err(|e| format!("hol.bytes: {e}"))?,
-            None => vec![None],
+            None => HolPlan::default().bytes,
         };
+        // The TOML overlays the plan's defaults, key by key.
+        let d = HolPlan::default();
         let plan = HolPlan {
-            tokens: self.tokens.unwrap_or(256),
-            hidden: self.hidden.unwrap_or(256),
-            ops: self.ops.unwrap_or(24),
-            every: self.every.clone().unwrap_or(vec![2]),
+            tokens: self.tokens.unwrap_or(d.tokens),
+            hidden: self.hidden.unwrap_or(d.hidden),
+            ops: self.ops.unwrap_or(d.ops),
+            every: self.every.clone().unwrap_or(d.every),
             bytes,
-            delays: Delays::Sweep(self.delays_ms.clone().unwrap_or(vec![0.0, 20.0])),
-            modes: self
-                .modes
-                .clone()
-                .unwrap_or(vec![Mode::None, Mode::Inline, Mode::Offload]),
-            reps: self.reps.unwrap_or(5),
-            link_gbps: self.link_gbps.unwrap_or(12.5),
-            peer: self.peer.clone(),
-            transport: self.transport.unwrap_or_default(),
-            rdma: Default::default(),
-            gemm_variant: None,
-            layernorm_variant: None,
+            delays: self.delays_ms.clone().map_or(d.delays, Delays::Sweep),
+            modes: self.modes.clone().unwrap_or(d.modes),
+            reps: self.reps.unwrap_or(d.reps),
+            link_gbps: self.link_gbps.unwrap_or(d.link_gbps),
+            peer: self.peer.clone().or(d.peer),
+            transport: self.transport.unwrap_or(d.transport),
+            ..d
         };
         plan.validate().map_err(|e| format!("hol: {e}"))?;
         Ok(plan)
@@ -81,15 +79,14 @@ impl HolConfig {
 pub struct D2hConfig {
     /// Sizes such as "4", "64K", "16MiB"; default 4 B to 256 MiB, powers of two.
     pub sizes: Option<Vec<String>>,
-    #[serde(default = "default_iters")]
-    pub iters: u32,
-    #[serde(default = "default_warmup")]
-    pub warmup: u32,
+    pub iters: Option<u32>,
+    pub warmup: Option<u32>,
 }
 
 impl D2hConfig {
     pub fn plan(&self) -> Result<crate::bench::d2h::D2hPlan, String> {
-        use crate::bench::d2h::{default_sizes, parse_size};
+        use crate::bench::d2h::default_sizes;
+        use crate::units::parse_size;
         let sizes = match &self.sizes {
             Some(list) => list
                 .iter()
@@ -97,23 +94,15 @@ impl D2hConfig {
                 .collect::<Result<_, _>>()?,
             None => default_sizes(),
         };
-        check_iters("d2h.iters", self.iters)?;
-        Ok(crate::bench::d2h::D2hPlan {
+        let d = crate::bench::d2h::D2hPlan::default();
+        let plan = crate::bench::d2h::D2hPlan {
             sizes,
-            iters: self.iters,
-            warmup: self.warmup,
-        })
+            iters: self.iters.unwrap_or(d.iters),
+            warmup: self.warmup.unwrap_or(d.warmup),
+        };
+        check_iters("d2h.iters", plan.iters)?;
+        Ok(plan)
     }
-}
-
-fn default_iters() -> u32 {
-    20
-}
-fn default_warmup() -> u32 {
-    3
-}
-fn default_true() -> bool {
-    true
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -125,15 +114,12 @@ pub struct KernelsConfig {
     /// Layernorm sizes as "ROWSxHIDDEN".
     #[serde(default)]
     pub layernorm: Vec<String>,
-    #[serde(default = "default_iters")]
-    pub iters: u32,
-    #[serde(default = "default_warmup")]
-    pub warmup: u32,
+    pub iters: Option<u32>,
+    pub warmup: Option<u32>,
     /// "auto" (measured selection) or a variant name.
     pub gemm_variant: Option<String>,
     pub layernorm_variant: Option<String>,
-    #[serde(default = "default_true")]
-    pub cpu_baseline: bool,
+    pub cpu_baseline: Option<bool>,
 }
 
 impl KernelsConfig {
@@ -148,17 +134,19 @@ impl KernelsConfig {
             .iter()
             .map(|s| parse_layernorm(s).map_err(|e| format!("kernels.layernorm: {e}")))
             .collect::<Result<_, _>>()?;
-        check_iters("kernels.iters", self.iters)?;
-        Ok(KernelsPlan {
+        let d = KernelsPlan::default();
+        let plan = KernelsPlan {
             gemm,
             layernorm,
-            iters: self.iters,
-            warmup: self.warmup,
-            gemm_variant: self.gemm_variant.clone(),
-            layernorm_variant: self.layernorm_variant.clone(),
-            cpu_baseline: self.cpu_baseline,
-            reselect: false,
-        })
+            iters: self.iters.unwrap_or(d.iters),
+            warmup: self.warmup.unwrap_or(d.warmup),
+            gemm_variant: self.gemm_variant.clone().or(d.gemm_variant),
+            layernorm_variant: self.layernorm_variant.clone().or(d.layernorm_variant),
+            cpu_baseline: self.cpu_baseline.unwrap_or(d.cpu_baseline),
+            reselect: d.reselect,
+        };
+        check_iters("kernels.iters", plan.iters)?;
+        Ok(plan)
     }
 }
 
@@ -252,66 +240,5 @@ mod tests {
             .to_string();
         assert!(err.contains("kernels.iters"), "{err}");
         assert!(SuiteConfig::parse("", "x.toml").is_err());
-    }
-}
-
-/// A number or a list of numbers (per-stage durations).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(untagged)]
-pub enum OneOrMany {
-    One(f64),
-    Many(Vec<f64>),
-}
-
-impl OneOrMany {
-    pub fn values(&self) -> Vec<f64> {
-        match self {
-            OneOrMany::One(x) => vec![*x],
-            OneOrMany::Many(v) => v.clone(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct SlowLink {
-    pub link: usize,
-    pub delay_ms: f64,
-}
-
-/// One scenario per delay: link `link` gets each of `delays_ms` in turn (on top of `slow`).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct SweepLink {
-    pub link: usize,
-    pub delays_ms: Vec<f64>,
-}
-
-/// A simulator scenario (`[sim]` in a suite, or a `morphbench sim --scenario FILE`).
-/// Anything left out takes the `morphbench sim` flag defaults.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct SimConfig {
-    pub stages: Option<usize>,
-    pub microbatches: Option<usize>,
-    pub tf: Option<OneOrMany>,
-    pub tb: Option<OneOrMany>,
-    pub tw: Option<OneOrMany>,
-    pub link_ms: Option<f64>,
-    pub comm: Option<crate::sim::CommModel>,
-    pub d2h_ms: Option<f64>,
-    pub mem_limit: Option<usize>,
-    pub schedules: Option<Vec<String>>,
-    #[serde(default)]
-    pub slow: Vec<SlowLink>,
-    #[serde(default)]
-    pub sweep: Vec<SweepLink>,
-}
-
-impl SimConfig {
-    pub fn load(path: &Path) -> Result<SimConfig> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read scenario {}", path.display()))?;
-        toml::from_str(&text).map_err(|e| anyhow!("invalid scenario {}: {e}", path.display()))
     }
 }

@@ -16,3 +16,4 @@ pub mod sim;
 pub mod stats;
 pub mod suite;
 pub mod transport;
+pub mod units;

@@ -5,12 +5,12 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use morphbench::bench::sim::{calibrate_from, SimPlan};
+use morphbench::bench::sim::{calibrate_from, OneOrMany, SimBench, SimOutput, SimPlan};
+use morphbench::bench::Bench;
 use morphbench::cli::{Cli, Command};
-use morphbench::config::OneOrMany;
 use morphbench::config::SuiteConfig;
 use morphbench::export::plot::charts::Format;
-use morphbench::suite::{self, SimOutput, SuitePlan};
+use morphbench::suite;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -27,24 +27,25 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let g = &cli.global;
+    // One bench from its subcommand, run into its own run folder.
+    let one = |bench: Box<dyn Bench>, config: serde_json::Value, raw: bool| {
+        suite::run(&g.options(raw), &[bench], Some(config)).map(|_| ())
+    };
     match &cli.command {
         Command::Info(a) => morphbench::info::run(g.backend, a.json),
         Command::Kernels(a) => {
             let kernels = a.plan().map_err(anyhow::Error::msg)?;
             let config = serde_json::to_value(&kernels)?;
-            let plan = SuitePlan {
-                kernels: Some(kernels),
-                ..Default::default()
-            };
-            suite::run(g, &plan, Some(config), a.raw).map(|_| ())
+            one(Box::new(kernels), config, a.raw)
         }
         Command::Run(a) => {
             let cfg = match &a.config {
                 Some(path) => SuiteConfig::load(path)?,
                 None => SuiteConfig::embedded(),
             };
-            let plan = SuitePlan::from_config(&cfg)?;
-            let dir = suite::run(g, &plan, Some(serde_json::to_value(&cfg)?), a.raw)?;
+            let benches = suite::benches_from_config(&cfg)?;
+            let config = serde_json::to_value(&cfg)?;
+            let dir = suite::run(&g.options(a.raw), &benches, Some(config))?;
             if !a.no_plots {
                 plot(&dir.path, Format::Both, &[], g.quiet)?;
             }
@@ -54,20 +55,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::D2h(a) => {
             let d2h = a.plan();
             let config = serde_json::to_value(&d2h)?;
-            let plan = SuitePlan {
-                d2h: Some(d2h),
-                ..Default::default()
-            };
-            suite::run(g, &plan, Some(config), a.raw).map(|_| ())
+            one(Box::new(d2h), config, a.raw)
         }
         Command::Hol(a) => {
             let hol = a.plan()?;
             let config = serde_json::to_value(&hol)?;
-            let plan = SuitePlan {
-                hol: Some(hol),
-                ..Default::default()
-            };
-            suite::run(g, &plan, Some(config), false).map(|_| ())
+            one(Box::new(hol), config, false)
         }
         Command::Sink(a) => morphbench::transport::sink::run_cli(
             &a.listen,
@@ -101,26 +94,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 ),
                 None => None,
             };
-            let sim = SimPlan::build(&cfg, trace.as_deref()).map_err(anyhow::Error::msg)?;
+            let plan = SimPlan::build(&cfg, trace.as_deref()).map_err(anyhow::Error::msg)?;
             let timelines = match a.timeline.as_deref() {
                 Some("none") => Vec::new(),
                 Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
-                None if sim.cases.first().is_some_and(|c| c.scenario.stages <= 32) => {
+                None if plan.cases.first().is_some_and(|c| c.scenario.stages <= 32) => {
                     vec!["static:1f1b".into(), "adaptive".into()]
                 }
                 None => Vec::new(),
             };
-            let plan = SuitePlan {
-                sim: Some(sim),
-                sim_output: SimOutput {
-                    timelines,
-                    width: a.width,
-                    trace_out: a.trace_out.clone(),
-                    bench_reps: if a.bench { 5 } else { 0 },
-                },
-                ..Default::default()
+            let output = SimOutput {
+                timelines,
+                width: a.width,
+                trace_out: a.trace_out.clone(),
+                bench_reps: if a.bench { 5 } else { 0 },
             };
-            suite::run(g, &plan, Some(serde_json::to_value(&cfg)?), false).map(|_| ())
+            one(
+                Box::new(SimBench { plan, output }),
+                serde_json::to_value(&cfg)?,
+                false,
+            )
         }
     }
 }

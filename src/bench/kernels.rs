@@ -69,6 +69,35 @@ pub struct KernelsPlan {
     pub reselect: bool,
 }
 
+impl Default for KernelsPlan {
+    fn default() -> Self {
+        // No sizes: a sweep names its own (`kernels` refuses an empty one).
+        KernelsPlan {
+            gemm: Vec::new(),
+            layernorm: Vec::new(),
+            iters: 20,
+            warmup: 3,
+            gemm_variant: None,
+            layernorm_variant: None,
+            cpu_baseline: true,
+            reselect: false,
+        }
+    }
+}
+
+impl super::Bench for KernelsPlan {
+    fn name(&self) -> &'static str {
+        BENCH
+    }
+    fn points(&self) -> u64 {
+        KernelsPlan::points(self)
+    }
+    fn run(&self, gpu: Option<&Gpu>, dir: &RunDir, progress: &Progress) -> Result<super::Notes> {
+        let (_, selections) = run(super::need_gpu(gpu, BENCH)?, self, dir, progress)?;
+        super::note("variant_selection", selections)
+    }
+}
+
 impl KernelsPlan {
     pub fn points(&self) -> u64 {
         let per = if self.cpu_baseline { 2 } else { 1 };

@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::bench::d2h::{default_sizes, D2hPlan};
+use crate::bench::hol::HolPlan;
 use crate::bench::kernels::KernelsPlan;
-use crate::config::{check_iters, OneOrMany, SimConfig, SlowLink, SweepLink};
+use crate::bench::sim::{OneOrMany, SimConfig, SlowLink, SweepLink};
+use crate::config::check_iters;
 use crate::gpu::kernels::{
     variant_help, variant_long_help, GemmSize, LayernormSize, GEMM_VARIANTS, LAYERNORM_VARIANTS,
 };
@@ -48,6 +50,19 @@ pub struct GlobalArgs {
     pub verbose: u8,
 }
 
+impl GlobalArgs {
+    /// The run options these flags give (the orchestrator never sees clap types).
+    pub fn options(&self, raw: bool) -> crate::suite::RunOptions {
+        crate::suite::RunOptions {
+            backend: self.backend,
+            adapter: self.adapter.clone(),
+            out: self.out.clone(),
+            quiet: self.quiet,
+            raw,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Describe every GPU adapter and the host.
@@ -85,20 +100,20 @@ pub struct PlotArgs {
 #[derive(Debug, Args)]
 pub struct HolArgs {
     /// Tokens (rows) of the activation; the GEMM is TOKENS x HIDDEN x HIDDEN.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = HolPlan::default().tokens)]
     pub tokens: u32,
     /// Hidden size (a multiple of 4).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = HolPlan::default().hidden)]
     pub hidden: u32,
     /// Compute ops per stream (GEMM and layernorm in turn).
-    #[arg(long, default_value_t = 24)]
+    #[arg(long, default_value_t = HolPlan::default().ops)]
     pub ops: u32,
     /// A transfer after every K compute ops; comma list to sweep.
     #[arg(
         long,
         value_name = "K[,K...]",
         value_delimiter = ',',
-        default_value = "2"
+        default_values_t = HolPlan::default().every
     )]
     pub every: Vec<u32>,
     /// Bytes per transfer (at most the activation); comma list to sweep [default: the activation].
@@ -114,10 +129,10 @@ pub struct HolArgs {
     #[arg(long, value_enum, value_delimiter = ',')]
     pub mode: Vec<crate::bench::hol::Mode>,
     /// Repetitions of the stream per point (makespan statistics are over these).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = HolPlan::default().reps)]
     pub reps: u32,
     /// Link bandwidth the inline stand-in charges for the bytes, GB/s.
-    #[arg(long, default_value_t = 12.5)]
+    #[arg(long, default_value_t = HolPlan::default().link_gbps)]
     pub link_gbps: f64,
     /// Send offloaded bytes to a `morphbench sink` at ADDR instead of one in-process on loopback.
     #[arg(long, value_name = "HOST:PORT")]
@@ -139,7 +154,8 @@ pub struct HolArgs {
 
 impl HolArgs {
     pub fn plan(&self) -> anyhow::Result<crate::bench::hol::HolPlan> {
-        use crate::bench::hol::{parse_delay_trace, Delays, HolPlan, Mode};
+        use crate::bench::hol::{parse_delay_trace, Delays};
+        let defaults = HolPlan::default();
         let delays = match (&self.trace, &self.delay_ms) {
             (Some(p), _) => {
                 let text = std::fs::read_to_string(p)
@@ -150,7 +166,7 @@ impl HolArgs {
                 )
             }
             (None, Some(list)) => Delays::Sweep(list.0.clone()),
-            (None, None) => Delays::Sweep(vec![0.0, 20.0]),
+            (None, None) => defaults.delays.clone(),
         };
         let plan = HolPlan {
             tokens: self.tokens,
@@ -159,11 +175,11 @@ impl HolArgs {
             every: self.every.clone(),
             bytes: match &self.bytes {
                 Some(list) => list.0.iter().map(|&b| Some(b)).collect(),
-                None => vec![None],
+                None => defaults.bytes.clone(),
             },
             delays,
             modes: if self.mode.is_empty() {
-                vec![Mode::None, Mode::Inline, Mode::Offload]
+                defaults.modes.clone()
             } else {
                 self.mode.clone()
             },
@@ -189,7 +205,7 @@ pub struct SinkArgs {
     #[arg(long)]
     pub once: bool,
     /// Largest payload accepted, in bytes (K/M/G units allowed).
-    #[arg(long, value_parser = crate::bench::d2h::parse_size, default_value = "256M")]
+    #[arg(long, value_parser = crate::units::parse_size, default_value = "256M")]
     pub max_payload: u64,
     /// Seconds a read may wait before the peer counts as gone.
     #[arg(long, default_value_t = 30)]
@@ -307,10 +323,10 @@ pub struct D2hArgs {
     #[arg(long, value_name = "SIZE[,SIZE...]", value_parser = parse_size_list)]
     pub sizes: Option<SizeList>,
     /// Timed iterations per point.
-    #[arg(long, default_value_t = 20, value_parser = parse_iters)]
+    #[arg(long, default_value_t = D2hPlan::default().iters, value_parser = parse_iters)]
     pub iters: u32,
     /// Untimed warm-up iterations per point.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = D2hPlan::default().warmup)]
     pub warmup: u32,
     /// Also write every iteration's sample to d2h_samples.csv.
     #[arg(long)]
@@ -323,7 +339,7 @@ pub struct SizeList(pub Vec<u64>);
 
 fn parse_message_sizes(s: &str) -> Result<SizeList, String> {
     s.split(',')
-        .map(crate::bench::d2h::parse_byte_count)
+        .map(crate::units::parse_byte_count)
         .collect::<Result<Vec<_>, _>>()
         .map(SizeList)
 }
@@ -331,7 +347,7 @@ fn parse_message_sizes(s: &str) -> Result<SizeList, String> {
 fn parse_size_list(s: &str) -> Result<SizeList, String> {
     s.split(',')
         .filter(|x| !x.trim().is_empty())
-        .map(crate::bench::d2h::parse_size)
+        .map(crate::units::parse_size)
         .collect::<Result<_, _>>()
         .map(SizeList)
 }
@@ -362,10 +378,10 @@ pub struct KernelsArgs {
     #[arg(long, value_name = "ROWSxHIDDEN[,...]", value_parser = parse_layernorm_list)]
     pub layernorm: Vec<Vec<LayernormSize>>,
     /// Timed iterations per point.
-    #[arg(long, default_value_t = 20, value_parser = parse_iters)]
+    #[arg(long, default_value_t = KernelsPlan::default().iters, value_parser = parse_iters)]
     pub iters: u32,
     /// Untimed warm-up iterations per point.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = KernelsPlan::default().warmup)]
     pub warmup: u32,
     #[arg(long, value_name = "NAME",
         help = variant_help("GEMM", GEMM_VARIANTS),

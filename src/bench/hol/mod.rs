@@ -66,6 +66,22 @@ struct Shared {
     reference_output: Option<Vec<u8>>,
 }
 
+impl super::Bench for HolPlan {
+    fn name(&self) -> &'static str {
+        BENCH
+    }
+    fn points(&self) -> u64 {
+        HolPlan::points(self)
+    }
+    fn run(&self, gpu: Option<&Gpu>, dir: &RunDir, progress: &Progress) -> Result<super::Notes> {
+        let (points, calibration) = run(super::need_gpu(gpu, BENCH)?, self, dir, progress)?;
+        super::note(
+            BENCH,
+            serde_json::json!({ "points": points, "standin_calibration": calibration }),
+        )
+    }
+}
+
 /// Runs the plan, writing `hol.csv` row by row; returns the summaries and the calibration.
 pub fn run(
     gpu: &Gpu,

@@ -103,6 +103,27 @@ pub fn check_delay(ms: f64) -> Result<(), String> {
     Ok(())
 }
 
+impl Default for HolPlan {
+    fn default() -> Self {
+        HolPlan {
+            tokens: 256,
+            hidden: 256,
+            ops: 24,
+            every: vec![2],
+            bytes: vec![None],
+            delays: Delays::Sweep(vec![0.0, 20.0]),
+            modes: vec![Mode::None, Mode::Inline, Mode::Offload],
+            reps: 5,
+            link_gbps: 12.5,
+            peer: None,
+            transport: TransportKind::Tcp,
+            rdma: DeviceChoice::default(),
+            gemm_variant: None,
+            layernorm_variant: None,
+        }
+    }
+}
+
 impl HolPlan {
     pub fn validate(&self) -> Result<(), String> {
         if self.tokens == 0 || self.hidden == 0 || !self.hidden.is_multiple_of(4) {

@@ -9,7 +9,8 @@ use anyhow::{anyhow, Context, Result};
 use crate::bench::d2h::D2hTable;
 use crate::bench::hol::{HolTable, Mode};
 use crate::bench::kernels::KernelsTable;
-use crate::config::{OneOrMany, SimConfig};
+mod scenario;
+
 use crate::export::csv::{round, sig4};
 use crate::export::{read_optional, read_table, CsvTable, Line, RunDir};
 use crate::output::Progress;
@@ -17,6 +18,7 @@ use crate::sim::engine::ops_simulated;
 use crate::sim::schedules::evaluate;
 use crate::sim::{default_mem_limit, CommModel, Run, Scenario, Schedule, DEFAULT_SCHEDULES};
 use crate::stats::Summary;
+pub use scenario::{OneOrMany, SimConfig, SlowLink, SweepLink};
 
 pub const BENCH: &str = "sim";
 
@@ -78,6 +80,71 @@ pub struct SimPlan {
     pub cases: Vec<Case>,
     pub schedules: Vec<Schedule>,
     pub mem_limit: usize,
+}
+
+/// What `sim` shows besides sim.csv.
+#[derive(Debug, Clone)]
+pub struct SimOutput {
+    /// Schedules whose ASCII timelines are printed.
+    pub timelines: Vec<String>,
+    pub width: usize,
+    pub trace_out: Option<std::path::PathBuf>,
+    /// Repetitions of the simulator throughput benchmark (none when 0).
+    pub bench_reps: u32,
+}
+
+impl Default for SimOutput {
+    fn default() -> Self {
+        SimOutput {
+            timelines: vec!["adaptive".into()],
+            width: 100,
+            trace_out: None,
+            bench_reps: 0,
+        }
+    }
+}
+
+/// The `sim` bench: the scenarios to simulate and what to show of them.
+#[derive(Debug, Clone)]
+pub struct SimBench {
+    pub plan: SimPlan,
+    pub output: SimOutput,
+}
+
+impl super::Bench for SimBench {
+    fn name(&self) -> &'static str {
+        BENCH
+    }
+    fn needs_gpu(&self) -> bool {
+        false
+    }
+    fn points(&self) -> u64 {
+        self.plan.cases.len() as u64
+    }
+    fn run(
+        &self,
+        _gpu: Option<&crate::gpu::Gpu>,
+        dir: &RunDir,
+        progress: &Progress,
+    ) -> Result<super::Notes> {
+        let out = &self.output;
+        let outcomes = run(&self.plan, dir, progress)?;
+        let shown: Vec<_> = outcomes
+            .iter()
+            .filter(|o| out.timelines.iter().any(|t| t == &o.schedule))
+            .collect();
+        print_timelines(&shown, out.width, progress);
+        if let Some(path) = &out.trace_out {
+            write_trace(&outcomes, path)?;
+            progress.println(format!("trace written to {}", path.display()));
+        }
+        if out.bench_reps == 0 {
+            return Ok(super::Notes::new());
+        }
+        progress.println("simulator throughput (S = 64, N = 1024):".into());
+        let rate = throughput_bench(dir, out.bench_reps, progress)?;
+        super::note("sim_ops_per_s", rate)
+    }
 }
 
 fn slow_label(delays: &[f64]) -> String {

@@ -1,0 +1,68 @@
+//! The simulator's scenario as TOML gives it (`[sim]` in a suite, `sim --scenario FILE`):
+//! every field optional, the `morphbench sim` defaults filling the rest.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// A number or a list of numbers (per-stage durations).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(f64),
+    Many(Vec<f64>),
+}
+
+impl OneOrMany {
+    pub fn values(&self) -> Vec<f64> {
+        match self {
+            OneOrMany::One(x) => vec![*x],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SlowLink {
+    pub link: usize,
+    pub delay_ms: f64,
+}
+
+/// One scenario per delay: link `link` gets each of `delays_ms` in turn (on top of `slow`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SweepLink {
+    pub link: usize,
+    pub delays_ms: Vec<f64>,
+}
+
+/// A simulator scenario (`[sim]` in a suite, or a `morphbench sim --scenario FILE`).
+/// Anything left out takes the `morphbench sim` flag defaults.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SimConfig {
+    pub stages: Option<usize>,
+    pub microbatches: Option<usize>,
+    pub tf: Option<OneOrMany>,
+    pub tb: Option<OneOrMany>,
+    pub tw: Option<OneOrMany>,
+    pub link_ms: Option<f64>,
+    pub comm: Option<crate::sim::CommModel>,
+    pub d2h_ms: Option<f64>,
+    pub mem_limit: Option<usize>,
+    pub schedules: Option<Vec<String>>,
+    #[serde(default)]
+    pub slow: Vec<SlowLink>,
+    #[serde(default)]
+    pub sweep: Vec<SweepLink>,
+}
+
+impl SimConfig {
+    pub fn load(path: &Path) -> Result<SimConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read scenario {}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow!("invalid scenario {}: {e}", path.display()))
+    }
+}
