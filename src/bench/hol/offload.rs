@@ -133,69 +133,19 @@ pub fn run_rep(
         (None, None)
     };
     let (job_tx, job_rx): (Sender<Job>, Receiver<Job>) = channel();
-    let (send_tx, send_rx) = channel::<(Job, MapTiming, Instant)>();
+    let (send_tx, send_rx) = channel::<Mapped>();
     let returner = pool.returner();
 
     let (samples, last) = std::thread::scope(
         |scope| -> Result<(Vec<OffloadSample>, Option<wgpu::SubmissionIndex>)> {
             let poller = offload.then(|| {
-                let (staging, hosts) = (&pool.buffers, &hosts);
-                scope.spawn(move || -> Result<()> {
-                    for job in job_rx {
-                        let mut host = hosts[job.slot].lock().unwrap();
-                        let m = gpu.map_read_into(
-                            &staging[job.slot],
-                            &mut host,
-                            Some(job.submission.clone()),
-                        )?;
-                        let mapped = Instant::now();
-                        drop(host);
-                        if send_tx.send((job, m, mapped)).is_err() {
-                            break;
-                        }
-                    }
-                    Ok(())
-                })
+                let staging = &pool.buffers;
+                let hosts = &hosts;
+                scope.spawn(move || poll_loop(gpu, staging, hosts, job_rx, send_tx))
             });
             let sender = transport.as_mut().map(|t| {
-                let hosts = &hosts;
-                scope.spawn(move || -> Result<Vec<OffloadSample>> {
-                    let mut out = vec![OffloadSample::default(); transfers as usize];
-                    let mut failed: Option<anyhow::Error> = None;
-                    for (job, map, mapped) in send_rx {
-                        if failed.is_none() {
-                            // The delay runs from when the bytes are ready, like link latency.
-                            let due = mapped + job.delay;
-                            let now = Instant::now();
-                            if due > now {
-                                std::thread::sleep(due - now);
-                            }
-                            let start = Instant::now();
-                            let host = hosts[job.slot].lock().unwrap();
-                            match t.send(&host) {
-                                Ok(timing) => {
-                                    out[job.index] = OffloadSample {
-                                        map,
-                                        delay_us: (start - mapped).as_secs_f64() * 1e6,
-                                        send_us: timing.send_us,
-                                        receive_us: timing.receive_us,
-                                        end_to_end_us: job.submitted.elapsed().as_secs_f64() * 1e6,
-                                    };
-                                }
-                                Err(e) => failed = Some(anyhow!(e).context("offload send failed")),
-                            }
-                        }
-                        // Slots always come back, so the stream never waits on a dead sender.
-                        let _ = returner.send(job.slot);
-                    }
-                    match failed {
-                        Some(e) => Err(e),
-                        None => {
-                            t.close()?;
-                            Ok(out)
-                        }
-                    }
-                })
+                let (hosts, returner) = (&hosts, returner);
+                scope.spawn(move || send_loop(t.as_mut(), hosts, send_rx, returner, transfers))
             });
 
             let mut last = None;
@@ -214,36 +164,14 @@ pub fn run_rep(
                 match mode {
                     Mode::None => {}
                     Mode::Inline => {
-                        let mut enc = gpu.device.create_command_encoder(&Default::default());
-                        {
-                            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                                label: Some("stand-in"),
-                                timestamp_writes: Some(timer.writes(slot_ts)),
-                            });
-                            standins[t as usize].encode(&mut pass);
-                        }
-                        last = Some(gpu.queue.submit([enc.finish()]));
+                        last = Some(submit_standin(gpu, &timer, slot_ts, &standins[t as usize]));
                     }
                     Mode::Offload => {
                         let slot = pool
                             .take(WAIT_LIMIT)
                             .context("offload pipeline stalled: no staging buffer came back")?;
-                        let mut enc = gpu.device.create_command_encoder(&Default::default());
-                        let ts = gpu.has_encoder_timestamps();
-                        if ts {
-                            timer.encoder_write(&mut enc, slot_ts, false);
-                        }
-                        enc.copy_buffer_to_buffer(
-                            stream.output_of(op),
-                            0,
-                            &pool.buffers[slot],
-                            0,
-                            bytes,
-                        );
-                        if ts {
-                            timer.encoder_write(&mut enc, slot_ts, true);
-                        }
-                        let idx = gpu.queue.submit([enc.finish()]);
+                        let (src, dst) = (stream.output_of(op), &pool.buffers[slot]);
+                        let idx = submit_copy(gpu, &timer, slot_ts, src, dst, bytes);
                         last = Some(idx.clone());
                         job_tx
                             .send(Job {
@@ -285,4 +213,112 @@ pub fn run_rep(
         output,
         sink,
     })
+}
+
+/// A copy that reached host memory, with when it got there.
+type Mapped = (Job, MapTiming, Instant);
+
+/// The poller thread: waits for each staging copy and maps it into its host buffer.
+fn poll_loop(
+    gpu: &Gpu,
+    staging: &[wgpu::Buffer],
+    hosts: &[Mutex<Vec<u8>>],
+    jobs: Receiver<Job>,
+    mapped: Sender<Mapped>,
+) -> Result<()> {
+    for job in jobs {
+        let mut host = hosts[job.slot].lock().unwrap();
+        let m = gpu.map_read_into(&staging[job.slot], &mut host, Some(job.submission.clone()))?;
+        let at = Instant::now();
+        drop(host);
+        if mapped.send((job, m, at)).is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The sender thread: sends each mapped buffer after its injected delay, and hands its
+/// staging slot back whatever happens, so the stream never waits on a dead sender.
+fn send_loop(
+    transport: &mut dyn Transport,
+    hosts: &[Mutex<Vec<u8>>],
+    mapped: Receiver<Mapped>,
+    returner: Sender<usize>,
+    transfers: u32,
+) -> Result<Vec<OffloadSample>> {
+    let mut out = vec![OffloadSample::default(); transfers as usize];
+    let mut failed: Option<anyhow::Error> = None;
+    for (job, map, ready) in mapped {
+        if failed.is_none() {
+            // The delay runs from when the bytes are ready, like link latency.
+            let due = ready + job.delay;
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            let start = Instant::now();
+            let host = hosts[job.slot].lock().unwrap();
+            match transport.send(&host) {
+                Ok(timing) => {
+                    out[job.index] = OffloadSample {
+                        map,
+                        delay_us: (start - ready).as_secs_f64() * 1e6,
+                        send_us: timing.send_us,
+                        receive_us: timing.receive_us,
+                        end_to_end_us: job.submitted.elapsed().as_secs_f64() * 1e6,
+                    };
+                }
+                Err(e) => failed = Some(anyhow!(e).context("offload send failed")),
+            }
+        }
+        let _ = returner.send(job.slot);
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => {
+            transport.close()?;
+            Ok(out)
+        }
+    }
+}
+
+/// Submits one stand-in transfer: a busy-wait kernel on the queue, timed in slot `slot_ts`.
+fn submit_standin(
+    gpu: &Gpu,
+    timer: &PassTimer,
+    slot_ts: u32,
+    standin: &SpinPass,
+) -> wgpu::SubmissionIndex {
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("stand-in"),
+            timestamp_writes: Some(timer.writes(slot_ts)),
+        });
+        standin.encode(&mut pass);
+    }
+    gpu.queue.submit([enc.finish()])
+}
+
+/// Submits the copy of an activation into a staging buffer, timed in slot `slot_ts` where the
+/// adapter has timestamps inside encoders.
+fn submit_copy(
+    gpu: &Gpu,
+    timer: &PassTimer,
+    slot_ts: u32,
+    src: &wgpu::Buffer,
+    dst: &wgpu::Buffer,
+    bytes: u64,
+) -> wgpu::SubmissionIndex {
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    let ts = gpu.has_encoder_timestamps();
+    if ts {
+        timer.encoder_write(&mut enc, slot_ts, false);
+    }
+    enc.copy_buffer_to_buffer(src, 0, dst, 0, bytes);
+    if ts {
+        timer.encoder_write(&mut enc, slot_ts, true);
+    }
+    gpu.queue.submit([enc.finish()])
 }
