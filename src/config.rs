@@ -1,191 +1,75 @@
-//! Suite configurations (TOML). Unknown keys are refused so a typo never silently falls back
-//! to a default. `bench-configs/quick.toml` is compiled in as the default suite.
+//! Suite configurations (TOML): an optional `description` and one table per bench, named as
+//! in [`crate::bench::REGISTRY`]. Each table overlays its bench's plan defaults; unknown tables
+//! and keys are refused so a typo never silently falls back to a default.
+//! `bench-configs/quick.toml` is compiled in as the default suite.
 
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::bench::kernels::KernelsPlan;
-use crate::bench::sim::SimConfig;
-use crate::cli::sizes::{parse_gemm, parse_layernorm};
+use crate::bench::{Bench, REGISTRY};
 
 pub const QUICK_TOML: &str = include_str!("../bench-configs/quick.toml");
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+/// A parsed and checked suite: its tables, kept as written (for meta.json).
+#[derive(Debug, Clone, Serialize)]
 pub struct SuiteConfig {
     /// A line saying what the suite is for.
-    #[serde(default)]
     pub description: String,
-    pub kernels: Option<KernelsConfig>,
-    pub d2h: Option<D2hConfig>,
-    pub hol: Option<HolConfig>,
-    pub sim: Option<SimConfig>,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct HolConfig {
-    pub tokens: Option<u32>,
-    pub hidden: Option<u32>,
-    pub ops: Option<u32>,
-    pub every: Option<Vec<u32>>,
-    /// Sizes such as "64K"; default: the whole activation.
-    pub bytes: Option<Vec<String>>,
-    pub delays_ms: Option<Vec<f64>>,
-    pub modes: Option<Vec<crate::bench::hol::Mode>>,
-    pub reps: Option<u32>,
-    pub link_gbps: Option<f64>,
-    pub peer: Option<String>,
-    /// "tcp" (default) or "rdma" (the first RDMA device, port 1, GID index 0).
-    pub transport: Option<crate::transport::TransportKind>,
-}
-
-impl HolConfig {
-    pub fn plan(&self) -> Result<crate::bench::hol::HolPlan, String> {
-        use crate::bench::hol::{Delays, HolPlan};
-        let bytes = match &self.bytes {
-            Some(list) => list
-                .iter()
-                .map(|s| crate::units::parse_size(s).map(Some))
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("hol.bytes: {e}"))?,
-            None => HolPlan::default().bytes,
-        };
-        // The TOML overlays the plan's defaults, key by key.
-        let d = HolPlan::default();
-        let plan = HolPlan {
-            tokens: self.tokens.unwrap_or(d.tokens),
-            hidden: self.hidden.unwrap_or(d.hidden),
-            ops: self.ops.unwrap_or(d.ops),
-            every: self.every.clone().unwrap_or(d.every),
-            bytes,
-            delays: self.delays_ms.clone().map_or(d.delays, Delays::Sweep),
-            modes: self.modes.clone().unwrap_or(d.modes),
-            reps: self.reps.unwrap_or(d.reps),
-            link_gbps: self.link_gbps.unwrap_or(d.link_gbps),
-            peer: self.peer.clone().or(d.peer),
-            transport: self.transport.unwrap_or(d.transport),
-            ..d
-        };
-        plan.validate().map_err(|e| format!("hol: {e}"))?;
-        Ok(plan)
-    }
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct D2hConfig {
-    /// Sizes such as "4", "64K", "16MiB"; default 4 B to 256 MiB, powers of two.
-    pub sizes: Option<Vec<String>>,
-    pub iters: Option<u32>,
-    pub warmup: Option<u32>,
-}
-
-impl D2hConfig {
-    pub fn plan(&self) -> Result<crate::bench::d2h::D2hPlan, String> {
-        use crate::bench::d2h::default_sizes;
-        use crate::units::parse_size;
-        let sizes = match &self.sizes {
-            Some(list) => list
-                .iter()
-                .map(|s| parse_size(s).map_err(|e| format!("d2h.sizes: {e}")))
-                .collect::<Result<_, _>>()?,
-            None => default_sizes(),
-        };
-        let d = crate::bench::d2h::D2hPlan::default();
-        let plan = crate::bench::d2h::D2hPlan {
-            sizes,
-            iters: self.iters.unwrap_or(d.iters),
-            warmup: self.warmup.unwrap_or(d.warmup),
-        };
-        check_iters("d2h.iters", plan.iters)?;
-        Ok(plan)
-    }
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct KernelsConfig {
-    /// GEMM sizes as "MxNxK".
-    #[serde(default)]
-    pub gemm: Vec<String>,
-    /// Layernorm sizes as "ROWSxHIDDEN".
-    #[serde(default)]
-    pub layernorm: Vec<String>,
-    pub iters: Option<u32>,
-    pub warmup: Option<u32>,
-    /// "auto" (measured selection) or a variant name.
-    pub gemm_variant: Option<String>,
-    pub layernorm_variant: Option<String>,
-    pub cpu_baseline: Option<bool>,
-}
-
-impl KernelsConfig {
-    pub fn plan(&self) -> Result<KernelsPlan, String> {
-        let gemm = self
-            .gemm
-            .iter()
-            .map(|s| parse_gemm(s).map_err(|e| format!("kernels.gemm: {e}")))
-            .collect::<Result<_, _>>()?;
-        let layernorm = self
-            .layernorm
-            .iter()
-            .map(|s| parse_layernorm(s).map_err(|e| format!("kernels.layernorm: {e}")))
-            .collect::<Result<_, _>>()?;
-        let d = KernelsPlan::default();
-        let plan = KernelsPlan {
-            gemm,
-            layernorm,
-            iters: self.iters.unwrap_or(d.iters),
-            warmup: self.warmup.unwrap_or(d.warmup),
-            gemm_variant: self.gemm_variant.clone().or(d.gemm_variant),
-            layernorm_variant: self.layernorm_variant.clone().or(d.layernorm_variant),
-            cpu_baseline: self.cpu_baseline.unwrap_or(d.cpu_baseline),
-            reselect: d.reselect,
-        };
-        check_iters("kernels.iters", plan.iters)?;
-        Ok(plan)
-    }
-}
-
-pub fn check_iters(key: &str, iters: u32) -> Result<(), String> {
-    if iters == 0 || iters > 100_000 {
-        return Err(format!(
-            "{key} = {iters}: expected a count from 1 to 100000"
-        ));
-    }
-    Ok(())
+    #[serde(flatten)]
+    pub tables: toml::Table,
 }
 
 impl SuiteConfig {
     /// Parses and checks a config; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<SuiteConfig> {
-        let cfg: SuiteConfig =
-            toml::from_str(text).map_err(|e| anyhow!("invalid config {origin}: {e}"))?;
-        if let Some(k) = &cfg.kernels {
-            k.plan()
-                .map_err(|e| anyhow!("invalid config {origin}: {e}"))?;
+        let invalid = |e: String| anyhow!("invalid config {origin}: {e}");
+        let mut tables: toml::Table = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let description = match tables.remove("description") {
+            None => String::new(),
+            Some(toml::Value::String(s)) => s,
+            Some(_) => return Err(invalid("description must be a string".into())),
+        };
+        let known: Vec<&str> = REGISTRY.iter().map(|(name, _)| *name).collect();
+        if let Some(unknown) = tables.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(invalid(format!(
+                "unknown table [{unknown}]: a suite holds description and the tables {}",
+                known
+                    .iter()
+                    .map(|k| format!("[{k}]"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
         }
-        if let Some(d) = &cfg.d2h {
-            d.plan()
-                .map_err(|e| anyhow!("invalid config {origin}: {e}"))?;
+        if tables.is_empty() {
+            return Err(invalid(format!(
+                "it names no bench; add one of the tables {}",
+                known
+                    .iter()
+                    .map(|k| format!("[{k}]"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
         }
-        if let Some(h) = &cfg.hol {
-            h.plan()
-                .map_err(|e| anyhow!("invalid config {origin}: {e}"))?;
-        }
-        if let Some(sim) = &cfg.sim {
-            crate::bench::sim::SimPlan::from_config(sim)
-                .map_err(|e| anyhow!("invalid config {origin}: [sim] {e}"))?;
-        }
-        if cfg.kernels.is_none() && cfg.d2h.is_none() && cfg.hol.is_none() && cfg.sim.is_none() {
-            return Err(anyhow!(
-                "invalid config {origin}: it names no bench; add a [kernels], [d2h], [hol] or [sim] table"
-            ));
-        }
+        let cfg = SuiteConfig {
+            description,
+            tables,
+        };
+        cfg.benches().map_err(|e| invalid(e.to_string()))?;
         Ok(cfg)
+    }
+
+    /// The benches the config names, planned, in the registry's order (the order a run does
+    /// them, whatever the file's order).
+    pub fn benches(&self) -> Result<Vec<Box<dyn Bench>>> {
+        let mut out = Vec::new();
+        for (name, from_toml) in REGISTRY {
+            if let Some(table) = self.tables.get(*name) {
+                out.push(from_toml(table.clone()).map_err(|e| anyhow!("[{name}] {e}"))?);
+            }
+        }
+        Ok(out)
     }
 
     pub fn load(path: &Path) -> Result<SuiteConfig> {
@@ -240,5 +124,9 @@ mod tests {
             .to_string();
         assert!(err.contains("kernels.iters"), "{err}");
         assert!(SuiteConfig::parse("", "x.toml").is_err());
+        let err = SuiteConfig::parse("[kernel]\ngemm = []\n", "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("[kernel]") && err.contains("kernels"), "{err}");
     }
 }

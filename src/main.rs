@@ -43,7 +43,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(path) => SuiteConfig::load(path)?,
                 None => SuiteConfig::embedded(),
             };
-            let benches = suite::benches_from_config(&cfg)?;
+            let benches = cfg.benches()?;
             let config = serde_json::to_value(&cfg)?;
             let dir = suite::run(&g.options(a.raw), &benches, Some(config))?;
             if !a.no_plots {

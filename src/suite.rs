@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::bench::Bench;
-use crate::config::SuiteConfig;
 use crate::export::meta::RunMeta;
 use crate::export::RunDir;
 use crate::gpu::{BackendChoice, Gpu};
@@ -25,28 +24,6 @@ pub struct RunOptions {
     pub quiet: bool,
     /// Keep every sample in `<bench>_samples.csv`.
     pub raw: bool,
-}
-
-/// The benches a suite config names, in the order a run does them.
-pub fn benches_from_config(cfg: &SuiteConfig) -> Result<Vec<Box<dyn Bench>>> {
-    let mut out: Vec<Box<dyn Bench>> = Vec::new();
-    if let Some(k) = &cfg.kernels {
-        out.push(Box::new(k.plan().map_err(anyhow::Error::msg)?));
-    }
-    if let Some(d) = &cfg.d2h {
-        out.push(Box::new(d.plan().map_err(anyhow::Error::msg)?));
-    }
-    if let Some(h) = &cfg.hol {
-        out.push(Box::new(h.plan().map_err(anyhow::Error::msg)?));
-    }
-    if let Some(s) = &cfg.sim {
-        out.push(Box::new(crate::bench::sim::SimBench {
-            plan: crate::bench::sim::SimPlan::from_config(s)
-                .map_err(|e| anyhow::anyhow!("[sim] {e}"))?,
-            output: Default::default(),
-        }));
-    }
-    Ok(out)
 }
 
 /// Runs the benches and returns the run folder. Rows are on disk as each point finishes; on

@@ -7,6 +7,9 @@ use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
 
+use serde::{Deserialize, Serialize};
+
+use super::check_iters;
 use crate::export::csv::{sig4, SamplesTable};
 use crate::export::{CsvSink, CsvTable, Line, RunDir};
 use crate::gpu::transfer::{pattern, touched, COPY_ALIGN};
@@ -50,6 +53,42 @@ pub struct D2hPlan {
     pub sizes: Vec<u64>,
     pub iters: u32,
     pub warmup: u32,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct D2hConfig {
+    /// Sizes such as "4", "64K", "16MiB"; default 4 B to 256 MiB, powers of two.
+    pub sizes: Option<Vec<String>>,
+    pub iters: Option<u32>,
+    pub warmup: Option<u32>,
+}
+
+impl D2hConfig {
+    pub fn plan(&self) -> Result<crate::bench::d2h::D2hPlan, String> {
+        use crate::bench::d2h::default_sizes;
+        use crate::units::parse_size;
+        let sizes = match &self.sizes {
+            Some(list) => list
+                .iter()
+                .map(|s| parse_size(s).map_err(|e| format!("d2h.sizes: {e}")))
+                .collect::<Result<_, _>>()?,
+            None => default_sizes(),
+        };
+        let d = crate::bench::d2h::D2hPlan::default();
+        let plan = crate::bench::d2h::D2hPlan {
+            sizes,
+            iters: self.iters.unwrap_or(d.iters),
+            warmup: self.warmup.unwrap_or(d.warmup),
+        };
+        check_iters("d2h.iters", plan.iters)?;
+        Ok(plan)
+    }
+}
+
+/// `[d2h]` in a suite config.
+pub fn from_toml(v: toml::Value) -> Result<Box<dyn super::Bench>, String> {
+    Ok(Box::new(super::table::<D2hConfig>(v)?.plan()?))
 }
 
 impl Default for D2hPlan {

@@ -5,6 +5,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
+use serde::{Deserialize, Serialize};
+
+use super::check_iters;
+use crate::cli::sizes::{parse_gemm, parse_layernorm};
 use crate::export::csv::{sig, sig4, SamplesTable};
 use crate::export::{CsvSink, CsvTable, Line, RunDir};
 use crate::gpu::kernels::gemm::{cpu_sgemm, verify_dense};
@@ -67,6 +71,56 @@ pub struct KernelsPlan {
     pub cpu_baseline: bool,
     /// Ignore the cached variant choice and probe again.
     pub reselect: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelsConfig {
+    /// GEMM sizes as "MxNxK".
+    #[serde(default)]
+    pub gemm: Vec<String>,
+    /// Layernorm sizes as "ROWSxHIDDEN".
+    #[serde(default)]
+    pub layernorm: Vec<String>,
+    pub iters: Option<u32>,
+    pub warmup: Option<u32>,
+    /// "auto" (measured selection) or a variant name.
+    pub gemm_variant: Option<String>,
+    pub layernorm_variant: Option<String>,
+    pub cpu_baseline: Option<bool>,
+}
+
+impl KernelsConfig {
+    pub fn plan(&self) -> Result<KernelsPlan, String> {
+        let gemm = self
+            .gemm
+            .iter()
+            .map(|s| parse_gemm(s).map_err(|e| format!("kernels.gemm: {e}")))
+            .collect::<Result<_, _>>()?;
+        let layernorm = self
+            .layernorm
+            .iter()
+            .map(|s| parse_layernorm(s).map_err(|e| format!("kernels.layernorm: {e}")))
+            .collect::<Result<_, _>>()?;
+        let d = KernelsPlan::default();
+        let plan = KernelsPlan {
+            gemm,
+            layernorm,
+            iters: self.iters.unwrap_or(d.iters),
+            warmup: self.warmup.unwrap_or(d.warmup),
+            gemm_variant: self.gemm_variant.clone().or(d.gemm_variant),
+            layernorm_variant: self.layernorm_variant.clone().or(d.layernorm_variant),
+            cpu_baseline: self.cpu_baseline.unwrap_or(d.cpu_baseline),
+            reselect: d.reselect,
+        };
+        check_iters("kernels.iters", plan.iters)?;
+        Ok(plan)
+    }
+}
+
+/// `[kernels]` in a suite config.
+pub fn from_toml(v: toml::Value) -> Result<Box<dyn super::Bench>, String> {
+    Ok(Box::new(super::table::<KernelsConfig>(v)?.plan()?))
 }
 
 impl Default for KernelsPlan {

@@ -32,6 +32,43 @@ pub trait Bench {
     fn run(&self, gpu: Option<&Gpu>, run: &RunDir, progress: &Progress) -> Result<Notes>;
 }
 
+/// Plans a bench from its suite-config table (its keys overlay the plan's `Default`).
+pub type FromToml = fn(toml::Value) -> Result<Box<dyn Bench>, String>;
+
+/// Every bench a suite config can name, in the order a run does them. A new bench is its file,
+/// its `pub mod` line above, and one line here.
+pub const REGISTRY: &[(&str, FromToml)] = &[
+    (kernels::BENCH, kernels::from_toml),
+    (d2h::BENCH, d2h::from_toml),
+    (hol::BENCH, hol::from_toml),
+    (sim::BENCH, sim::from_toml),
+];
+
+/// Deserializes a bench's config table, naming the key that is wrong.
+pub(crate) fn table<T: serde::de::DeserializeOwned>(v: toml::Value) -> Result<T, String> {
+    // Through text, so the error quotes the offending `key = value` line.
+    let text = toml::to_string(&v).map_err(|e| e.to_string())?;
+    toml::from_str(&text).map_err(|e: toml::de::Error| {
+        let full = e.to_string();
+        let lines: Vec<&str> = full
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        lines.join(" ")
+    })
+}
+
+/// Iteration counts: at least one, and a bounded run.
+pub fn check_iters(key: &str, iters: u32) -> Result<(), String> {
+    if iters == 0 || iters > 100_000 {
+        return Err(format!(
+            "{key} = {iters}: expected a count from 1 to 100000"
+        ));
+    }
+    Ok(())
+}
+
 /// The GPU of a bench that needs one (the orchestrator opens it first).
 pub(crate) fn need_gpu<'g>(gpu: Option<&'g Gpu>, bench: &str) -> Result<&'g Gpu> {
     gpu.ok_or_else(|| anyhow::anyhow!("internal error: {bench} ran without a GPU"))

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::bench::check_iters;
 use crate::bench::d2h::{default_sizes, D2hPlan};
 use crate::bench::hol::HolPlan;
 use crate::bench::kernels::KernelsPlan;
 use crate::bench::sim::{OneOrMany, SimConfig, SlowLink, SweepLink};
-use crate::config::check_iters;
 use crate::gpu::kernels::{
     variant_help, variant_long_help, GemmSize, LayernormSize, GEMM_VARIANTS, LAYERNORM_VARIANTS,
 };

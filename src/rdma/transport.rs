@@ -107,8 +107,10 @@ impl RdmaTransport {
         l.qp.write(&l.mr, 0, HEADER_BYTES + payload.len(), &l.remote, 0, flags)?;
         Ok(())
     }
+}
 
-    fn send_inner(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
+impl Transport for RdmaTransport {
+    fn send_payload(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
         TransportError::check_fits(payload.len(), self.peer_max)?;
         self.seq += 1;
         let header = Header::data(self.seq, payload);
@@ -137,12 +139,6 @@ impl RdmaTransport {
             .post_recv(&self.link.mr, ack_at, HEADER_BYTES, WR_ACK_RECV)?;
         Header::expect_ack(&b, self.seq)?;
         Ok(SendTiming::since(t0, t1))
-    }
-}
-
-impl Transport for RdmaTransport {
-    fn send_payload(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
-        self.send_inner(payload)
     }
 
     fn io_timeout(&self) -> Duration {

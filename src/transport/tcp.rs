@@ -61,8 +61,10 @@ impl TcpTransport {
             io: t.io,
         })
     }
+}
 
-    fn send_inner(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
+impl Transport for TcpTransport {
+    fn send_payload(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
         TransportError::check_fits(payload.len(), self.peer_max)?;
         self.seq += 1;
         let header = Header::data(self.seq, payload);
@@ -74,12 +76,6 @@ impl TcpTransport {
         self.stream.read_exact(&mut b)?;
         Header::expect_ack(&b, self.seq)?;
         Ok(SendTiming::since(t0, t1))
-    }
-}
-
-impl Transport for TcpTransport {
-    fn send_payload(&mut self, payload: &[u8]) -> Result<SendTiming, TransportError> {
-        self.send_inner(payload)
     }
 
     fn io_timeout(&self) -> Duration {

@@ -20,7 +20,9 @@ mod stream;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 
-pub use plan::{check_delay, parse_delay_trace, Delays, HolPlan, Mode, MAX_DELAY_MS};
+pub use plan::{
+    check_delay, from_toml, parse_delay_trace, Delays, HolConfig, HolPlan, Mode, MAX_DELAY_MS,
+};
 pub use rows::{HolFigures, HolParams, HolTable};
 
 use crate::export::{CsvSink, Line, RunDir};

@@ -1,6 +1,8 @@
 //! What a `hol` run does: the stream's shape, the transfers and delays, the modes, and the
 //! checks that refuse a plan before anything runs.
 
+use serde::{Deserialize, Serialize};
+
 use crate::rdma::DeviceChoice;
 use crate::transport::TransportKind;
 
@@ -214,6 +216,61 @@ impl HolPlan {
         };
         (self.every.len() * self.bytes.len() * delays * self.modes.len()) as u64
     }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HolConfig {
+    pub tokens: Option<u32>,
+    pub hidden: Option<u32>,
+    pub ops: Option<u32>,
+    pub every: Option<Vec<u32>>,
+    /// Sizes such as "64K"; default: the whole activation.
+    pub bytes: Option<Vec<String>>,
+    pub delays_ms: Option<Vec<f64>>,
+    pub modes: Option<Vec<crate::bench::hol::Mode>>,
+    pub reps: Option<u32>,
+    pub link_gbps: Option<f64>,
+    pub peer: Option<String>,
+    /// "tcp" (default) or "rdma" (the first RDMA device, port 1, GID index 0).
+    pub transport: Option<crate::transport::TransportKind>,
+}
+
+impl HolConfig {
+    pub fn plan(&self) -> Result<crate::bench::hol::HolPlan, String> {
+        use crate::bench::hol::{Delays, HolPlan};
+        let bytes = match &self.bytes {
+            Some(list) => list
+                .iter()
+                .map(|s| crate::units::parse_size(s).map(Some))
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("hol.bytes: {e}"))?,
+            None => HolPlan::default().bytes,
+        };
+        // The TOML overlays the plan's defaults, key by key.
+        let d = HolPlan::default();
+        let plan = HolPlan {
+            tokens: self.tokens.unwrap_or(d.tokens),
+            hidden: self.hidden.unwrap_or(d.hidden),
+            ops: self.ops.unwrap_or(d.ops),
+            every: self.every.clone().unwrap_or(d.every),
+            bytes,
+            delays: self.delays_ms.clone().map_or(d.delays, Delays::Sweep),
+            modes: self.modes.clone().unwrap_or(d.modes),
+            reps: self.reps.unwrap_or(d.reps),
+            link_gbps: self.link_gbps.unwrap_or(d.link_gbps),
+            peer: self.peer.clone().or(d.peer),
+            transport: self.transport.unwrap_or(d.transport),
+            ..d
+        };
+        plan.validate().map_err(|e| format!("hol: {e}"))?;
+        Ok(plan)
+    }
+}
+
+/// `[hol]` in a suite config.
+pub fn from_toml(v: toml::Value) -> Result<Box<dyn crate::bench::Bench>, String> {
+    Ok(Box::new(crate::bench::table::<HolConfig>(v)?.plan()?))
 }
 
 #[cfg(test)]

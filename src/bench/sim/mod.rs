@@ -82,6 +82,15 @@ pub struct SimPlan {
     pub mem_limit: usize,
 }
 
+/// `[sim]` in a suite config.
+pub fn from_toml(v: toml::Value) -> Result<Box<dyn super::Bench>, String> {
+    let plan = SimPlan::from_config(&super::table::<SimConfig>(v)?)?;
+    Ok(Box::new(SimBench {
+        plan,
+        output: SimOutput::default(),
+    }))
+}
+
 /// What `sim` shows besides sim.csv.
 #[derive(Debug, Clone)]
 pub struct SimOutput {
