@@ -273,133 +273,19 @@ pub fn run(
         let n = bytes as usize;
         // Everything is allocated and touched here, before any clock starts.
         let down = pattern(n, 0x3c);
-        let up = pattern(n, 0xc3);
-        let device = gpu.storage_from("d2h device", &down);
-        let read_staging = gpu.staging("d2h staging", bytes, wgpu::MapMode::Read);
-        let write_staging = gpu.staging("h2d staging", bytes, wgpu::MapMode::Write);
-        let mut host = touched(n);
-        let copies = copies_for(bytes);
-
-        // D2H: the copy alone, then whole transfers with their parts.
-        let (copy_us, timer) = time_copies(
-            gpu,
-            &device,
-            &read_staging,
+        let mut b = Buffers {
+            device: gpu.storage_from("d2h device", &down),
+            read_staging: gpu.staging("d2h staging", bytes, wgpu::MapMode::Read),
+            write_staging: gpu.staging("h2d staging", bytes, wgpu::MapMode::Write),
+            host: touched(n),
+            up: pattern(n, 0xc3),
+            down,
             bytes,
-            copies,
-            plan.warmup,
-            plan.iters,
-        )?;
-        let d2h_gbps = bytes as f64
-            / rows.write("d2h", "copy", bytes, "gpu_copy", copies, timer, &copy_us)?
-            / 1e3;
-        let (mut map, mut copy_out, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
-        for i in 0..plan.warmup + plan.iters {
-            let mut enc = gpu.device.create_command_encoder(&Default::default());
-            enc.copy_buffer_to_buffer(&device, 0, &read_staging, 0, bytes);
-            let cmd = enc.finish();
-            let t0 = Instant::now();
-            let idx = gpu.queue.submit([cmd]);
-            gpu.wait(idx.clone())?;
-            let m = gpu.map_read_into(&read_staging, &mut host, Some(idx))?;
-            let total = t0.elapsed().as_secs_f64() * 1e6;
-            if i == 0 {
-                ensure!(
-                    host == down,
-                    "D2H of {} delivered wrong bytes",
-                    human_bytes(bytes)
-                );
-                host.fill(0xA5);
-            }
-            if i >= plan.warmup {
-                map.push(m.map_us);
-                copy_out.push(m.copy_us);
-                e2e.push(total);
-            }
-        }
-        ensure!(
-            host == down,
-            "D2H of {} delivered wrong bytes",
-            human_bytes(bytes)
-        );
-        rows.write("d2h", "mapped", bytes, "map", 1, "host", &map)?;
-        rows.write("d2h", "mapped", bytes, "copy_out", 1, "host", &copy_out)?;
-        let d2h_e2e = rows.write("d2h", "mapped", bytes, "end_to_end", 1, "host", &e2e)?;
-
-        // H2D: the copy alone, a mapped upload, and write_buffer.
-        let (copy_us, timer) = time_copies(
-            gpu,
-            &write_staging,
-            &device,
-            bytes,
-            copies,
-            plan.warmup,
-            plan.iters,
-        )?;
-        let h2d_gbps = bytes as f64
-            / rows.write("h2d", "copy", bytes, "gpu_copy", copies, timer, &copy_us)?
-            / 1e3;
-        let (mut map, mut copy_in, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
-        for i in 0..plan.warmup + plan.iters {
-            let t0 = Instant::now();
-            let m = gpu.map_write_from(&write_staging, &up)?;
-            let mut enc = gpu.device.create_command_encoder(&Default::default());
-            enc.copy_buffer_to_buffer(&write_staging, 0, &device, 0, bytes);
-            let idx = gpu.queue.submit([enc.finish()]);
-            gpu.wait(idx)?;
-            let total = t0.elapsed().as_secs_f64() * 1e6;
-            if i >= plan.warmup {
-                map.push(m.map_us);
-                copy_in.push(m.copy_us);
-                e2e.push(total);
-            }
-        }
-        ensure!(
-            gpu.read_back(&device)? == up,
-            "H2D (mapped) of {} delivered wrong bytes",
-            human_bytes(bytes)
-        );
-        rows.write("h2d", "mapped", bytes, "map", 1, "host", &map)?;
-        // For H2D this part is the host copy into the mapped staging buffer.
-        rows.write("h2d", "mapped", bytes, "copy_out", 1, "host", &copy_in)?;
-        rows.write("h2d", "mapped", bytes, "end_to_end", 1, "host", &e2e)?;
-        let mut e2e = Vec::new();
-        for i in 0..plan.warmup + plan.iters {
-            let t0 = Instant::now();
-            gpu.queue.write_buffer(&device, 0, &down);
-            let idx = gpu.queue.submit([]);
-            gpu.wait(idx)?;
-            if i >= plan.warmup {
-                e2e.push(t0.elapsed().as_secs_f64() * 1e6);
-            }
-        }
-        ensure!(
-            gpu.read_back(&device)? == down,
-            "H2D (write_buffer) of {} delivered wrong bytes",
-            human_bytes(bytes)
-        );
-        rows.write("h2d", "write_buffer", bytes, "end_to_end", 1, "host", &e2e)?;
-
-        // The ceiling: host memcpy of the same bytes between touched buffers.
-        let mut dst = touched(n);
-        let mut t = Vec::new();
-        for i in 0..plan.warmup + plan.iters {
-            let t0 = Instant::now();
-            dst.copy_from_slice(std::hint::black_box(&down));
-            if i >= plan.warmup {
-                t.push(t0.elapsed().as_secs_f64() * 1e6);
-            }
-        }
-        ensure!(dst == down, "memcpy baseline produced different bytes");
-        let memcpy_us = rows.write(
-            "memcpy",
-            "copy_from_slice",
-            bytes,
-            "end_to_end",
-            1,
-            "host",
-            &t,
-        )?;
+            copies: copies_for(bytes),
+        };
+        let (d2h_gbps, d2h_e2e) = measure_d2h(gpu, plan, &mut b, &mut rows)?;
+        let h2d_gbps = measure_h2d(gpu, plan, &b, &mut rows)?;
+        let memcpy_us = measure_memcpy(plan, &b, &mut rows)?;
         summaries.push(SizeSummary {
             bytes,
             d2h_copy_gbps: d2h_gbps,
@@ -410,6 +296,162 @@ pub fn run(
         progress.inc();
     }
     Ok(summaries)
+}
+
+/// One size's buffers, made and touched before any clock starts.
+struct Buffers {
+    device: wgpu::Buffer,
+    read_staging: wgpu::Buffer,
+    write_staging: wgpu::Buffer,
+    /// The host side of D2H.
+    host: Vec<u8>,
+    /// What the device holds, and what H2D uploads.
+    down: Vec<u8>,
+    up: Vec<u8>,
+    bytes: u64,
+    copies: u32,
+}
+
+/// D2H: the copy alone, then whole mapped transfers with their parts. Returns the copy's
+/// GB/s and the end-to-end p50 in µs.
+fn measure_d2h(
+    gpu: &Gpu,
+    plan: &D2hPlan,
+    b: &mut Buffers,
+    rows: &mut Rows<'_>,
+) -> Result<(f64, f64)> {
+    let (bytes, copies) = (b.bytes, b.copies);
+    let (device, read_staging, down) = (&b.device, &b.read_staging, &b.down);
+    let host = &mut b.host;
+    let (copy_us, timer) = time_copies(
+        gpu,
+        device,
+        read_staging,
+        bytes,
+        copies,
+        plan.warmup,
+        plan.iters,
+    )?;
+    let gbps =
+        bytes as f64 / rows.write("d2h", "copy", bytes, "gpu_copy", copies, timer, &copy_us)? / 1e3;
+    let (mut map, mut copy_out, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..plan.warmup + plan.iters {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(device, 0, read_staging, 0, bytes);
+        let cmd = enc.finish();
+        let t0 = Instant::now();
+        let idx = gpu.queue.submit([cmd]);
+        gpu.wait(idx.clone())?;
+        let m = gpu.map_read_into(read_staging, host, Some(idx))?;
+        let total = t0.elapsed().as_secs_f64() * 1e6;
+        if i == 0 {
+            ensure!(
+                *host == *down,
+                "D2H of {} delivered wrong bytes",
+                human_bytes(bytes)
+            );
+            host.fill(0xA5);
+        }
+        if i >= plan.warmup {
+            map.push(m.map_us);
+            copy_out.push(m.copy_us);
+            e2e.push(total);
+        }
+    }
+    ensure!(
+        *host == *down,
+        "D2H of {} delivered wrong bytes",
+        human_bytes(bytes)
+    );
+    rows.write("d2h", "mapped", bytes, "map", 1, "host", &map)?;
+    rows.write("d2h", "mapped", bytes, "copy_out", 1, "host", &copy_out)?;
+    let e2e_p50 = rows.write("d2h", "mapped", bytes, "end_to_end", 1, "host", &e2e)?;
+
+    Ok((gbps, e2e_p50))
+}
+
+/// H2D: the copy alone, a mapped upload, and write_buffer. Returns the copy's GB/s.
+fn measure_h2d(gpu: &Gpu, plan: &D2hPlan, b: &Buffers, rows: &mut Rows<'_>) -> Result<f64> {
+    let (bytes, copies) = (b.bytes, b.copies);
+    let (device, write_staging, down, up) = (&b.device, &b.write_staging, &b.down, &b.up);
+    let (copy_us, timer) = time_copies(
+        gpu,
+        write_staging,
+        device,
+        bytes,
+        copies,
+        plan.warmup,
+        plan.iters,
+    )?;
+    let gbps =
+        bytes as f64 / rows.write("h2d", "copy", bytes, "gpu_copy", copies, timer, &copy_us)? / 1e3;
+    let (mut map, mut copy_in, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..plan.warmup + plan.iters {
+        let t0 = Instant::now();
+        let m = gpu.map_write_from(write_staging, up)?;
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(write_staging, 0, device, 0, bytes);
+        let idx = gpu.queue.submit([enc.finish()]);
+        gpu.wait(idx)?;
+        let total = t0.elapsed().as_secs_f64() * 1e6;
+        if i >= plan.warmup {
+            map.push(m.map_us);
+            copy_in.push(m.copy_us);
+            e2e.push(total);
+        }
+    }
+    ensure!(
+        gpu.read_back(device)? == *up,
+        "H2D (mapped) of {} delivered wrong bytes",
+        human_bytes(bytes)
+    );
+    rows.write("h2d", "mapped", bytes, "map", 1, "host", &map)?;
+    // For H2D this part is the host copy into the mapped staging buffer.
+    rows.write("h2d", "mapped", bytes, "copy_out", 1, "host", &copy_in)?;
+    rows.write("h2d", "mapped", bytes, "end_to_end", 1, "host", &e2e)?;
+    let mut e2e = Vec::new();
+    for i in 0..plan.warmup + plan.iters {
+        let t0 = Instant::now();
+        gpu.queue.write_buffer(device, 0, down);
+        let idx = gpu.queue.submit([]);
+        gpu.wait(idx)?;
+        if i >= plan.warmup {
+            e2e.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    ensure!(
+        gpu.read_back(device)? == *down,
+        "H2D (write_buffer) of {} delivered wrong bytes",
+        human_bytes(bytes)
+    );
+    rows.write("h2d", "write_buffer", bytes, "end_to_end", 1, "host", &e2e)?;
+
+    Ok(gbps)
+}
+
+/// The ceiling: host memcpy of the same bytes between touched buffers. Returns its p50 in µs.
+fn measure_memcpy(plan: &D2hPlan, b: &Buffers, rows: &mut Rows<'_>) -> Result<f64> {
+    let (bytes, down) = (b.bytes, &b.down);
+    let n = bytes as usize;
+    let mut dst = touched(n);
+    let mut t = Vec::new();
+    for i in 0..plan.warmup + plan.iters {
+        let t0 = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(down));
+        if i >= plan.warmup {
+            t.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    ensure!(dst == *down, "memcpy baseline produced different bytes");
+    rows.write(
+        "memcpy",
+        "copy_from_slice",
+        bytes,
+        "end_to_end",
+        1,
+        "host",
+        &t,
+    )
 }
 
 #[cfg(test)]
