@@ -105,7 +105,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let output = SimOutput {
                 timelines,
-                width: a.width,
+                width: a.width as usize,
                 trace_out: a.trace_out.clone(),
                 bench_reps: if a.bench { 5 } else { 0 },
             };

@@ -52,10 +52,28 @@ pub fn run(
         .map(|g| format!(" on {} ({})", g.report.name, g.report.backend))
         .unwrap_or_default();
     progress.println(format!("run {}{on} -> {}", dir.id, dir.path.display()));
-    let result = run_benches(gpu.as_ref(), benches, &mut dir, &progress);
+    // A panic anywhere in a bench ends the run as failed, with its message, never "running".
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_benches(gpu.as_ref(), benches, &mut dir, &progress)
+    }))
+    .unwrap_or_else(|payload| {
+        Err(anyhow::anyhow!(
+            "internal error (a panic): {}",
+            panic_message(&*payload)
+        ))
+    });
     progress.finish();
     dir.finish(&result)?;
     result.map(|_| dir)
+}
+
+/// The text a panic was raised with.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into())
 }
 
 fn run_benches(
@@ -72,4 +90,52 @@ fn run_benches(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bench that panics.
+    pub struct PanicBench;
+
+    impl Bench for PanicBench {
+        fn name(&self) -> &'static str {
+            "panic"
+        }
+        fn needs_gpu(&self) -> bool {
+            false
+        }
+        fn points(&self) -> u64 {
+            1
+        }
+        fn run(&self, _: Option<&Gpu>, _: &RunDir, _: &Progress) -> Result<crate::bench::Notes> {
+            panic!("deliberate panic from PanicBench")
+        }
+    }
+
+    #[test]
+    fn a_panicking_bench_leaves_the_run_failed_with_its_message() {
+        let out = tempfile::tempdir().unwrap();
+        let options = RunOptions {
+            backend: BackendChoice::Auto,
+            adapter: None,
+            out: out.path().to_path_buf(),
+            quiet: true,
+            raw: false,
+        };
+        let benches: Vec<Box<dyn Bench>> = vec![Box::new(PanicBench)];
+        let err = run(&options, &benches, None).unwrap_err().to_string();
+        assert!(err.contains("deliberate panic"), "{err}");
+        let dir = std::fs::read_dir(out.path())
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let meta: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("meta.json")).unwrap()).unwrap();
+        assert_eq!(meta["status"], "failed");
+        assert!(meta["error"].as_str().unwrap().contains("deliberate panic"));
+    }
 }

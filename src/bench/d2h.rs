@@ -82,6 +82,7 @@ impl D2hConfig {
             warmup: self.warmup.unwrap_or(d.warmup),
         };
         check_iters("d2h.iters", plan.iters)?;
+        super::check_warmup("d2h.warmup", plan.warmup)?;
         Ok(plan)
     }
 }

@@ -114,6 +114,7 @@ impl KernelsConfig {
             reselect: d.reselect,
         };
         check_iters("kernels.iters", plan.iters)?;
+        super::check_warmup("kernels.warmup", plan.warmup)?;
         Ok(plan)
     }
 }

@@ -69,6 +69,16 @@ pub fn check_iters(key: &str, iters: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// Warm-up counts: bounded like iterations (zero allowed).
+pub fn check_warmup(key: &str, warmup: u32) -> Result<(), String> {
+    if warmup > 100_000 {
+        return Err(format!(
+            "{key} = {warmup}: expected a count from 0 to 100000"
+        ));
+    }
+    Ok(())
+}
+
 /// The GPU of a bench that needs one (the orchestrator opens it first).
 pub(crate) fn need_gpu<'g>(gpu: Option<&'g Gpu>, bench: &str) -> Result<&'g Gpu> {
     gpu.ok_or_else(|| anyhow::anyhow!("internal error: {bench} ran without a GPU"))

@@ -207,8 +207,9 @@ pub struct SinkArgs {
     /// Largest payload accepted, in bytes (K/M/G units allowed).
     #[arg(long, value_parser = crate::units::parse_size, default_value = "256M")]
     pub max_payload: u64,
-    /// Seconds a read may wait before the peer counts as gone.
-    #[arg(long, default_value_t = 30)]
+    /// Seconds a frame may take to arrive before the peer counts as gone (1 to 3600). It must
+    /// exceed the largest delay the sender injects.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout_s: u64,
     /// What the sender uses: TCP, or RDMA WRITE through verbs (`hol --transport rdma`).
     #[arg(long, value_enum, default_value = "tcp")]
@@ -273,8 +274,8 @@ pub struct RdmaArgs {
     /// Timed iterations per size (ib_write_lat/ib_write_bw -n).
     #[arg(long, default_value_t = 1000, value_parser = parse_iters)]
     pub iters: u32,
-    /// Untimed latency rounds before the timed ones.
-    #[arg(long, default_value_t = 10)]
+    /// Untimed latency rounds before the timed ones (at most 100000).
+    #[arg(long, default_value_t = 10, value_parser = parse_warmup)]
     pub warmup: u32,
     /// Outstanding writes in the bandwidth test (ib_write_bw --tx-depth).
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -325,8 +326,8 @@ pub struct D2hArgs {
     /// Timed iterations per point.
     #[arg(long, default_value_t = D2hPlan::default().iters, value_parser = parse_iters)]
     pub iters: u32,
-    /// Untimed warm-up iterations per point.
-    #[arg(long, default_value_t = D2hPlan::default().warmup)]
+    /// Untimed warm-up iterations per point (at most 100000).
+    #[arg(long, default_value_t = D2hPlan::default().warmup, value_parser = parse_warmup)]
     pub warmup: u32,
     /// Also write every iteration's sample to d2h_samples.csv.
     #[arg(long)]
@@ -380,8 +381,8 @@ pub struct KernelsArgs {
     /// Timed iterations per point.
     #[arg(long, default_value_t = KernelsPlan::default().iters, value_parser = parse_iters)]
     pub iters: u32,
-    /// Untimed warm-up iterations per point.
-    #[arg(long, default_value_t = KernelsPlan::default().warmup)]
+    /// Untimed warm-up iterations per point (at most 100000).
+    #[arg(long, default_value_t = KernelsPlan::default().warmup, value_parser = parse_warmup)]
     pub warmup: u32,
     #[arg(long, value_name = "NAME",
         help = variant_help("GEMM", GEMM_VARIANTS),
@@ -468,9 +469,9 @@ pub struct SimArgs {
     /// Schedules whose ASCII timeline is printed, or "none" [default: static:1f1b,adaptive].
     #[arg(long, value_name = "LIST")]
     pub timeline: Option<String>,
-    /// Timeline width in characters.
-    #[arg(long, default_value_t = 100)]
-    pub width: usize,
+    /// Timeline width in characters (20 to 1000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(20..=1000))]
+    pub width: u64,
     /// Write a Chrome trace / Perfetto JSON of every simulated schedule.
     #[arg(long, value_name = "FILE")]
     pub trace_out: Option<PathBuf>,
@@ -556,6 +557,14 @@ fn parse_gemm_list(s: &str) -> Result<Vec<GemmSize>, String> {
 
 fn parse_layernorm_list(s: &str) -> Result<Vec<LayernormSize>, String> {
     sizes::parse_list(s, sizes::parse_layernorm)
+}
+
+fn parse_warmup(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number"))?;
+    crate::bench::check_warmup("--warmup", n)?;
+    Ok(n)
 }
 
 fn parse_iters(s: &str) -> Result<u32, String> {

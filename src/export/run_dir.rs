@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use super::csv::{CsvSink, CsvTable, SamplesTable};
 use super::meta::RunMeta;
 
+#[derive(Debug)]
 pub struct RunDir {
     pub id: String,
     pub path: PathBuf,

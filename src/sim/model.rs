@@ -60,13 +60,20 @@ impl fmt::Display for CommModel {
 pub enum ScenarioError {
     #[error("{0} must be at least 1")]
     TooFew(&'static str),
+    #[error("{what} = {value} is over the cap of {cap}{why}")]
+    TooMany {
+        what: &'static str,
+        value: usize,
+        cap: usize,
+        why: &'static str,
+    },
     #[error("{field} has {got} values; give one value or one per stage ({stages})")]
     WrongLength {
         field: &'static str,
         got: usize,
         stages: usize,
     },
-    #[error("{field} = {value}: durations must be finite and >= 0{extra}")]
+    #[error("{field} = {value}: durations must be finite, >= 0 and at most {MAX_MS} ms{extra}")]
     BadDuration {
         field: &'static str,
         value: f64,
@@ -79,6 +86,17 @@ pub enum ScenarioError {
         max: i64,
     },
 }
+
+/// The most stages a scenario may have.
+pub const MAX_STAGES: usize = 1024;
+/// The most microbatches a scenario may have.
+pub const MAX_MICROBATCHES: usize = 65_536;
+/// The most stages x microbatches: a schedule's run holds about 3 ops each, and the adaptive
+/// planner several runs, so this keeps one `sim` under about 1 GiB.
+pub const MAX_STAGE_MICROBATCHES: usize = 1 << 19;
+/// The longest duration or delay accepted, in ms (about 17 minutes): far beyond any real op or
+/// link, and small enough that sums of many stay exact in f64.
+pub const MAX_MS: f64 = 1e6;
 
 /// One simulated iteration's inputs.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -104,7 +122,7 @@ fn per_stage(field: &'static str, v: &[f64], stages: usize) -> Result<Vec<f64>, 
         got => return Err(ScenarioError::WrongLength { field, got, stages }),
     };
     for &x in &out {
-        if !x.is_finite() || x < 0.0 {
+        if !x.is_finite() || !(0.0..=MAX_MS).contains(&x) {
             return Err(ScenarioError::BadDuration {
                 field,
                 value: x,
@@ -116,7 +134,7 @@ fn per_stage(field: &'static str, v: &[f64], stages: usize) -> Result<Vec<f64>, 
 }
 
 fn non_negative(field: &'static str, x: f64) -> Result<f64, ScenarioError> {
-    if !x.is_finite() || x < 0.0 {
+    if !x.is_finite() || !(0.0..=MAX_MS).contains(&x) {
         return Err(ScenarioError::BadDuration {
             field,
             value: x,
@@ -147,6 +165,26 @@ impl Scenario {
         if microbatches < 1 {
             return Err(ScenarioError::TooFew("microbatches"));
         }
+        let over = |what, value, cap, why| ScenarioError::TooMany {
+            what,
+            value,
+            cap,
+            why,
+        };
+        if stages > MAX_STAGES {
+            return Err(over("stages", stages, MAX_STAGES, ""));
+        }
+        if microbatches > MAX_MICROBATCHES {
+            return Err(over("microbatches", microbatches, MAX_MICROBATCHES, ""));
+        }
+        if stages * microbatches > MAX_STAGE_MICROBATCHES {
+            return Err(over(
+                "stages x microbatches",
+                stages * microbatches,
+                MAX_STAGE_MICROBATCHES,
+                " (it keeps one sim run under 1 GiB of memory)",
+            ));
+        }
         let tf = per_stage("tf", tf, stages)?;
         let tb = per_stage("tb", tb, stages)?;
         let tw = per_stage("tw", tw, stages)?;
@@ -171,6 +209,7 @@ impl Scenario {
                 });
             }
             delay_ms[link] += non_negative("slow delay", d)?;
+            non_negative("slow delay", delay_ms[link])?;
         }
         Ok(Scenario {
             stages,

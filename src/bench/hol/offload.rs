@@ -57,7 +57,10 @@ type SinkThread = std::thread::JoinHandle<Result<SinkStats, TransportError>>;
 
 /// Where offloaded bytes go: a fresh connection per repetition.
 fn connect(plan: &HolPlan, bytes: u64) -> Result<(Box<dyn Transport>, Option<SinkThread>)> {
-    let timeouts = Timeouts::default();
+    // A receiver waits out each injected delay before the frame comes: its timeout must follow
+    // the largest delay the run asks for.
+    let mut timeouts = Timeouts::default();
+    timeouts.io += Duration::from_secs_f64(plan.max_delay_ms() / 1e3);
     let max = bytes.clamp(4, MAX_PAYLOAD);
     let (addr, sink) = match &plan.peer {
         Some(addr) => (addr.clone(), None),

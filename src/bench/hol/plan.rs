@@ -6,6 +6,16 @@ use serde::{Deserialize, Serialize};
 use crate::rdma::DeviceChoice;
 use crate::transport::TransportKind;
 
+/// The most repetitions per point.
+pub const MAX_REPS: u32 = 1000;
+/// The most compute ops per stream.
+pub const MAX_OPS: u32 = 2000;
+/// The link rates a stand-in may charge, GB/s (1 MB/s to 100 TB/s).
+pub const MIN_LINK_GBPS: f64 = 1e-3;
+pub const MAX_LINK_GBPS: f64 = 1e5;
+/// The longest run accepted, in seconds of injected delay and stand-in time.
+pub const MAX_RUN_S: f64 = 3600.0;
+
 /// The longest straggler delay accepted (one minute).
 pub const MAX_DELAY_MS: f64 = 60_000.0;
 
@@ -140,11 +150,19 @@ impl HolPlan {
         if self.every.iter().any(|&e| e == 0 || e > self.ops) {
             return Err(format!("every must be between 1 and ops ({})", self.ops));
         }
-        if self.reps == 0 {
-            return Err("reps must be at least 1".into());
+        if self.reps == 0 || self.reps > MAX_REPS {
+            return Err(format!("reps {}: give 1 to {MAX_REPS}", self.reps));
         }
-        if !(self.link_gbps.is_finite() && self.link_gbps > 0.0) {
-            return Err("link-gbps must be a positive number".into());
+        if !(self.link_gbps.is_finite()
+            && (MIN_LINK_GBPS..=MAX_LINK_GBPS).contains(&self.link_gbps))
+        {
+            return Err(format!(
+                "link-gbps {}: give {MIN_LINK_GBPS} to {MAX_LINK_GBPS} GB/s",
+                self.link_gbps
+            ));
+        }
+        if self.ops > MAX_OPS {
+            return Err(format!("ops {}: give 2 to {MAX_OPS}", self.ops));
         }
         let act = self.activation_bytes();
         for b in self.bytes.iter().flatten() {
@@ -163,7 +181,63 @@ impl HolPlan {
         if self.modes.is_empty() {
             return Err("no mode to run".into());
         }
+        // A stand-in holds the queue for the wire time plus the delay: bound both together.
+        let act = self.activation_bytes();
+        let largest = self
+            .bytes
+            .iter()
+            .map(|b| b.unwrap_or(act))
+            .max()
+            .unwrap_or(act);
+        let wire_ms = largest as f64 / (self.link_gbps * 1e6);
+        if self.modes.contains(&Mode::Inline) && wire_ms + self.max_delay_ms() > MAX_DELAY_MS {
+            return Err(format!(
+                "a stand-in transfer would hold the queue {:.0} ms ({largest} B at {} GB/s plus \
+                 {} ms delay), over the {MAX_DELAY_MS} ms cap: raise link-gbps or lower the delay",
+                wire_ms + self.max_delay_ms(),
+                self.link_gbps,
+                self.max_delay_ms()
+            ));
+        }
+        let secs = self.estimated_seconds();
+        if secs > MAX_RUN_S {
+            return Err(format!(
+                "this hol run would take about {secs:.0} s of injected delay and stand-in time, \
+                 over the cap of {MAX_RUN_S} s: fewer reps, delays, sizes or transfers"
+            ));
+        }
         Ok(())
+    }
+
+    /// The largest delay any transfer gets, in ms.
+    pub fn max_delay_ms(&self) -> f64 {
+        match &self.delays {
+            Delays::Sweep(d) => d.iter().copied().fold(0.0, f64::max),
+            Delays::Trace(t) => t.iter().map(|&(_, d)| d).fold(0.0, f64::max),
+        }
+    }
+
+    /// A lower bound of the run's time: every injected delay and stand-in, which the run
+    /// spends in full (offload's sender sleeps each delay in turn).
+    pub fn estimated_seconds(&self) -> f64 {
+        let act = self.activation_bytes();
+        let mut ms = 0.0;
+        for &every in &self.every {
+            for bytes in self.bytes.iter().map(|b| b.unwrap_or(act)) {
+                let wire_ms = bytes as f64 / (self.link_gbps * 1e6);
+                for (_, delays) in self.delay_cases(every) {
+                    let delay: f64 = delays.iter().sum();
+                    for mode in &self.modes {
+                        ms += match mode {
+                            Mode::None => 0.0,
+                            Mode::Inline => delay + wire_ms * delays.len() as f64,
+                            Mode::Offload => delay,
+                        } * self.reps as f64;
+                    }
+                }
+            }
+        }
+        ms / 1e3
     }
 
     pub fn activation_bytes(&self) -> u64 {

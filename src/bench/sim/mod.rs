@@ -251,13 +251,62 @@ impl SimPlan {
                 });
             }
         }
-        Ok(SimPlan {
+        let plan = SimPlan {
             cases,
             schedules,
             mem_limit,
-        })
+        };
+        plan.check_cost()?;
+        Ok(plan)
+    }
+
+    /// Ops the run will simulate, counting the adaptive planner's candidate runs and the
+    /// delay-free run each static replay is taken from.
+    pub fn estimated_ops(&self) -> u64 {
+        let per_case: u64 = self
+            .schedules
+            .iter()
+            .map(|s| match s {
+                Schedule::Adaptive => ADAPTIVE_RUNS,
+                Schedule::Static(_) => 2,
+                _ => 1,
+            })
+            .sum();
+        self.cases
+            .iter()
+            .map(|c| 3 * (c.scenario.stages * c.scenario.microbatches) as u64 * per_case)
+            .sum()
+    }
+
+    /// Refuses, before anything runs, a plan over the case or op caps.
+    fn check_cost(&self) -> Result<(), String> {
+        if self.cases.len() > MAX_CASES {
+            return Err(format!(
+                "{} cases (trace iterations and sweep delays) is over the cap of {MAX_CASES}: \
+                 split the trace or the sweep",
+                self.cases.len()
+            ));
+        }
+        let ops = self.estimated_ops();
+        if ops > MAX_SIM_OPS {
+            return Err(format!(
+                "this run would simulate about {ops} ops, over the cap of {MAX_SIM_OPS} \
+                 (about a minute of simulation): use fewer stages, microbatches, cases or schedules"
+            ));
+        }
+        Ok(())
     }
 }
+
+/// The most cases (trace iterations plus sweep delays) one run simulates.
+pub const MAX_CASES: usize = 10_000;
+/// The most ops one run simulates (estimated before it starts, see `estimated_ops`).
+pub const MAX_SIM_OPS: u64 = 250_000_000;
+/// Runs the adaptive planner makes per case: 18 candidate plans, the two delay-free runs its
+/// static candidates replay, and the winner once more.
+const ADAPTIVE_RUNS: u64 = 22;
+/// The most rows `sim_timeline.csv` gets in one run; later cases get none (and it says so).
+pub const MAX_TIMELINE_ROWS: usize = 500_000;
 
 /// What one schedule did on one case.
 pub struct Outcome {
@@ -326,6 +375,7 @@ const TIMELINE_MAX_OPS: usize = 12_288;
 pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outcome>> {
     let mut table = dir.table::<SimTable>()?;
     let mut timeline = dir.table::<TimelineTable>()?;
+    let (mut timeline_rows, mut timeline_full) = (0usize, false);
     let mut outcomes = Vec::new();
     let one_f_one_b: Schedule = "1f1b".parse().expect("valid");
     for case in &plan.cases {
@@ -384,7 +434,16 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
                 Some(&stats),
                 figures,
             ))?;
-            if run.ops.len() <= TIMELINE_MAX_OPS {
+            let room = timeline_rows + run.ops.len() <= MAX_TIMELINE_ROWS;
+            if run.ops.len() <= TIMELINE_MAX_OPS && !room && !timeline_full {
+                timeline_full = true;
+                progress.println(format!(
+                    "note: sim_timeline.csv is full ({timeline_rows} rows, cap \
+                     {MAX_TIMELINE_ROWS}): later cases have no timeline rows"
+                ));
+            }
+            if run.ops.len() <= TIMELINE_MAX_OPS && room && !timeline_full {
+                timeline_rows += run.ops.len();
                 for e in &run.ops {
                     let params = TimelineParams {
                         iteration: case.iteration,
