@@ -125,8 +125,17 @@ fn plot(
     compare: &[std::path::PathBuf],
     quiet: bool,
 ) -> anyhow::Result<()> {
-    if !dir.join("meta.json").exists() && !dir.is_dir() {
-        anyhow::bail!("{} is not a run folder (results/<run-id>)", dir.display());
+    for d in std::iter::once(dir).chain(compare.iter().map(|p| p.as_path())) {
+        let has_run = d.join("meta.json").exists()
+            || std::fs::read_dir(d).is_ok_and(|mut it| {
+                it.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "csv")))
+            });
+        if !has_run {
+            anyhow::bail!(
+                "{} is not a run folder (results/<run-id> with meta.json or CSVs): check the path",
+                d.display()
+            );
+        }
     }
     let outcome = morphbench::export::plot::plot_run(dir, format, compare)?;
     morphbench::export::report::write_report(dir, &outcome)?;

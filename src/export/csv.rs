@@ -29,7 +29,23 @@ pub trait CsvTable {
     type Params: Serialize + DeserializeOwned + Default;
     /// Columns after the statistics block (or after the parameters without one).
     type Figures: Serialize + DeserializeOwned + Default;
+    /// Numeric columns that may hold negative values (every other number must be >= 0).
+    const SIGNED: &'static [&'static str] = &[];
+    /// Checks a row read back beyond its cells' types (ranges that bound what readers
+    /// allocate); returns the column and the reason.
+    fn check(_line: &Line<Self>) -> Result<(), (&'static str, String)>
+    where
+        Self: Sized,
+    {
+        Ok(())
+    }
 }
+
+/// The largest magnitude a numeric cell may hold: far beyond any figure (1e15 µs is 31 years),
+/// small enough that sums over a whole table stay finite.
+pub const MAX_CELL: f64 = 1e15;
+/// The largest table a reader loads.
+pub const MAX_TABLE_BYTES: u64 = 512 << 20;
 
 /// The four columns every table starts with.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -292,6 +308,14 @@ pub fn read_table<T: CsvTable>(path: &Path) -> Result<Vec<Line<T>>, DataError> {
         path: path.to_path_buf(),
         reason,
     };
+    let size = std::fs::metadata(path)
+        .map_err(|e| unreadable(e.to_string()))?
+        .len();
+    if size > MAX_TABLE_BYTES {
+        return Err(unreadable(format!(
+            "{size} bytes is over the {MAX_TABLE_BYTES}-byte cap of a table that is read back"
+        )));
+    }
     let text = std::fs::read_to_string(path).map_err(|e| unreadable(e.to_string()))?;
     if text.trim().is_empty() {
         return Err(DataError::Empty {
@@ -313,6 +337,7 @@ pub fn read_table<T: CsvTable>(path: &Path) -> Result<Vec<Line<T>>, DataError> {
         let row = i + 1;
         let record = record.map_err(|e| unreadable(format!("row {row}: {e}")))?;
         let cell = |e: ::csv::Error| bad_cell(path, row, &headers, &record, e);
+        check_numbers::<T>(path, row, &headers, &record)?;
         let lead: Leading = record.deserialize(Some(&headers)).map_err(cell)?;
         if lead.schema_version != SCHEMA_VERSION {
             return Err(DataError::Schema {
@@ -321,7 +346,7 @@ pub fn read_table<T: CsvTable>(path: &Path) -> Result<Vec<Line<T>>, DataError> {
                 expected: SCHEMA_VERSION,
             });
         }
-        out.push(Line {
+        let line = Line {
             lead,
             params: record.deserialize(Some(&headers)).map_err(cell)?,
             stats: match T::WITH_STATS {
@@ -329,9 +354,52 @@ pub fn read_table<T: CsvTable>(path: &Path) -> Result<Vec<Line<T>>, DataError> {
                 false => None,
             },
             figures: record.deserialize(Some(&headers)).map_err(cell)?,
-        });
+        };
+        if let Err((column, reason)) = T::check(&line) {
+            let i = headers.iter().position(|h| h == column);
+            return Err(DataError::BadCell {
+                path: path.to_path_buf(),
+                row,
+                column: column.to_string(),
+                value: i.and_then(|i| record.get(i)).unwrap_or("").to_string(),
+                reason,
+            });
+        }
+        out.push(line);
     }
     Ok(out)
+}
+
+/// Every cell that reads as a number must be finite, within [`MAX_CELL`], and not negative
+/// unless its column is one of `T::SIGNED` (or the confidence bound `ci95_lo_us`).
+fn check_numbers<T: CsvTable>(
+    path: &Path,
+    row: usize,
+    headers: &::csv::StringRecord,
+    record: &::csv::StringRecord,
+) -> Result<(), DataError> {
+    for (column, value) in headers.iter().zip(record.iter()) {
+        let Ok(x) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let reason = if !x.is_finite() {
+            "not a finite number"
+        } else if x.abs() > MAX_CELL {
+            "out of range (magnitude over 1e15)"
+        } else if x < 0.0 && column != "ci95_lo_us" && !T::SIGNED.contains(&column) {
+            "negative, which this column never is"
+        } else {
+            continue;
+        };
+        return Err(DataError::BadCell {
+            path: path.to_path_buf(),
+            row,
+            column: column.to_string(),
+            value: value.to_string(),
+            reason: reason.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Turns a cell's deserialization error into one that names the column and the value.
@@ -476,6 +544,19 @@ mod tests {
                 && e.contains("lots"),
             "{e}"
         );
+        // Infinite, huge and negative numbers are refused, naming the column.
+        for (bad, why) in [
+            ("inf", "finite"),
+            ("1e308", "out of range"),
+            ("-5", "negative"),
+        ] {
+            std::fs::write(&path, text.replacen(",1.0,gpu", &format!(",{bad},gpu"), 1)).unwrap();
+            let e = read_table::<T>(&path).unwrap_err().to_string();
+            assert!(
+                e.contains("row 1") && e.contains("'gbps'") && e.contains(why),
+                "{e}"
+            );
+        }
         // A missing column is named even with no rows.
         std::fs::write(&path, "schema_version,run_id,bench,case,size\n").unwrap();
         let e = read_table::<T>(&path).unwrap_err().to_string();

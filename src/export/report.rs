@@ -47,6 +47,7 @@ fn gemm_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataError
     if let Some((g, size, variant)) = best {
         let ratio = cpu
             .get(&size)
+            .filter(|&&c| c > 0.0)
             .map(|c| format!(", {:.3}x the CPU SGEMM baseline ({c:.1} GFLOP/s)", g / c))
             .unwrap_or_default();
         out.push(Headline {
@@ -57,6 +58,7 @@ fn gemm_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataError
     if let Some((g, size)) = best_ln {
         let ratio = memcpy
             .get(&size)
+            .filter(|&&m| m > 0.0)
             .map(|m| format!(", {:.3}x host memcpy ({m:.1} GB/s)", g / m))
             .unwrap_or_default();
         out.push(Headline {
@@ -91,6 +93,7 @@ fn d2h_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataError>
     if let Some((g, bytes)) = best {
         let ratio = memcpy
             .get(&(bytes as u64))
+            .filter(|&&m| m > 0.0)
             .map(|m| format!(", {:.2}x host memcpy", g / m))
             .unwrap_or_default();
         out.push(Headline {
@@ -132,9 +135,14 @@ fn hol_sim_headlines(run: &Loaded, out: &mut Vec<Headline>) -> Result<(), DataEr
             }
         }
         if let Some((d, removed)) = best {
+            let value = if removed >= 0.0 {
+                format!("{:.1}% at {d} ms injected delay", removed * 100.0)
+            } else {
+                format!("none at {d} ms injected delay: offload stalled longer than inline")
+            };
             out.push(Headline {
                 what: "HoL stall removed by offload".into(),
-                value: format!("{:.1}% at {d} ms injected delay", removed * 100.0),
+                value,
             });
         }
     }
@@ -200,6 +208,9 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
         "Host **{}**, adapter **{}**.\n",
         run.label.host, run.label.adapter
     )?;
+    if let Some(warning) = run.label.incomplete() {
+        writeln!(md, "> **Partial run.** {warning}\n")?;
+    }
     writeln!(md, "| headline | value |\n|---|---|")?;
     for h in &heads {
         writeln!(md, "| {} | {} |", h.what, h.value)?;
@@ -241,6 +252,13 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
         "<h1>morphbench: {}</h1>",
         html_escape(&run.label.short())
     )?;
+    if let Some(warning) = run.label.incomplete() {
+        writeln!(
+            html,
+            "<p style=\"border:2px solid #c00;padding:8px\"><b>Partial run.</b> {}</p>",
+            html_escape(&warning)
+        )?;
+    }
     writeln!(html, "<table><tr><th>headline</th><th>value</th></tr>")?;
     for h in &heads {
         writeln!(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::oob::{OobChannel, Params, Purpose};
 use super::verbs::{Completion, QpCaps, VerbsError, WriteFlags};
 use super::{client_hello, server_hello, DeviceChoice, Link, LinkShape, RdmaError};
-use crate::transport::wire::{checksum, FrameKind, Header, HEADER_BYTES, MAX_PAYLOAD};
+use crate::transport::wire::{checksum, FrameKind, Header, SeqCheck, HEADER_BYTES, MAX_PAYLOAD};
 use crate::transport::{Receiver, SendTiming, Transport, TransportError};
 
 const WR_WRITE: u64 = 1;
@@ -174,6 +174,7 @@ pub struct RdmaReceiver {
     /// The last ack's SEND has not completed yet, so its buffer is not free. Its completion
     /// may come after the sender's next frame, which the ack released.
     ack_in_flight: bool,
+    seq: SeqCheck,
 }
 
 impl RdmaReceiver {
@@ -200,6 +201,7 @@ impl RdmaReceiver {
             max_payload,
             io,
             ack_in_flight: false,
+            seq: SeqCheck::default(),
         })
     }
 
@@ -240,6 +242,7 @@ impl RdmaReceiver {
         self.link.mr.read(0, &mut b)?;
         // The length is checked against our limit before the buffer is sized from it.
         let h = Header::decode(&b, self.max_payload)?;
+        self.seq.check(&h)?;
         if c.imm != Some(h.seq as u32) {
             return Err(TransportError::Protocol(format!(
                 "frame {} arrived with immediate {:?}",

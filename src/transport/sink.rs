@@ -1,7 +1,7 @@
 //! The receiving side: `morphbench sink` on another node, or an in-process sink on loopback.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -32,35 +32,60 @@ pub fn drain(rx: &mut dyn Receiver) -> Result<SinkStats, TransportError> {
 }
 
 /// Makes a receiver of an accepted connection (completing its hello).
-pub type AcceptFn<'a> = dyn Fn(TcpStream) -> Result<Box<dyn Receiver>, TransportError> + 'a;
+pub type AcceptFn<'a> = dyn Fn(TcpStream) -> Result<Box<dyn Receiver>, TransportError> + Sync + 'a;
 
-/// Serves connections one at a time until `stop` is set (or after one with `once`).
-/// `report` is told about each finished connection.
+/// The most connections a sink serves at once; one more is closed at once, and said so.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// Serves connections until `stop` is set (or, with `once`, serves one and returns). Each
+/// connection has its own thread, so a slow or silent client never delays another; each frame
+/// has a deadline (the receiver's), so none holds its thread for long. `report` is told about
+/// each finished connection.
 pub fn serve(
     listener: TcpListener,
     accept: &AcceptFn<'_>,
     once: bool,
     stop: Arc<AtomicBool>,
-    mut report: impl FnMut(SocketAddr, Result<SinkStats, TransportError>),
+    report: impl Fn(SocketAddr, Result<SinkStats, TransportError>) + Sync,
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
-    while !stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                stream.set_nonblocking(false)?;
-                let result = accept(stream).and_then(|mut rx| drain(rx.as_mut()));
-                report(peer, result);
-                if once {
-                    break;
+    let open = AtomicUsize::new(0);
+    std::thread::scope(|scope| -> std::io::Result<()> {
+        while !stop.load(Ordering::Relaxed) {
+            let (stream, peer) = match listener.accept() {
+                Ok(pair) => pair,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
                 }
+                Err(e) => return Err(e),
+            };
+            stream.set_nonblocking(false)?;
+            let serve_one =
+                |stream: TcpStream| accept(stream).and_then(|mut rx| drain(rx.as_mut()));
+            if once {
+                report(peer, serve_one(stream));
+                break;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(10));
+            if open.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+                drop(stream);
+                report(
+                    peer,
+                    Err(TransportError::Protocol(format!(
+                        "refused: {MAX_CONNECTIONS} connections are open already"
+                    ))),
+                );
+                continue;
             }
-            Err(e) => return Err(e),
+            open.fetch_add(1, Ordering::SeqCst);
+            let (open, report) = (&open, &report);
+            scope.spawn(move || {
+                report(peer, serve_one(stream));
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// An in-process sink on an ephemeral loopback port that serves one connection.
@@ -101,7 +126,7 @@ pub fn run_cli(
             listener.local_addr()?
         );
     }
-    let mut failed = None;
+    let failed = std::sync::Mutex::new(None);
     let accept = receiver_for(transport, rdma.clone(), max_payload, io);
     serve(
         listener,
@@ -119,11 +144,11 @@ pub fn run_cli(
             }
             Err(e) => {
                 eprintln!("{peer}: {e}");
-                failed = Some(format!("{peer}: {e}"));
+                *failed.lock().unwrap() = Some(format!("{peer}: {e}"));
             }
         },
     )?;
-    match (once, failed) {
+    match (once, failed.into_inner().unwrap()) {
         (true, Some(e)) => Err(anyhow::anyhow!(e)),
         _ => Ok(()),
     }

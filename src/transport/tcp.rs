@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use super::wire::{checksum, read_hello, write_hello, FrameKind, Header, HEADER_BYTES};
+use super::wire::{checksum, read_hello, write_hello, FrameKind, Header, SeqCheck, HEADER_BYTES};
 use super::{Receiver, SendTiming, Transport, TransportError};
 
 /// How long connecting, and any single read or write, may take.
@@ -96,7 +96,33 @@ impl Transport for TcpTransport {
 pub struct TcpReceiver {
     stream: TcpStream,
     max_payload: u64,
+    /// How long one whole frame may take to arrive, however it trickles in.
     io: Duration,
+    seq: SeqCheck,
+}
+
+/// Reads exactly `buf.len()` bytes before `deadline`, whatever the pace of the peer: a peer
+/// that sends a byte now and then cannot stretch a frame past its deadline.
+fn read_by(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> Result<(), TransportError> {
+    let mut done = 0;
+    while done < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(TransportError::Timeout(Duration::ZERO));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf[done..]) {
+            Ok(0) => return Err(TransportError::Closed),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 impl TcpReceiver {
@@ -115,14 +141,17 @@ impl TcpReceiver {
             stream,
             max_payload,
             io,
+            seq: SeqCheck::default(),
         })
     }
 
     fn recv_inner(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, TransportError> {
+        let deadline = Instant::now() + self.io;
         let mut b = [0u8; HEADER_BYTES];
-        self.stream.read_exact(&mut b)?;
+        read_by(&mut self.stream, &mut b, deadline)?;
         // The length is checked against our limit before the buffer is sized from it.
         let h = Header::decode(&b, self.max_payload)?;
+        self.seq.check(&h)?;
         match h.kind {
             FrameKind::Bye => return Ok(None),
             FrameKind::Ack => {
@@ -133,7 +162,7 @@ impl TcpReceiver {
             FrameKind::Data => {}
         }
         buf.resize(h.len as usize, 0);
-        self.stream.read_exact(buf)?;
+        read_by(&mut self.stream, buf, deadline)?;
         let ok = checksum(buf) == h.check;
         self.stream.write_all(&Header::ack(h.seq, ok).encode())?;
         if !ok {

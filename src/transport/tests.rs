@@ -183,3 +183,102 @@ fn sink_rejects_garbage_oversized_and_corrupt_frames() {
     .unwrap_err();
     assert!(matches!(err, TransportError::Closed), "{err}");
 }
+
+/// A data frame `seq` carrying `payload`.
+fn frame(seq: u64, payload: &[u8]) -> [u8; HEADER_BYTES] {
+    Header::data(seq, payload).encode()
+}
+
+#[test]
+fn sink_rejects_duplicate_and_out_of_order_frames() {
+    let p = [7u8; 16];
+    let read_ack = |s: &mut TcpStream| {
+        let mut b = [0u8; HEADER_BYTES];
+        s.read_exact(&mut b).unwrap();
+    };
+    let err = raw_client(1024, |s| {
+        s.write_all(&frame(1, &p)).unwrap();
+        s.write_all(&p).unwrap();
+        read_ack(s);
+        s.write_all(&frame(1, &p)).unwrap();
+        s.write_all(&p).unwrap();
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("frame 1 is a duplicate"), "{err}");
+    let err = raw_client(1024, |s| {
+        s.write_all(&frame(3, &p)).unwrap();
+        s.write_all(&p).unwrap();
+    })
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("out of order: expected 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_frame_that_trickles_in_meets_its_deadline() {
+    // One byte every 100 ms never trips a per-read timeout of 500 ms, but the whole frame
+    // must arrive within it.
+    let t0 = Instant::now();
+    let err = raw_client(1024, |s| {
+        for b in frame(1, &[1u8; 64]) {
+            if s.write_all(&[b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .unwrap_err();
+    assert!(matches!(err, TransportError::Timeout(_)), "{err}");
+    assert!(
+        t0.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn a_silent_client_does_not_delay_another() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{Arc, Mutex};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(Mutex::new(Vec::new()));
+    let server = {
+        let (stop, done) = (stop.clone(), done.clone());
+        std::thread::spawn(move || {
+            let accept = super::factory::receiver_for(
+                super::TransportKind::Tcp,
+                Default::default(),
+                1024,
+                Duration::from_secs(3),
+            );
+            super::sink::serve(listener, &accept, false, stop, |_, r| {
+                done.lock().unwrap().push((Instant::now(), r.is_ok()))
+            })
+            .unwrap();
+        })
+    };
+    // The silent one: says hello, then nothing.
+    let mut silent = TcpStream::connect(&addr).unwrap();
+    write_hello(&mut silent, 1024).unwrap();
+    read_hello(&mut silent).unwrap();
+    let t0 = Instant::now();
+    let mut tx = TcpTransport::connect(&addr, 1024, quick()).unwrap();
+    for k in 0..3u8 {
+        tx.send(&[k; 100]).unwrap();
+    }
+    tx.close().unwrap();
+    let served = t0.elapsed();
+    // The busy client finished while the silent one still held its connection.
+    assert!(served < Duration::from_secs(2), "{served:?}");
+    std::thread::sleep(Duration::from_millis(3500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    server.join().unwrap();
+    let done = done.lock().unwrap();
+    assert_eq!(done.len(), 2, "both connections end");
+    assert!(done.iter().any(|(_, ok)| *ok) && done.iter().any(|(_, ok)| !*ok));
+    drop(silent);
+}

@@ -139,6 +139,35 @@ impl Header {
 }
 
 /// Sends our hello: magic, protocol version, the largest payload we accept.
+/// A receiver's check that data frames come numbered 1, 2, 3, ... with none repeated or
+/// skipped, and that the goodbye follows the last of them.
+#[derive(Debug, Default)]
+pub struct SeqCheck {
+    last: u64,
+}
+
+impl SeqCheck {
+    pub fn check(&mut self, h: &Header) -> Result<(), TransportError> {
+        let expected = match h.kind {
+            FrameKind::Data => self.last + 1,
+            _ => self.last,
+        };
+        if h.seq != expected {
+            let what = if h.seq <= self.last && h.kind == FrameKind::Data {
+                "a duplicate"
+            } else {
+                "out of order"
+            };
+            return Err(TransportError::Protocol(format!(
+                "frame {} is {what}: expected {expected}",
+                h.seq
+            )));
+        }
+        self.last = expected;
+        Ok(())
+    }
+}
+
 pub fn write_hello(w: &mut impl Write, max_payload: u64) -> Result<(), TransportError> {
     let mut b = [0u8; 16];
     b[0..4].copy_from_slice(&HELLO_MAGIC);

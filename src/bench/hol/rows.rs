@@ -60,6 +60,7 @@ impl CsvTable for HolTable {
     const WITH_STATS: bool = true;
     type Params = HolParams;
     type Figures = HolFigures;
+    const SIGNED: &'static [&'static str] = &["stall_removed", "overhead_vs_none"];
 }
 
 /// The repetitions of one point, as they come in.

@@ -15,6 +15,7 @@ use crate::export::csv::{round, sig4};
 use crate::export::{read_optional, read_table, CsvTable, Line, RunDir};
 use crate::output::Progress;
 use crate::sim::engine::ops_simulated;
+use crate::sim::model::{MAX_MICROBATCHES, MAX_STAGES};
 use crate::sim::schedules::evaluate;
 use crate::sim::{default_mem_limit, CommModel, Run, Scenario, Schedule, DEFAULT_SCHEDULES};
 use crate::stats::Summary;
@@ -342,6 +343,27 @@ impl CsvTable for TimelineTable {
     const WITH_STATS: bool = false;
     type Params = TimelineParams;
     type Figures = TimelineFigures;
+
+    /// Stages and microbatches within the simulator's caps, ops that end after they start.
+    fn check(line: &Line<Self>) -> Result<(), (&'static str, String)> {
+        let (p, f) = (&line.params, &line.figures);
+        if p.stage >= MAX_STAGES {
+            return Err(("stage", format!("stages are 0 to {}", MAX_STAGES - 1)));
+        }
+        if p.microbatch >= MAX_MICROBATCHES {
+            return Err((
+                "microbatch",
+                format!("microbatches are 0 to {}", MAX_MICROBATCHES - 1),
+            ));
+        }
+        if f.end_ms < f.start_ms {
+            return Err(("end_ms", format!("before start_ms {}", f.start_ms)));
+        }
+        if !["F", "B", "W"].contains(&p.kind.as_str()) {
+            return Err(("kind", "an op kind is F, B or W".into()));
+        }
+        Ok(())
+    }
 }
 
 /// `sim_bench.csv`: simulator throughput per schedule (`sim --bench`).

@@ -8,6 +8,9 @@ use std::path::Path;
 pub struct RunLabel {
     pub host: String,
     pub adapter: String,
+    /// meta.json's status ("complete", "failed", "running"), or "unknown" without one.
+    pub status: String,
+    pub error: Option<String>,
 }
 
 impl RunLabel {
@@ -23,6 +26,27 @@ impl RunLabel {
                 .as_str()
                 .map(String::from)
                 .unwrap_or_else(|| "no GPU".into()),
+            status: meta["status"].as_str().unwrap_or("unknown").to_string(),
+            error: meta["error"].as_str().map(String::from),
+        }
+    }
+
+    /// A warning for a run that did not complete, to put at the top of its report.
+    pub fn incomplete(&self) -> Option<String> {
+        match self.status.as_str() {
+            "complete" => None,
+            "running" => Some(
+                "This run did not finish (meta.json still says \"running\": interrupted or \
+                 still going). Its rows are whole, but figures may be missing."
+                    .into(),
+            ),
+            status => Some(format!(
+                "This run is {status}{}. Its rows are whole, but figures may be missing.",
+                self.error
+                    .as_ref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            )),
         }
     }
 
