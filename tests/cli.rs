@@ -318,3 +318,66 @@ fn sizes_over_device_limits_fail_before_anything_runs() {
         .contains("max_storage_buffer_binding_size"));
     assert!(!run.join("kernels.csv").exists(), "nothing ran");
 }
+
+/// Inputs that once hung, panicked, or ran for minutes: each is refused at once, naming the
+/// problem (and every run is bounded before it starts).
+#[test]
+fn absurd_inputs_are_refused_at_once() {
+    let t0 = std::time::Instant::now();
+    let home = tempfile::tempdir().unwrap();
+    let trace = home.path().join("long.trace");
+    let lines: String = (0..100_000).map(|i| format!("{i};0;{}\n", i % 7)).collect();
+    std::fs::write(&trace, lines).unwrap();
+    let trace = trace.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--adapter", "5", "kernels", "--gemm", "8x8x8"],
+            "out of range",
+        ),
+        (
+            &["sim", "--timeline", "1f1b", "--width", "65535"],
+            "20..=1000",
+        ),
+        (&["sim", "--width", "18446744073709551615"], "--width"),
+        (
+            &["kernels", "--gemm", "8x8x8", "--warmup", "4294967295"],
+            "--warmup",
+        ),
+        (&["d2h", "--warmup", "4294967295"], "--warmup"),
+        (&["hol", "--reps", "4294967295"], "reps 4294967295"),
+        (
+            &["hol", "--mode", "inline", "--link-gbps", "1e-9"],
+            "link-gbps",
+        ),
+        (
+            &[
+                "hol",
+                "--mode",
+                "offload",
+                "--delay-ms",
+                "60000",
+                "--reps",
+                "1000",
+            ],
+            "over the cap",
+        ),
+        (
+            &["sim", "--stages", "3000", "--microbatches", "3000"],
+            "over the cap",
+        ),
+        (&["sim", "--stages", "1000000000"], "over the cap"),
+        (
+            &["sim", "--stages", "725", "--microbatches", "725"],
+            "stages x microbatches",
+        ),
+        (&["sim", "--tf", "1e308"], "at most 1000000 ms"),
+        (&["sim", "--link-ms", "1e308"], "at most 1000000 ms"),
+        (&["sim", "--slow", "0:1e308"], "at most 1000000 ms"),
+        (&["sim", "--trace", trace], "over the cap of 10000"),
+        (&["sink", "--timeout-s", "0"], "--timeout-s"),
+    ];
+    for (args, needle) in cases {
+        fails_with(args, needle);
+    }
+    assert!(t0.elapsed().as_secs() < 60, "{:?}", t0.elapsed());
+}

@@ -48,6 +48,24 @@ pub enum GpuError {
          part of a name from `morphbench info`"
     )]
     NoSuchAdapter { wanted: String, available: String },
+    #[error(
+        "--adapter {index} is out of range: there are {count} adapters ({available}). Pass an \
+         index from `morphbench info`"
+    )]
+    AdapterIndex {
+        index: usize,
+        count: usize,
+        available: String,
+    },
+    #[error(
+        "--adapter '{wanted}' matches {count} adapters ({available}): pass an index or more of \
+         the name"
+    )]
+    AmbiguousAdapter {
+        wanted: String,
+        count: usize,
+        available: String,
+    },
     #[error("could not open a device on adapter '{adapter}': {source}")]
     RequestDevice {
         adapter: String,
@@ -197,6 +215,47 @@ pub struct Gpu {
 /// How long one wait on the GPU may take before we call it hung.
 pub const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// The adapter `wanted` names among `names` (each "name (backend)", in `info`'s order): an
+/// index, or a case-insensitive part of one name. An index out of range, a part that matches
+/// no name, and a part that matches several names are errors that list the adapters.
+pub fn pick_adapter(wanted: &str, names: &[String]) -> Result<usize, GpuError> {
+    let available = || {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("{i}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let w = wanted.trim();
+    if let Ok(i) = w.parse::<usize>() {
+        return match i < names.len() {
+            true => Ok(i),
+            false => Err(GpuError::AdapterIndex {
+                index: i,
+                count: names.len(),
+                available: available(),
+            }),
+        };
+    }
+    let lower = w.to_lowercase();
+    let hits: Vec<usize> = (0..names.len())
+        .filter(|&i| names[i].to_lowercase().contains(&lower))
+        .collect();
+    match hits.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(GpuError::NoSuchAdapter {
+            wanted: w.to_string(),
+            available: available(),
+        }),
+        _ => Err(GpuError::AmbiguousAdapter {
+            wanted: w.to_string(),
+            count: hits.len(),
+            available: available(),
+        }),
+    }
+}
+
 impl Gpu {
     /// Opens the adapter named by `wanted` (an index or a name substring; best one if `None`).
     pub fn open(backend: BackendChoice, wanted: Option<&str>) -> Result<Gpu, GpuError> {
@@ -204,30 +263,16 @@ impl Gpu {
         if adapters.is_empty() {
             return Err(GpuError::NoAdapter { backend });
         }
+        let names: Vec<String> = adapters
+            .iter()
+            .map(|a| {
+                let info = a.get_info();
+                format!("{} ({:?})", info.name, info.backend)
+            })
+            .collect();
         let index = match wanted {
             None => 0,
-            Some(w) => {
-                let by_index = w.parse::<usize>().ok().filter(|&i| i < adapters.len());
-                let by_name = || {
-                    adapters
-                        .iter()
-                        .position(|a| a.get_info().name.to_lowercase().contains(&w.to_lowercase()))
-                };
-                by_index
-                    .or_else(by_name)
-                    .ok_or_else(|| GpuError::NoSuchAdapter {
-                        wanted: w.to_string(),
-                        available: adapters
-                            .iter()
-                            .enumerate()
-                            .map(|(i, a)| {
-                                let info = a.get_info();
-                                format!("{i}: {} ({:?})", info.name, info.backend)
-                            })
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    })?
-            }
+            Some(w) => pick_adapter(w, &names)?,
         };
         let adapter = &adapters[index];
         let report = AdapterReport::of(index, adapter);
@@ -378,5 +423,34 @@ impl Gpu {
             return Err(GpuError::Device(format!("{label}: {err}")));
         }
         Ok(pipeline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adapters_are_picked_by_index_or_by_one_name() {
+        let names = [
+            "llvmpipe (Vulkan)".to_string(),
+            "llvmpipe (Gl)".to_string(),
+            "NVIDIA H200 (Vulkan)".to_string(),
+        ];
+        assert_eq!(pick_adapter("1", &names).unwrap(), 1);
+        assert_eq!(pick_adapter("h200", &names).unwrap(), 2);
+        // A digit is an index, never a part of a name ("H200" holds a 2).
+        let e = pick_adapter("5", &names).unwrap_err().to_string();
+        assert!(
+            e.contains("out of range") && e.contains("3 adapters"),
+            "{e}"
+        );
+        let e = pick_adapter("llvm", &names).unwrap_err().to_string();
+        assert!(e.contains("matches 2 adapters"), "{e}");
+        let e = pick_adapter("radeon", &names).unwrap_err().to_string();
+        assert!(
+            e.contains("no adapter matches") && e.contains("0: llvmpipe"),
+            "{e}"
+        );
     }
 }
