@@ -79,7 +79,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 if !g.quiet {
                     println!("{}", cal.note);
                 }
-                // Values given by flag or scenario file win over the calibration.
+                // Values given by flag or scenario file win over the calibration, and it says so.
+                let given: Vec<&str> = [
+                    ("tf", cfg.tf.is_some()),
+                    ("tb", cfg.tb.is_some()),
+                    ("tw", cfg.tw.is_some()),
+                    ("d2h-ms", cfg.d2h_ms.is_some()),
+                    ("link-ms", cfg.link_ms.is_some()),
+                ]
+                .iter()
+                .filter(|(_, set)| *set)
+                .map(|(name, _)| *name)
+                .collect();
+                if !g.quiet && !given.is_empty() {
+                    println!("given, so not calibrated: {}", given.join(", "));
+                }
                 let one = |x: f64| Some(OneOrMany::One(x));
                 cfg.tf = cfg.tf.take().or(one(cal.tf_ms));
                 cfg.tb = cfg.tb.take().or(one(cal.tb_ms));
