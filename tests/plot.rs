@@ -207,3 +207,59 @@ fn malformed_csvs_name_the_file_and_column() {
     plot_fails_with(&run, home.path(), &["d2h.csv", "empty"]);
     plot_fails_with(&home.path().join("nope"), home.path(), &["nope"]);
 }
+
+/// A sim-only run (no GPU needed), then its timeline edited as an attacker would: each edit is
+/// refused at once, naming the file, the row and the column, instead of hanging or
+/// allocating without bound.
+#[test]
+fn plot_refuses_cells_that_once_hung_or_exhausted_it() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("out");
+    let o = morphbench(
+        &[
+            "sim",
+            "--stages",
+            "3",
+            "--microbatches",
+            "4",
+            "--timeline",
+            "none",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = only_run(&out);
+    let timeline = run.join("sim_timeline.csv");
+    let good = std::fs::read_to_string(&timeline).unwrap();
+    let (headers, rows) = read_csv(&timeline);
+    let first = rows[0].iter().collect::<Vec<_>>().join(",");
+    for (column, value, why) in [
+        ("end_ms", "inf", "not a finite number"),
+        ("stage", "1e308", "stage"),
+        ("stage", "18446744073709551615", "out of range"),
+        ("stage", "100000000", "stages are 0 to 1023"),
+        ("stage", "-1", "negative"),
+        ("stage", "2.5", "stage"),
+    ] {
+        let i = col(&headers, column);
+        let mut cells: Vec<String> = rows[0].iter().map(String::from).collect();
+        cells[i] = value.to_string();
+        std::fs::write(&timeline, good.replacen(&first, &cells.join(","), 1)).unwrap();
+        let t0 = std::time::Instant::now();
+        let o = morphbench(
+            &["plot", run.to_str().unwrap(), "--format", "svg"],
+            home.path(),
+        );
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{column}={value} was accepted");
+        assert!(
+            err.contains("sim_timeline.csv: row 1")
+                && err.contains(&format!("'{column}'"))
+                && err.contains(why),
+            "{column}={value}: {err}"
+        );
+        assert!(t0.elapsed().as_secs() < 30);
+    }
+}

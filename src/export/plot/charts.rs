@@ -124,6 +124,21 @@ pub enum Chart {
     Gantt(Gantt),
 }
 
+/// The most elements (points, band points, bar parts, spans, rows) one chart draws; a chart
+/// over it is skipped and named, so no input makes an unbounded figure.
+pub const MAX_ELEMENTS: usize = 100_000;
+
+impl Chart {
+    /// What the chart would draw: its points, band points, bar parts, spans and rows.
+    pub fn elements(&self) -> usize {
+        match self {
+            Chart::Lines(c) => c.series.iter().map(|s| s.points.len() + s.band.len()).sum(),
+            Chart::Bars(b) => b.bars.iter().map(|(_, v)| v.len()).sum(),
+            Chart::Gantt(g) => g.rows.len() + g.rows.iter().map(|(_, s)| s.len()).sum::<usize>(),
+        }
+    }
+}
+
 fn tx(v: f64, log: bool) -> f64 {
     if log {
         v.max(1e-12).log10()

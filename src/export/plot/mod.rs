@@ -528,6 +528,14 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
     charts.extend(rdma_charts(&runs, &title)?);
     charts.extend(sim_charts(&runs, &title)?);
     for (name, about, chart) in charts {
+        let n = chart.elements();
+        if n > charts::MAX_ELEMENTS {
+            outcome.skipped.push(format!(
+                "{name}: {n} elements, over the cap of {} a figure draws",
+                charts::MAX_ELEMENTS
+            ));
+            continue;
+        }
         let files = render(&chart, &plots, &name, format)?;
         outcome.figures.push(Figure { name, about, files });
     }
