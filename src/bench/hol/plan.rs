@@ -8,8 +8,8 @@ use crate::transport::TransportKind;
 
 /// The most repetitions per point.
 pub const MAX_REPS: u32 = 1000;
-/// The most compute ops per stream.
-pub const MAX_OPS: u32 = 2000;
+/// The most compute ops per stream (ops and transfers share 2048 timestamp slots).
+pub const MAX_OPS: u32 = 1024;
 /// The link rates a stand-in may charge, GB/s (1 MB/s to 100 TB/s).
 pub const MIN_LINK_GBPS: f64 = 1e-3;
 pub const MAX_LINK_GBPS: f64 = 1e5;
