@@ -52,6 +52,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Plot(a) => plot(&a.run_dir, a.format, &a.compare, g.quiet),
+        Command::Runs(a) => morphbench::export::report::print_runs(&a.dir),
         Command::D2h(a) => {
             let d2h = a.plan();
             let config = serde_json::to_value(&d2h)?;

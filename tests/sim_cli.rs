@@ -288,3 +288,39 @@ fn bad_input_names_the_field() {
     sim_fails_with(&["--scenario", s.to_str().unwrap()], "stagez");
     sim_fails_with(&["--trace", "/nonexistent"], "cannot read trace");
 }
+
+#[test]
+fn latest_points_at_the_newest_run_and_runs_lists_them() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("out");
+    let o = morphbench(
+        &["sim", "--timeline", "none", "--out", out.to_str().unwrap()],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = only_run(&out);
+    let latest = std::fs::read_link(out.join("latest")).unwrap();
+    assert_eq!(out.join(latest), run);
+    // A run that never finished is listed as partial.
+    let partial = out.join("20000101T000000Z-old");
+    std::fs::create_dir(&partial).unwrap();
+    std::fs::write(
+        partial.join("meta.json"),
+        r#"{"status": "running", "started_utc": "2000-01-01T00:00:00Z"}"#,
+    )
+    .unwrap();
+    let o = morphbench(&["runs", out.to_str().unwrap()], home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[1].contains("20000101T000000Z-old") && lines[1].contains("partial"),
+        "{text}"
+    );
+    let name = run.file_name().unwrap().to_str().unwrap();
+    assert!(
+        lines[2].contains(name) && lines[2].contains("complete") && lines[2].contains("Adaptive"),
+        "{text}"
+    );
+}

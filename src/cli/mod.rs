@@ -83,6 +83,15 @@ pub enum Command {
     Rdma(RdmaArgs),
     /// Draw a run's CSVs into RUN_DIR/plots/ and write report.md and report.html.
     Plot(PlotArgs),
+    /// List the runs in a folder with status, date, adapter and main headline.
+    Runs(RunsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// The folder that holds the runs.
+    #[arg(default_value = "results")]
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

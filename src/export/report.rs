@@ -301,3 +301,47 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     std::fs::write(dir.join("report.html"), html).context("cannot write report.html")?;
     Ok(())
 }
+
+/// `morphbench runs`: one line per run folder under `out`, oldest first: id, status (complete,
+/// failed, or partial for a run that never finished), start date, adapter, main headline.
+pub fn print_runs(out: &Path) -> Result<()> {
+    let runs = super::run_dir::list_runs(out)?;
+    if runs.is_empty() {
+        println!("no runs in {}", out.display());
+        return Ok(());
+    }
+    println!(
+        "{:<28} {:<9} {:<20} {:<34} headline",
+        "run", "status", "started (UTC)", "adapter"
+    );
+    for dir in runs {
+        let meta: serde_json::Value = std::fs::read(dir.join("meta.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let status = match meta["status"].as_str().unwrap_or("?") {
+            "running" => "partial",
+            s => s,
+        };
+        let started: String = meta["started_utc"]
+            .as_str()
+            .unwrap_or("?")
+            .chars()
+            .take(19)
+            .collect::<String>()
+            .replace('T', " ");
+        let adapter = meta["adapter"]["name"].as_str().unwrap_or("no GPU");
+        let headline = match Loaded::load(&dir).map(|run| headlines(&run)) {
+            Ok(Ok(h)) => h
+                .into_iter()
+                .find(|h| !h.value.starts_with("not measured"))
+                .map(|h| format!("{}: {}", h.what, h.value))
+                .unwrap_or_else(|| "-".into()),
+            Ok(Err(e)) | Err(e) => format!("unreadable: {e}"),
+        };
+        let name = dir.file_name().unwrap_or_default().to_string_lossy();
+        let adapter: String = adapter.chars().take(34).collect();
+        println!("{name:<28} {status:<9} {started:<20} {adapter:<34} {headline}");
+    }
+    Ok(())
+}

@@ -31,6 +31,47 @@ pub fn new_run_id(host: &str) -> String {
     format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ"), host)
 }
 
+/// Points `<out>/latest` at the run `id` (a relative symlink, replaced atomically). Best
+/// effort: a `latest` that is not a symlink is left alone, and a failure only logs.
+fn point_latest_at(out: &Path, id: &str) {
+    #[cfg(unix)]
+    {
+        let latest = out.join("latest");
+        if latest.exists() && !latest.is_symlink() {
+            tracing::warn!(
+                "{} is not a symlink; not pointing it at the new run",
+                latest.display()
+            );
+            return;
+        }
+        let tmp = out.join(format!(".latest-{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        let made =
+            std::os::unix::fs::symlink(id, &tmp).and_then(|_| std::fs::rename(&tmp, &latest));
+        if let Err(e) = made {
+            tracing::warn!("cannot point {} at {id}: {e}", latest.display());
+        }
+    }
+}
+
+/// The run folders under `out` (those with a meta.json), oldest first.
+pub fn list_runs(out: &Path) -> Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(out).with_context(|| {
+        format!(
+            "cannot read {}: give the folder that holds the runs (default results/)",
+            out.display()
+        )
+    })?;
+    let mut runs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| !e.path().is_symlink())
+        .map(|e| e.path())
+        .filter(|p| p.join("meta.json").is_file())
+        .collect();
+    runs.sort();
+    Ok(runs)
+}
+
 impl RunDir {
     /// Creates the folder (and a unique suffix if a run of the same second exists) and writes
     /// `meta.json` with status "running", so an interrupted run never looks complete.
@@ -63,6 +104,7 @@ impl RunDir {
         };
         dir.meta.run_id = dir.id.clone();
         dir.write_meta()?;
+        point_latest_at(out, &dir.id);
         Ok(dir)
     }
 

@@ -14,6 +14,9 @@ pub fn morphbench(args: &[&str], home: &Path) -> Output {
     }
     Command::new(env!("CARGO_BIN_EXE_morphbench"))
         .args(args)
+        // The default --out (results/) then lands in the test's temporary folder, never in
+        // the project's own results/.
+        .current_dir(home)
         // A private variant cache, so each test probes for itself.
         .env("XDG_CACHE_HOME", home.join("cache"))
         .env("XDG_RUNTIME_DIR", runtime)
@@ -34,7 +37,7 @@ pub fn only_run(out: &Path) -> std::path::PathBuf {
     let runs: Vec<_> = std::fs::read_dir(out)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
+        .filter(|p| p.is_dir() && !p.is_symlink())
         .collect();
     assert_eq!(
         runs.len(),
