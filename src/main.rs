@@ -29,10 +29,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let g = &cli.global;
     // One bench from its subcommand, run into its own run folder.
     let one = |bench: Box<dyn Bench>, config: serde_json::Value, raw: bool| {
-        suite::run(&g.options(raw), &[bench], Some(config)).map(|_| ())
+        let dir = suite::run(&g.options(raw), &[bench], Some(config))?;
+        print_summary(&dir.path, g.json)
     };
     match &cli.command {
-        Command::Info(a) => morphbench::info::run(g.backend, a.json),
+        Command::Info(_) => morphbench::info::run(g.backend, g.json),
         Command::Kernels(a) => {
             let kernels = a.plan().map_err(anyhow::Error::msg)?;
             let config = serde_json::to_value(&kernels)?;
@@ -47,9 +48,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let config = serde_json::to_value(&cfg)?;
             let dir = suite::run(&g.options(a.raw), &benches, Some(config))?;
             if !a.no_plots {
-                plot(&dir.path, Format::Both, &[], g.quiet)?;
+                plot(&dir.path, Format::Both, &[], g.quiet || g.json)?;
             }
-            Ok(())
+            print_summary(&dir.path, g.json)
         }
         Command::Plot(a) => plot(&a.run_dir, a.format, &a.compare, g.quiet),
         Command::Runs(a) => morphbench::export::report::print_runs(&a.dir),
@@ -131,6 +132,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             )
         }
     }
+}
+
+/// With `--json`, prints the run's summary.json (written when the run ended).
+fn print_summary(dir: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    if json {
+        let text = std::fs::read_to_string(dir.join("summary.json")).map_err(|e| {
+            anyhow::anyhow!("cannot read {}: {e}", dir.join("summary.json").display())
+        })?;
+        println!("{text}");
+    }
+    Ok(())
 }
 
 /// Draws a run's figures and writes its report.

@@ -112,15 +112,32 @@ fn every_csv_kind_is_drawn_and_reported() {
         "a Gantt chart (png + svg) per schedule, found {gantts}"
     );
     let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    // Headlines by rule: the largest sizes, both D2H parts named, n/a where nothing can be
+    // removed, each linked to its row.
     for needle in [
-        "Best GEMM",
-        "D2H bandwidth",
-        "HoL stall removed",
+        "GEMM at the largest size, 64x64x64",
+        "Layernorm at the largest size, 64x256",
+        "D2H bandwidth, GPU copy, 64 KiB",
+        "D2H bandwidth, mapped, end to end, 64 KiB",
+        "D2H latency, mapped, end to end, 4 B",
+        "HoL stall removed by offload, 0 ms delay | n/a",
+        "HoL stall removed by offload, 5 ms delay",
         "Adaptive schedule",
-        "kernels.csv",
+        "[kernels.csv row ",
     ] {
         assert!(md.contains(needle), "report.md lacks {needle}:\n{md}");
     }
+    assert!(!md.contains("NaN") && !md.contains("inf "), "{md}");
+    // summary.json: the same headlines, with units, for automation.
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["schema_version"], 1);
+    assert_eq!(summary["status"], "complete");
+    let heads = summary["headlines"].as_array().unwrap();
+    assert!(heads
+        .iter()
+        .any(|h| h["unit"] == "GFLOP/s" && h["value"].as_f64().unwrap() > 0.0));
+    assert!(summary["benches"]["d2h"]["rows"].as_u64().unwrap() > 0);
     let html = std::fs::read_to_string(run.join("report.html")).unwrap();
     assert!(html.contains("<svg"), "report.html embeds the SVGs");
 }

@@ -324,3 +324,32 @@ fn latest_points_at_the_newest_run_and_runs_lists_them() {
         "{text}"
     );
 }
+
+#[test]
+fn json_prints_the_summary_instead_of_tables() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("out");
+    let o = morphbench(
+        &[
+            "sim",
+            "--sweep",
+            "0:0,20",
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("stdout is only JSON");
+    assert_eq!(v["status"], "complete");
+    let h = &v["headlines"][0];
+    assert_eq!(h["bench"], "sim");
+    assert!(h["what"].as_str().unwrap().contains("link 0 +20 ms"), "{h}");
+    assert!(h["source"].as_str().unwrap().starts_with("sim.csv row "));
+    // The same file is in the run folder.
+    let run = only_run(&out);
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(file, v);
+}

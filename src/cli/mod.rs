@@ -49,6 +49,10 @@ pub struct GlobalArgs {
     /// More log detail (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Print JSON instead of tables: a run's summary.json when it ends (`info`: the adapters
+    /// and host).
+    #[arg(long, global = true)]
+    pub json: bool,
 }
 
 impl GlobalArgs {
@@ -58,7 +62,8 @@ impl GlobalArgs {
             backend: self.backend,
             adapter: self.adapter.clone(),
             out: self.out.clone(),
-            quiet: self.quiet,
+            // With --json the summary is the output: no tables, no progress.
+            quiet: self.quiet || self.json,
             raw,
         }
     }
@@ -67,31 +72,49 @@ impl GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Describe every GPU adapter and the host.
-    #[command(after_help = "Examples:\n  morphbench info                 # adapters, limits, features, host\n  morphbench info --json          # the same, for scripts")]
+    #[command(
+        after_help = "Examples:\n  morphbench info                 # adapters, limits, features, host\n  morphbench info --json          # the same, for scripts"
+    )]
     Info(InfoArgs),
     /// Sweep GEMM and layernorm kernels (verified, then timed) and write kernels.csv.
-    #[command(after_help = "Examples:\n  morphbench kernels --gemm 512x512x512,1024x1024x1024 --layernorm 4096x1024\n  morphbench kernels --gemm 256x256x256 --variant tiled64 --iters 50\n  morphbench kernels --gemm 2048x2048x2048 --reselect      # probe the variants again")]
+    #[command(
+        after_help = "Examples:\n  morphbench kernels --gemm 512x512x512,1024x1024x1024 --layernorm 4096x1024\n  morphbench kernels --gemm 256x256x256 --variant tiled64 --iters 50\n  morphbench kernels --gemm 2048x2048x2048 --reselect      # probe the variants again"
+    )]
     Kernels(KernelsArgs),
     /// Run a suite from a TOML config (default: the built-in quick suite).
-    #[command(after_help = "Examples:\n  morphbench run                                  # the built-in quick suite\n  morphbench run --config bench-configs/full.toml --out /scratch/results\n  morphbench run --no-plots -q")]
+    #[command(
+        after_help = "Examples:\n  morphbench run                                  # the built-in quick suite\n  morphbench run --config bench-configs/full.toml --out /scratch/results\n  morphbench run --no-plots -q"
+    )]
     Run(RunArgs),
     /// Simulate pipeline schedules under link stragglers and write sim.csv.
-    #[command(after_help = "Examples:\n  morphbench sim --stages 4 --microbatches 12 --sweep 0:0,20,60\n  morphbench sim --slow 1:30 --schedule 1f1b,adaptive --timeline 1f1b,adaptive\n  morphbench sim --from results/latest --sweep 0:0,10,20  # op times measured by a run")]
+    #[command(
+        after_help = "Examples:\n  morphbench sim --stages 4 --microbatches 12 --sweep 0:0,20,60\n  morphbench sim --slow 1:30 --schedule 1f1b,adaptive --timeline 1f1b,adaptive\n  morphbench sim --from results/latest --sweep 0:0,10,20  # op times measured by a run"
+    )]
     Sim(Box<SimArgs>),
     /// Device-to-host and host-to-device latency and bandwidth; writes d2h.csv.
-    #[command(after_help = "Examples:\n  morphbench d2h                                  # 4 B to 256 MiB, powers of two\n  morphbench d2h --sizes 4,64K,16M --iters 50")]
+    #[command(
+        after_help = "Examples:\n  morphbench d2h                                  # 4 B to 256 MiB, powers of two\n  morphbench d2h --sizes 4,64K,16M --iters 50"
+    )]
     D2h(D2hArgs),
     /// Head-of-line blocking: compute stalled behind transfers, inline vs offloaded; writes hol.csv.
-    #[command(after_help = "Examples:\n  morphbench hol                                  # none, inline, offload at 0 and 20 ms\n  morphbench hol --delay-ms 0,5,20,60 --reps 10\n  morphbench hol --peer node2:18600 --transport rdma --device mlx5_0 --gid-index 3")]
+    #[command(
+        after_help = "Examples:\n  morphbench hol                                  # none, inline, offload at 0 and 20 ms\n  morphbench hol --delay-ms 0,5,20,60 --reps 10\n  morphbench hol --peer node2:18600 --transport rdma --device mlx5_0 --gid-index 3"
+    )]
     Hol(Box<HolArgs>),
     /// Receive offloaded transfers from `hol --peer` on another node.
-    #[command(after_help = "Examples:\n  morphbench sink                                 # loopback, port 18600\n  morphbench sink --listen 0.0.0.0:18600 --transport rdma --device mlx5_0")]
+    #[command(
+        after_help = "Examples:\n  morphbench sink                                 # loopback, port 18600\n  morphbench sink --listen 0.0.0.0:18600 --transport rdma --device mlx5_0"
+    )]
     Sink(SinkArgs),
     /// RDMA WRITE latency and bandwidth between two nodes, perftest-style; writes rdma.csv.
-    #[command(after_help = "Examples:\n  morphbench rdma --server --listen 0.0.0.0:18515 --device mlx5_0      # on node A\n  morphbench rdma --connect nodeA --device mlx5_0 --test lat             # on node B")]
+    #[command(
+        after_help = "Examples:\n  morphbench rdma --server --listen 0.0.0.0:18515 --device mlx5_0      # on node A\n  morphbench rdma --connect nodeA --device mlx5_0 --test lat             # on node B"
+    )]
     Rdma(RdmaArgs),
     /// Draw a run's CSVs into RUN_DIR/plots/ and write report.md and report.html.
-    #[command(after_help = "Examples:\n  morphbench plot results/latest\n  morphbench plot results/RUN_A --compare results/RUN_B --format svg")]
+    #[command(
+        after_help = "Examples:\n  morphbench plot results/latest\n  morphbench plot results/RUN_A --compare results/RUN_B --format svg"
+    )]
     Plot(PlotArgs),
     /// List the runs in a folder with status, date, adapter and main headline.
     #[command(after_help = "Examples:\n  morphbench runs\n  morphbench runs /scratch/results")]
@@ -384,11 +407,7 @@ impl D2hArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct InfoArgs {
-    /// Print JSON instead of text.
-    #[arg(long)]
-    pub json: bool,
-}
+pub struct InfoArgs {}
 
 #[derive(Debug, Args)]
 pub struct KernelsArgs {

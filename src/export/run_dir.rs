@@ -139,6 +139,11 @@ impl RunDir {
                 self.meta.error = Some(format!("{e:#}"));
             }
         }
-        self.write_meta()
+        self.write_meta()?;
+        // summary.json beside meta.json, for automation; a run's outcome never hangs on it.
+        if let Err(e) = super::summary::write_summary(&self.path) {
+            tracing::warn!("{e:#}");
+        }
+        Ok(())
     }
 }

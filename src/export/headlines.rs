@@ -1,0 +1,266 @@
+//! The headline figures of a run, chosen by rule so they are the figures a user would quote:
+//! each names its size and part, and points at the CSV row it comes from.
+//!
+//! - GEMM and layernorm: at the largest size swept (GPU timer), with the variant and the ratio
+//!   to the same run's CPU baseline of that size.
+//! - D2H bandwidth: at the largest size swept, the GPU copy and the mapped transfer end to end,
+//!   each against host memcpy of that size; D2H latency: mapped end to end at the smallest.
+//! - HoL: the stall offload removed at each delay ("n/a" at zero, where there is none to remove).
+//! - RDMA: WRITE latency (p50) at the smallest size; average bandwidth at 64 KiB and the largest.
+//! - Simulator: adaptive against 1F1B at the most delayed case.
+
+use serde::Serialize;
+
+use super::plot::Loaded;
+use crate::bench::hol::Mode;
+use crate::bench::sim::total_delay;
+use crate::units::human_bytes;
+
+/// One headline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Headline {
+    pub bench: &'static str,
+    /// What it is, with the size and part: "D2H bandwidth, GPU copy, 256 MiB".
+    pub what: String,
+    /// The figure in `unit`; `None` where it does not apply ("n/a").
+    pub value: Option<f64>,
+    pub unit: &'static str,
+    /// The figure as a person reads it, with its comparison.
+    pub text: String,
+    /// The row it comes from: "d2h.csv row 12" (rows count from 1 after the header).
+    pub source: String,
+}
+
+fn source(file: &str, index: usize) -> String {
+    format!("{file} row {}", index + 1)
+}
+
+fn ratio(value: f64, base: Option<f64>, what: &str) -> String {
+    match base.filter(|b| *b > 0.0) {
+        Some(b) => format!(", {:.3}x {what} ({b:.2})", value / b),
+        None => String::new(),
+    }
+}
+
+fn kernels(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = &run.kernels else { return };
+    let dims = |p: &crate::bench::kernels::KernelParams| {
+        [p.size_m, p.size_n, p.size_k, p.rows, p.hidden]
+            .iter()
+            .flatten()
+            .map(|&d| d as f64)
+            .product::<f64>()
+    };
+    for (kernel, baseline, unit) in [
+        ("gemm", "cpu_sgemm", "GFLOP/s"),
+        ("layernorm", "memcpy", "GB/s"),
+    ] {
+        let figure = |f: &crate::bench::kernels::KernelFigures| match unit {
+            "GFLOP/s" => f.gflops,
+            _ => f.gbps,
+        };
+        let largest = t
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.params.kernel == kernel && r.figures.timer == "gpu")
+            .filter(|(_, r)| figure(&r.figures).is_some())
+            .max_by(|a, b| dims(&a.1.params).total_cmp(&dims(&b.1.params)));
+        let Some((i, r)) = largest else { continue };
+        let value = figure(&r.figures).unwrap_or(0.0);
+        let base = t
+            .iter()
+            .filter(|b| b.params.kernel == baseline && dims(&b.params) == dims(&r.params))
+            .find_map(|b| figure(&b.figures));
+        let size = r.lead.case.trim_start_matches(kernel).trim();
+        let against = if kernel == "gemm" {
+            "the CPU SGEMM"
+        } else {
+            "host memcpy"
+        };
+        out.push(Headline {
+            bench: "kernels",
+            what: format!(
+                "{} at the largest size, {size} ({})",
+                title(kernel),
+                r.params.variant
+            ),
+            value: Some(value),
+            unit,
+            text: format!("{value:.2} {unit}{}", ratio(value, base, against)),
+            source: source("kernels.csv", i),
+        });
+    }
+}
+
+fn title(kernel: &str) -> &'static str {
+    match kernel {
+        "gemm" => "GEMM",
+        _ => "Layernorm",
+    }
+}
+
+fn d2h(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = &run.d2h else { return };
+    let find = |dir: &str, method: &str, part: &str, bytes: u64| {
+        t.iter().enumerate().find(|(_, r)| {
+            let p = &r.params;
+            p.direction == dir && p.method == method && p.part == part && p.bytes == bytes
+        })
+    };
+    let sizes = t
+        .iter()
+        .filter(|r| r.params.direction == "d2h")
+        .map(|r| r.params.bytes);
+    let (Some(largest), Some(smallest)) = (sizes.clone().max(), sizes.min()) else {
+        return;
+    };
+    let memcpy =
+        find("memcpy", "copy_from_slice", "end_to_end", largest).map(|(_, r)| r.figures.gbps);
+    for (method, part, name) in [
+        ("copy", "gpu_copy", "GPU copy"),
+        ("mapped", "end_to_end", "mapped, end to end"),
+    ] {
+        if let Some((i, r)) = find("d2h", method, part, largest) {
+            let g = r.figures.gbps;
+            out.push(Headline {
+                bench: "d2h",
+                what: format!("D2H bandwidth, {name}, {}", human_bytes(largest)),
+                value: Some(g),
+                unit: "GB/s",
+                text: format!("{g:.2} GB/s{}", ratio(g, memcpy, "host memcpy")),
+                source: source("d2h.csv", i),
+            });
+        }
+    }
+    if let Some((i, r)) = find("d2h", "mapped", "end_to_end", smallest) {
+        let us = r.stats().p50_us;
+        out.push(Headline {
+            bench: "d2h",
+            what: format!("D2H latency, mapped, end to end, {}", human_bytes(smallest)),
+            value: Some(us),
+            unit: "µs",
+            text: format!("{us:.1} µs (p50)"),
+            source: source("d2h.csv", i),
+        });
+    }
+}
+
+fn hol(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = &run.hol else { return };
+    let offload: Vec<_> = t
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.params.mode == Mode::Offload)
+        .collect();
+    let shapes: std::collections::BTreeSet<_> = offload
+        .iter()
+        .map(|(_, r)| (r.params.every, r.params.bytes))
+        .collect();
+    for (i, r) in offload {
+        let p = &r.params;
+        let shape = match shapes.len() > 1 {
+            true => format!(", every {} ops, {}", p.every, human_bytes(p.bytes)),
+            false => String::new(),
+        };
+        let what = format!(
+            "HoL stall removed by offload, {} ms delay{shape}",
+            p.delay_ms
+        );
+        let (value, text) = match (p.delay_ms.as_str(), r.figures.stall_removed) {
+            ("0", _) => (None, "n/a (no delay, so no stall to remove)".to_string()),
+            (_, None) => (None, "n/a (no inline run at this delay)".to_string()),
+            (_, Some(x)) if x >= 0.0 => (
+                Some(x * 100.0),
+                format!("{:.1}% of the inline stall", x * 100.0),
+            ),
+            (_, Some(x)) => (
+                Some(0.0),
+                format!(
+                    "none: offload stalled {:.0}% longer than inline",
+                    -x * 100.0
+                ),
+            ),
+        };
+        out.push(Headline {
+            bench: "hol",
+            what,
+            value,
+            unit: "%",
+            text,
+            source: source("hol.csv", i),
+        });
+    }
+}
+
+fn rdma(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = &run.rdma else { return };
+    let lat = t
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.params.test == "lat")
+        .min_by_key(|(_, r)| r.params.bytes);
+    if let Some((i, r)) = lat {
+        let us = r.stats().p50_us;
+        out.push(Headline {
+            bench: "rdma",
+            what: format!("RDMA WRITE latency, {}", human_bytes(r.params.bytes)),
+            value: Some(us),
+            unit: "µs",
+            text: format!("{us:.2} µs (p50, one way)"),
+            source: source("rdma.csv", i),
+        });
+    }
+    let bw: Vec<_> = t
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.params.test == "bw" && r.figures.gbps.is_some())
+        .collect();
+    let largest = bw.iter().map(|(_, r)| r.params.bytes).max();
+    for (i, r) in &bw {
+        if r.params.bytes == 65536 || Some(r.params.bytes) == largest {
+            let g = r.figures.gbps.unwrap_or(0.0);
+            out.push(Headline {
+                bench: "rdma",
+                what: format!("RDMA WRITE bandwidth, {}", human_bytes(r.params.bytes)),
+                value: Some(g),
+                unit: "GB/s",
+                text: format!("{g:.3} GB/s (average)"),
+                source: source("rdma.csv", *i),
+            });
+        }
+    }
+}
+
+fn sim(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = &run.sim else { return };
+    let most_delayed = t
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.params.schedule == "adaptive")
+        .max_by(|a, b| total_delay(&a.1.params.slow).total_cmp(&total_delay(&b.1.params.slow)));
+    if let Some((i, r)) = most_delayed {
+        let x = r.figures.speedup_vs_1f1b;
+        out.push(Headline {
+            bench: "sim",
+            what: format!(
+                "Adaptive schedule against 1F1B (simulated), {}",
+                r.lead.case
+            ),
+            value: Some(x),
+            unit: "x",
+            text: format!("{x:.2}x the speed of 1F1B"),
+            source: source("sim.csv", i),
+        });
+    }
+}
+
+/// The run's headlines, bench by bench.
+pub fn headlines(run: &Loaded) -> Vec<Headline> {
+    let mut out = Vec::new();
+    kernels(run, &mut out);
+    d2h(run, &mut out);
+    hol(run, &mut out);
+    rdma(run, &mut out);
+    sim(run, &mut out);
+    out
+}

@@ -1,0 +1,104 @@
+//! `RUN/summary.json`: what automation needs from a run in one small file (its status, where
+//! it ran, and its headline figures with units), written beside meta.json when a run ends.
+//! `--json` prints it instead of tables. Its layout is versioned by `schema_version` and
+//! documented in results/README.md.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::headlines::{headlines, Headline};
+use super::plot::Loaded;
+
+/// Bumped whenever a field of summary.json is added, removed or renamed.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Serialize)]
+pub struct RunSummary {
+    pub schema_version: u32,
+    pub run_id: String,
+    /// "complete", "failed", or "running" (interrupted).
+    pub status: String,
+    pub error: Option<String>,
+    pub started_utc: Option<String>,
+    pub finished_utc: Option<String>,
+    pub host: Option<String>,
+    pub adapter: Option<String>,
+    pub headlines: Vec<Headline>,
+    /// Per bench: its table's row count and its headline figures.
+    pub benches: BTreeMap<&'static str, BenchSummary>,
+    /// Why the tables could not be read, when they could not.
+    pub tables_error: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct BenchSummary {
+    pub rows: usize,
+    pub figures: Vec<Figure>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Figure {
+    pub what: String,
+    pub value: Option<f64>,
+    pub unit: &'static str,
+}
+
+/// Builds the summary of the run in `dir` from its meta.json and tables.
+pub fn summarize(dir: &Path) -> RunSummary {
+    let meta: serde_json::Value = std::fs::read(dir.join("meta.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let text = |v: &serde_json::Value| v.as_str().map(String::from);
+    let (heads, benches, tables_error) = match Loaded::load(dir) {
+        Ok(run) => {
+            let mut benches: BTreeMap<&'static str, BenchSummary> = BTreeMap::new();
+            for (bench, rows) in [
+                ("kernels", run.kernels.as_ref().map(Vec::len)),
+                ("d2h", run.d2h.as_ref().map(Vec::len)),
+                ("hol", run.hol.as_ref().map(Vec::len)),
+                ("rdma", run.rdma.as_ref().map(Vec::len)),
+                ("sim", run.sim.as_ref().map(Vec::len)),
+            ] {
+                if let Some(rows) = rows {
+                    benches.entry(bench).or_default().rows = rows;
+                }
+            }
+            let heads = headlines(&run);
+            for h in &heads {
+                benches.entry(h.bench).or_default().figures.push(Figure {
+                    what: h.what.clone(),
+                    value: h.value,
+                    unit: h.unit,
+                });
+            }
+            (heads, benches, None)
+        }
+        Err(e) => (Vec::new(), BTreeMap::new(), Some(e.to_string())),
+    };
+    RunSummary {
+        schema_version: SUMMARY_SCHEMA_VERSION,
+        run_id: text(&meta["run_id"])
+            .unwrap_or_else(|| dir.file_name().unwrap_or_default().to_string_lossy().into()),
+        status: text(&meta["status"]).unwrap_or_else(|| "unknown".into()),
+        error: text(&meta["error"]),
+        started_utc: text(&meta["started_utc"]),
+        finished_utc: text(&meta["finished_utc"]),
+        host: text(&meta["host"]["hostname"]),
+        adapter: text(&meta["adapter"]["name"]),
+        headlines: heads,
+        benches,
+        tables_error,
+    }
+}
+
+/// Writes `dir/summary.json` and returns its text.
+pub fn write_summary(dir: &Path) -> Result<String> {
+    let json = serde_json::to_string_pretty(&summarize(dir))?;
+    let path = dir.join("summary.json");
+    std::fs::write(&path, &json).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(json)
+}
