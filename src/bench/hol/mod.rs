@@ -173,6 +173,19 @@ pub fn run(
     Ok((summaries, calibration))
 }
 
+/// The console's note of the stall offload removed: n/a at zero delay, where there is none.
+fn removed_text(delay_label: &str, removed: Option<f64>) -> String {
+    match (delay_label, removed) {
+        ("0", Some(_)) => "  removed n/a (no delay)".into(),
+        (_, Some(r)) if r >= 0.0 => format!("  removed {:.1}%", r * 100.0),
+        (_, Some(r)) => format!(
+            "  removed none (stalled {:.0}% longer than inline)",
+            -r * 100.0
+        ),
+        (_, None) => String::new(),
+    }
+}
+
 /// Runs one mode at one point for the plan's repetitions and writes its row. Returns the
 /// summary and the mean stall.
 fn run_point(
@@ -249,7 +262,7 @@ fn run_point(
         figures.busy_fraction,
         st.mean,
         st.p99,
-        figures.stall_removed.map(|r| format!("  removed {:.1}%", r * 100.0)).unwrap_or_default()
+        removed_text(&label, figures.stall_removed)
     ));
     let summary = PointSummary {
         mode,

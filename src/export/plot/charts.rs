@@ -7,6 +7,7 @@ use std::sync::Once;
 use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 620;
@@ -69,6 +70,9 @@ pub struct Series {
     pub band: Vec<(f64, f64, f64)>,
     /// A reference line (dashed look, no markers).
     pub reference: bool,
+    /// Points of the line that stand apart, drawn with a hollow marker and their note (a size
+    /// run by a fallback variant, say).
+    pub marked: Vec<(f64, f64, String)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -107,7 +111,8 @@ pub struct StackedBars {
 }
 
 /// (start, end, index into `Gantt::kinds`).
-pub type Span = (f64, f64, usize);
+/// (start, end, kind, microbatch) of one bar.
+pub type Span = (f64, f64, usize, usize);
 
 /// Rows of spans, each with its label.
 #[derive(Debug, Clone, Default)]
@@ -116,6 +121,8 @@ pub struct Gantt {
     pub x_label: String,
     pub kinds: Vec<String>,
     pub rows: Vec<(String, Vec<Span>)>,
+    /// Injected delays on links: (y between two rows, start, end), shaded.
+    pub delays: Vec<(f64, f64, f64)>,
 }
 
 pub enum Chart {
@@ -134,7 +141,9 @@ impl Chart {
         match self {
             Chart::Lines(c) => c.series.iter().map(|s| s.points.len() + s.band.len()).sum(),
             Chart::Bars(b) => b.bars.iter().map(|(_, v)| v.len()).sum(),
-            Chart::Gantt(g) => g.rows.len() + g.rows.iter().map(|(_, s)| s.len()).sum::<usize>(),
+            Chart::Gantt(g) => {
+                g.rows.len() + g.delays.len() + g.rows.iter().map(|(_, s)| s.len()).sum::<usize>()
+            }
         }
     }
 }
@@ -285,6 +294,21 @@ where
         if !s.reference {
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, col.filled())))?;
         }
+        for (x, y, note) in &s.marked {
+            let p = (tx(*x, c.x_log), tx(*y, c.y_log));
+            chart.draw_series([
+                Circle::new(p, 8, ShapeStyle::from(BLACK).stroke_width(2)),
+                Circle::new(p, 4, WHITE.filled()),
+            ])?;
+            chart.draw_series(std::iter::once(Text::new(
+                note.clone(),
+                p,
+                ("sans-serif", 13)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(HPos::Left, VPos::Bottom)),
+            )))?;
+        }
     }
     chart
         .configure_series_labels()
@@ -417,6 +441,45 @@ where
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], col.filled()));
         chart.draw_series(outlines)?;
     }
+    if !c.delays.is_empty() {
+        let shade = RGBColor(200, 30, 30);
+        let bands: Vec<_> = c
+            .delays
+            .iter()
+            .map(|&(y, a, b)| {
+                Rectangle::new([(a, y - 0.12), (b, y + 0.12)], shade.mix(0.45).filled())
+            })
+            .collect();
+        chart
+            .draw_series(bands)?
+            .label("injected link delay")
+            .legend(move |(x, y)| {
+                Rectangle::new([(x, y - 3), (x + 14, y + 3)], shade.mix(0.45).filled())
+            });
+    }
+    // Microbatch numbers on the bars wide enough to hold them.
+    let px_per_unit = (WIDTH as f64 - 140.0) / (end * 1.22);
+    let numbers: Vec<_> = c
+        .rows
+        .iter()
+        .enumerate()
+        .flat_map(|(r, (_, spans))| {
+            spans
+                .iter()
+                .filter(move |s| (s.1 - s.0) * px_per_unit >= 16.0)
+                .map(move |s| {
+                    Text::new(
+                        s.3.to_string(),
+                        ((s.0 + s.1) / 2.0, r as f64),
+                        ("sans-serif", 11)
+                            .into_font()
+                            .color(&WHITE)
+                            .pos(Pos::new(HPos::Center, VPos::Center)),
+                    )
+                })
+        })
+        .collect();
+    chart.draw_series(numbers)?;
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.9))

@@ -74,8 +74,8 @@ fn push_lines(out: &mut Vec<Named>, name: &str, about: &str, chart: LineChart) {
 }
 
 type Points = Vec<(f64, f64)>;
-/// (stage, start, end, kind) of one simulated op.
-type TimelineOp = (usize, f64, f64, usize);
+/// (stage, start, end, kind, microbatch) of one simulated op.
+type TimelineOp = (usize, f64, f64, usize, usize);
 type Band = Vec<(f64, f64, f64)>;
 
 fn label(runs: &[Loaded], run: &Loaded, what: &str) -> String {
@@ -106,7 +106,9 @@ fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     );
     for run in runs {
         let Some(t) = &run.kernels else { continue };
-        let mut by: BTreeMap<(String, String), Vec<(f64, f64)>> = BTreeMap::new();
+        // One series per kernel; a size run by another variant than the kernel's usual one
+        // (a fallback for a shape the winner cannot run) is a marked point of that series.
+        let mut by: BTreeMap<String, Vec<(f64, f64, String)>> = BTreeMap::new();
         for r in t {
             let (p, f) = (&r.params, &r.figures);
             let kernel = p.kernel.clone();
@@ -124,20 +126,35 @@ fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
                 _ => continue,
             };
             let Some((x, y)) = point else { continue };
-            by.entry((kernel, p.variant.clone()))
+            by.entry(kernel)
                 .or_default()
-                .push((x, y));
+                .push((x, y, p.variant.clone()));
         }
-        for ((kernel, variant), pts) in by {
+        for (kernel, pts) in by {
+            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+            for (_, _, v) in &pts {
+                *counts.entry(v.as_str()).or_default() += 1;
+            }
+            let usual = counts
+                .iter()
+                .max_by_key(|(_, n)| **n)
+                .map(|(v, _)| v.to_string())
+                .unwrap_or_default();
             let what = match kernel.as_str() {
-                "gemm" => format!("GPU GEMM ({variant})"),
-                "cpu_sgemm" => format!("CPU SGEMM ({variant})"),
-                "layernorm" => format!("GPU layernorm ({variant})"),
+                "gemm" => format!("GPU GEMM ({usual})"),
+                "cpu_sgemm" => format!("CPU SGEMM ({usual})"),
+                "layernorm" => format!("GPU layernorm ({usual})"),
                 _ => "host memcpy".to_string(),
             };
+            let marked = pts
+                .iter()
+                .filter(|(_, _, v)| *v != usual)
+                .map(|(x, y, v)| (*x, *y, format!(" {v} (fallback)")))
+                .collect();
             let s = Series {
                 label: label(runs, run, &what),
-                points: sorted(pts),
+                points: sorted(pts.iter().map(|(x, y, _)| (*x, *y)).collect()),
+                marked,
                 ..Default::default()
             };
             if kernel == "gemm" || kernel == "cpu_sgemm" {
@@ -205,6 +222,7 @@ fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
                 points: sorted(pts),
                 band,
                 reference: false,
+                marked: Vec::new(),
             });
         }
         for (k, pts) in bw_s {
@@ -213,6 +231,7 @@ fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
                 label: label(runs, run, &k),
                 points: sorted(pts),
                 band: Vec::new(),
+                marked: Vec::new(),
             });
         }
     }
@@ -375,6 +394,7 @@ fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
                 points: sorted(p50),
                 band,
                 reference: false,
+                marked: Vec::new(),
             });
         }
         let avg: Points = t
@@ -388,6 +408,7 @@ fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
                 points: sorted(avg),
                 band: Vec::new(),
                 reference: false,
+                marked: Vec::new(),
             });
         }
     }
@@ -451,7 +472,13 @@ fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
                 .or_default()
                 .entry(p.schedule.clone())
                 .or_default()
-                .push((p.stage, r.figures.start_ms, r.figures.end_ms, kind));
+                .push((
+                    p.stage,
+                    r.figures.start_ms,
+                    r.figures.end_ms,
+                    kind,
+                    p.microbatch,
+                ));
         }
         let delayed = runs[0].sim.as_ref().and_then(|s| {
             s.iter()
@@ -461,15 +488,30 @@ fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         let case = delayed
             .filter(|c| cases.contains_key(c))
             .or_else(|| cases.keys().next().cloned());
+        // The injected delay per link of a case, from its sim.csv rows.
+        let slow_of = |case: &str| -> BTreeMap<usize, f64> {
+            let slow = runs[0]
+                .sim
+                .as_ref()
+                .and_then(|s| s.iter().find(|r| r.lead.case == case))
+                .map(|r| r.params.slow.clone())
+                .unwrap_or_default();
+            slow.split(';')
+                .filter_map(|p| p.split_once(':'))
+                .filter_map(|(l, d)| Some((l.trim().parse().ok()?, d.trim().parse().ok()?)))
+                .filter(|&(_, d): &(usize, f64)| d > 0.0)
+                .collect()
+        };
         if let Some(case) = case {
             for (i, (sched, ops)) in cases[&case].iter().enumerate() {
                 let stages = ops.iter().map(|o| o.0).max().unwrap_or(0) + 1;
                 let mut rows: Vec<(String, Vec<charts::Span>)> = (0..stages)
                     .map(|s| (format!("stage {s}"), Vec::new()))
                     .collect();
-                for &(s, a, b, k) in ops {
-                    rows[s].1.push((a, b, k));
+                for &(s, a, b, k, mb) in ops {
+                    rows[s].1.push((a, b, k, mb));
                 }
+                let delays = delay_windows(ops, &slow_of(&case), stages);
                 // Stage 0 on top, as pipeline diagrams draw it.
                 rows.reverse();
                 let safe: String = sched
@@ -486,12 +528,37 @@ fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
                             .map(String::from)
                             .to_vec(),
                         rows,
+                        delays,
                     }),
                 ));
             }
         }
     }
     Ok(out)
+}
+
+/// Where injected delays sit: for each op whose output crosses a slow link (F down from stage
+/// i, B up from stage i + 1), the delay after it ends, as (y between the two stages' rows,
+/// start, end) in the Gantt's reversed rows (stage 0 on top).
+fn delay_windows(
+    ops: &[TimelineOp],
+    slow: &BTreeMap<usize, f64>,
+    stages: usize,
+) -> Vec<(f64, f64, f64)> {
+    let mut out = Vec::new();
+    for &(s, _, end, kind, _) in ops {
+        let link = match kind {
+            0 if s + 1 < stages => s,
+            1 if s > 0 => s - 1,
+            _ => continue,
+        };
+        if let Some(&d) = slow.get(&link) {
+            // Row of stage j is stages - 1 - j; the link sits between its two stages.
+            let y = stages as f64 - 1.5 - link as f64;
+            out.push((y, end, end + d));
+        }
+    }
+    out
 }
 
 /// Draws every figure the run (and the compared runs) has data for into `RUN/plots/`.
