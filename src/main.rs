@@ -55,7 +55,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plot(a) => plot(&a.run_dir, a.format, &a.compare, g.quiet),
         Command::Runs(a) => morphbench::export::report::print_runs(&a.dir),
         Command::D2h(a) => {
-            let d2h = a.plan();
+            let d2h = a.plan().map_err(anyhow::Error::msg)?;
             let config = serde_json::to_value(&d2h)?;
             one(Box::new(d2h), config, a.raw)
         }

@@ -375,6 +375,12 @@ fn absurd_inputs_are_refused_at_once() {
         (&["sim", "--slow", "0:1e308"], "at most 1000000 ms"),
         (&["sim", "--trace", trace], "over the cap of 10000"),
         (&["sink", "--timeout-s", "0"], "--timeout-s"),
+        (&["sim", "--sweep", "0:1e308"], "at most 1000000 ms"),
+        (
+            &["kernels", "--gemm", "8192x8192x8192", "--iters", "100000"],
+            "over the cap",
+        ),
+        (&["d2h", "--iters", "100000"], "over the cap"),
     ];
     for (args, needle) in cases {
         fails_with(args, needle);

@@ -83,6 +83,7 @@ impl D2hConfig {
         };
         check_iters("d2h.iters", plan.iters)?;
         super::check_warmup("d2h.warmup", plan.warmup)?;
+        plan.check_cost()?;
         Ok(plan)
     }
 }
@@ -99,6 +100,27 @@ impl Default for D2hPlan {
             iters: 20,
             warmup: 3,
         }
+    }
+}
+
+impl D2hPlan {
+    /// Refuses, before anything runs, a sweep that would move more than
+    /// [`super::kernels::MAX_BYTES`] (each size is copied several ways, many times).
+    pub fn check_cost(&self) -> Result<(), String> {
+        let per_iter: f64 = self
+            .sizes
+            .iter()
+            .map(|&b| b as f64 * (6.0 + copies_for(b) as f64 * 2.0))
+            .sum();
+        let bytes = per_iter * (self.iters + self.warmup) as f64;
+        let cap = super::kernels::MAX_BYTES;
+        if bytes > cap {
+            return Err(format!(
+                "this d2h sweep moves {bytes:.2e} bytes, over the cap of {cap:.0e}: fewer sizes \
+                 or iterations"
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -397,12 +397,14 @@ fn parse_size_list(s: &str) -> Result<SizeList, String> {
 }
 
 impl D2hArgs {
-    pub fn plan(&self) -> D2hPlan {
-        D2hPlan {
+    pub fn plan(&self) -> Result<D2hPlan, String> {
+        let plan = D2hPlan {
             sizes: self.sizes.clone().map_or_else(default_sizes, |s| s.0),
             iters: self.iters,
             warmup: self.warmup,
-        }
+        };
+        plan.check_cost()?;
+        Ok(plan)
     }
 }
 
@@ -624,7 +626,7 @@ impl KernelsArgs {
                     .into(),
             );
         }
-        Ok(KernelsPlan {
+        let plan = KernelsPlan {
             gemm,
             layernorm,
             iters: self.iters,
@@ -633,6 +635,8 @@ impl KernelsArgs {
             layernorm_variant: self.layernorm_variant.clone(),
             cpu_baseline: !self.no_cpu_baseline,
             reselect: self.reselect,
-        })
+        };
+        plan.check_cost()?;
+        Ok(plan)
     }
 }

@@ -31,10 +31,19 @@ pub fn parse_link_trace(text: &str, links: usize) -> Result<Vec<(u64, Vec<f64>)>
                 links as i64 - 1
             )));
         }
-        if !delay.is_finite() || delay < 0.0 {
-            return Err(at("delay_ms must be finite and >= 0"));
+        let max = crate::sim::model::MAX_MS;
+        if !delay.is_finite() || !(0.0..=max).contains(&delay) {
+            return Err(at(&format!(
+                "delay_ms must be finite, >= 0 and at most {max} ms"
+            )));
         }
-        by_iter.entry(iteration).or_insert_with(|| vec![0.0; links])[link] += delay;
+        let slot = &mut by_iter.entry(iteration).or_insert_with(|| vec![0.0; links])[link];
+        *slot += delay;
+        if *slot > max {
+            return Err(at(&format!(
+                "the delays of this iteration and link sum past {max} ms"
+            )));
+        }
     }
     if by_iter.is_empty() {
         return Err("the trace has no iteration;link;delay_ms lines".into());

@@ -15,7 +15,7 @@ use crate::export::csv::{round, sig4};
 use crate::export::{read_optional, read_table, CsvTable, Line, RunDir};
 use crate::output::Progress;
 use crate::sim::engine::ops_simulated;
-use crate::sim::model::{MAX_MICROBATCHES, MAX_STAGES};
+use crate::sim::model::{MAX_MICROBATCHES, MAX_MS, MAX_STAGES};
 use crate::sim::schedules::evaluate;
 use crate::sim::{default_mem_limit, CommModel, Run, Scenario, Schedule, DEFAULT_SCHEDULES};
 use crate::stats::Summary;
@@ -240,8 +240,10 @@ impl SimPlan {
                 ));
             }
             for &d in &sw.delays_ms {
-                if !d.is_finite() || d < 0.0 {
-                    return Err(format!("sweep delay {d}: delays must be finite and >= 0"));
+                if !d.is_finite() || !(0.0..=MAX_MS).contains(&d) {
+                    return Err(format!(
+                        "sweep delay {d}: delays must be finite, >= 0 and at most {MAX_MS} ms"
+                    ));
                 }
                 let mut delays = base.delay_ms.clone();
                 delays[sw.link] += d;
