@@ -9,22 +9,6 @@
 use statrs::distribution::{ContinuousCDF, StudentsT};
 use statrs::statistics::Statistics;
 
-/// Column names of a summary, in CSV order. Values are microseconds unless named otherwise.
-pub const SUMMARY_COLUMNS: [&str; 12] = [
-    "n",
-    "mean_us",
-    "stddev_us",
-    "min_us",
-    "p50_us",
-    "p90_us",
-    "p99_us",
-    "p999_us",
-    "max_us",
-    "cv",
-    "ci95_lo_us",
-    "ci95_hi_us",
-];
-
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Summary {
     pub n: usize,
@@ -85,25 +69,6 @@ impl Summary {
             ci95_hi: mean + half_width,
         })
     }
-
-    /// Values in the order of [`SUMMARY_COLUMNS`].
-    pub fn fields(&self) -> Vec<String> {
-        let f = |x: f64| format!("{x:.3}");
-        vec![
-            self.n.to_string(),
-            f(self.mean),
-            f(self.stddev),
-            f(self.min),
-            f(self.p50),
-            f(self.p90),
-            f(self.p99),
-            f(self.p999),
-            f(self.max),
-            format!("{:.5}", self.cv),
-            f(self.ci95_lo),
-            f(self.ci95_hi),
-        ]
-    }
 }
 
 #[cfg(test)]
@@ -150,11 +115,5 @@ mod tests {
     fn rejects_empty_and_non_finite() {
         assert!(Summary::of(&[]).is_none());
         assert!(Summary::of(&[1.0, f64::NAN]).is_none());
-    }
-
-    #[test]
-    fn fields_match_columns() {
-        let s = Summary::of(&[1.0, 2.0]).unwrap();
-        assert_eq!(s.fields().len(), SUMMARY_COLUMNS.len());
     }
 }

@@ -600,20 +600,25 @@ fn parse_layernorm_list(s: &str) -> Result<Vec<LayernormSize>, String> {
     sizes::parse_list(s, sizes::parse_layernorm)
 }
 
-fn parse_warmup(s: &str) -> Result<u32, String> {
+/// A count flag, checked by the same bound its config key has.
+fn parse_count(
+    s: &str,
+    flag: &str,
+    check: fn(&str, u32) -> Result<(), String>,
+) -> Result<u32, String> {
     let n: u32 = s
         .parse()
         .map_err(|_| format!("'{s}' is not a whole number"))?;
-    crate::bench::check_warmup("--warmup", n)?;
+    check(flag, n)?;
     Ok(n)
 }
 
+fn parse_warmup(s: &str) -> Result<u32, String> {
+    parse_count(s, "--warmup", crate::bench::check_warmup)
+}
+
 fn parse_iters(s: &str) -> Result<u32, String> {
-    let n: u32 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a whole number"))?;
-    check_iters("--iters", n)?;
-    Ok(n)
+    parse_count(s, "--iters", check_iters)
 }
 
 impl KernelsArgs {

@@ -496,7 +496,21 @@ mod tests {
             &h[..6],
             &["schema_version", "run_id", "bench", "case", "size", "label"]
         );
-        assert_eq!(&h[6..18], &crate::stats::SUMMARY_COLUMNS.map(String::from));
+        let stats = [
+            "n",
+            "mean_us",
+            "stddev_us",
+            "min_us",
+            "p50_us",
+            "p90_us",
+            "p99_us",
+            "p999_us",
+            "max_us",
+            "cv",
+            "ci95_lo_us",
+            "ci95_hi_us",
+        ];
+        assert_eq!(&h[6..18], &stats.map(String::from));
         assert_eq!(&h[18..], &["gbps", "timer"]);
     }
 

@@ -7,6 +7,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::headlines::headlines;
+use super::plot::data::RunLabel;
 use super::plot::{Loaded, PlotOutcome};
 
 fn html_escape(s: &str) -> String {
@@ -44,7 +45,8 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     writeln!(
         md,
         "Host **{}**, adapter **{}**.\n",
-        run.label.host, run.label.adapter
+        run.label.host_name(),
+        run.label.adapter_name()
     )?;
     if let Some(warning) = run.label.incomplete() {
         writeln!(md, "> **Partial run.** {warning}\n")?;
@@ -159,32 +161,30 @@ pub fn print_runs(out: &Path) -> Result<()> {
         "run", "status", "started (UTC)", "adapter"
     );
     for dir in runs {
-        let meta: serde_json::Value = std::fs::read(dir.join("meta.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
-        let status = match meta["status"].as_str().unwrap_or("?") {
+        let (label, headline) = match Loaded::load(&dir) {
+            Ok(run) => {
+                let first = headlines(&run)
+                    .into_iter()
+                    .find(|h| h.value.is_some())
+                    .map(|h| format!("{}: {}", h.what, h.text));
+                (run.label, first.unwrap_or_else(|| "-".into()))
+            }
+            Err(e) => (RunLabel::of(&dir), format!("unreadable: {e}")),
+        };
+        let status = match label.status.as_str() {
             "running" => "partial",
             s => s,
         };
-        let started: String = meta["started_utc"]
-            .as_str()
+        let started: String = label
+            .started_utc
+            .as_deref()
             .unwrap_or("?")
             .chars()
             .take(19)
             .collect::<String>()
             .replace('T', " ");
-        let adapter = meta["adapter"]["name"].as_str().unwrap_or("no GPU");
-        let headline = match Loaded::load(&dir).map(|run| headlines(&run)) {
-            Ok(h) => h
-                .into_iter()
-                .find(|h| h.value.is_some())
-                .map(|h| format!("{}: {}", h.what, h.text))
-                .unwrap_or_else(|| "-".into()),
-            Err(e) => format!("unreadable: {e}"),
-        };
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
-        let adapter: String = adapter.chars().take(34).collect();
+        let adapter: String = label.adapter_name().chars().take(34).collect();
         println!("{name:<28} {status:<9} {started:<20} {adapter:<34} {headline}");
     }
     Ok(())

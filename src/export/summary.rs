@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::headlines::{headlines, Headline};
+use super::plot::data::RunLabel;
 use super::plot::Loaded;
 
 /// Bumped whenever a field of summary.json is added, removed or renamed.
@@ -48,12 +49,7 @@ pub struct Figure {
 
 /// Builds the summary of the run in `dir` from its meta.json and tables.
 pub fn summarize(dir: &Path) -> RunSummary {
-    let meta: serde_json::Value = std::fs::read(dir.join("meta.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    let text = |v: &serde_json::Value| v.as_str().map(String::from);
-    let (heads, benches, tables_error) = match Loaded::load(dir) {
+    let (label, heads, benches, tables_error) = match Loaded::load(dir) {
         Ok(run) => {
             let mut benches: BTreeMap<&'static str, BenchSummary> = BTreeMap::new();
             for (bench, rows) in [
@@ -75,20 +71,26 @@ pub fn summarize(dir: &Path) -> RunSummary {
                     unit: h.unit,
                 });
             }
-            (heads, benches, None)
+            (run.label, heads, benches, None)
         }
-        Err(e) => (Vec::new(), BTreeMap::new(), Some(e.to_string())),
+        Err(e) => (
+            RunLabel::of(dir),
+            Vec::new(),
+            BTreeMap::new(),
+            Some(e.to_string()),
+        ),
     };
     RunSummary {
         schema_version: SUMMARY_SCHEMA_VERSION,
-        run_id: text(&meta["run_id"])
+        run_id: label
+            .run_id
             .unwrap_or_else(|| dir.file_name().unwrap_or_default().to_string_lossy().into()),
-        status: text(&meta["status"]).unwrap_or_else(|| "unknown".into()),
-        error: text(&meta["error"]),
-        started_utc: text(&meta["started_utc"]),
-        finished_utc: text(&meta["finished_utc"]),
-        host: text(&meta["host"]["hostname"]),
-        adapter: text(&meta["adapter"]["name"]),
+        status: label.status,
+        error: label.error,
+        started_utc: label.started_utc,
+        finished_utc: label.finished_utc,
+        host: label.host,
+        adapter: label.adapter,
         headlines: heads,
         benches,
         tables_error,

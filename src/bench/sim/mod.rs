@@ -12,7 +12,7 @@ use crate::bench::kernels::KernelsTable;
 mod scenario;
 
 use crate::export::csv::{round, sig4};
-use crate::export::{read_optional, read_table, CsvTable, Line, RunDir};
+use crate::export::{read_optional, read_table, CsvSink, CsvTable, Line, RunDir};
 use crate::output::Progress;
 use crate::sim::engine::ops_simulated;
 use crate::sim::model::{MAX_MICROBATCHES, MAX_MS, MAX_STAGES};
@@ -399,7 +399,8 @@ const TIMELINE_MAX_OPS: usize = 12_288;
 pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outcome>> {
     let mut table = dir.table::<SimTable>()?;
     let mut timeline = dir.table::<TimelineTable>()?;
-    let (mut timeline_rows, mut timeline_full) = (0usize, false);
+    // Rows sim_timeline.csv may still take; `None` once a case did not fit.
+    let mut timeline_room = Some(MAX_TIMELINE_ROWS);
     let mut outcomes = Vec::new();
     let one_f_one_b: Schedule = "1f1b".parse().expect("valid");
     for case in &plan.cases {
@@ -458,31 +459,21 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
                 Some(&stats),
                 figures,
             ))?;
-            let room = timeline_rows + run.ops.len() <= MAX_TIMELINE_ROWS;
-            if run.ops.len() <= TIMELINE_MAX_OPS && !room && !timeline_full {
-                timeline_full = true;
-                progress.println(format!(
-                    "note: sim_timeline.csv is full ({timeline_rows} rows, cap \
-                     {MAX_TIMELINE_ROWS}): later cases have no timeline rows"
-                ));
-            }
-            if run.ops.len() <= TIMELINE_MAX_OPS && room && !timeline_full {
-                timeline_rows += run.ops.len();
-                for e in &run.ops {
-                    let params = TimelineParams {
-                        iteration: case.iteration,
-                        schedule: schedule.to_string(),
-                        stage: e.op.stage,
-                        kind: e.op.kind.to_string(),
-                        microbatch: e.op.mb,
-                    };
-                    let figures = TimelineFigures {
-                        start_ms: round(e.start, 4),
-                        end_ms: round(e.end, 4),
-                        queue_end_ms: round(e.queue_end, 4),
-                    };
-                    timeline.write(&Line::new(&dir.id, &case.label, params, None, figures))?;
+            let ops = run.ops.len();
+            match timeline_room {
+                _ if ops > TIMELINE_MAX_OPS => {}
+                Some(left) if ops <= left => {
+                    timeline_room = Some(left - ops);
+                    write_timeline(&mut timeline, &dir.id, case, schedule, &run)?;
                 }
+                Some(_) => {
+                    timeline_room = None;
+                    progress.println(format!(
+                        "note: sim_timeline.csv is full (cap {MAX_TIMELINE_ROWS} rows): later \
+                         cases have no timeline rows"
+                    ));
+                }
+                None => {}
             }
             progress.println(format!(
                 "  {:<14} {:>12.2} {:>8.2}x {:>8.3} {:>10}  {}",
@@ -503,6 +494,32 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
         progress.inc();
     }
     Ok(outcomes)
+}
+
+/// Writes every op of one schedule's run on one case to `sim_timeline.csv`.
+fn write_timeline(
+    timeline: &mut CsvSink<TimelineTable>,
+    run_id: &str,
+    case: &Case,
+    schedule: &Schedule,
+    run: &Run,
+) -> Result<()> {
+    for e in &run.ops {
+        let params = TimelineParams {
+            iteration: case.iteration,
+            schedule: schedule.to_string(),
+            stage: e.op.stage,
+            kind: e.op.kind.to_string(),
+            microbatch: e.op.mb,
+        };
+        let figures = TimelineFigures {
+            start_ms: round(e.start, 4),
+            end_ms: round(e.end, 4),
+            queue_end_ms: round(e.queue_end, 4),
+        };
+        timeline.write(&Line::new(run_id, &case.label, params, None, figures))?;
+    }
+    Ok(())
 }
 
 /// Prints the ASCII timelines of the given outcomes.

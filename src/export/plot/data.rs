@@ -3,14 +3,19 @@
 
 use std::path::Path;
 
-/// Host and adapter of a run, for titles and legends.
+/// What a run's meta.json says about it: the one reader of meta.json for titles, legends,
+/// reports, `runs` and summary.json. Fields are `None` where meta.json lacks them.
 #[derive(Debug, Clone)]
 pub struct RunLabel {
-    pub host: String,
-    pub adapter: String,
+    pub run_id: Option<String>,
+    pub host: Option<String>,
+    /// `None` for a run without a GPU.
+    pub adapter: Option<String>,
     /// meta.json's status ("complete", "failed", "running"), or "unknown" without one.
     pub status: String,
     pub error: Option<String>,
+    pub started_utc: Option<String>,
+    pub finished_utc: Option<String>,
 }
 
 impl RunLabel {
@@ -19,16 +24,24 @@ impl RunLabel {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
-        let s = |v: &serde_json::Value| v.as_str().unwrap_or("?").to_string();
+        let text = |v: &serde_json::Value| v.as_str().map(String::from);
         RunLabel {
-            host: s(&meta["host"]["hostname"]),
-            adapter: meta["adapter"]["name"]
-                .as_str()
-                .map(String::from)
-                .unwrap_or_else(|| "no GPU".into()),
-            status: meta["status"].as_str().unwrap_or("unknown").to_string(),
-            error: meta["error"].as_str().map(String::from),
+            run_id: text(&meta["run_id"]),
+            host: text(&meta["host"]["hostname"]),
+            adapter: text(&meta["adapter"]["name"]),
+            status: text(&meta["status"]).unwrap_or_else(|| "unknown".into()),
+            error: text(&meta["error"]),
+            started_utc: text(&meta["started_utc"]),
+            finished_utc: text(&meta["finished_utc"]),
         }
+    }
+
+    pub fn host_name(&self) -> &str {
+        self.host.as_deref().unwrap_or("?")
+    }
+
+    pub fn adapter_name(&self) -> &str {
+        self.adapter.as_deref().unwrap_or("no GPU")
     }
 
     /// A warning for a run that did not complete, to put at the top of its report.
@@ -51,6 +64,6 @@ impl RunLabel {
     }
 
     pub fn short(&self) -> String {
-        format!("{} / {}", self.host, self.adapter)
+        format!("{} / {}", self.host_name(), self.adapter_name())
     }
 }
