@@ -152,14 +152,16 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
 /// failed, or partial for a run that never finished), start date, adapter, main headline.
 pub fn print_runs(out: &Path) -> Result<()> {
     let runs = super::run_dir::list_runs(out)?;
+    let mut text = String::new();
     if runs.is_empty() {
-        println!("no runs in {}", out.display());
-        return Ok(());
+        writeln!(text, "no runs in {}", out.display())?;
+    } else {
+        writeln!(
+            text,
+            "{:<28} {:<9} {:<20} {:<34} headline",
+            "run", "status", "started (UTC)", "adapter"
+        )?;
     }
-    println!(
-        "{:<28} {:<9} {:<20} {:<34} headline",
-        "run", "status", "started (UTC)", "adapter"
-    );
     for dir in runs {
         let (label, headline) = match Loaded::load(&dir) {
             Ok(run) => {
@@ -185,7 +187,15 @@ pub fn print_runs(out: &Path) -> Result<()> {
             .replace('T', " ");
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
         let adapter: String = label.adapter_name().chars().take(34).collect();
-        println!("{name:<28} {status:<9} {started:<20} {adapter:<34} {headline}");
+        writeln!(
+            text,
+            "{name:<28} {status:<9} {started:<20} {adapter:<34} {headline}"
+        )?;
     }
-    Ok(())
+    // A listing is often piped into `head`: a closed pipe ends it quietly, not with a panic.
+    use std::io::Write as _;
+    match std::io::stdout().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
