@@ -4,6 +4,7 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod export;

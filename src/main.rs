@@ -16,16 +16,57 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.global.quiet, cli.global.verbose);
     use_all_cores_for_cpu_baseline();
+    // `check` tells a verdict (exit 1) apart from an error (exit 2), as diff and grep do.
+    let error_code = match cli.command {
+        Command::Check(_) => 2,
+        _ => 1,
+    };
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(error_code)
         }
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Check(a) = &cli.command {
+        return check(a, &cli.global);
+    }
+    run_command(cli).map(|()| ExitCode::SUCCESS)
+}
+
+/// `morphbench check`: the verdict is the exit code; each judged run's report gains the check.
+fn check(
+    a: &morphbench::cli::CheckArgs,
+    g: &morphbench::cli::GlobalArgs,
+) -> anyhow::Result<ExitCode> {
+    let opts = morphbench::check::CheckOptions {
+        runs: a.runs.clone(),
+        baseline: a.baseline.clone(),
+        fleet: a.fleet,
+        policy: a.policy.clone(),
+        out: a.check_out.clone(),
+        warn_exit: a.warn_exit,
+        all: a.all,
+        quiet: g.quiet,
+        json: g.json,
+    };
+    let (passed, written) = morphbench::check::run(&opts)?;
+    for dir in written {
+        if dir.join("meta.json").exists() {
+            plot(&dir, Format::Both, &[], true)?;
+        }
+    }
+    Ok(if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn run_command(cli: Cli) -> anyhow::Result<()> {
     let g = &cli.global;
     // One bench from its subcommand, run into its own run folder.
     let one = |bench: Box<dyn Bench>, config: serde_json::Value, raw: bool| {
@@ -54,6 +95,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Plot(a) => plot(&a.run_dir, a.format, &a.compare, g.quiet),
         Command::Runs(a) => morphbench::export::report::print_runs(&a.dir),
+        Command::Check(_) => unreachable!("handled in run"),
         Command::D2h(a) => {
             let d2h = a.plan().map_err(anyhow::Error::msg)?;
             let config = serde_json::to_value(&d2h)?;

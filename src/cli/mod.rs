@@ -119,6 +119,46 @@ pub enum Command {
     /// List the runs in a folder with status, date, adapter and main headline.
     #[command(after_help = "Examples:\n  morphbench runs\n  morphbench runs /scratch/results")]
     Runs(RunsArgs),
+    /// Is this node normal? Verdicts (PASS, WARN, FAIL) per figure against a baseline run or
+    /// a fleet of runs; writes check.csv; exits 1 on a FAIL.
+    #[command(
+        after_help = "Exit codes: 0 all PASS or WARN, 1 a FAIL (or a WARN with --warn-exit), 2 an error.\n\n\
+Examples:\n  morphbench check results/latest --baseline results/known-good\n  \
+morphbench check results/latest --baseline results/known-good --policy bench-configs/check-policy.toml\n  \
+morphbench check /shared/runs/node* --fleet                     # one run per node\n\n\
+A FAIL is a figure worse by at least fail_pct (10%) and significant (p < alpha = 0.01: Welch's t\n\
+from the rows, or Mann-Whitney U where both runs kept samples with --raw); a WARN is worse by\n\
+warn_pct (5%) and significant, worse by fail_pct but not significant, or not comparable (one run\n\
+only, different adapters or drivers). --fleet: a figure is an outlier when its modified z-score\n\
+against the fleet's median exceeds z (3.5) and it is off by warn_pct."
+    )]
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The run folder to judge (with --fleet: every node's run folder).
+    #[arg(required = true, value_name = "RUN_DIR")]
+    pub runs: Vec<PathBuf>,
+    /// A known-good run folder to compare with.
+    #[arg(long, value_name = "BASE_RUN_DIR", conflicts_with = "fleet")]
+    pub baseline: Option<PathBuf>,
+    /// Judge each run against the median of all of them (one run per node).
+    #[arg(long)]
+    pub fleet: bool,
+    /// Thresholds per bench or figure (TOML: fail_pct, warn_pct, alpha, z, ignore).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Exit 1 on a WARN too.
+    #[arg(long)]
+    pub warn_exit: bool,
+    /// Print every PASS row, not just the first ones.
+    #[arg(long)]
+    pub all: bool,
+    /// Write check.csv into DIR instead of each judged run's folder (their reports stay as
+    /// they are).
+    #[arg(long = "check-out", value_name = "DIR")]
+    pub check_out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -9,6 +9,8 @@ use anyhow::{Context, Result};
 use super::headlines::headlines;
 use super::plot::data::RunLabel;
 use super::plot::{Loaded, PlotOutcome};
+use super::Line;
+use crate::check::CheckTable;
 
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -28,6 +30,7 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
         "rdma.csv",
         "sim.csv",
         "sim_timeline.csv",
+        "check.csv",
         "meta.json",
     ]
     .iter()
@@ -55,6 +58,20 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     for h in &heads {
         let file = h.source.split(' ').next().unwrap_or("");
         writeln!(md, "| {} | {} | [{}]({file}) |", h.what, h.text, h.source)?;
+    }
+    if let Some(check) = &run.check {
+        writeln!(md, "\n## Check\n\n{}\n", check_summary(check))?;
+        let flagged: Vec<_> = check
+            .iter()
+            .filter(|l| l.figures.verdict != "PASS")
+            .collect();
+        if !flagged.is_empty() {
+            writeln!(md, "| verdict | figure | column | base | value | ratio | reason |\n|---|---|---|---|---|---|---|")?;
+            for l in flagged {
+                let c = check_cells(l);
+                writeln!(md, "| {} |", c.join(" | "))?;
+            }
+        }
     }
     writeln!(md, "\n## Data\n")?;
     for c in &csvs {
@@ -114,7 +131,30 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
             html_escape(&h.source)
         )?;
     }
-    writeln!(html, "</table><h2>Data</h2><ul>")?;
+    writeln!(html, "</table>")?;
+    if let Some(check) = &run.check {
+        writeln!(
+            html,
+            "<h2>Check</h2><p>{}</p>",
+            html_escape(&check_summary(check))
+        )?;
+        let flagged: Vec<_> = check
+            .iter()
+            .filter(|l| l.figures.verdict != "PASS")
+            .collect();
+        if !flagged.is_empty() {
+            writeln!(html, "<table><tr><th>verdict</th><th>figure</th><th>column</th><th>base</th><th>value</th><th>ratio</th><th>reason</th></tr>")?;
+            for l in flagged {
+                let cells: Vec<String> = check_cells(l)
+                    .iter()
+                    .map(|c| format!("<td>{}</td>", html_escape(c)))
+                    .collect();
+                writeln!(html, "<tr>{}</tr>", cells.join(""))?;
+            }
+            writeln!(html, "</table>")?;
+        }
+    }
+    writeln!(html, "<h2>Data</h2><ul>")?;
     for c in &csvs {
         writeln!(html, "<li><a href=\"{c}\">{c}</a></li>")?;
     }
@@ -146,6 +186,38 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     writeln!(html, "</body></html>")?;
     std::fs::write(dir.join("report.html"), html).context("cannot write report.html")?;
     Ok(())
+}
+
+/// One line on a run's check: its worst verdict and the counts.
+fn check_summary(check: &[Line<CheckTable>]) -> String {
+    let count = |v: &str| check.iter().filter(|l| l.figures.verdict == v).count();
+    let (fail, warn, pass) = (count("FAIL"), count("WARN"), count("PASS"));
+    let worst = if fail > 0 {
+        "FAIL"
+    } else if warn > 0 {
+        "WARN"
+    } else {
+        "PASS"
+    };
+    format!(
+        "Verdict of morphbench check: {worst} ({fail} FAIL, {warn} WARN, {pass} PASS); \
+         every figure is in check.csv."
+    )
+}
+
+/// A check row's cells for the report's table (FAIL and WARN rows; FAILs come first in the
+/// file).
+fn check_cells(l: &Line<CheckTable>) -> Vec<String> {
+    let num = |x: Option<f64>| x.map_or("-".to_string(), |x| x.to_string());
+    vec![
+        l.figures.verdict.clone(),
+        format!("{}: {}", l.lead.bench, l.lead.case),
+        format!("{} ({})", l.params.figure, l.params.better.as_str()),
+        num(l.figures.base),
+        num(l.figures.value),
+        num(l.figures.ratio),
+        l.figures.reason.clone(),
+    ]
 }
 
 /// `morphbench runs`: one line per run folder under `out`, oldest first: id, status (complete,

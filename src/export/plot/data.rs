@@ -11,6 +11,8 @@ pub struct RunLabel {
     pub host: Option<String>,
     /// `None` for a run without a GPU.
     pub adapter: Option<String>,
+    /// The adapter's driver and its version (`llvmpipe Mesa 22.3.6 (LLVM 15.0.6)`).
+    pub driver: Option<String>,
     /// meta.json's status ("complete", "failed", "running"), or "unknown" without one.
     pub status: String,
     pub error: Option<String>,
@@ -29,6 +31,17 @@ impl RunLabel {
             run_id: text(&meta["run_id"]),
             host: text(&meta["host"]["hostname"]),
             adapter: text(&meta["adapter"]["name"]),
+            driver: match (
+                text(&meta["adapter"]["driver"]),
+                text(&meta["adapter"]["driver_info"]),
+            ) {
+                (None, None) => None,
+                (d, i) => Some(
+                    format!("{} {}", d.unwrap_or_default(), i.unwrap_or_default())
+                        .trim()
+                        .to_string(),
+                ),
+            },
             status: text(&meta["status"]).unwrap_or_else(|| "unknown".into()),
             error: text(&meta["error"]),
             started_utc: text(&meta["started_utc"]),

@@ -29,6 +29,8 @@ pub struct Loaded {
     pub rdma: Option<Vec<Line<RdmaTable>>>,
     pub sim: Option<Vec<Line<SimTable>>>,
     pub timeline: Option<Vec<Line<TimelineTable>>>,
+    /// The verdicts of `morphbench check` on this run, when it was checked.
+    pub check: Option<Vec<Line<crate::check::CheckTable>>>,
 }
 
 impl Loaded {
@@ -41,6 +43,7 @@ impl Loaded {
             rdma: read_optional(dir)?,
             sim: read_optional(dir)?,
             timeline: read_optional(dir)?,
+            check: read_optional(dir)?,
         })
     }
 }

@@ -1,0 +1,374 @@
+//! `morphbench check` on real runs: an injected 20% regression fails on exactly that figure,
+//! runs drawn from the same distribution raise no false alarm in at least 99 of 100 seeded
+//! trials, `--fleet` names the odd node, and bad input exits 2 with a reason.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{col, morphbench, only_run, read_csv, stderr, stdout};
+use morphbench::check::{against_baseline, collect, Policy, RunFigures, Verdict};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// One real kernels run that kept every sample.
+fn real_run(home: &Path) -> PathBuf {
+    let args = [
+        "kernels",
+        "--gemm",
+        "256x256x256",
+        "--layernorm",
+        "1024x1024",
+        "--iters",
+        "20",
+    ];
+    measure(home, "results", &args)
+}
+
+/// Runs a bench with every sample kept, into its own `out` folder; returns the run folder.
+fn measure(home: &Path, out: &str, args: &[&str]) -> PathBuf {
+    let out = home.join(out);
+    let mut all = args.to_vec();
+    all.extend(["--raw", "--quiet", "--out", out.to_str().unwrap()]);
+    let o = morphbench(&all, home);
+    assert!(o.status.success(), "{}", stderr(&o));
+    only_run(&out)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+/// Multiplies column `cols` of the rows of `file` that `pick` selects by `factor`.
+fn scale(
+    file: &Path,
+    pick: &dyn Fn(&[String], &csv::StringRecord) -> bool,
+    cols: &[&str],
+    factor: f64,
+) {
+    let (h, rows) = read_csv(file);
+    let mut w = csv::Writer::from_path(file).unwrap();
+    w.write_record(&h).unwrap();
+    for r in rows {
+        let mut cells: Vec<String> = r.iter().map(String::from).collect();
+        if pick(&h, &r) {
+            for c in cols {
+                let i = col(&h, c);
+                if let Ok(x) = cells[i].parse::<f64>() {
+                    cells[i] = format!("{}", x * factor);
+                }
+            }
+        }
+        w.write_record(&cells).unwrap();
+    }
+    w.flush().unwrap();
+}
+
+/// The steadiest kernel row that is not launch-bound: (case, timer, column of its rate).
+fn steadiest(run: &Path) -> (String, String, String) {
+    let (h, rows) = read_csv(&run.join("kernels.csv"));
+    let best = rows
+        .iter()
+        .filter(|r| r[col(&h, "p50_us")].parse::<f64>().unwrap() >= 100.0)
+        .min_by(|a, b| {
+            let cv = |r: &csv::StringRecord| r[col(&h, "cv")].parse::<f64>().unwrap();
+            cv(a).total_cmp(&cv(b))
+        })
+        .expect("a kernel row of at least 100 us");
+    let rate = if best[col(&h, "gflops")].is_empty() {
+        "gbps"
+    } else {
+        "gflops"
+    };
+    (
+        best[col(&h, "case")].to_string(),
+        best[col(&h, "timer")].to_string(),
+        rate.to_string(),
+    )
+}
+
+/// A copy of `run` whose row (`case`, `timer`) took 20% longer in every sample.
+fn regressed(run: &Path, to: &Path, case: &str, timer: &str, rate: &str) {
+    copy_dir(run, to);
+    let (c, t) = (case.to_string(), timer.to_string());
+    let pick = move |h: &[String], r: &csv::StringRecord| {
+        r[col(h, "case")] == *c && r[col(h, "timer")] == *t
+    };
+    let times = [
+        "mean_us",
+        "stddev_us",
+        "min_us",
+        "p50_us",
+        "p90_us",
+        "p99_us",
+        "p999_us",
+        "max_us",
+        "ci95_lo_us",
+        "ci95_hi_us",
+    ];
+    scale(&to.join("kernels.csv"), &pick, &times, 1.2);
+    scale(&to.join("kernels.csv"), &pick, &[rate], 1.0 / 1.2);
+    scale(&to.join("kernels_samples.csv"), &pick, &["sample_us"], 1.2);
+}
+
+#[test]
+fn an_injected_regression_fails_on_exactly_that_figure() {
+    let home = tempfile::tempdir().unwrap();
+    let run = real_run(home.path());
+    let (case, timer, rate) = steadiest(&run);
+    let reg = home.path().join("regressed");
+    regressed(&run, &reg, &case, &timer, &rate);
+
+    // The run against itself: every figure passes, exit 0.
+    let o = morphbench(
+        &[
+            "check",
+            run.to_str().unwrap(),
+            "--baseline",
+            run.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("verdict: PASS"), "{}", stdout(&o));
+
+    // The regressed copy: one FAIL, on that figure, exit 1; check.csv and the report say so.
+    // The row's own spread depends on how busy the test machine is, so the max_cv guard (its
+    // own unit test) is lifted here.
+    let lenient = home.path().join("lenient.toml");
+    std::fs::write(&lenient, "max_cv = 1000\n").unwrap();
+    let o = morphbench(
+        &[
+            "check",
+            reg.to_str().unwrap(),
+            "--baseline",
+            run.to_str().unwrap(),
+            "--policy",
+            lenient.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    println!("{}", stdout(&o));
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let (h, rows) = read_csv(&reg.join("check.csv"));
+    for c in [
+        "figure", "unit", "better", "base", "value", "ratio", "ci_lo", "ci_hi", "p", "verdict",
+        "reason",
+    ] {
+        col(&h, c);
+    }
+    let fails: Vec<&csv::StringRecord> = rows
+        .iter()
+        .filter(|r| &r[col(&h, "verdict")] == "FAIL")
+        .collect();
+    assert_eq!(fails.len(), 1, "{rows:?}");
+    assert_eq!(fails[0][col(&h, "case")], format!("{case} [{timer}]"));
+    assert_eq!(fails[0][col(&h, "figure")], rate);
+    assert_eq!(&fails[0][col(&h, "better")], "higher");
+    let ratio: f64 = fails[0][col(&h, "ratio")].parse().unwrap();
+    assert!((ratio - 1.0 / 1.2).abs() < 0.01, "{ratio}");
+    // FAILs come first.
+    assert_eq!(&rows[0][col(&h, "verdict")], "FAIL");
+    let report = std::fs::read_to_string(reg.join("report.md")).unwrap();
+    assert!(
+        report.contains("## Check") && report.contains("FAIL"),
+        "{report}"
+    );
+
+    // A policy that ignores the figure, or --json, say so; --warn-exit is not needed to pass.
+    let policy = home.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!("max_cv = 1000\n[figure.\"kernels: {case} [{timer}]\"]\nignore = true\n"),
+    )
+    .unwrap();
+    let o = morphbench(
+        &[
+            "check",
+            reg.to_str().unwrap(),
+            "--baseline",
+            run.to_str().unwrap(),
+            "--policy",
+            policy.to_str().unwrap(),
+            "--json",
+        ],
+        home.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(doc["ignored"], 1);
+    assert_eq!(doc["fail"], 0);
+
+    // --fleet over four copies and the regressed one names the regressed node.
+    let mut fleet = vec![reg.to_str().unwrap().to_string()];
+    for i in 0..4 {
+        let d = home.path().join(format!("node{i}"));
+        copy_dir(&run, &d);
+        // Each copy is its own run: a run_id of its own in every table.
+        for f in ["kernels.csv", "kernels_samples.csv", "meta.json"] {
+            let text = std::fs::read_to_string(d.join(f)).unwrap();
+            let id = morphbench::check::collect(&run).unwrap().run_id;
+            std::fs::write(d.join(f), text.replace(&id, &format!("node{i}"))).unwrap();
+        }
+        fleet.push(d.to_str().unwrap().to_string());
+    }
+    let mut args: Vec<&str> = vec![
+        "check",
+        "--fleet",
+        "--policy",
+        lenient.to_str().unwrap(),
+        "--check-out",
+    ];
+    let fleet_out = home.path().join("fleet");
+    args.push(fleet_out.to_str().unwrap());
+    args.extend(fleet.iter().map(|s| s.as_str()));
+    let o = morphbench(&args, home.path());
+    println!("{}", stdout(&o));
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("outlier node"), "{}", stdout(&o));
+    let (h, rows) = read_csv(&fleet_out.join("check.csv"));
+    let fails: Vec<&csv::StringRecord> = rows
+        .iter()
+        .filter(|r| &r[col(&h, "verdict")] == "FAIL")
+        .collect();
+    assert_eq!(fails.len(), 1, "{rows:?}");
+    assert_eq!(fails[0][col(&h, "case")], format!("{case} [{timer}]"));
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_problem() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let empty = h.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["check", "nowhere", "--baseline", "nowhere"],
+            "not a folder",
+        ),
+        (
+            vec![
+                "check",
+                empty.to_str().unwrap(),
+                "--baseline",
+                empty.to_str().unwrap(),
+            ],
+            "no measured figures",
+        ),
+        (vec!["check", empty.to_str().unwrap()], "--baseline"),
+        (
+            vec!["check", empty.to_str().unwrap(), "--fleet"],
+            "at least 3 runs",
+        ),
+        (vec!["check", "a", "b", "--baseline", "c"], "judges one run"),
+    ];
+    for (args, needle) in cases {
+        let o = morphbench(&args, h);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+    let policy = h.join("p.toml");
+    std::fs::write(&policy, "fail_pct = -3\n").unwrap();
+    let run = h.join("r");
+    std::fs::create_dir_all(&run).unwrap();
+    let o = morphbench(
+        &[
+            "check",
+            "r",
+            "--baseline",
+            "r",
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+        h,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("fail_pct"), "{}", stderr(&o));
+}
+
+/// A synthetic run of the same node: every figure's samples drawn again, with replacement,
+/// from the real run's samples (the same distribution).
+fn resampled(real: &RunFigures, rng: &mut SmallRng, id: &str) -> RunFigures {
+    let mut r = real.clone();
+    r.run_id = id.into();
+    for f in r.figures.values_mut() {
+        let s = f.samples.clone().expect("the run kept its samples");
+        let drawn: Vec<f64> = (0..s.len()).map(|_| s[rng.gen_range(0..s.len())]).collect();
+        *f = f.with_samples(drawn);
+    }
+    r
+}
+
+#[test]
+fn same_distribution_gives_no_false_alarm_in_99_of_100_trials() {
+    let home = tempfile::tempdir().unwrap();
+    let mut real = collect(&real_run(home.path())).unwrap();
+    let d2h = measure(
+        home.path(),
+        "d2h",
+        &["d2h", "--sizes", "4K,64K,4M,32M", "--iters", "20"],
+    );
+    real.figures.extend(collect(&d2h).unwrap().figures);
+    let policy = Policy::default();
+    let raw = Policy::parse("max_cv = 1000").unwrap();
+    let (mut trials_with_fail, mut fails, mut raw_fails, mut figures) = (0, 0, 0, 0);
+    for seed in 0..100 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let a = resampled(&real, &mut rng, "a");
+        let b = resampled(&real, &mut rng, "b");
+        let r = against_baseline(&a, &b, &policy);
+        let n = r.count(Verdict::Fail);
+        fails += n;
+        trials_with_fail += usize::from(n > 0);
+        figures += r.outcomes.len();
+        raw_fails += against_baseline(&a, &b, &raw).count(Verdict::Fail);
+    }
+    println!(
+        "false alarms: {trials_with_fail} of 100 trials had a FAIL ({fails} FAIL of {figures} \
+         figure comparisons; {raw_fails} without the max_cv cap)"
+    );
+    assert!(
+        trials_with_fail <= 1,
+        "{trials_with_fail} trials of 100 raised a FAIL"
+    );
+
+    // And a 20% regression of the steadiest figure, in resampled runs, fails on that figure
+    // in every trial.
+    let (key, _) = real
+        .figures
+        .iter()
+        .filter(|(_, f)| f.caveat.is_none())
+        .min_by(|a, b| a.1.cv.total_cmp(&b.1.cv))
+        .unwrap();
+    let mut caught = 0;
+    for seed in 0..100 {
+        let mut rng = SmallRng::seed_from_u64(1000 + seed);
+        let a = resampled(&real, &mut rng, "a");
+        let mut b = resampled(&real, &mut rng, "b");
+        let f = b.figures.get_mut(key).unwrap();
+        let slower: Vec<f64> = f
+            .samples
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|x| x * 1.2)
+            .collect();
+        *f = f.with_samples(slower);
+        let r = against_baseline(&a, &b, &policy);
+        let failed: Vec<String> = r
+            .outcomes
+            .iter()
+            .filter(|o| o.verdict == Verdict::Fail)
+            .map(|o| format!("{}: {}", o.bench, o.case))
+            .collect();
+        caught += usize::from(failed == vec![key.to_string()]);
+    }
+    println!("a 20% regression of {key} (cv {:.3}) failed on exactly that figure in {caught} of 100 trials", real.figures[key].cv);
+    assert!(caught >= 99, "{caught}");
+}
