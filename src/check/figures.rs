@@ -42,6 +42,17 @@ impl Better {
     }
 }
 
+impl Better {
+    /// The log of how many times worse `value` is than `base` (the log of the time ratio):
+    /// positive when worse, symmetric for lower- and higher-is-better figures.
+    pub fn log_worse(self, base: f64, value: f64) -> f64 {
+        match self {
+            Better::Lower => (value / base).ln(),
+            Better::Higher => (base / value).ln(),
+        }
+    }
+}
+
 /// One figure of one run.
 #[derive(Debug, Clone)]
 pub struct Figure {
@@ -181,14 +192,17 @@ impl Checked for KernelsTable {
 }
 
 /// Transfers from 1 MiB up are judged by bandwidth, smaller ones by latency (as perftest and
-/// nvbandwidth report them).
+/// nvbandwidth report them); mapping a buffer moves no bytes, so it is always a latency.
 const BANDWIDTH_FROM_BYTES: u64 = 1 << 20;
 
 impl Checked for D2hTable {
     fn figure(line: &Line<Self>) -> Option<Figure> {
         let s = line.stats();
         Some(
-            if line.params.bytes >= BANDWIDTH_FROM_BYTES && line.figures.gbps > 0.0 {
+            if line.params.bytes >= BANDWIDTH_FROM_BYTES
+                && line.figures.gbps > 0.0
+                && line.params.part != "map"
+            {
                 Figure::new("gbps", "GB/s", Better::Higher, line.figures.gbps, s)
             } else {
                 Figure::time(s)

@@ -133,15 +133,45 @@ pub fn p_value(base: &Figure, fig: &Figure) -> (Option<f64>, &'static str) {
     }
 }
 
-/// Judges one figure against its baseline. `q` is its p-value adjusted for the other figures
-/// compared with it (Benjamini-Hochberg); `None` judges it alone.
+/// What the other figures of the same two runs tell about one figure's comparison.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Family {
+    /// The figure's p-value adjusted for the other figures compared with it
+    /// (Benjamini-Hochberg); `None` judges it alone.
+    pub q: Option<f64>,
+    /// How far figures move between these two runs by the machine's state alone: the robust
+    /// spread (1.4826 MAD) of every figure's log ratio. `None` with too few figures.
+    pub scatter: Option<f64>,
+}
+
+/// The fewest figures from which a pair's scatter is estimated.
+pub const MIN_SCATTER_FIGURES: usize = 8;
+
+/// The robust spread (1.4826 MAD, a standard deviation for normal data) of the log ratios by
+/// which each figure got worse: Efron's empirical null for many tests at once. Within-run
+/// tests cannot see run-to-run drift (this machine's host memcpy went from 8.4 to 13.1 GB/s
+/// across ten runs, each with a small cv); this spread can.
+pub fn scatter(log_worse: &[f64]) -> Option<f64> {
+    if log_worse.len() < MIN_SCATTER_FIGURES {
+        return None;
+    }
+    let mut sorted = log_worse.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let med = crate::stats::percentile_sorted(&sorted, 0.5);
+    let mut dev: Vec<f64> = log_worse.iter().map(|x| (x - med).abs()).collect();
+    dev.sort_by(f64::total_cmp);
+    Some(1.4826 * crate::stats::percentile_sorted(&dev, 0.5))
+}
+
+/// Judges one figure against its baseline, in the `family` of the other figures of the same
+/// two runs.
 pub fn judge(
     key: &Key,
     base: &Figure,
     fig: &Figure,
     t: &Thresholds,
     run_id: &str,
-    q: Option<f64>,
+    family: Family,
 ) -> Outcome {
     let mut o = Outcome::blank(run_id, key, fig);
     o.base = Some(base.value);
@@ -173,7 +203,7 @@ pub fn judge(
     }
     o.p = p;
     let worse = fig.better.worse_by(base.value, fig.value);
-    let q = q.or(p);
+    let q = family.q.or(p);
     let significant = q.is_some_and(|q| q < t.alpha);
     let p_text = match (p, q) {
         (Some(p), Some(q)) if q != p => {
@@ -202,6 +232,21 @@ pub fn judge(
         (Verdict::Pass, String::new())
     };
     cap_unsteady(&mut o, &[base, fig], t);
+    // A FAIL must also stand out from how far all figures moved between the two runs: its log
+    // ratio's modified z-score against that scatter (centred on no change, so a node that is
+    // slower across the board still fails) must pass the policy's z.
+    if let (Verdict::Fail, Some(sigma)) = (o.verdict, family.scatter) {
+        let log_worse = fig.better.log_worse(base.value, fig.value);
+        let needed = t.z / 0.6745 * sigma / 1.4826;
+        if log_worse < needed {
+            o.at_most_warn(&format!(
+                "within the run-to-run scatter of these two runs (figures move by {} typically; \
+                 a FAIL needs over {})",
+                pct(sigma.exp() - 1.0),
+                pct(needed.exp() - 1.0)
+            ));
+        }
+    }
     if base.detail != fig.detail {
         o.reason = join(
             &o.reason,
@@ -214,11 +259,17 @@ pub fn judge(
     o
 }
 
-/// A figure with a caveat (launch-bound) or from rows more variable than `max_cv` can WARN
-/// but not FAIL: its median moves by the threshold from run to run on its own.
+/// A figure with a caveat (launch-bound), from rows of fewer than `min_n` samples, or from
+/// rows more variable than `max_cv` can WARN but not FAIL: its median moves by the threshold
+/// from run to run on its own.
 fn cap_unsteady(o: &mut Outcome, figs: &[&Figure], t: &Thresholds) {
     if let Some(c) = figs.iter().find_map(|f| f.caveat.as_ref()) {
         o.at_most_warn(c);
+    } else if let Some(n) = figs.iter().map(|f| f.time.n).find(|&n| n < t.min_n) {
+        o.at_most_warn(&format!(
+            "too few samples to fail (n={n} < min_n {}): give more iterations",
+            t.min_n
+        ));
     } else if let Some(cv) = figs.iter().map(|f| f.cv).find(|&cv| cv > t.max_cv) {
         o.at_most_warn(&format!(
             "unsteady row (cv {cv:.2} > max_cv {:.2}): rerun with more iterations on a quiet \
@@ -310,6 +361,25 @@ pub fn against_baseline(base: &RunFigures, run: &RunFigures, policy: &Policy) ->
     let q_values = benjamini_hochberg(&tested.iter().map(|(_, p)| *p).collect::<Vec<_>>());
     let q_of: std::collections::BTreeMap<&Key, f64> =
         tested.iter().map(|(k, _)| *k).zip(q_values).collect();
+    let log_worse: Vec<f64> = keys
+        .iter()
+        .filter(|k| !policy.for_figure(k).ignore)
+        .filter_map(|k| match (base.figures.get(*k), run.figures.get(*k)) {
+            (Some(b), Some(f)) if b.value > 0.0 && f.value > 0.0 && b.column == f.column => {
+                Some(f.better.log_worse(b.value, f.value))
+            }
+            _ => None,
+        })
+        .collect();
+    let pair_scatter = scatter(&log_worse);
+    if let Some(sigma) = pair_scatter {
+        report.notes.push(format!(
+            "figures moved by {} typically between these runs (robust spread of {} log ratios); \
+             a FAIL must stand out from that",
+            pct(sigma.exp() - 1.0),
+            log_worse.len()
+        ));
+    }
     for key in keys {
         let t = policy.for_figure(key);
         if t.ignore {
@@ -317,7 +387,13 @@ pub fn against_baseline(base: &RunFigures, run: &RunFigures, policy: &Policy) ->
             continue;
         }
         let mut o = match (base.figures.get(key), run.figures.get(key)) {
-            (Some(b), Some(f)) => judge(key, b, f, &t, &run.run_id, q_of.get(key).copied()),
+            (Some(b), Some(f)) => {
+                let family = Family {
+                    q: q_of.get(key).copied(),
+                    scatter: pair_scatter,
+                };
+                judge(key, b, f, &t, &run.run_id, family)
+            }
             (Some(b), None) => {
                 let mut o = Outcome::blank(&run.run_id, key, b);
                 o.base = Some(b.value);
@@ -765,7 +841,7 @@ mod tests {
         let t = Thresholds::default();
         let base = fig(&steady(100.0), Better::Higher);
         let slow = fig(&steady(120.0), Better::Higher);
-        let o = judge(&key("a"), &base, &slow, &t, "r", None);
+        let o = judge(&key("a"), &base, &slow, &t, "r", Family::default());
         assert_eq!(o.verdict, Verdict::Fail, "{o:?}");
         assert!((o.ratio.unwrap() - 1.0 / 1.2).abs() < 1e-9);
         let (lo, hi) = (o.ci_lo.unwrap(), o.ci_hi.unwrap());
@@ -773,11 +849,11 @@ mod tests {
         assert!(o.reason.contains("16.7% worse"), "{}", o.reason);
         // The same figure, and a 20% improvement, pass.
         assert_eq!(
-            judge(&key("a"), &base, &base, &t, "r", None).verdict,
+            judge(&key("a"), &base, &base, &t, "r", Family::default()).verdict,
             Verdict::Pass
         );
         assert_eq!(
-            judge(&key("a"), &slow, &base, &t, "r", None).verdict,
+            judge(&key("a"), &slow, &base, &t, "r", Family::default()).verdict,
             Verdict::Pass
         );
         // 7% worse and significant: a WARN.
@@ -787,7 +863,7 @@ mod tests {
             &fig(&steady(107.0), Better::Lower),
             &t,
             "r",
-            None,
+            Family::default(),
         );
         assert_eq!(o.verdict, Verdict::Warn, "{o:?}");
     }
@@ -804,7 +880,7 @@ mod tests {
             fig(&noisy(100.0), Better::Lower),
             fig(&noisy(150.0), Better::Lower),
         );
-        let o = judge(&key("a"), &a, &b, &t, "r", None);
+        let o = judge(&key("a"), &a, &b, &t, "r", Family::default());
         assert_eq!(o.verdict, Verdict::Warn);
         assert!(
             o.reason.contains("unsteady") && o.reason.contains("would FAIL"),
@@ -814,9 +890,80 @@ mod tests {
         b = fig(&steady(150.0), Better::Lower);
         let mut a = fig(&steady(100.0), Better::Lower);
         a.caveat = Some("launch-bound".into());
-        let o = judge(&key("a"), &a, &b, &t, "r", None);
+        let o = judge(&key("a"), &a, &b, &t, "r", Family::default());
         assert_eq!(o.verdict, Verdict::Warn);
         assert!(o.reason.starts_with("launch-bound"), "{}", o.reason);
+    }
+
+    #[test]
+    fn a_fail_must_stand_out_from_the_pairs_scatter() {
+        let t = Thresholds::default();
+        let (a, b) = (
+            fig(&steady(100.0), Better::Lower),
+            fig(&steady(125.0), Better::Lower),
+        );
+        // Figures that moved by 20% typically: a 25% change does not stand out.
+        let noisy = Family {
+            q: None,
+            scatter: Some(0.2),
+        };
+        let o = judge(&key("a"), &a, &b, &t, "r", noisy);
+        assert_eq!(o.verdict, Verdict::Warn);
+        assert!(o.reason.contains("scatter"), "{}", o.reason);
+        // Figures that moved by 2%: it does.
+        let quiet = Family {
+            q: None,
+            scatter: Some(0.02),
+        };
+        assert_eq!(
+            judge(&key("a"), &a, &b, &t, "r", quiet).verdict,
+            Verdict::Fail
+        );
+        // A node 25% slower on every figure fails on every figure: the scatter is small.
+        let figs: Vec<(String, Figure)> = (0..10)
+            .map(|i| {
+                (
+                    format!("f{i}"),
+                    fig(&steady(100.0 + i as f64), Better::Lower),
+                )
+            })
+            .collect();
+        let base = run(
+            "b",
+            figs.iter().map(|(c, f)| (c.as_str(), f.clone())).collect(),
+        );
+        let slow = run(
+            "s",
+            figs.iter()
+                .map(|(c, f)| {
+                    (
+                        c.as_str(),
+                        f.with_samples(
+                            f.samples
+                                .clone()
+                                .unwrap_or_else(|| steady(f.value))
+                                .iter()
+                                .map(|x| x * 1.25)
+                                .collect(),
+                        ),
+                    )
+                })
+                .collect(),
+        );
+        assert_eq!(
+            against_baseline(&base, &slow, &Policy::default()).count(Verdict::Fail),
+            10
+        );
+        // Too few samples: a WARN.
+        let (a, b) = (
+            fig(&steady(100.0)[..5], Better::Lower),
+            fig(&steady(125.0)[..5], Better::Lower),
+        );
+        let o = judge(&key("a"), &a, &b, &t, "r", Family::default());
+        assert!(
+            o.verdict == Verdict::Warn && o.reason.contains("min_n"),
+            "{o:?}"
+        );
     }
 
     #[test]

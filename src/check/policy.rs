@@ -7,6 +7,7 @@
 //! alpha = 0.01         # significance level of the tests (and 1 - the intervals' level)
 //! z = 3.5              # --fleet: modified z-score beyond which a figure is an outlier
 //! max_cv = 0.10        # rows more variable than this (stddev / mean) can WARN, never FAIL
+//! min_n = 10           # rows with fewer samples than this can WARN, never FAIL
 //!
 //! [bench.d2h]
 //! fail_pct = 20
@@ -33,6 +34,7 @@ pub struct Overrides {
     pub alpha: Option<f64>,
     pub z: Option<f64>,
     pub max_cv: Option<f64>,
+    pub min_n: Option<usize>,
     /// Leave the figure (or the bench's figures) out of the verdict.
     pub ignore: Option<bool>,
 }
@@ -45,6 +47,7 @@ pub struct Thresholds {
     pub alpha: f64,
     pub z: f64,
     pub max_cv: f64,
+    pub min_n: usize,
     pub ignore: bool,
 }
 
@@ -53,7 +56,9 @@ impl Default for Thresholds {
     /// p < 0.01 keeps false alarms rare over a run's hundreds of figures; 3.5 is Iglewicz and
     /// Hoaglin's outlier cut for the modified z-score (hyperfine uses it too). A row whose own
     /// samples spread as wide as the FAIL threshold has a median that moves that much from run
-    /// to run with the machine's state, so it cannot carry a FAIL (max_cv = 0.10).
+    /// to run with the machine's state, so it cannot carry a FAIL (max_cv = 0.10); nor can a
+    /// row of fewer than 10 samples, hyperfine's minimum (Mann-Whitney cannot reach p < 0.01
+    /// with 5 against 5, and Welch's t then rests on normality).
     fn default() -> Thresholds {
         Thresholds {
             fail_pct: 10.0,
@@ -61,6 +66,7 @@ impl Default for Thresholds {
             alpha: 0.01,
             z: 3.5,
             max_cv: 0.10,
+            min_n: 10,
             ignore: false,
         }
     }
@@ -73,6 +79,7 @@ impl Thresholds {
         self.alpha = o.alpha.unwrap_or(self.alpha);
         self.z = o.z.unwrap_or(self.z);
         self.max_cv = o.max_cv.unwrap_or(self.max_cv);
+        self.min_n = o.min_n.unwrap_or(self.min_n);
         self.ignore = o.ignore.unwrap_or(self.ignore);
         self
     }
@@ -86,6 +93,7 @@ struct PolicyFile {
     alpha: Option<f64>,
     z: Option<f64>,
     max_cv: Option<f64>,
+    min_n: Option<usize>,
     ignore: Option<bool>,
     #[serde(default)]
     bench: BTreeMap<String, Overrides>,
@@ -111,7 +119,7 @@ impl Policy {
     pub fn parse(text: &str) -> Result<Policy> {
         let file: PolicyFile = toml::from_str(text).map_err(|e| {
             anyhow::anyhow!(
-                "{}: the keys are fail_pct, warn_pct, alpha, z, max_cv and ignore, at the top level or \
+                "{}: the keys are fail_pct, warn_pct, alpha, z, max_cv, min_n and ignore, at the top level or \
                  under [bench.NAME] or [figure.\"BENCH: CASE\"]",
                 e.message()
             )
@@ -122,6 +130,7 @@ impl Policy {
             alpha: file.alpha,
             z: file.z,
             max_cv: file.max_cv,
+            min_n: file.min_n,
             ignore: file.ignore,
         };
         let policy = Policy { file, top };
@@ -199,6 +208,12 @@ impl Thresholds {
             return Err(format!(
                 "alpha = {}: give a significance level between 0 and 1, e.g. 0.01",
                 self.alpha
+            ));
+        }
+        if !(2..=1_000_000).contains(&self.min_n) {
+            return Err(format!(
+                "min_n = {}: give a sample count from 2 up, e.g. 10",
+                self.min_n
             ));
         }
         if !(self.max_cv.is_finite() && self.max_cv > 0.0) {
