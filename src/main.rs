@@ -101,6 +101,11 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             let config = serde_json::to_value(&d2h)?;
             one(Box::new(d2h), config, a.raw)
         }
+        Command::Peak(a) => {
+            let peak = a.plan().map_err(anyhow::Error::msg)?;
+            let config = serde_json::to_value(&peak)?;
+            one(Box::new(peak), config, false)
+        }
         Command::Hol(a) => {
             let hol = a.plan()?;
             let config = serde_json::to_value(&hol)?;

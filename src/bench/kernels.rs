@@ -8,8 +8,10 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::check_iters;
+use super::peak::{Ceilings, PeakTable};
 use crate::cli::sizes::{parse_gemm, parse_layernorm};
-use crate::export::csv::{sig, sig4, SamplesTable};
+use crate::export::csv::{round, sig, sig4, SamplesTable};
+use crate::export::read_optional;
 use crate::export::{CsvSink, CsvTable, Line, RunDir};
 use crate::gpu::kernels::gemm::{cpu_sgemm, verify_dense};
 use crate::gpu::kernels::select::{choose, first_fitting, Selection};
@@ -49,6 +51,10 @@ pub struct KernelFigures {
     pub timer: String,
     pub verified: bool,
     pub rel_err: f64,
+    /// GEMM: GFLOP/s as a percentage of the same run's FP32 multiply-add peak (`peak`).
+    pub pct_peak: Option<f64>,
+    /// Layernorm: GB/s as a percentage of the same run's WGSL copy bandwidth (`peak`).
+    pub pct_bw: Option<f64>,
 }
 
 impl CsvTable for KernelsTable {
@@ -56,6 +62,7 @@ impl CsvTable for KernelsTable {
     const WITH_STATS: bool = true;
     type Params = KernelParams;
     type Figures = KernelFigures;
+    const ADDED: &'static [&'static str] = &["pct_peak", "pct_bw"];
 }
 
 /// What to run: sizes, iteration counts, and optionally forced variants.
@@ -202,6 +209,8 @@ pub struct PointResult {
 
 struct Writer<'a> {
     run: &'a RunDir,
+    /// The device's ceilings measured in the same run, that rows are a share of.
+    ceilings: Option<Ceilings>,
     table: CsvSink<KernelsTable>,
     samples: Option<CsvSink<SamplesTable>>,
     results: Vec<PointResult>,
@@ -260,12 +269,20 @@ impl Writer<'_> {
         let s = Summary::of(samples).context("no valid timing samples")?;
         let case = format!("{kernel} {}", size.label());
         let (gflops, gbps) = size.throughput(s.p50);
+        // Only the device's kernels are a share of the device's ceilings, not the CPU baselines.
+        let on_device = matches!(kernel, "gemm" | "layernorm");
+        let share = |x: Option<f64>, ceiling: fn(&Ceilings) -> f64| {
+            let c = self.ceilings.as_ref().filter(|_| on_device)?;
+            Some(round(100.0 * x? / ceiling(c), 1))
+        };
         let figures = KernelFigures {
             gflops: gflops.map(sig4),
             gbps: gbps.map(sig4),
             timer: timer.to_string(),
             verified: true,
             rel_err: sig(v.rel_err, 4),
+            pct_peak: share(gflops, |c| c.fma_gflops),
+            pct_bw: share(gbps, |c| c.copy_gbps),
         };
         self.table.write(&Line::new(
             &self.run.id,
@@ -370,8 +387,24 @@ pub fn run(
     for &size in &plan.layernorm {
         LayernormKernel::check_fits(gpu, size)?;
     }
+    let ceilings = match read_optional::<PeakTable>(&run.path)?
+        .and_then(|rows| Ceilings::from_rows(&rows))
+    {
+        Some(c) => c,
+        None => {
+            progress.println(
+                "kernels: no peak.csv in this run; measuring the device's ceilings briefly".into(),
+            );
+            super::peak::quick_ceilings(gpu)?
+        }
+    };
+    progress.println(format!(
+        "kernels: shares of this run's ceilings: FP32 peak {:.1} GFLOP/s, copy {:.1} GB/s",
+        ceilings.fma_gflops, ceilings.copy_gbps
+    ));
     let mut w = Writer {
         run,
+        ceilings: Some(ceilings),
         table: run.table()?,
         samples: run.samples_table(BENCH)?,
         results: Vec::new(),

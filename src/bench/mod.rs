@@ -5,6 +5,7 @@
 pub mod d2h;
 pub mod hol;
 pub mod kernels;
+pub mod peak;
 pub mod rdma;
 pub mod sim;
 
@@ -38,6 +39,7 @@ pub type FromToml = fn(toml::Value) -> Result<Box<dyn Bench>, String>;
 /// Every bench a suite config can name, in the order a run does them. A new bench is its file,
 /// its `pub mod` line above, and one line here.
 pub const REGISTRY: &[(&str, FromToml)] = &[
+    (peak::BENCH, peak::from_toml),
     (kernels::BENCH, kernels::from_toml),
     (d2h::BENCH, d2h::from_toml),
     (hol::BENCH, hol::from_toml),

@@ -12,6 +12,7 @@ use super::stats::Moments;
 use crate::bench::d2h::D2hTable;
 use crate::bench::hol::HolTable;
 use crate::bench::kernels::KernelsTable;
+use crate::bench::peak::PeakTable;
 use crate::bench::rdma::RdmaTable;
 use crate::export::csv::{SamplesTable, Stats};
 use crate::export::plot::data::RunLabel;
@@ -235,6 +236,21 @@ impl Checked for RdmaTable {
     }
 }
 
+impl Checked for PeakTable {
+    fn figure(line: &Line<Self>) -> Option<Figure> {
+        let (s, f) = (line.stats(), &line.figures);
+        Some(match (f.gflops, f.gbps) {
+            (Some(x), _) => Figure::new("gflops", "GFLOP/s", Better::Higher, x, s),
+            (None, Some(x)) => Figure::new("gbps", "GB/s", Better::Higher, x, s),
+            // Dispatch latency and rate, and the timestamp tick: times.
+            (None, None) => Figure::time(s),
+        })
+    }
+    fn timer(line: &Line<Self>) -> &str {
+        &line.figures.timer
+    }
+}
+
 fn add<T: Checked>(dir: &Path, out: &mut BTreeMap<Key, Figure>) -> Result<()> {
     let Some(lines) = read_optional::<T>(dir)? else {
         return Ok(());
@@ -291,6 +307,7 @@ pub fn collect(dir: &Path) -> Result<RunFigures> {
         );
     }
     let mut figures = BTreeMap::new();
+    add::<PeakTable>(dir, &mut figures)?;
     add::<KernelsTable>(dir, &mut figures)?;
     add::<D2hTable>(dir, &mut figures)?;
     add::<HolTable>(dir, &mut figures)?;
@@ -298,7 +315,7 @@ pub fn collect(dir: &Path) -> Result<RunFigures> {
     let label = RunLabel::of(dir);
     if figures.is_empty() {
         anyhow::bail!(
-            "{} holds no measured figures (kernels.csv, d2h.csv, hol.csv or rdma.csv): give a \
+            "{} holds no measured figures (peak.csv, kernels.csv, d2h.csv, hol.csv or rdma.csv): give a \
              run folder of a run that measured something",
             dir.display()
         );

@@ -10,6 +10,7 @@ use crate::bench::check_iters;
 use crate::bench::d2h::{default_sizes, D2hPlan};
 use crate::bench::hol::HolPlan;
 use crate::bench::kernels::KernelsPlan;
+use crate::bench::peak::PeakPlan;
 use crate::bench::sim::{OneOrMany, SimConfig, SlowLink, SweepLink};
 use crate::gpu::kernels::{
     variant_help, variant_long_help, GemmSize, LayernormSize, GEMM_VARIANTS, LAYERNORM_VARIANTS,
@@ -96,6 +97,12 @@ pub enum Command {
         after_help = "Examples:\n  morphbench d2h                                  # 4 B to 256 MiB, powers of two\n  morphbench d2h --sizes 4,64K,16M --iters 50"
     )]
     D2h(D2hArgs),
+    /// The device's own ceilings: FMA throughput, memory bandwidth, dispatch latency and
+    /// rate, timestamp tick; writes peak.csv.
+    #[command(
+        after_help = "Examples:\n  morphbench peak                                 # 256 MiB buffers (or the device's binding limit)\n  morphbench peak --iters 20 --bytes 1G"
+    )]
+    Peak(PeakArgs),
     /// Head-of-line blocking: compute stalled behind transfers, inline vs offloaded; writes hol.csv.
     #[command(
         after_help = "Examples:\n  morphbench hol                                  # none, inline, offload at 0 and 20 ms\n  morphbench hol --delay-ms 0,5,20,60 --reps 10\n  morphbench hol --peer node2:18600 --transport rdma --device mlx5_0 --gid-index 3"
@@ -398,6 +405,35 @@ impl RdmaArgs {
             },
             timeout_s: self.timeout_s,
         }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PeakArgs {
+    /// Timed iterations per metric.
+    #[arg(long, default_value_t = PeakPlan::default().iters, value_parser = parse_iters)]
+    pub iters: u32,
+    /// Untimed warm-up iterations per metric (at most 100000).
+    #[arg(long, default_value_t = PeakPlan::default().warmup, value_parser = parse_warmup)]
+    pub warmup: u32,
+    /// Bandwidth buffer size (capped by the device's storage binding limit).
+    #[arg(long, default_value = "256M", value_parser = crate::units::parse_size)]
+    pub bytes: u64,
+    /// Empty dispatches in the back-to-back pass.
+    #[arg(long, default_value_t = PeakPlan::default().dispatches)]
+    pub dispatches: u32,
+}
+
+impl PeakArgs {
+    pub fn plan(&self) -> Result<PeakPlan, String> {
+        let plan = PeakPlan {
+            iters: self.iters,
+            warmup: self.warmup,
+            bytes: self.bytes,
+            dispatches: self.dispatches,
+        };
+        plan.validate()?;
+        Ok(plan)
     }
 }
 

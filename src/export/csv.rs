@@ -16,7 +16,9 @@ use thiserror::Error;
 
 use crate::stats::Summary;
 
-/// Bumped whenever a column is added, removed or renamed in any table.
+/// Bumped whenever a column is removed, renamed or changes meaning in any table. A column
+/// added later is named in its table's [`CsvTable::ADDED`] instead, so files written before it
+/// stay readable (the column reads as empty).
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// One CSV file: its name and the structs that hold its columns.
@@ -29,6 +31,9 @@ pub trait CsvTable {
     type Params: Serialize + DeserializeOwned + Default;
     /// Columns after the statistics block (or after the parameters without one).
     type Figures: Serialize + DeserializeOwned + Default;
+    /// Columns added after the table first shipped: a file without them is read with them
+    /// empty (each must be an `Option`).
+    const ADDED: &'static [&'static str] = &[];
     /// Numeric columns that may hold negative values (every other number must be >= 0).
     const SIGNED: &'static [&'static str] = &[];
     /// Checks a row read back beyond its cells' types (ranges that bound what readers
@@ -325,7 +330,7 @@ pub fn read_table<T: CsvTable>(path: &Path) -> Result<Vec<Line<T>>, DataError> {
     let mut rd = ::csv::Reader::from_reader(text.as_bytes());
     let headers = rd.headers().map_err(|e| unreadable(e.to_string()))?.clone();
     for column in header::<T>() {
-        if !headers.iter().any(|h| h == column) {
+        if !headers.iter().any(|h| h == column) && !T::ADDED.contains(&column.as_str()) {
             return Err(DataError::MissingColumn {
                 path: path.to_path_buf(),
                 column,

@@ -24,6 +24,7 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     let run = Loaded::load(dir)?;
     let heads = headlines(&run);
     let csvs: Vec<String> = [
+        "peak.csv",
         "kernels.csv",
         "d2h.csv",
         "hol.csv",

@@ -29,6 +29,7 @@ pub struct Loaded {
     pub rdma: Option<Vec<Line<RdmaTable>>>,
     pub sim: Option<Vec<Line<SimTable>>>,
     pub timeline: Option<Vec<Line<TimelineTable>>>,
+    pub peak: Option<Vec<Line<crate::bench::peak::PeakTable>>>,
     /// The verdicts of `morphbench check` on this run, when it was checked.
     pub check: Option<Vec<Line<crate::check::CheckTable>>>,
 }
@@ -43,6 +44,7 @@ impl Loaded {
             rdma: read_optional(dir)?,
             sim: read_optional(dir)?,
             timeline: read_optional(dir)?,
+            peak: read_optional(dir)?,
             check: read_optional(dir)?,
         })
     }
@@ -181,6 +183,100 @@ fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         ln,
     );
     Ok(out)
+}
+
+/// Flops per layernorm element: mean (1), variance (3), normalize (2), scale and shift (2).
+const LAYERNORM_FLOPS_PER_ELEMENT: f64 = 8.0;
+
+/// The roofline: GFLOP/s against arithmetic intensity (flops per byte of compulsory traffic),
+/// under the roof of the run's measured ceilings (copy bandwidth, then the FP32 peak); each
+/// GPU kernel size is a point (GPU-timestamp rows).
+fn roofline_chart(runs: &[Loaded], title: &str) -> Vec<Named> {
+    let mut chart = LineChart::new(
+        format!("Roofline — {title}"),
+        "arithmetic intensity (flop per byte)",
+        "GFLOP/s",
+        (true, true),
+    );
+    for run in runs {
+        let (Some(peak), Some(kernels)) = (&run.peak, &run.kernels) else {
+            continue;
+        };
+        let Some(c) = crate::bench::peak::Ceilings::from_rows(peak) else {
+            continue;
+        };
+        let mut gemm = Vec::new();
+        let mut ln = Vec::new();
+        for r in kernels.iter().filter(|r| r.figures.timer == "gpu") {
+            let p = &r.params;
+            match (
+                p.kernel.as_str(),
+                p.size_m,
+                p.size_n,
+                p.size_k,
+                p.rows,
+                p.hidden,
+            ) {
+                ("gemm", Some(m), Some(n), Some(k), _, _) => {
+                    let (m, n, k) = (m as f64, n as f64, k as f64);
+                    let bytes = 4.0 * (m * k + k * n + m * n);
+                    if let Some(g) = r.figures.gflops {
+                        gemm.push((2.0 * m * n * k / bytes, g));
+                    }
+                }
+                ("layernorm", _, _, _, Some(rows), Some(hidden)) => {
+                    let size = crate::gpu::kernels::LayernormSize { rows, hidden };
+                    let flops = LAYERNORM_FLOPS_PER_ELEMENT * rows as f64 * hidden as f64;
+                    if let Some(gbps) = r.figures.gbps {
+                        let ai = flops / size.bytes_moved();
+                        ln.push((ai, gbps * ai));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let all: Vec<f64> = gemm.iter().chain(&ln).map(|p| p.0).collect();
+        if all.is_empty() {
+            continue;
+        }
+        let ridge = c.fma_gflops / c.copy_gbps;
+        let lo = all.iter().copied().fold(ridge, f64::min) / 2.0;
+        let hi = all.iter().copied().fold(ridge, f64::max) * 2.0;
+        chart.series.push(Series {
+            label: label(
+                runs,
+                run,
+                &format!(
+                    "roof: copy {:.1} GB/s, FP32 peak {:.1} GFLOP/s",
+                    c.copy_gbps, c.fma_gflops
+                ),
+            ),
+            points: vec![
+                (lo, c.copy_gbps * lo),
+                (ridge, c.fma_gflops),
+                (hi, c.fma_gflops),
+            ],
+            reference: true,
+            ..Default::default()
+        });
+        for (what, pts) in [("GPU GEMM", gemm), ("GPU layernorm", ln)] {
+            if !pts.is_empty() {
+                chart.series.push(Series {
+                    label: label(runs, run, what),
+                    points: sorted(pts),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    let mut out = Vec::new();
+    push_lines(
+        &mut out,
+        "roofline",
+        "Roofline: each GPU kernel size against the run's measured FP32 peak and copy bandwidth",
+        chart,
+    );
+    out
 }
 
 fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
@@ -584,15 +680,24 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
         "d2h.csv" => r.d2h.is_some(),
         "hol.csv" => r.hol.is_some(),
         "rdma.csv" => r.rdma.is_some(),
+        "peak.csv" => r.peak.is_some(),
         _ => r.sim.is_some(),
     };
-    for file in ["kernels.csv", "d2h.csv", "hol.csv", "rdma.csv", "sim.csv"] {
+    for file in [
+        "peak.csv",
+        "kernels.csv",
+        "d2h.csv",
+        "hol.csv",
+        "rdma.csv",
+        "sim.csv",
+    ] {
         if !runs.iter().any(|r| present(r, file)) {
             outcome.skipped.push(format!("{file}: not in this run"));
         }
     }
     let mut charts = Vec::new();
     charts.extend(kernel_charts(&runs, &title)?);
+    charts.extend(roofline_chart(&runs, &title));
     charts.extend(d2h_charts(&runs, &title)?);
     charts.extend(hol_charts(&runs, &title)?);
     charts.extend(rdma_charts(&runs, &title)?);

@@ -1,0 +1,130 @@
+// The device's own ceilings: FMA throughput, memory bandwidth, and an empty kernel for
+// dispatch cost. Every input that could let a compiler fold the work away (the multiplier,
+// the addend, the trip count) comes from a uniform, so the work is done as written.
+
+struct Params {
+    // FMA: loop trips per invocation. Bandwidth: vec4 elements in the buffers.
+    count: u32,
+    // FMA: the multiplier (1.0) and addend (0.0), so each chain keeps its start value and the
+    // result can be checked exactly.
+    mul: f32,
+    add: f32,
+    // Bandwidth: the invocations in the grid (the stride of the grid-stride loop).
+    threads: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> dst: array<vec4<f32>>;
+
+const WG: u32 = 256u;
+
+fn flat(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
+    return gid.x + gid.y * groups.x * WG;
+}
+
+// Eight independent scalar chains: 16 flops per trip, enough in flight to hide FMA latency.
+@compute @workgroup_size(256)
+fn fma_scalar(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = flat(gid, groups);
+    let m = params.mul;
+    let c = params.add;
+    let x = f32(i % 7u);
+    var a0 = x; var a1 = x + 1.0; var a2 = x + 2.0; var a3 = x + 3.0;
+    var a4 = x + 4.0; var a5 = x + 5.0; var a6 = x + 6.0; var a7 = x + 7.0;
+    for (var t = 0u; t < params.count; t++) {
+        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
+        a4 = fma(a4, m, c); a5 = fma(a5, m, c); a6 = fma(a6, m, c); a7 = fma(a7, m, c);
+    }
+    dst[i] = vec4<f32>(a0 + a1, a2 + a3, a4 + a5, a6 + a7);
+}
+
+// Four independent vec4 chains, two steps each per trip: 64 flops per trip. Four, not eight:
+// a CPU driver keeps each vec4 component in its own SIMD register, and 32 would spill.
+@compute @workgroup_size(256)
+fn fma_vec4(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = flat(gid, groups);
+    let m = vec4<f32>(params.mul);
+    let c = vec4<f32>(params.add);
+    let x = vec4<f32>(f32(i % 7u), 1.0, 2.0, 3.0);
+    var a0 = x; var a1 = x + 1.0; var a2 = x + 2.0; var a3 = x + 3.0;
+    for (var t = 0u; t < params.count; t++) {
+        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
+        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
+    }
+    dst[i] = a0 + a1 + a2 + a3;
+}
+
+// The same chains written as a multiply and an add, which a compiler may fuse: on drivers that
+// lower fma() to something slower (llvmpipe splits it), this is the faster form.
+@compute @workgroup_size(256)
+fn mad_scalar(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = flat(gid, groups);
+    let m = params.mul;
+    let c = params.add;
+    let x = f32(i % 7u);
+    var a0 = x; var a1 = x + 1.0; var a2 = x + 2.0; var a3 = x + 3.0;
+    var a4 = x + 4.0; var a5 = x + 5.0; var a6 = x + 6.0; var a7 = x + 7.0;
+    for (var t = 0u; t < params.count; t++) {
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
+    }
+    dst[i] = vec4<f32>(a0 + a1, a2 + a3, a4 + a5, a6 + a7);
+}
+
+@compute @workgroup_size(256)
+fn mad_vec4(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = flat(gid, groups);
+    let m = vec4<f32>(params.mul);
+    let c = vec4<f32>(params.add);
+    let x = vec4<f32>(f32(i % 7u), 1.0, 2.0, 3.0);
+    var a0 = x; var a1 = x + 1.0; var a2 = x + 2.0; var a3 = x + 3.0;
+    for (var t = 0u; t < params.count; t++) {
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+    }
+    dst[i] = a0 + a1 + a2 + a3;
+}
+
+// Reads every element once (grid-stride) and writes one vec4 per invocation: the writes are
+// 1/(elements per invocation) of the traffic.
+@compute @workgroup_size(256)
+fn read_only(@builtin(global_invocation_id) gid: vec3<u32>,
+             @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = flat(gid, groups);
+    var s = vec4<f32>(0.0);
+    for (var e = i; e < params.count; e += params.threads) {
+        s += src[e];
+    }
+    dst[i] = s;
+}
+
+// Writes every element once.
+@compute @workgroup_size(256)
+fn write_only(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = flat(gid, groups);
+    let v = vec4<f32>(params.mul);
+    for (var e = i; e < params.count; e += params.threads) {
+        dst[e] = v;
+    }
+}
+
+// Copies every element once.
+@compute @workgroup_size(256)
+fn copy(@builtin(global_invocation_id) gid: vec3<u32>,
+        @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = flat(gid, groups);
+    for (var e = i; e < params.count; e += params.threads) {
+        dst[e] = src[e];
+    }
+}
+
+// Nothing: the cost of a dispatch.
+@compute @workgroup_size(1)
+fn empty() {
+}
