@@ -10,6 +10,7 @@ pub mod config;
 pub mod export;
 pub mod gpu;
 pub mod host;
+pub mod host_load;
 pub mod info;
 pub mod output;
 pub mod rdma;

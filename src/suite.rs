@@ -11,6 +11,7 @@ use crate::export::meta::RunMeta;
 use crate::export::RunDir;
 use crate::gpu::{BackendChoice, Gpu};
 use crate::host::HostInfo;
+use crate::host_load;
 use crate::output::Progress;
 
 /// Where and how a run happens, whatever it runs (the global flags, without clap).
@@ -64,6 +65,22 @@ pub fn run(
     });
     progress.finish();
     dir.finish(&result)?;
+    if !options.quiet {
+        // Name the noisy rows where they are seen, not only in the report.
+        if let Ok(run) = crate::export::plot::Loaded::load(&dir.path) {
+            let noisy = crate::export::report::noisy_rows(&run);
+            if !noisy.is_empty() {
+                let shown: Vec<&str> = noisy.iter().take(8).map(|s| s.as_str()).collect();
+                eprintln!(
+                    "warning: {} row(s) varied by more than {:.0}% within the run: {}{}",
+                    noisy.len(),
+                    crate::export::report::NOISY_CV * 100.0,
+                    shown.join("; "),
+                    if noisy.len() > 8 { "; ..." } else { "" }
+                );
+            }
+        }
+    }
     result.map(|_| dir)
 }
 
@@ -83,11 +100,23 @@ fn run_benches(
     progress: &Progress,
 ) -> Result<()> {
     for bench in benches {
-        let notes = bench.run(gpu, dir, progress)?;
-        if !notes.is_empty() {
-            dir.meta.notes.extend(notes);
-            dir.write_meta()?;
+        let before = host_load::Sample::now();
+        let result = bench.run(gpu, dir, progress);
+        // The host's load is recorded for a bench that failed too: it may be why.
+        let load = host_load::Load::between(&before, &host_load::Sample::now());
+        let warning = load.warning(bench.name());
+        if let Some(w) = &warning {
+            progress.println(format!("warning: {w}"));
         }
+        let mut entry = serde_json::to_value(&load)?;
+        entry["warning"] = serde_json::json!(warning);
+        dir.meta
+            .notes
+            .entry("host_load")
+            .or_insert_with(|| serde_json::json!({}))[bench.name()] = entry;
+        let notes = result?;
+        dir.meta.notes.extend(notes);
+        dir.write_meta()?;
     }
     Ok(())
 }

@@ -125,7 +125,7 @@ impl PeakPlan {
     pub fn validate(&self) -> Result<(), String> {
         super::check_iters("peak.iters", self.iters)?;
         super::check_warmup("peak.warmup", self.warmup)?;
-        if !(1 << 20..=4 << 30).contains(&self.bytes) || self.bytes % 16 != 0 {
+        if !(1 << 20..=4 << 30).contains(&self.bytes) || !self.bytes.is_multiple_of(16) {
             return Err(format!(
                 "peak.bytes = {}: give a multiple of 16 bytes from 1 MiB to 4 GiB (larger than \
                  the device's caches)",
@@ -446,7 +446,7 @@ fn bandwidth(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
     let limits = gpu.device.limits();
     let bytes = plan
         .bytes
-        .min(limits.max_storage_buffer_binding_size as u64)
+        .min(limits.max_storage_buffer_binding_size)
         .min(limits.max_buffer_size)
         / 16
         * 16;

@@ -413,11 +413,28 @@ pub fn against_baseline(base: &RunFigures, run: &RunFigures, policy: &Policy) ->
         if let Some(why) = &env {
             o.warn(why);
         }
+        if let Some(side) = busy_side(base, run, &key.bench) {
+            o.at_most_warn(&format!(
+                "the machine was busy during {} in {side} (meta.json host_load)",
+                key.bench
+            ));
+        }
         report.outcomes.push(o);
     }
     add_policy_notes(&mut report, policy);
     report.outcomes.sort_by_key(|o| o.verdict);
     report
+}
+
+/// Which run, if any, recorded a busy machine during `bench`.
+fn busy_side(base: &RunFigures, run: &RunFigures, bench: &str) -> Option<&'static str> {
+    let busy = |r: &RunFigures| r.label.busy.iter().any(|(b, _)| b == bench);
+    match (busy(base), busy(run)) {
+        (true, true) => Some("both runs"),
+        (true, false) => Some("the baseline"),
+        (false, true) => Some("this run"),
+        (false, false) => None,
+    }
 }
 
 fn add_policy_notes(report: &mut Report, policy: &Policy) {

@@ -55,6 +55,10 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     if let Some(warning) = run.label.incomplete() {
         writeln!(md, "> **Partial run.** {warning}\n")?;
     }
+    let cautions = cautions(&run);
+    for c in &cautions {
+        writeln!(md, "> **Caution.** {c}\n")?;
+    }
     writeln!(md, "| headline | value | from |\n|---|---|---|")?;
     for h in &heads {
         let file = h.source.split(' ').next().unwrap_or("");
@@ -116,6 +120,13 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
             html,
             "<p style=\"border:2px solid #c00;padding:8px\"><b>Partial run.</b> {}</p>",
             html_escape(&warning)
+        )?;
+    }
+    for c in &cautions {
+        writeln!(
+            html,
+            "<p style=\"border:2px solid #c80;padding:8px\"><b>Caution.</b> {}</p>",
+            html_escape(c)
         )?;
     }
     writeln!(
@@ -187,6 +198,66 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     writeln!(html, "</body></html>")?;
     std::fs::write(dir.join("report.html"), html).context("cannot write report.html")?;
     Ok(())
+}
+
+/// A row whose own samples vary more than this (stddev / mean) is named as noisy.
+pub const NOISY_CV: f64 = 0.10;
+/// The most noisy rows a caution names one by one.
+const NOISY_NAMED: usize = 12;
+
+/// Warnings for the top of the report: benches that ran on a busy machine, and the rows whose
+/// samples varied more than [`NOISY_CV`].
+pub fn cautions(run: &Loaded) -> Vec<String> {
+    let mut out: Vec<String> = run.label.busy.iter().map(|(_, w)| w.clone()).collect();
+    let noisy = noisy_rows(run);
+    if !noisy.is_empty() {
+        let named: Vec<&str> = noisy.iter().take(NOISY_NAMED).map(|s| s.as_str()).collect();
+        let more = noisy.len().saturating_sub(NOISY_NAMED);
+        out.push(format!(
+            "{} row(s) varied by more than {:.0}% (cv) within the run, so their medians are \
+             less certain: {}{}",
+            noisy.len(),
+            NOISY_CV * 100.0,
+            named.join("; "),
+            if more > 0 {
+                format!("; and {more} more")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    out
+}
+
+/// Every measured row with cv over [`NOISY_CV`], as "bench: case [timer] (cv 0.23)".
+pub fn noisy_rows(run: &Loaded) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut add = |bench: &str, case: &str, timer: &str, cv: f64| {
+        if cv > NOISY_CV {
+            let timer = if timer.is_empty() {
+                String::new()
+            } else {
+                format!(" [{timer}]")
+            };
+            out.push(format!("{bench}: {case}{timer} (cv {cv:.2})"));
+        }
+    };
+    for l in run.peak.iter().flatten() {
+        add("peak", &l.lead.case, &l.figures.timer, l.stats().cv);
+    }
+    for l in run.kernels.iter().flatten() {
+        add("kernels", &l.lead.case, &l.figures.timer, l.stats().cv);
+    }
+    for l in run.d2h.iter().flatten() {
+        add("d2h", &l.lead.case, &l.figures.timer, l.stats().cv);
+    }
+    for l in run.hol.iter().flatten() {
+        add("hol", &l.lead.case, "", l.stats().cv);
+    }
+    for l in run.rdma.iter().flatten() {
+        add("rdma", &l.lead.case, "", l.stats().cv);
+    }
+    out
 }
 
 /// One line on a run's check: its worst verdict and the counts.

@@ -18,6 +18,9 @@ pub struct RunLabel {
     pub error: Option<String>,
     pub started_utc: Option<String>,
     pub finished_utc: Option<String>,
+    /// Benches that ran on a busy machine, each (bench, warning) (meta.json's
+    /// `notes.host_load`).
+    pub busy: Vec<(String, String)>,
 }
 
 impl RunLabel {
@@ -46,6 +49,14 @@ impl RunLabel {
             error: text(&meta["error"]),
             started_utc: text(&meta["started_utc"]),
             finished_utc: text(&meta["finished_utc"]),
+            busy: meta["notes"]["host_load"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(bench, v)| Some((bench.clone(), text(&v["warning"])?)))
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 

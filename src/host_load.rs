@@ -1,0 +1,155 @@
+//! Was the machine busy while a bench ran? Figures move with the host's load (a layernorm /
+//! memcpy ratio went from 0.26 to 0.12 when one other process shared the two cores), so each
+//! bench is bracketed by two samples of the host: the CPU time every process used (from
+//! /proc/stat), the part this process used, steal time, and the load average. What other
+//! processes used in between, in cores, is the figure the warning is made of.
+
+use serde::Serialize;
+
+/// One look at the host's CPU counters.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    at: std::time::Instant,
+    /// CPU seconds every process used so far (user, nice, system, irq, softirq), all cores.
+    busy_s: Option<f64>,
+    steal_s: Option<f64>,
+    /// CPU seconds this process used so far.
+    own_s: Option<f64>,
+    load1: Option<f64>,
+}
+
+/// Clock ticks per second of /proc/stat (USER_HZ, 100 on every Linux that matters).
+const USER_HZ: f64 = 100.0;
+
+impl Sample {
+    pub fn now() -> Sample {
+        let (busy_s, steal_s) = match std::fs::read_to_string("/proc/stat") {
+            Ok(text) => parse_stat(&text),
+            Err(_) => (None, None),
+        };
+        Sample {
+            at: std::time::Instant::now(),
+            busy_s,
+            steal_s,
+            own_s: crate::host::process_cpu_us().map(|us| us / 1e6),
+            load1: std::fs::read_to_string("/proc/loadavg")
+                .ok()
+                .and_then(|t| t.split_whitespace().next()?.parse().ok()),
+        }
+    }
+}
+
+/// (busy, steal) CPU seconds from the first line of /proc/stat.
+fn parse_stat(text: &str) -> (Option<f64>, Option<f64>) {
+    let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else {
+        return (None, None);
+    };
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if f.len() < 7 {
+        return (None, None);
+    }
+    // user nice system idle iowait irq softirq steal ...
+    let busy = f[0] + f[1] + f[2] + f[5] + f[6];
+    (Some(busy / USER_HZ), f.get(7).map(|s| s / USER_HZ))
+}
+
+/// The host's load over one bench.
+#[derive(Debug, Clone, Serialize)]
+pub struct Load {
+    pub seconds: f64,
+    /// Cores' worth of CPU that other processes used, on average.
+    pub other_cores: Option<f64>,
+    /// Share of the machine's CPU time the hypervisor took (steal).
+    pub steal_fraction: Option<f64>,
+    pub load1_before: Option<f64>,
+    pub load1_after: Option<f64>,
+    pub cores: usize,
+    /// Whether the machine counts as busy (see [`BUSY_OTHER_CORES`]).
+    pub busy: bool,
+}
+
+/// Other processes using more than this share of one core on average, or steal over
+/// [`BUSY_STEAL`], make a bench's machine busy.
+pub const BUSY_OTHER_CORES: f64 = 0.25;
+pub const BUSY_STEAL: f64 = 0.05;
+
+impl Load {
+    pub fn between(a: &Sample, b: &Sample) -> Load {
+        let seconds = b.at.duration_since(a.at).as_secs_f64().max(1e-9);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let diff = |x: Option<f64>, y: Option<f64>| Some(y? - x?);
+        let other_cores = match (diff(a.busy_s, b.busy_s), diff(a.own_s, b.own_s)) {
+            (Some(all), Some(own)) => Some(((all - own) / seconds).max(0.0)),
+            _ => None,
+        };
+        let steal_fraction =
+            diff(a.steal_s, b.steal_s).map(|s| (s / (seconds * cores as f64)).clamp(0.0, 1.0));
+        // A bench under a second is too short for /proc/stat's 10 ms ticks to say much.
+        let busy = seconds >= 1.0
+            && (other_cores.is_some_and(|c| c > BUSY_OTHER_CORES)
+                || steal_fraction.is_some_and(|s| s > BUSY_STEAL));
+        Load {
+            seconds,
+            other_cores,
+            steal_fraction,
+            load1_before: a.load1,
+            load1_after: b.load1,
+            cores,
+            busy,
+        }
+    }
+
+    /// The console and report warning for a busy machine.
+    pub fn warning(&self, bench: &str) -> Option<String> {
+        self.busy.then(|| {
+            format!(
+                "the machine was busy during {bench}: other processes used {:.2} of {} cores on \
+                 average, steal {:.1}%, load average {:.2} -> {:.2}; its figures may be low and \
+                 noisy: rerun on a quiet machine",
+                self.other_cores.unwrap_or(0.0),
+                self.cores,
+                100.0 * self.steal_fraction.unwrap_or(0.0),
+                self.load1_before.unwrap_or(f64::NAN),
+                self.load1_after.unwrap_or(f64::NAN)
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_is_read_as_busy_and_steal_seconds() {
+        let text = "cpu  1000 20 300 9000 50 7 3 40 0 0\ncpu0 1 2 3 4\n";
+        let (busy, steal) = parse_stat(text);
+        assert_eq!(busy, Some((1000.0 + 20.0 + 300.0 + 7.0 + 3.0) / 100.0));
+        assert_eq!(steal, Some(0.4));
+        assert_eq!(parse_stat("nothing"), (None, None));
+    }
+
+    #[test]
+    fn other_processes_cpu_makes_a_bench_busy() {
+        let t0 = std::time::Instant::now();
+        let at = |s: f64| t0 + std::time::Duration::from_secs_f64(s);
+        let sample = |t: f64, busy: f64, own: f64| Sample {
+            at: at(t),
+            busy_s: Some(busy),
+            steal_s: Some(0.0),
+            own_s: Some(own),
+            load1: Some(1.0),
+        };
+        // 10 s in which the machine used 15 CPU seconds, 14 of them ours: quiet.
+        let quiet = Load::between(&sample(0.0, 100.0, 5.0), &sample(10.0, 115.0, 19.0));
+        assert!(!quiet.busy && quiet.warning("x").is_none(), "{quiet:?}");
+        // Others used 8 CPU seconds in 10 s: busy, and the warning names the bench.
+        let busy = Load::between(&sample(0.0, 100.0, 5.0), &sample(10.0, 122.0, 19.0));
+        assert!(busy.busy);
+        assert!(busy.warning("kernels").unwrap().contains("during kernels"));
+    }
+}
