@@ -1,8 +1,10 @@
 //! The headline figures of a run, chosen by rule so they are the figures a user would quote:
 //! each names its size and part, and points at the CSV row it comes from.
 //!
-//! - GEMM and layernorm: at the largest size swept (GPU timer), with the variant and the ratio
-//!   to the same run's CPU baseline of that size.
+//! - Peak: the best FP32 multiply-add rate, the copy kernel's bandwidth, and dispatch latency.
+//! - GEMM and layernorm: at the largest size swept (GPU timer), with the variant, its share of
+//!   the run's peak (GEMM) or copy bandwidth (layernorm), and the ratio to the same run's CPU
+//!   baseline of that size.
 //! - D2H bandwidth: at the largest size swept, the GPU copy and the mapped transfer end to end,
 //!   each against host memcpy of that size; D2H latency: mapped end to end at the smallest.
 //! - HoL: the stall offload removed at each delay ("n/a" at zero, where there is none to remove).
@@ -86,8 +88,77 @@ fn kernels(run: &Loaded, out: &mut Vec<Headline>) {
             ),
             value: Some(value),
             unit,
-            text: format!("{value:.2} {unit}{}", ratio(value, base, against)),
+            text: format!(
+                "{value:.2} {unit}{}{}",
+                match (r.figures.pct_peak, r.figures.pct_bw) {
+                    (Some(p), _) => format!(", {p:.0}% of the FP32 peak"),
+                    (None, Some(p)) => format!(", {p:.0}% of the copy bandwidth"),
+                    _ => String::new(),
+                },
+                ratio(value, base, against)
+            ),
             source: source("kernels.csv", i),
+        });
+    }
+}
+
+fn peak(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = &run.peak else { return };
+    let best_fma = t
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.params.metric == "fma" && r.figures.gflops.is_some())
+        .max_by(|a, b| {
+            let g = |r: &crate::export::Line<crate::bench::peak::PeakTable>| {
+                r.figures.gflops.unwrap_or(0.0)
+            };
+            g(a.1).total_cmp(&g(b.1))
+        });
+    if let Some((i, r)) = best_fma {
+        let v = r.figures.gflops.unwrap_or(0.0);
+        out.push(Headline {
+            bench: "peak",
+            what: format!("FP32 peak, multiply-add ({})", r.params.variant),
+            value: Some(v),
+            unit: "GFLOP/s",
+            text: format!("{v:.1} GFLOP/s"),
+            source: source("peak.csv", i),
+        });
+    }
+    for (metric, variant, what, unit) in [
+        (
+            "bandwidth",
+            "copy",
+            "Device copy bandwidth (WGSL kernel, read + written)",
+            "GB/s",
+        ),
+        (
+            "dispatch",
+            "latency",
+            "Dispatch latency, empty kernel (p50, submit to done)",
+            "us",
+        ),
+    ] {
+        let row = t
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.params.metric == metric && r.params.variant == variant);
+        let Some((i, r)) = row else { continue };
+        let v = match unit {
+            "GB/s" => r.figures.gbps.unwrap_or(0.0),
+            _ => r.stats().p50_us,
+        };
+        out.push(Headline {
+            bench: "peak",
+            what: what.to_string(),
+            value: Some(v),
+            unit: if unit == "us" { "µs" } else { unit },
+            text: if unit == "us" {
+                format!("{v:.1} µs")
+            } else {
+                format!("{v:.2} GB/s")
+            },
+            source: source("peak.csv", i),
         });
     }
 }
@@ -257,6 +328,7 @@ fn sim(run: &Loaded, out: &mut Vec<Headline>) {
 /// The run's headlines, bench by bench.
 pub fn headlines(run: &Loaded) -> Vec<Headline> {
     let mut out = Vec::new();
+    peak(run, &mut out);
     kernels(run, &mut out);
     d2h(run, &mut out);
     hol(run, &mut out);

@@ -11,6 +11,7 @@ use crate::gpu::Gpu;
 
 const GEMM_WGSL: &str = include_str!("../../../shaders/gemm.wgsl");
 const GEMM_VEC4_WGSL: &str = include_str!("../../../shaders/gemm_vec4.wgsl");
+const GEMM_TILED_RB_WGSL: &str = include_str!("../../../shaders/gemm_tiled_rb.wgsl");
 const GEMM_SUBGROUP_WGSL: &str = include_str!("../../../shaders/gemm_subgroup.wgsl");
 const GEMM_BROADCAST8_WGSL: &str = include_str!("../../../shaders/gemm_broadcast8.wgsl");
 // The bq kernels share one body; the parts in front say how A and B are read.
@@ -57,6 +58,20 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         geometry: Geometry::Gemm {
             cols: 64,
             rows: 64,
+            inputs: GemmInputs::Buffers,
+        },
+    },
+    Variant {
+        name: "wg128r8",
+        about: "128x128 workgroup tiles, 8x8 register blocks with vec4 loads, double-buffered k-tiles (the discrete-GPU shape)",
+        wgsl: GEMM_TILED_RB_WGSL,
+        entry: "gemm_tiled_rb",
+        needs: wgpu::Features::empty(),
+        lanes: Lanes::Any,
+        multiple_of: &[],
+        geometry: Geometry::Gemm {
+            cols: 128,
+            rows: 128,
             inputs: GemmInputs::Buffers,
         },
     },
