@@ -20,13 +20,18 @@ fn real_run(home: &Path) -> PathBuf {
         "--layernorm",
         "1024x1024",
         "--iters",
-        "20",
+        "30",
     ];
     measure(home, "results", &args)
 }
 
+/// The tests of this file measure one at a time: two benches sharing the cores would make
+/// every row noisy (and the figures they are about hard to tell apart).
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Runs a bench with every sample kept, into its own `out` folder; returns the run folder.
 fn measure(home: &Path, out: &str, args: &[&str]) -> PathBuf {
+    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let out = home.join(out);
     let mut all = args.to_vec();
     all.extend(["--raw", "--quiet", "--out", out.to_str().unwrap()]);
