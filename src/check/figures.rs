@@ -180,8 +180,8 @@ impl Checked for KernelsTable {
         fig.detail = line.params.variant.clone();
         if s.p50_us < LAUNCH_BOUND_US {
             fig.caveat = Some(format!(
-                "launch-bound ({:.0} us < {LAUNCH_BOUND_US:.0} us): its rate is dispatch \
-                 overhead, not the kernel",
+                "too short to judge ({:.0} us < {LAUNCH_BOUND_US:.0} us): its rate is launch and timer \
+                 overhead more than the kernel",
                 s.p50_us
             ));
         }

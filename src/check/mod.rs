@@ -280,7 +280,10 @@ fn cap_unsteady(o: &mut Outcome, figs: &[&Figure], t: &Thresholds) {
 }
 
 fn format_p(p: f64) -> String {
-    if p < 1e-4 {
+    if p < 1e-16 {
+        // Below what the t and normal tails are computed to.
+        "<1e-16".into()
+    } else if p < 1e-4 {
         format!("{p:.1e}")
     } else {
         format!("{p:.4}")
@@ -559,13 +562,18 @@ pub fn against_fleet(runs: &[RunFigures], policy: &Policy) -> Result<Report> {
         }
     }
     for run in runs {
-        let figs: Vec<String> = report
+        let mut mine: Vec<&Outcome> = report
             .outcomes
             .iter()
             .filter(|o| o.run_id == run.run_id && o.verdict != Verdict::Pass && o.ratio.is_some())
+            .collect();
+        mine.sort_by_key(|o| o.verdict);
+        let figs: Vec<String> = mine
+            .into_iter()
             .map(|o| {
                 format!(
-                    "{}: {} {} ({:.2}x the median)",
+                    "{} {}: {} {} ({:.2}x the median)",
+                    o.verdict.as_str(),
                     o.bench,
                     o.case,
                     o.figure,
@@ -690,6 +698,8 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
     Ok((passed, written))
 }
 
+/// The figures printed per outlier node without `--all`.
+const OUTLIERS_SHOWN: usize = 10;
 /// The PASS rows printed without `--all`.
 const PASS_ROWS_SHOWN: usize = 20;
 
@@ -764,9 +774,15 @@ pub fn console(title: &str, report: &Report, all: bool, show_run: bool) -> Strin
         );
     }
     for (node, figs) in &report.outliers {
-        let _ = writeln!(s, "outlier node {node}:");
-        for f in figs {
+        let _ = writeln!(s, "outlier node {node}: {} figure(s)", figs.len());
+        for f in figs
+            .iter()
+            .take(if all { usize::MAX } else { OUTLIERS_SHOWN })
+        {
             let _ = writeln!(s, "  {f}");
+        }
+        if !all && figs.len() > OUTLIERS_SHOWN {
+            let _ = writeln!(s, "  ... and {} more (--all)", figs.len() - OUTLIERS_SHOWN);
         }
     }
     let _ = writeln!(
