@@ -244,6 +244,35 @@ fn an_injected_regression_fails_on_exactly_that_figure() {
         .collect();
     assert_eq!(fails.len(), 1, "{rows:?}");
     assert_eq!(fails[0][col(&h, "case")], format!("{case} [{timer}]"));
+
+    // Several baseline runs: the regressed copy against three runs of the node.
+    let o = morphbench(
+        &[
+            "check",
+            reg.to_str().unwrap(),
+            "--check-out",
+            home.path().join("repeated").to_str().unwrap(),
+            "--baseline",
+            &fleet[1],
+            &fleet[2],
+            &fleet[3],
+        ],
+        home.path(),
+    );
+    println!("{}", stdout(&o));
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("against 3 baseline runs"),
+        "{}",
+        stdout(&o)
+    );
+    let (h, rows) = read_csv(&home.path().join("repeated/check.csv"));
+    let fails: Vec<&csv::StringRecord> = rows
+        .iter()
+        .filter(|r| &r[col(&h, "verdict")] == "FAIL")
+        .collect();
+    assert_eq!(fails.len(), 1, "{rows:?}");
+    assert_eq!(fails[0][col(&h, "case")], format!("{case} [{timer}]"));
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 pub mod figures;
 pub mod policy;
+mod repeated;
 pub mod stats;
 mod table;
 
@@ -62,7 +63,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    fn blank(run_id: &str, key: &Key, fig: &Figure) -> Outcome {
+    pub(crate) fn blank(run_id: &str, key: &Key, fig: &Figure) -> Outcome {
         Outcome {
             run_id: run_id.to_string(),
             bench: key.bench.clone(),
@@ -82,7 +83,7 @@ impl Outcome {
     }
 
     /// Turns a FAIL into a WARN, saying why the numbers cannot fail this figure.
-    fn at_most_warn(&mut self, why: &str) {
+    pub(crate) fn at_most_warn(&mut self, why: &str) {
         if self.verdict == Verdict::Fail {
             self.verdict = Verdict::Warn;
             self.reason = format!("{why}; would FAIL: {}", self.reason);
@@ -100,7 +101,7 @@ impl Outcome {
     }
 }
 
-fn join(a: &str, b: &str) -> String {
+pub(crate) fn join(a: &str, b: &str) -> String {
     match (a.is_empty(), b.is_empty()) {
         (true, _) => b.to_string(),
         (_, true) => a.to_string(),
@@ -108,7 +109,7 @@ fn join(a: &str, b: &str) -> String {
     }
 }
 
-fn pct(x: f64) -> String {
+pub(crate) fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }
 
@@ -279,7 +280,15 @@ fn cap_unsteady(o: &mut Outcome, figs: &[&Figure], t: &Thresholds) {
     }
 }
 
-fn format_p(p: f64) -> String {
+/// The caveat alone (a launch-bound kernel): with several baseline runs the test already
+/// holds the run-to-run spread that the other guards stand in for.
+pub(crate) fn cap_unsteady_caveat_only(o: &mut Outcome, fig: &Figure) {
+    if let Some(c) = &fig.caveat {
+        o.at_most_warn(c);
+    }
+}
+
+pub(crate) fn format_p(p: f64) -> String {
     if p < 1e-16 {
         // Below what the t and normal tails are computed to.
         "<1e-16".into()
@@ -349,6 +358,11 @@ pub fn against_baseline(base: &RunFigures, run: &RunFigures, policy: &Policy) ->
         report.notes.push(format!(
             "{why}: differences are reported as WARN, never FAIL"
         ));
+    }
+    for (side, r) in [("the baseline", base), ("this run", run)] {
+        if let Some(w) = r.label.incomplete() {
+            report.notes.push(format!("{side} ({}): {w}", r.run_id));
+        }
     }
     let keys: BTreeSet<&Key> = base.figures.keys().chain(run.figures.keys()).collect();
     // Hundreds of figures are tested at once: their p-values are adjusted to control the false
@@ -482,6 +496,11 @@ pub fn against_fleet(runs: &[RunFigures], policy: &Policy) -> Result<Report> {
             .notes
             .push(format!("{why}: outliers are reported as WARN, never FAIL"));
     }
+    for r in runs {
+        if let Some(w) = r.label.incomplete() {
+            report.notes.push(format!("{}: {w}", r.run_id));
+        }
+    }
     let keys: BTreeSet<&Key> = runs.iter().flat_map(|r| r.figures.keys()).collect();
     for key in keys {
         let t = policy.for_figure(key);
@@ -596,7 +615,8 @@ pub fn against_fleet(runs: &[RunFigures], policy: &Policy) -> Result<Report> {
 #[derive(Debug, Clone)]
 pub struct CheckOptions {
     pub runs: Vec<PathBuf>,
-    pub baseline: Option<PathBuf>,
+    /// Known-good runs: one, or several of the same node (their spread is then measured).
+    pub baseline: Vec<PathBuf>,
     pub fleet: bool,
     pub policy: Option<PathBuf>,
     /// Where check.csv goes (default: the judged run's folder; with --fleet, each run's).
@@ -615,7 +635,7 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
         Some(p) => Policy::load(p)?,
         None => Policy::default(),
     };
-    match (&opts.baseline, opts.fleet) {
+    match (opts.baseline.first(), opts.fleet) {
         (Some(_), true) => anyhow::bail!("give either --baseline or --fleet, not both"),
         (None, false) => anyhow::bail!(
             "say what to compare with: --baseline BASE_RUN_DIR (a known-good run), or --fleet \
@@ -637,8 +657,12 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
         .iter()
         .map(|d| collect(d))
         .collect::<Result<_>>()?;
-    let (report, title) = match &opts.baseline {
-        Some(b) => {
+    let (report, title) = match opts.baseline.as_slice() {
+        [] => {
+            let title = format!("check a fleet of {} runs", runs.len());
+            (against_fleet(&runs, &policy)?, title)
+        }
+        [b] => {
             let base = collect(b)?;
             let title = format!(
                 "check {} ({}) against baseline {} ({})",
@@ -649,9 +673,23 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
             );
             (against_baseline(&base, &runs[0], &policy), title)
         }
-        None => {
-            let title = format!("check a fleet of {} runs", runs.len());
-            (against_fleet(&runs, &policy)?, title)
+        many => {
+            let bases: Vec<RunFigures> = many.iter().map(|d| collect(d)).collect::<Result<_>>()?;
+            let title = format!(
+                "check {} ({}) against {} baseline runs ({})",
+                runs[0].run_id,
+                runs[0].label.short(),
+                bases.len(),
+                bases
+                    .iter()
+                    .map(|b| b.run_id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            (
+                repeated::against_baselines(&bases, &runs[0], &policy),
+                title,
+            )
         }
     };
     let mut written = Vec::new();

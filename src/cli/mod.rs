@@ -132,6 +132,7 @@ pub enum Command {
         after_help = "Exit codes: 0 all PASS or WARN, 1 a FAIL (or a WARN with --warn-exit), 2 an error.\n\n\
 Examples:\n  morphbench check results/latest --baseline results/known-good\n  \
 morphbench check results/latest --baseline results/known-good --policy bench-configs/check-policy.toml\n  \
+morphbench check results/latest --baseline good/run1 good/run2 good/run3   # drift measured\n  \
 morphbench check /shared/runs/node* --fleet                     # one run per node\n\n\
 A FAIL is a figure worse by at least fail_pct (10%) and significant (p < alpha = 0.01: Welch's t\n\
 from the rows, or Mann-Whitney U where both runs kept samples with --raw); a WARN is worse by\n\
@@ -147,9 +148,10 @@ pub struct CheckArgs {
     /// The run folder to judge (with --fleet: every node's run folder).
     #[arg(required = true, value_name = "RUN_DIR")]
     pub runs: Vec<PathBuf>,
-    /// A known-good run folder to compare with.
-    #[arg(long, value_name = "BASE_RUN_DIR", conflicts_with = "fleet")]
-    pub baseline: Option<PathBuf>,
+    /// A known-good run folder to compare with; give several runs of the known-good node to
+    /// judge each figure against its run-to-run spread (a t-test against them).
+    #[arg(long, value_name = "BASE_RUN_DIR", num_args = 1.., conflicts_with = "fleet")]
+    pub baseline: Vec<PathBuf>,
     /// Judge each run against the median of all of them (one run per node).
     #[arg(long)]
     pub fleet: bool,
