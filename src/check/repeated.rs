@@ -123,7 +123,12 @@ pub fn against_baselines(bases: &[RunFigures], run: &RunFigures, policy: &Policy
         let worse = f.better.worse_by(base, f.value);
         let significant = q.is_some_and(|q| q < t.alpha);
         let p_text = match (p, q) {
-            (Some(p), Some(q)) => format!("t-test against {} runs p={p:.4}, q={q:.4}", have.len()),
+            (Some(p), Some(q)) => format!(
+                "t-test against {} runs p={}, q={}",
+                have.len(),
+                format_p(p),
+                format_p(q)
+            ),
             _ => "no test".into(),
         };
         (o.verdict, o.reason) = if worse * 100.0 >= t.fail_pct && significant {
