@@ -23,8 +23,10 @@ fn flat(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
     return gid.x + gid.y * groups.x * WG;
 }
 
-// Eight independent scalar chains: 16 flops per trip, enough in flight to hide FMA latency.
-@compute @workgroup_size(256)
+// Eight independent scalar chains, four steps each per loop trip (64 flops): enough in flight
+// to hide FMA latency, and enough per trip that the loop's own cost does not count (with one
+// step per trip, a CPU driver measured half the rate).
+@compute @workgroup_size(64)
 fn fma_scalar(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(num_workgroups) groups: vec3<u32>) {
     let i = flat(gid, groups);
@@ -36,13 +38,19 @@ fn fma_scalar(@builtin(global_invocation_id) gid: vec3<u32>,
     for (var t = 0u; t < params.count; t++) {
         a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
         a4 = fma(a4, m, c); a5 = fma(a5, m, c); a6 = fma(a6, m, c); a7 = fma(a7, m, c);
+        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
+        a4 = fma(a4, m, c); a5 = fma(a5, m, c); a6 = fma(a6, m, c); a7 = fma(a7, m, c);
+        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
+        a4 = fma(a4, m, c); a5 = fma(a5, m, c); a6 = fma(a6, m, c); a7 = fma(a7, m, c);
+        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
+        a4 = fma(a4, m, c); a5 = fma(a5, m, c); a6 = fma(a6, m, c); a7 = fma(a7, m, c);
     }
     dst[i] = vec4<f32>(a0 + a1, a2 + a3, a4 + a5, a6 + a7);
 }
 
-// Four independent vec4 chains, two steps each per trip: 64 flops per trip. Four, not eight:
-// a CPU driver keeps each vec4 component in its own SIMD register, and 32 would spill.
-@compute @workgroup_size(256)
+// Four independent vec4 chains, eight steps each per trip: 256 flops per trip. Four, not
+// eight: a CPU driver keeps each vec4 component in its own SIMD register, and 32 would spill.
+@compute @workgroup_size(64)
 fn fma_vec4(@builtin(global_invocation_id) gid: vec3<u32>,
             @builtin(num_workgroups) groups: vec3<u32>) {
     let i = flat(gid, groups);
@@ -53,13 +61,19 @@ fn fma_vec4(@builtin(global_invocation_id) gid: vec3<u32>,
     for (var t = 0u; t < params.count; t++) {
         a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
         a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
+        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
+        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
+        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
+        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
+        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
+        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
     }
     dst[i] = a0 + a1 + a2 + a3;
 }
 
 // The same chains written as a multiply and an add, which a compiler may fuse: on drivers that
 // lower fma() to something slower (llvmpipe splits it), this is the faster form.
-@compute @workgroup_size(256)
+@compute @workgroup_size(64)
 fn mad_scalar(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(num_workgroups) groups: vec3<u32>) {
     let i = flat(gid, groups);
@@ -71,11 +85,17 @@ fn mad_scalar(@builtin(global_invocation_id) gid: vec3<u32>,
     for (var t = 0u; t < params.count; t++) {
         a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
         a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
     }
     dst[i] = vec4<f32>(a0 + a1, a2 + a3, a4 + a5, a6 + a7);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(64)
 fn mad_vec4(@builtin(global_invocation_id) gid: vec3<u32>,
             @builtin(num_workgroups) groups: vec3<u32>) {
     let i = flat(gid, groups);
@@ -84,6 +104,12 @@ fn mad_vec4(@builtin(global_invocation_id) gid: vec3<u32>,
     let x = vec4<f32>(f32(i % 7u), 1.0, 2.0, 3.0);
     var a0 = x; var a1 = x + 1.0; var a2 = x + 2.0; var a3 = x + 3.0;
     for (var t = 0u; t < params.count; t++) {
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
         a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
         a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
     }
@@ -121,6 +147,53 @@ fn copy(@builtin(global_invocation_id) gid: vec3<u32>,
     let i = flat(gid, groups);
     for (var e = i; e < params.count; e += params.threads) {
         dst[e] = src[e];
+    }
+}
+
+// The same three with eight contiguous elements per invocation, grid-stride over chunks: the
+// access a CPU driver streams best (one invocation per SIMD lane walks its own cache lines),
+// where the element-strided form above is what a GPU coalesces best.
+const CHUNK: u32 = 8u;
+
+@compute @workgroup_size(256)
+fn read_chunk(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = flat(gid, groups);
+    var s = vec4<f32>(0.0);
+    for (var base = i * CHUNK; base < params.count; base += params.threads * CHUNK) {
+        for (var j = 0u; j < CHUNK; j++) {
+            if (base + j < params.count) {
+                s += src[base + j];
+            }
+        }
+    }
+    dst[i] = s;
+}
+
+@compute @workgroup_size(256)
+fn write_chunk(@builtin(global_invocation_id) gid: vec3<u32>,
+               @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = flat(gid, groups);
+    let v = vec4<f32>(params.mul);
+    for (var base = i * CHUNK; base < params.count; base += params.threads * CHUNK) {
+        for (var j = 0u; j < CHUNK; j++) {
+            if (base + j < params.count) {
+                dst[base + j] = v;
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(256)
+fn copy_chunk(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = flat(gid, groups);
+    for (var base = i * CHUNK; base < params.count; base += params.threads * CHUNK) {
+        for (var j = 0u; j < CHUNK; j++) {
+            if (base + j < params.count) {
+                dst[base + j] = src[base + j];
+            }
+        }
     }
 }
 
