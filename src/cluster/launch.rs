@@ -1,0 +1,413 @@
+//! Who am I in a multi-rank run? Rank and world size from the launcher, the way nccl-tests and
+//! torchrun read them: explicit `--rank R --world N`, Slurm (`SLURM_PROCID`, `SLURM_NTASKS`,
+//! `SLURM_LOCALID`, `SLURM_STEP_NODELIST`), Open MPI (`OMPI_COMM_WORLD_RANK`, `_SIZE`,
+//! `_LOCAL_RANK`) or PMI (`PMI_RANK`, `PMI_SIZE`); and where rank 0 waits for the others
+//! (`--rendezvous HOST:PORT`, else `MORPHBENCH_RENDEZVOUS`, else `MASTER_ADDR`/`MASTER_PORT`,
+//! else the first host of the Slurm step's node list). The multi-rank commands (`links`,
+//! `pipeline`) are built on this (issue 14).
+
+use std::fmt;
+
+/// The most ranks one run may have: far beyond a test bed, small enough that every per-rank
+/// table stays small.
+pub const MAX_WORLD: u32 = 4096;
+/// The most hosts a node list may expand to.
+pub const MAX_HOSTS: usize = 65536;
+/// The rendezvous port when none is given.
+pub const DEFAULT_PORT: u16 = 18700;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launcher {
+    Explicit,
+    Slurm,
+    OpenMpi,
+    Pmi,
+}
+
+impl fmt::Display for Launcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Launcher::Explicit => "--rank/--world",
+            Launcher::Slurm => "Slurm",
+            Launcher::OpenMpi => "Open MPI",
+            Launcher::Pmi => "PMI",
+        })
+    }
+}
+
+/// This process's place in the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    pub launcher: Launcher,
+    pub rank: u32,
+    pub world: u32,
+    /// The rank among those on this host, when the launcher says.
+    pub local_rank: Option<u32>,
+    /// The hosts of the run, when the launcher says (Slurm's node list, expanded).
+    pub nodes: Vec<String>,
+}
+
+/// The variables each launcher sets: (rank, world size, local rank).
+const LAUNCHERS: &[(Launcher, &str, &str, Option<&str>)] = &[
+    (
+        Launcher::Slurm,
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        Some("SLURM_LOCALID"),
+    ),
+    (
+        Launcher::OpenMpi,
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        Some("OMPI_COMM_WORLD_LOCAL_RANK"),
+    ),
+    (Launcher::Pmi, "PMI_RANK", "PMI_SIZE", None),
+];
+
+fn number(env: &dyn Fn(&str) -> Option<String>, var: &str) -> Result<Option<u32>, String> {
+    match env(var) {
+        None => Ok(None),
+        Some(v) => v.trim().parse::<u32>().map(Some).map_err(|_| {
+            format!("{var}={v:?} is not a rank or size: the launcher's environment is garbled")
+        }),
+    }
+}
+
+/// Reads this process's rank and world size. `explicit` (`--rank`, `--world`) wins; otherwise
+/// the first launcher whose variables are set. Launchers nest (mpirun inside an sbatch job sets
+/// both), so a second launcher that disagrees is an error naming both.
+pub fn detect(
+    explicit: Option<(u32, u32)>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Launch, String> {
+    let nodes = match env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST")) {
+        Some(list) => expand_hostlist(&list).map_err(|e| format!("SLURM_STEP_NODELIST: {e}"))?,
+        None => Vec::new(),
+    };
+    let mut found: Vec<(Launcher, u32, u32, Option<u32>)> = Vec::new();
+    for &(launcher, rank_var, size_var, local_var) in LAUNCHERS {
+        let (Some(rank), Some(world)) = (number(env, rank_var)?, number(env, size_var)?) else {
+            continue;
+        };
+        let local = match local_var {
+            Some(v) => number(env, v)?,
+            None => None,
+        };
+        found.push((launcher, rank, world, local));
+    }
+    let (launcher, rank, world, local_rank) = match explicit {
+        Some((rank, world)) => (Launcher::Explicit, rank, world, None),
+        None => match found.as_slice() {
+            [] => {
+                return Err(
+                    "no rank: run under srun or mpirun, or give --rank R --world N \
+                            (and --rendezvous HOST:PORT)"
+                        .into(),
+                )
+            }
+            [first, rest @ ..] => {
+                if let Some(other) = rest.iter().find(|o| (o.1, o.2) != (first.1, first.2)) {
+                    return Err(format!(
+                        "{} says rank {} of {} but {} says rank {} of {}: run under one \
+                         launcher, or give --rank and --world",
+                        first.0, first.1, first.2, other.0, other.1, other.2
+                    ));
+                }
+                *first
+            }
+        },
+    };
+    if world == 0 || world > MAX_WORLD {
+        return Err(format!(
+            "a world of {world} ranks ({launcher}): give 1 to {MAX_WORLD}"
+        ));
+    }
+    if rank >= world {
+        return Err(format!(
+            "rank {rank} is not below the world size {world} ({launcher}): ranks count from 0"
+        ));
+    }
+    Ok(Launch {
+        launcher,
+        rank,
+        world,
+        local_rank,
+        nodes,
+    })
+}
+
+/// Where rank 0 listens: `--rendezvous`, else `MORPHBENCH_RENDEZVOUS`, else `MASTER_ADDR` (and
+/// `MASTER_PORT`), else the first host of the node list; the port defaults to
+/// [`DEFAULT_PORT`]. Returns (host, port, where it came from).
+pub fn rendezvous(
+    flag: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+    nodes: &[String],
+) -> Result<(String, u16, &'static str), String> {
+    let split = |s: &str, from: &'static str| -> Result<(String, u16, &'static str), String> {
+        let s = s.trim();
+        // [v6]:port, host:port, or a bare host.
+        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+            let (h, tail) = rest
+                .split_once(']')
+                .ok_or_else(|| format!("{from} {s:?}: an unclosed '['"))?;
+            (h.to_string(), tail.strip_prefix(':'))
+        } else if s.matches(':').count() == 1 {
+            let (h, p) = s.split_once(':').expect("one colon");
+            (h.to_string(), Some(p))
+        } else {
+            (s.to_string(), None)
+        };
+        if host.is_empty() {
+            return Err(format!("{from} {s:?}: no host"));
+        }
+        let port = match port {
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+                format!("{from} {s:?}: the port must be a number from 1 to 65535")
+            })?,
+            None => DEFAULT_PORT,
+        };
+        Ok((host, port, from))
+    };
+    if let Some(f) = flag {
+        return split(f, "--rendezvous");
+    }
+    if let Some(v) = env("MORPHBENCH_RENDEZVOUS") {
+        return split(&v, "MORPHBENCH_RENDEZVOUS");
+    }
+    if let Some(addr) = env("MASTER_ADDR") {
+        let port = match env("MASTER_PORT") {
+            Some(p) => p
+                .trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| {
+                    format!("MASTER_PORT={p:?}: the port must be a number from 1 to 65535")
+                })?,
+            None => DEFAULT_PORT,
+        };
+        return Ok((addr.trim().to_string(), port, "MASTER_ADDR"));
+    }
+    match nodes.first() {
+        Some(h) => Ok((h.clone(), DEFAULT_PORT, "the Slurm node list")),
+        None => Err(
+            "no rendezvous address: give --rendezvous HOST:PORT (or set \
+                     MORPHBENCH_RENDEZVOUS, or MASTER_ADDR and MASTER_PORT)"
+                .into(),
+        ),
+    }
+}
+
+/// Expands a Slurm hostlist expression such as `gpu[01-04,07],login1` into host names, keeping
+/// zero padding (`gpu01`..`gpu04`, `gpu07`). Several bracket groups in one name multiply out
+/// (`r[1-2]n[1-2]`: r1n1, r1n2, r2n1, r2n2).
+pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for name in split_top_level(list)? {
+        let name = name.trim();
+        if name.is_empty() {
+            continue;
+        }
+        let mut partial = vec![String::new()];
+        let mut rest = name;
+        while !rest.is_empty() {
+            match rest.find('[') {
+                None => {
+                    partial.iter_mut().for_each(|p| p.push_str(rest));
+                    rest = "";
+                }
+                Some(open) => {
+                    let close = rest[open..]
+                        .find(']')
+                        .map(|c| open + c)
+                        .ok_or_else(|| format!("{name:?}: an unclosed '['"))?;
+                    let prefix = &rest[..open];
+                    let items = expand_ranges(&rest[open + 1..close])
+                        .map_err(|e| format!("{name:?}: {e}"))?;
+                    if partial.len() * items.len() > MAX_HOSTS {
+                        return Err(format!("{name:?}: more than {MAX_HOSTS} hosts"));
+                    }
+                    partial = partial
+                        .iter()
+                        .flat_map(|p| items.iter().map(move |i| format!("{p}{prefix}{i}")))
+                        .collect();
+                    rest = &rest[close + 1..];
+                }
+            }
+        }
+        out.extend(partial);
+        if out.len() > MAX_HOSTS {
+            return Err(format!("more than {MAX_HOSTS} hosts"));
+        }
+    }
+    if out.is_empty() {
+        return Err("an empty node list".into());
+    }
+    Ok(out)
+}
+
+/// Splits at commas outside brackets.
+fn split_top_level(list: &str) -> Result<Vec<&str>, String> {
+    let (mut depth, mut start, mut parts) = (0i32, 0, Vec::new());
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+        if !(0..=1).contains(&depth) {
+            return Err(format!("{list:?}: unbalanced or nested brackets"));
+        }
+    }
+    if depth != 0 {
+        return Err(format!("{list:?}: an unclosed '['"));
+    }
+    parts.push(&list[start..]);
+    Ok(parts)
+}
+
+/// `01-04,07` into `01 02 03 04 07`, keeping the width of a zero-padded lower bound.
+fn expand_ranges(spec: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for part in spec.split(',') {
+        let part = part.trim();
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let bad = || format!("'{part}' is not a number or a range such as 01-04");
+        if lo.is_empty() || !lo.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        if hi.is_empty() || !hi.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let (a, b): (u64, u64) = (
+            lo.parse().map_err(|_| bad())?,
+            hi.parse().map_err(|_| bad())?,
+        );
+        if b < a {
+            return Err(format!("'{part}' counts down: write the lower bound first"));
+        }
+        if b - a >= MAX_HOSTS as u64 || out.len() + (b - a) as usize >= MAX_HOSTS {
+            return Err(format!("'{part}': more than {MAX_HOSTS} hosts"));
+        }
+        let width = if lo.starts_with('0') { lo.len() } else { 0 };
+        out.extend((a..=b).map(|n| format!("{n:0width$}")));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k: &str| map.get(k).cloned()
+    }
+
+    #[test]
+    fn hostlists_expand_with_their_padding() {
+        let h = |s: &str| expand_hostlist(s).unwrap();
+        assert_eq!(
+            h("gpu[01-04,07]"),
+            ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07"]
+        );
+        assert_eq!(h("n[8-10]"), ["n8", "n9", "n10"]);
+        assert_eq!(h("a,b[1-2],c"), ["a", "b1", "b2", "c"]);
+        assert_eq!(
+            h("r[1-2]n[1-2]-ib"),
+            ["r1n1-ib", "r1n2-ib", "r2n1-ib", "r2n2-ib"]
+        );
+        assert_eq!(h("vm"), ["vm"]);
+        for (bad, why) in [
+            ("gpu[01-04", "unclosed"),
+            ("gpu[04-01]", "counts down"),
+            ("gpu[a-b]", "not a number"),
+            ("gpu[[1]]", "nested"),
+            ("n[0-99999999]", "more than"),
+            ("", "empty"),
+        ] {
+            let e = expand_hostlist(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn launchers_are_read_in_order_and_must_agree() {
+        let slurm = env(&[
+            ("SLURM_PROCID", "2"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_STEP_NODELIST", "gpu[01-04]"),
+        ]);
+        let l = detect(None, &slurm).unwrap();
+        assert_eq!(
+            (l.launcher, l.rank, l.world, l.local_rank),
+            (Launcher::Slurm, 2, 4, Some(0))
+        );
+        assert_eq!(l.nodes.len(), 4);
+        let ompi = env(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2")]);
+        assert_eq!(detect(None, &ompi).unwrap().launcher, Launcher::OpenMpi);
+        // Explicit flags win over the environment.
+        assert_eq!(
+            detect(Some((0, 2)), &slurm).unwrap().launcher,
+            Launcher::Explicit
+        );
+        // Nested launchers that disagree, garbled values, and impossible ranks are errors.
+        let both = env(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "1"),
+            ("PMI_RANK", "3"),
+            ("PMI_SIZE", "4"),
+        ]);
+        let e = detect(None, &both).unwrap_err();
+        assert!(e.contains("Slurm") && e.contains("PMI"), "{e}");
+        let e = detect(None, &env(&[("PMI_RANK", "x"), ("PMI_SIZE", "2")])).unwrap_err();
+        assert!(e.contains("PMI_RANK"), "{e}");
+        assert!(detect(Some((2, 2)), &env(&[]))
+            .unwrap_err()
+            .contains("rank 2"));
+        assert!(detect(Some((0, 0)), &env(&[]))
+            .unwrap_err()
+            .contains("world"));
+        assert!(detect(None, &env(&[])).unwrap_err().contains("--rank"));
+    }
+
+    #[test]
+    fn the_rendezvous_address_comes_from_flag_env_or_node_list() {
+        let none = env(&[]);
+        assert_eq!(
+            rendezvous(Some("10.0.0.1:9000"), &none, &[]).unwrap(),
+            ("10.0.0.1".into(), 9000, "--rendezvous")
+        );
+        assert_eq!(rendezvous(Some("[::1]:9"), &none, &[]).unwrap().0, "::1");
+        assert_eq!(
+            rendezvous(Some("node7"), &none, &[]).unwrap().1,
+            DEFAULT_PORT
+        );
+        let torch = env(&[("MASTER_ADDR", "n1"), ("MASTER_PORT", "29500")]);
+        assert_eq!(
+            rendezvous(None, &torch, &[]).unwrap(),
+            ("n1".into(), 29500, "MASTER_ADDR")
+        );
+        let nodes = vec!["gpu01".to_string(), "gpu02".to_string()];
+        assert_eq!(rendezvous(None, &none, &nodes).unwrap().0, "gpu01");
+        assert!(rendezvous(None, &none, &[])
+            .unwrap_err()
+            .contains("--rendezvous"));
+        assert!(rendezvous(Some("h:0"), &none, &[])
+            .unwrap_err()
+            .contains("port"));
+        assert!(rendezvous(Some("h:99999"), &none, &[])
+            .unwrap_err()
+            .contains("port"));
+    }
+}
