@@ -3,3 +3,4 @@
 //! `pipeline` are built on it (issues 14 and 15).
 
 pub mod launch;
+pub mod rendezvous;

@@ -1,0 +1,354 @@
+//! The bootstrap of a multi-rank run over TCP, the way NCCL's bootstrap and torchrun's
+//! rendezvous work (no MPI library needed): rank 0 listens, every other rank connects and
+//! registers (its version, host, rank, world size, the address it is reached at, its adapter
+//! and RDMA devices), and rank 0 answers each with the whole roster, or with the error that
+//! ends the run. Every wait is bounded, every message is length-prefixed and bounded before
+//! anything is allocated from it, and every error names the ranks involved.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// The largest message either side reads: a roster of MAX_WORLD short entries fits.
+pub const MAX_MESSAGE: u32 = 4 << 20;
+const MAGIC: [u8; 4] = *b"MBR1";
+
+/// One rank, as it registers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    pub version: String,
+    pub hostname: String,
+    pub rank: u32,
+    pub world: u32,
+    /// Where the others reach this rank; empty: the local address of its connection to rank 0.
+    pub address: String,
+    pub adapter: Option<String>,
+    pub rdma_devices: Vec<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Message {
+    Register(Registration),
+    Roster(Vec<Registration>),
+    Error(String),
+}
+
+fn send(stream: &mut TcpStream, m: &Message) -> std::io::Result<()> {
+    let body = serde_json::to_vec(m).map_err(std::io::Error::other)?;
+    let mut frame = Vec::with_capacity(8 + body.len());
+    frame.extend_from_slice(&MAGIC);
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame)
+}
+
+fn receive(stream: &mut TcpStream, deadline: Instant) -> Result<Message, String> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err("timed out".into());
+    }
+    stream
+        .set_read_timeout(Some(left))
+        .map_err(|e| e.to_string())?;
+    let mut head = [0u8; 8];
+    stream.read_exact(&mut head).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => "timed out".to_string(),
+        std::io::ErrorKind::UnexpectedEof => "closed the connection".to_string(),
+        _ => e.to_string(),
+    })?;
+    if head[..4] != MAGIC {
+        return Err("sent something that is not a morphbench rendezvous message".into());
+    }
+    let len = u32::from_be_bytes(head[4..].try_into().expect("4 bytes"));
+    if len > MAX_MESSAGE {
+        return Err(format!(
+            "announced a {len}-byte message, over the {MAX_MESSAGE}-byte cap"
+        ));
+    }
+    let mut body = vec![0u8; len as usize];
+    stream.read_exact(&mut body).map_err(|e| e.to_string())?;
+    serde_json::from_slice(&body).map_err(|e| format!("sent a malformed message: {e}"))
+}
+
+/// Rank 0: waits until `timeout` for the other `me.world - 1` ranks on `listener`, checks that
+/// they agree with it and with each other, and sends every rank the roster (ordered by rank).
+/// On any error, every rank that registered is told it before this returns it.
+pub fn serve(
+    listener: &TcpListener,
+    me: Registration,
+    timeout: Duration,
+) -> Result<Vec<Registration>, String> {
+    let deadline = Instant::now() + timeout;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut ranks: Vec<Option<(Registration, TcpStream)>> = (0..me.world).map(|_| None).collect();
+    let mut roster0 = me.clone();
+    if roster0.address.is_empty() {
+        roster0.address = listener
+            .local_addr()
+            .map(|a| a.ip().to_string())
+            .unwrap_or_default();
+    }
+    let fail = |ranks: &mut Vec<Option<(Registration, TcpStream)>>, why: String| {
+        for (_, s) in ranks.iter_mut().flatten() {
+            let _ = send(s, &Message::Error(why.clone()));
+        }
+        Err(why)
+    };
+    let mut arrived = 1;
+    while arrived < me.world {
+        let (mut stream, peer) =
+            match listener.accept() {
+                Ok(c) => c,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        let missing: Vec<String> = (1..me.world)
+                            .filter(|&r| ranks[r as usize].is_none())
+                            .map(|r| r.to_string())
+                            .collect();
+                        let why =
+                            format!(
+                        "rank(s) {} of {} never arrived within {:.0} s: check that they were \
+                         launched and can reach {}",
+                        missing.join(", "),
+                        me.world,
+                        timeout.as_secs_f64(),
+                        listener.local_addr().map(|a| a.to_string()).unwrap_or_default()
+                    );
+                        return fail(&mut ranks, why);
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                Err(e) => return fail(&mut ranks, format!("the rendezvous listener failed: {e}")),
+            };
+        stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+        // A peer gets a short while to register; a silent or garbled one is named and dropped.
+        let registered = receive(
+            &mut stream,
+            deadline.min(Instant::now() + Duration::from_secs(10)),
+        );
+        let mut reg = match registered {
+            Ok(Message::Register(r)) => r,
+            Ok(_) => {
+                let _ = send(
+                    &mut stream,
+                    &Message::Error("expected a registration".into()),
+                );
+                return fail(&mut ranks, format!("{peer} sent a message out of turn"));
+            }
+            Err(e) => return fail(&mut ranks, format!("{peer} {e} instead of registering")),
+        };
+        if reg.address.is_empty() {
+            reg.address = peer.ip().to_string();
+        }
+        let why = if reg.version != me.version {
+            Some(format!(
+                "rank {} ({}) runs morphbench {}, rank 0 runs {}: install one version everywhere",
+                reg.rank, reg.hostname, reg.version, me.version
+            ))
+        } else if reg.world != me.world {
+            Some(format!(
+                "rank {} ({}) says the world is {} ranks, rank 0 says {}: launch them together",
+                reg.rank, reg.hostname, reg.world, me.world
+            ))
+        } else if reg.rank == 0 || reg.rank >= me.world {
+            Some(format!(
+                "{} registered as rank {}, which is {}",
+                reg.hostname,
+                reg.rank,
+                if reg.rank == 0 {
+                    "rank 0's own"
+                } else {
+                    "not below the world size"
+                }
+            ))
+        } else if let Some((first, _)) = &ranks[reg.rank as usize] {
+            Some(format!(
+                "rank {} registered twice (from {} and {}): each rank must be launched once",
+                reg.rank, first.hostname, reg.hostname
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            let _ = send(&mut stream, &Message::Error(why.clone()));
+            return fail(&mut ranks, why);
+        }
+        let r = reg.rank as usize;
+        ranks[r] = Some((reg, stream));
+        arrived += 1;
+    }
+    let mut roster = vec![roster0];
+    roster.extend(ranks.iter().flatten().map(|(r, _)| r.clone()));
+    roster.sort_by_key(|r| r.rank);
+    for (reg, stream) in ranks.iter_mut().flatten() {
+        send(stream, &Message::Roster(roster.clone())).map_err(|e| {
+            format!(
+                "rank {} ({}) dropped out before the roster: {e}",
+                reg.rank, reg.hostname
+            )
+        })?;
+    }
+    Ok(roster)
+}
+
+/// Any other rank: connects to rank 0 at `addr` (retrying until `timeout`, since rank 0 may
+/// start later), registers, and waits for the roster.
+pub fn join(
+    addr: &str,
+    mut me: Registration,
+    timeout: Duration,
+) -> Result<Vec<Registration>, String> {
+    let deadline = Instant::now() + timeout;
+    let targets: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("the rendezvous address {addr}: {e}"))?
+        .collect();
+    let mut stream = loop {
+        let attempt = targets.iter().find_map(|t| {
+            let left = deadline.saturating_duration_since(Instant::now());
+            TcpStream::connect_timeout(t, left.max(Duration::from_millis(1))).ok()
+        });
+        match attempt {
+            Some(s) => break s,
+            None if Instant::now() >= deadline => {
+                return Err(format!(
+                    "rank 0 never answered at {addr} within {:.0} s: check --rendezvous and \
+                     that rank 0 was launched",
+                    timeout.as_secs_f64()
+                ))
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    if me.address.is_empty() {
+        me.address = stream
+            .local_addr()
+            .map(|a| a.ip().to_string())
+            .unwrap_or_default();
+    }
+    send(&mut stream, &Message::Register(me.clone()))
+        .map_err(|e| format!("rank 0 at {addr}: {e}"))?;
+    match receive(&mut stream, deadline) {
+        Ok(Message::Roster(r)) if r.len() == me.world as usize => Ok(r),
+        Ok(Message::Roster(r)) => Err(format!(
+            "rank 0 sent a roster of {} ranks for a world of {}",
+            r.len(),
+            me.world
+        )),
+        Ok(Message::Error(why)) => Err(format!("rank 0 ended the run: {why}")),
+        Ok(Message::Register(_)) => Err("rank 0 sent a registration, not a roster".into()),
+        Err(e) => Err(format!("rank 0 at {addr} {e} before sending the roster")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(rank: u32, world: u32) -> Registration {
+        Registration {
+            version: "0.1.0".into(),
+            hostname: format!("host{rank}"),
+            rank,
+            world,
+            address: String::new(),
+            adapter: Some("llvmpipe".into()),
+            rdma_devices: vec![],
+        }
+    }
+
+    type Outcome = Result<Vec<Registration>, String>;
+
+    /// Rank 0 on a loopback port, the others in threads; returns rank 0's result and theirs.
+    fn run(others: Vec<Registration>, world: u32, timeout: Duration) -> (Outcome, Vec<Outcome>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let joins: Vec<_> = others
+            .into_iter()
+            .map(|r| {
+                let a = addr.clone();
+                std::thread::spawn(move || join(&a, r, timeout + Duration::from_secs(2)))
+            })
+            .collect();
+        let zero = serve(&listener, reg(0, world), timeout);
+        (zero, joins.into_iter().map(|j| j.join().unwrap()).collect())
+    }
+
+    #[test]
+    fn four_ranks_get_one_roster() {
+        let (zero, others) = run(
+            (1..4).map(|r| reg(r, 4)).collect(),
+            4,
+            Duration::from_secs(10),
+        );
+        let roster = zero.unwrap();
+        assert_eq!(
+            roster.iter().map(|r| r.rank).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        assert!(
+            roster.iter().all(|r| r.address == "127.0.0.1"),
+            "{roster:?}"
+        );
+        for o in others {
+            assert_eq!(o.unwrap(), roster);
+        }
+    }
+
+    #[test]
+    fn faults_are_named_and_bounded() {
+        let t = Duration::from_millis(800);
+        // A rank that never arrives.
+        let started = Instant::now();
+        let (zero, others) = run(vec![reg(1, 3)], 3, t);
+        let e = zero.unwrap_err();
+        assert!(e.contains("rank(s) 2 of 3 never arrived"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(others[0].as_ref().unwrap_err().contains("never arrived"));
+        // A duplicate rank, a world mismatch, a version mismatch.
+        let (zero, _) = run(vec![reg(1, 3), reg(1, 3)], 3, t);
+        assert!(zero.unwrap_err().contains("rank 1 registered twice"));
+        let (zero, others) = run(vec![reg(1, 3)], 2, t);
+        assert!(zero
+            .unwrap_err()
+            .contains("says the world is 3 ranks, rank 0 says 2"));
+        assert!(others[0]
+            .as_ref()
+            .unwrap_err()
+            .contains("rank 0 ended the run"));
+        let mut old = reg(1, 2);
+        old.version = "0.0.9".into();
+        let (zero, _) = run(vec![old], 2, t);
+        assert!(zero.unwrap_err().contains("runs morphbench 0.0.9"));
+        // Garbage, and a huge announced length, from a peer.
+        for junk in [
+            b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+            [&MAGIC[..], &u32::MAX.to_be_bytes()].concat(),
+        ] {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let peer = std::thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.write_all(&junk).unwrap();
+                std::thread::sleep(Duration::from_millis(300));
+            });
+            let e = serve(&listener, reg(0, 2), t).unwrap_err();
+            assert!(
+                e.contains("not a morphbench") || e.contains("over the"),
+                "{e}"
+            );
+            peer.join().unwrap();
+        }
+        // No rank 0 at all.
+        let free = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .to_string();
+        let e = join(&free, reg(1, 2), Duration::from_millis(300)).unwrap_err();
+        assert!(e.contains("rank 0 never answered"), "{e}");
+    }
+}
