@@ -1,5 +1,5 @@
 // The device's own ceilings: FMA throughput, memory bandwidth, and an empty kernel for
-// dispatch cost. Every input that could let a compiler fold the work away (the multiplier,
+// dispatch cost. A part in front defines `step` and `step4`, the multiply-add measured. Every input that could let a compiler fold the work away (the multiplier,
 // the addend, the trip count) comes from a uniform, so the work is done as written.
 
 struct Params {
@@ -25,10 +25,11 @@ fn flat(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
 
 // Eight independent scalar chains, four steps each per loop trip (64 flops): enough in flight
 // to hide FMA latency, and enough per trip that the loop's own cost does not count (with one
-// step per trip, a CPU driver measured half the rate).
+// step per trip, a CPU driver measured half the rate). `step` is the multiply-add under test,
+// from the part in front (peak_fma.wgsl or peak_mad.wgsl).
 @compute @workgroup_size(64)
-fn fma_scalar(@builtin(global_invocation_id) gid: vec3<u32>,
-              @builtin(num_workgroups) groups: vec3<u32>) {
+fn chains_scalar(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) groups: vec3<u32>) {
     let i = flat(gid, groups);
     let m = params.mul;
     let c = params.add;
@@ -36,14 +37,14 @@ fn fma_scalar(@builtin(global_invocation_id) gid: vec3<u32>,
     var a0 = x; var a1 = x + 1.0; var a2 = x + 2.0; var a3 = x + 3.0;
     var a4 = x + 4.0; var a5 = x + 5.0; var a6 = x + 6.0; var a7 = x + 7.0;
     for (var t = 0u; t < params.count; t++) {
-        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
-        a4 = fma(a4, m, c); a5 = fma(a5, m, c); a6 = fma(a6, m, c); a7 = fma(a7, m, c);
-        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
-        a4 = fma(a4, m, c); a5 = fma(a5, m, c); a6 = fma(a6, m, c); a7 = fma(a7, m, c);
-        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
-        a4 = fma(a4, m, c); a5 = fma(a5, m, c); a6 = fma(a6, m, c); a7 = fma(a7, m, c);
-        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
-        a4 = fma(a4, m, c); a5 = fma(a5, m, c); a6 = fma(a6, m, c); a7 = fma(a7, m, c);
+        a0 = step(a0, m, c); a1 = step(a1, m, c); a2 = step(a2, m, c); a3 = step(a3, m, c);
+        a4 = step(a4, m, c); a5 = step(a5, m, c); a6 = step(a6, m, c); a7 = step(a7, m, c);
+        a0 = step(a0, m, c); a1 = step(a1, m, c); a2 = step(a2, m, c); a3 = step(a3, m, c);
+        a4 = step(a4, m, c); a5 = step(a5, m, c); a6 = step(a6, m, c); a7 = step(a7, m, c);
+        a0 = step(a0, m, c); a1 = step(a1, m, c); a2 = step(a2, m, c); a3 = step(a3, m, c);
+        a4 = step(a4, m, c); a5 = step(a5, m, c); a6 = step(a6, m, c); a7 = step(a7, m, c);
+        a0 = step(a0, m, c); a1 = step(a1, m, c); a2 = step(a2, m, c); a3 = step(a3, m, c);
+        a4 = step(a4, m, c); a5 = step(a5, m, c); a6 = step(a6, m, c); a7 = step(a7, m, c);
     }
     dst[i] = vec4<f32>(a0 + a1, a2 + a3, a4 + a5, a6 + a7);
 }
@@ -51,67 +52,22 @@ fn fma_scalar(@builtin(global_invocation_id) gid: vec3<u32>,
 // Four independent vec4 chains, eight steps each per trip: 256 flops per trip. Four, not
 // eight: a CPU driver keeps each vec4 component in its own SIMD register, and 32 would spill.
 @compute @workgroup_size(64)
-fn fma_vec4(@builtin(global_invocation_id) gid: vec3<u32>,
-            @builtin(num_workgroups) groups: vec3<u32>) {
+fn chains_vec4(@builtin(global_invocation_id) gid: vec3<u32>,
+               @builtin(num_workgroups) groups: vec3<u32>) {
     let i = flat(gid, groups);
     let m = vec4<f32>(params.mul);
     let c = vec4<f32>(params.add);
     let x = vec4<f32>(f32(i % 7u), 1.0, 2.0, 3.0);
     var a0 = x; var a1 = x + 1.0; var a2 = x + 2.0; var a3 = x + 3.0;
     for (var t = 0u; t < params.count; t++) {
-        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
-        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
-        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
-        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
-        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
-        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
-        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
-        a0 = fma(a0, m, c); a1 = fma(a1, m, c); a2 = fma(a2, m, c); a3 = fma(a3, m, c);
-    }
-    dst[i] = a0 + a1 + a2 + a3;
-}
-
-// The same chains written as a multiply and an add, which a compiler may fuse: on drivers that
-// lower fma() to something slower (llvmpipe splits it), this is the faster form.
-@compute @workgroup_size(64)
-fn mad_scalar(@builtin(global_invocation_id) gid: vec3<u32>,
-              @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = flat(gid, groups);
-    let m = params.mul;
-    let c = params.add;
-    let x = f32(i % 7u);
-    var a0 = x; var a1 = x + 1.0; var a2 = x + 2.0; var a3 = x + 3.0;
-    var a4 = x + 4.0; var a5 = x + 5.0; var a6 = x + 6.0; var a7 = x + 7.0;
-    for (var t = 0u; t < params.count; t++) {
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
-        a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
-        a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
-        a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
-        a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
-    }
-    dst[i] = vec4<f32>(a0 + a1, a2 + a3, a4 + a5, a6 + a7);
-}
-
-@compute @workgroup_size(64)
-fn mad_vec4(@builtin(global_invocation_id) gid: vec3<u32>,
-            @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = flat(gid, groups);
-    let m = vec4<f32>(params.mul);
-    let c = vec4<f32>(params.add);
-    let x = vec4<f32>(f32(i % 7u), 1.0, 2.0, 3.0);
-    var a0 = x; var a1 = x + 1.0; var a2 = x + 2.0; var a3 = x + 3.0;
-    for (var t = 0u; t < params.count; t++) {
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a0 = step4(a0, m, c); a1 = step4(a1, m, c); a2 = step4(a2, m, c); a3 = step4(a3, m, c);
+        a0 = step4(a0, m, c); a1 = step4(a1, m, c); a2 = step4(a2, m, c); a3 = step4(a3, m, c);
+        a0 = step4(a0, m, c); a1 = step4(a1, m, c); a2 = step4(a2, m, c); a3 = step4(a3, m, c);
+        a0 = step4(a0, m, c); a1 = step4(a1, m, c); a2 = step4(a2, m, c); a3 = step4(a3, m, c);
+        a0 = step4(a0, m, c); a1 = step4(a1, m, c); a2 = step4(a2, m, c); a3 = step4(a3, m, c);
+        a0 = step4(a0, m, c); a1 = step4(a1, m, c); a2 = step4(a2, m, c); a3 = step4(a3, m, c);
+        a0 = step4(a0, m, c); a1 = step4(a1, m, c); a2 = step4(a2, m, c); a3 = step4(a3, m, c);
+        a0 = step4(a0, m, c); a1 = step4(a1, m, c); a2 = step4(a2, m, c); a3 = step4(a3, m, c);
     }
     dst[i] = a0 + a1 + a2 + a3;
 }

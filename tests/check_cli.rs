@@ -75,6 +75,13 @@ fn scale(
     w.flush().unwrap();
 }
 
+/// The FAIL rows of a check.csv.
+fn fails_in<'a>(h: &[String], rows: &'a [csv::StringRecord]) -> Vec<&'a csv::StringRecord> {
+    rows.iter()
+        .filter(|r| &r[col(h, "verdict")] == "FAIL")
+        .collect()
+}
+
 /// The steadiest kernel row that is not launch-bound: (case, timer, column of its rate).
 fn steadiest(run: &Path) -> (String, String, String) {
     let (h, rows) = read_csv(&run.join("kernels.csv"));
@@ -168,10 +175,7 @@ fn an_injected_regression_fails_on_exactly_that_figure() {
     ] {
         col(&h, c);
     }
-    let fails: Vec<&csv::StringRecord> = rows
-        .iter()
-        .filter(|r| &r[col(&h, "verdict")] == "FAIL")
-        .collect();
+    let fails = fails_in(&h, &rows);
     assert_eq!(fails.len(), 1, "{rows:?}");
     assert_eq!(fails[0][col(&h, "case")], format!("{case} [{timer}]"));
     assert_eq!(fails[0][col(&h, "figure")], rate);
@@ -238,10 +242,7 @@ fn an_injected_regression_fails_on_exactly_that_figure() {
     assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("outlier node"), "{}", stdout(&o));
     let (h, rows) = read_csv(&fleet_out.join("check.csv"));
-    let fails: Vec<&csv::StringRecord> = rows
-        .iter()
-        .filter(|r| &r[col(&h, "verdict")] == "FAIL")
-        .collect();
+    let fails = fails_in(&h, &rows);
     assert_eq!(fails.len(), 1, "{rows:?}");
     assert_eq!(fails[0][col(&h, "case")], format!("{case} [{timer}]"));
 
@@ -267,10 +268,7 @@ fn an_injected_regression_fails_on_exactly_that_figure() {
         stdout(&o)
     );
     let (h, rows) = read_csv(&home.path().join("repeated/check.csv"));
-    let fails: Vec<&csv::StringRecord> = rows
-        .iter()
-        .filter(|r| &r[col(&h, "verdict")] == "FAIL")
-        .collect();
+    let fails = fails_in(&h, &rows);
     assert_eq!(fails.len(), 1, "{rows:?}");
     assert_eq!(fails[0][col(&h, "case")], format!("{case} [{timer}]"));
 }

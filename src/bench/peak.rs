@@ -20,7 +20,15 @@ use crate::units::human_bytes;
 
 pub const BENCH: &str = "peak";
 
-const WGSL: &str = include_str!("../../shaders/peak.wgsl");
+// The peak kernels share one body; the part in front says which multiply-add they measure.
+const WGSL: &str = concat!(
+    include_str!("../../shaders/peak_fma.wgsl"),
+    include_str!("../../shaders/peak.wgsl")
+);
+const MAD_WGSL: &str = concat!(
+    include_str!("../../shaders/peak_mad.wgsl"),
+    include_str!("../../shaders/peak.wgsl")
+);
 /// Invocations per workgroup in shaders/peak.wgsl.
 const WG: u32 = 256;
 /// Invocations per workgroup of the FMA kernels (64: lavapipe runs a workgroup of 256 at half
@@ -284,12 +292,12 @@ struct Kernel {
 
 fn kernel(
     gpu: &Gpu,
-    entry: &str,
+    (wgsl, entry): (&str, &str),
     uniform: &wgpu::Buffer,
     src: Option<&wgpu::Buffer>,
     dst: &wgpu::Buffer,
 ) -> Result<Kernel> {
-    let pipeline = gpu.compute_pipeline(&format!("peak {entry}"), WGSL, entry, true, &[])?;
+    let pipeline = gpu.compute_pipeline(&format!("peak {entry}"), wgsl, entry, true, &[])?;
     let mut entries = vec![
         wgpu::BindGroupEntry {
             binding: 0,
@@ -393,13 +401,13 @@ fn fma(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
     );
     let mut best: f64 = 0.0;
     let variants = [
-        ("scalar", "fma_scalar", 1u32),
-        ("vec4", "fma_vec4", 4),
-        ("mad_scalar", "mad_scalar", 1),
-        ("mad_vec4", "mad_vec4", 4),
+        ("scalar", WGSL, "chains_scalar", 1u32),
+        ("vec4", WGSL, "chains_vec4", 4),
+        ("mad_scalar", MAD_WGSL, "chains_scalar", 1),
+        ("mad_vec4", MAD_WGSL, "chains_vec4", 4),
     ];
-    for (variant, entry, lanes) in variants {
-        let k = kernel(gpu, entry, &uniform, None, &out)?;
+    for (variant, wgsl, entry, lanes) in variants {
+        let k = kernel(gpu, (wgsl, entry), &uniform, None, &out)?;
         set_trips(1);
         verify_fma(gpu, &k, &out, lanes, FMA_GROUPS)?;
         // Grow the grid, then the loop, until one dispatch takes TARGET_US, so launch cost is
@@ -515,7 +523,7 @@ fn bandwidth(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
                 Layout::Chunked => format!("{what}_chunk"),
             };
             let variant = format!("{what}{suffix}");
-            let k = kernel(gpu, &entry, uniform, input, output)?;
+            let k = kernel(gpu, (WGSL, &entry), uniform, input, output)?;
             gpu.poison(output);
             once_us(gpu, &k, *groups)?;
             verify_bandwidth(gpu, what, layout, output, n, *threads)?;

@@ -104,6 +104,15 @@ impl Figure {
         }
     }
 
+    /// A row's GFLOP/s, else its GB/s, else its median time.
+    fn rate_or_time(gflops: Option<f64>, gbps: Option<f64>, s: &Stats) -> Figure {
+        match (gflops, gbps) {
+            (Some(x), _) => Figure::new("gflops", "GFLOP/s", Better::Higher, x, s),
+            (None, Some(x)) => Figure::new("gbps", "GB/s", Better::Higher, x, s),
+            (None, None) => Figure::time(s),
+        }
+    }
+
     fn time(stats: &Stats) -> Figure {
         Figure::new("p50_us", "us", Better::Lower, stats.p50_us, stats)
     }
@@ -171,12 +180,8 @@ const LAUNCH_BOUND_US: f64 = 100.0;
 
 impl Checked for KernelsTable {
     fn figure(line: &Line<Self>) -> Option<Figure> {
-        let (s, f) = (line.stats(), &line.figures);
-        let mut fig = match (f.gflops, f.gbps) {
-            (Some(x), _) => Figure::new("gflops", "GFLOP/s", Better::Higher, x, s),
-            (None, Some(x)) => Figure::new("gbps", "GB/s", Better::Higher, x, s),
-            (None, None) => Figure::time(s),
-        };
+        let s = line.stats();
+        let mut fig = Figure::rate_or_time(line.figures.gflops, line.figures.gbps, s);
         fig.detail = line.params.variant.clone();
         if s.p50_us < LAUNCH_BOUND_US {
             fig.caveat = Some(format!(
@@ -238,13 +243,12 @@ impl Checked for RdmaTable {
 
 impl Checked for PeakTable {
     fn figure(line: &Line<Self>) -> Option<Figure> {
-        let (s, f) = (line.stats(), &line.figures);
-        Some(match (f.gflops, f.gbps) {
-            (Some(x), _) => Figure::new("gflops", "GFLOP/s", Better::Higher, x, s),
-            (None, Some(x)) => Figure::new("gbps", "GB/s", Better::Higher, x, s),
-            // Dispatch latency and rate, and the timestamp tick: times.
-            (None, None) => Figure::time(s),
-        })
+        // Dispatch latency and rate, and the timestamp tick, have no rate: times.
+        Some(Figure::rate_or_time(
+            line.figures.gflops,
+            line.figures.gbps,
+            line.stats(),
+        ))
     }
     fn timer(line: &Line<Self>) -> &str {
         &line.figures.timer

@@ -82,6 +82,28 @@ impl Outcome {
         }
     }
 
+    /// A WARN for a figure that cannot be compared (measured on one side only).
+    pub(crate) fn missing(run_id: &str, key: &Key, fig: &Figure, reason: String) -> Outcome {
+        Outcome {
+            verdict: Verdict::Warn,
+            reason,
+            ..Outcome::blank(run_id, key, fig)
+        }
+    }
+
+    /// Names a change of variant between the baseline and this run, if there is one.
+    pub(crate) fn note_variant(&mut self, base: &Figure, fig: &Figure) {
+        if base.detail != fig.detail {
+            self.reason = join(
+                &self.reason,
+                &format!(
+                    "variant {} in the baseline, {} here",
+                    base.detail, fig.detail
+                ),
+            );
+        }
+    }
+
     /// Turns a FAIL into a WARN, saying why the numbers cannot fail this figure.
     pub(crate) fn at_most_warn(&mut self, why: &str) {
         if self.verdict == Verdict::Fail {
@@ -124,6 +146,31 @@ fn seed_of(key: &Key) -> u64 {
 }
 
 /// Judges one figure against its baseline.
+/// The verdict on a figure worse by `worse` (a fraction; negative when better), with the
+/// test's outcome: the ladder every baseline comparison climbs.
+pub(crate) fn grade(
+    worse: f64,
+    significant: bool,
+    t: &Thresholds,
+    p_text: &str,
+) -> (Verdict, String) {
+    let (fail, warn) = (t.fail_pct / 100.0, t.warn_pct / 100.0);
+    if worse >= fail && significant {
+        (Verdict::Fail, format!("{} worse ({p_text})", pct(worse)))
+    } else if worse >= warn && significant {
+        (Verdict::Warn, format!("{} worse ({p_text})", pct(worse)))
+    } else if worse >= fail {
+        (
+            Verdict::Warn,
+            format!("{} worse but not significant ({p_text})", pct(worse)),
+        )
+    } else if -worse >= warn && significant {
+        (Verdict::Pass, format!("{} better ({p_text})", pct(-worse)))
+    } else {
+        (Verdict::Pass, String::new())
+    }
+}
+
 /// The two-sided p-value that `base` and `fig` come from one distribution, from the timings
 /// both figures come from: Mann-Whitney U where both runs kept their samples, else Welch's t
 /// from the rows' n, mean and standard deviation.
@@ -217,21 +264,7 @@ pub fn judge(
         (Some(p), _) => format!("{test} p={}", format_p(p)),
         _ => "no test: too few samples".to_string(),
     };
-    let (fail, warn) = (t.fail_pct / 100.0, t.warn_pct / 100.0);
-    (o.verdict, o.reason) = if worse >= fail && significant {
-        (Verdict::Fail, format!("{} worse ({p_text})", pct(worse)))
-    } else if worse >= warn && significant {
-        (Verdict::Warn, format!("{} worse ({p_text})", pct(worse)))
-    } else if worse >= fail {
-        (
-            Verdict::Warn,
-            format!("{} worse but not significant ({p_text})", pct(worse)),
-        )
-    } else if -worse >= warn && significant {
-        (Verdict::Pass, format!("{} better ({p_text})", pct(-worse)))
-    } else {
-        (Verdict::Pass, String::new())
-    };
+    (o.verdict, o.reason) = grade(worse, significant, t, &p_text);
     cap_unsteady(&mut o, &[base, fig], t);
     // A FAIL must also stand out from how far all figures moved between the two runs: its log
     // ratio's modified z-score against that scatter (centred on no change, so a node that is
@@ -248,15 +281,7 @@ pub fn judge(
             ));
         }
     }
-    if base.detail != fig.detail {
-        o.reason = join(
-            &o.reason,
-            &format!(
-                "variant {} in the baseline, {} here",
-                base.detail, fig.detail
-            ),
-        );
-    }
+    o.note_variant(base, fig);
     o
 }
 
@@ -411,20 +436,19 @@ pub fn against_baseline(base: &RunFigures, run: &RunFigures, policy: &Policy) ->
                 };
                 judge(key, b, f, &t, &run.run_id, family)
             }
-            (Some(b), None) => {
-                let mut o = Outcome::blank(&run.run_id, key, b);
-                o.base = Some(b.value);
-                o.verdict = Verdict::Warn;
-                o.reason = "in the baseline only: not measured in this run".into();
-                o
-            }
-            (None, Some(f)) => {
-                let mut o = Outcome::blank(&run.run_id, key, f);
-                o.value = Some(f.value);
-                o.verdict = Verdict::Warn;
-                o.reason = "in this run only: not in the baseline".into();
-                o
-            }
+            (Some(b), None) => Outcome {
+                base: Some(b.value),
+                ..Outcome::missing(&run.run_id, key, b, IN_BASELINE_ONLY.into())
+            },
+            (None, Some(f)) => Outcome {
+                value: Some(f.value),
+                ..Outcome::missing(
+                    &run.run_id,
+                    key,
+                    f,
+                    "in this run only: not in the baseline".into(),
+                )
+            },
             (None, None) => unreachable!("the key came from one of the runs"),
         };
         if let Some(why) = &env {
@@ -442,6 +466,8 @@ pub fn against_baseline(base: &RunFigures, run: &RunFigures, policy: &Policy) ->
     report.outcomes.sort_by_key(|o| o.verdict);
     report
 }
+
+pub(crate) const IN_BASELINE_ONLY: &str = "in the baseline only: not measured in this run";
 
 /// Which run, if any, recorded a busy machine during `bench`.
 fn busy_side(base: &RunFigures, run: &RunFigures, bench: &str) -> Option<&'static str> {
@@ -515,15 +541,15 @@ pub fn against_fleet(runs: &[RunFigures], policy: &Policy) -> Result<Report> {
         let values: Vec<f64> = have.iter().map(|(_, f)| f.value).collect();
         let (median, z) = robust_z(&values);
         for run in runs.iter().filter(|r| !r.figures.contains_key(key)) {
-            let mut o = Outcome::blank(&run.run_id, key, have[0].1);
-            o.base = Some(median);
-            o.verdict = Verdict::Warn;
-            o.reason = format!(
+            let why = format!(
                 "not measured on this node ({} of {} runs have it)",
                 have.len(),
                 runs.len()
             );
-            report.outcomes.push(o);
+            report.outcomes.push(Outcome {
+                base: Some(median),
+                ..Outcome::missing(&run.run_id, key, have[0].1, why)
+            });
         }
         for ((run, fig), z) in have.iter().zip(z) {
             let mut o = Outcome::blank(&run.run_id, key, fig);

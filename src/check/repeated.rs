@@ -11,7 +11,7 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 use super::figures::{Better, Figure, Key, RunFigures};
 use super::policy::Policy;
 use super::stats::benjamini_hochberg;
-use super::{cap_unsteady_caveat_only, format_p, join, pct, Outcome, Report, Verdict};
+use super::{cap_unsteady_caveat_only, format_p, grade, Outcome, Report, IN_BASELINE_ONLY};
 
 /// The log of a figure as a time: lower is always better.
 fn log_time(better: Better, value: f64) -> f64 {
@@ -80,22 +80,24 @@ pub fn against_baselines(bases: &[RunFigures], run: &RunFigures, policy: &Policy
                 seen.insert(key, (have, f));
             }
             Some(f) => {
-                let mut o = Outcome::blank(&run.run_id, key, f);
-                o.value = Some(f.value);
-                o.verdict = Verdict::Warn;
-                o.reason = format!(
+                let why = format!(
                     "in {} of the {} baseline runs: too few to judge by",
                     have.len(),
                     bases.len()
                 );
-                report.outcomes.push(o);
+                report.outcomes.push(Outcome {
+                    value: Some(f.value),
+                    ..Outcome::missing(&run.run_id, key, f, why)
+                });
             }
             None => {
                 if let Some(b) = have.first() {
-                    let mut o = Outcome::blank(&run.run_id, key, b);
-                    o.verdict = Verdict::Warn;
-                    o.reason = "in the baseline only: not measured in this run".into();
-                    report.outcomes.push(o);
+                    report.outcomes.push(Outcome::missing(
+                        &run.run_id,
+                        key,
+                        b,
+                        IN_BASELINE_ONLY.into(),
+                    ));
                 }
             }
         }
@@ -124,34 +126,14 @@ pub fn against_baselines(bases: &[RunFigures], run: &RunFigures, policy: &Policy
         let significant = q.is_some_and(|q| q < t.alpha);
         let p_text = match (p, q) {
             (Some(p), Some(q)) => format!(
-                "t-test against {} runs p={}, q={}",
+                "t-test against {} baseline runs p={}, q={}",
                 have.len(),
                 format_p(p),
                 format_p(q)
             ),
             _ => "no test".into(),
         };
-        (o.verdict, o.reason) = if worse * 100.0 >= t.fail_pct && significant {
-            (
-                Verdict::Fail,
-                format!("{} worse than the baselines ({p_text})", pct(worse)),
-            )
-        } else if worse * 100.0 >= t.warn_pct && significant {
-            (
-                Verdict::Warn,
-                format!("{} worse than the baselines ({p_text})", pct(worse)),
-            )
-        } else if worse * 100.0 >= t.fail_pct {
-            (
-                Verdict::Warn,
-                format!(
-                    "{} worse, within the baselines' run-to-run spread ({p_text})",
-                    pct(worse)
-                ),
-            )
-        } else {
-            (Verdict::Pass, String::new())
-        };
+        (o.verdict, o.reason) = grade(worse, significant, &t, &p_text);
         cap_unsteady_caveat_only(&mut o, f);
         if run.label.busy.iter().any(|(b, _)| *b == key.bench) {
             o.at_most_warn(&format!(
@@ -160,15 +142,7 @@ pub fn against_baselines(bases: &[RunFigures], run: &RunFigures, policy: &Policy
             ));
         }
         if let Some(first) = have.first() {
-            if first.detail != f.detail {
-                o.reason = join(
-                    &o.reason,
-                    &format!(
-                        "variant {} in the baseline, {} here",
-                        first.detail, f.detail
-                    ),
-                );
-            }
+            o.note_variant(first, f);
         }
         report.outcomes.push(o);
     }

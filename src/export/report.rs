@@ -39,6 +39,15 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     .map(|f| f.to_string())
     .collect();
     let rel = |p: &Path| p.strip_prefix(dir).unwrap_or(p).display().to_string();
+    // The check's summary and its FAIL and WARN rows, for both reports.
+    let check = run.check.as_ref().map(|c| {
+        let flagged: Vec<Vec<String>> = c
+            .iter()
+            .filter(|l| l.figures.verdict != "PASS")
+            .map(check_cells)
+            .collect();
+        (check_summary(c), flagged)
+    });
 
     let mut md = String::new();
     writeln!(
@@ -64,17 +73,12 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
         let file = h.source.split(' ').next().unwrap_or("");
         writeln!(md, "| {} | {} | [{}]({file}) |", h.what, h.text, h.source)?;
     }
-    if let Some(check) = &run.check {
-        writeln!(md, "\n## Check\n\n{}\n", check_summary(check))?;
-        let flagged: Vec<_> = check
-            .iter()
-            .filter(|l| l.figures.verdict != "PASS")
-            .collect();
+    if let Some((summary, flagged)) = &check {
+        writeln!(md, "\n## Check\n\n{summary}\n")?;
         if !flagged.is_empty() {
             writeln!(md, "| verdict | figure | column | base | value | ratio | reason |\n|---|---|---|---|---|---|---|")?;
-            for l in flagged {
-                let c = check_cells(l);
-                writeln!(md, "| {} |", c.join(" | "))?;
+            for cells in flagged {
+                writeln!(md, "| {} |", cells.join(" | "))?;
             }
         }
     }
@@ -144,20 +148,12 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
         )?;
     }
     writeln!(html, "</table>")?;
-    if let Some(check) = &run.check {
-        writeln!(
-            html,
-            "<h2>Check</h2><p>{}</p>",
-            html_escape(&check_summary(check))
-        )?;
-        let flagged: Vec<_> = check
-            .iter()
-            .filter(|l| l.figures.verdict != "PASS")
-            .collect();
+    if let Some((summary, flagged)) = &check {
+        writeln!(html, "<h2>Check</h2><p>{}</p>", html_escape(summary))?;
         if !flagged.is_empty() {
             writeln!(html, "<table><tr><th>verdict</th><th>figure</th><th>column</th><th>base</th><th>value</th><th>ratio</th><th>reason</th></tr>")?;
-            for l in flagged {
-                let cells: Vec<String> = check_cells(l)
+            for cells in flagged {
+                let cells: Vec<String> = cells
                     .iter()
                     .map(|c| format!("<td>{}</td>", html_escape(c)))
                     .collect();
