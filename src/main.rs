@@ -121,6 +121,15 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             &a.rdma.choice(),
         ),
         Command::Rdma(a) => morphbench::bench::rdma::run(&a.plan(), &g.out, g.quiet),
+        Command::Links(a) => {
+            if let Some(dir) = morphbench::cluster::links::run(&a.options(g))? {
+                if !g.quiet {
+                    plot(&dir, Format::Both, &[], true)?;
+                }
+                print_summary(&dir, g.json)?;
+            }
+            Ok(())
+        }
         Command::Sim(a) => {
             let mut cfg = a.config()?;
             if let Some(dir) = &a.from {

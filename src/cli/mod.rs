@@ -118,6 +118,17 @@ pub enum Command {
         after_help = "Examples:\n  morphbench rdma --server --listen 0.0.0.0:18515 --device mlx5_0      # on node A\n  morphbench rdma --connect nodeA --device mlx5_0 --test lat             # on node B"
     )]
     Rdma(RdmaArgs),
+    /// Every pair of ranks (launched by srun, mpirun or by hand): latency and bandwidth, slow
+    /// links and nodes flagged; rank 0 writes links.csv and nodes.csv.
+    #[command(
+        after_help = "Examples:\n  srun -N 4 -n 4 morphbench links                         # rendezvous at the first node\n  mpirun -np 4 -x MASTER_ADDR=node1 morphbench links --transport tcp,rdma --device mlx5_0\n  morphbench links --rank 0 --world 2 --rendezvous 10.0.0.1:18700   # on node 1\n  morphbench links --rank 1 --world 2 --rendezvous 10.0.0.1:18700   # on node 2\n\n\
+Pairs run in the rounds of a round-robin tournament (no rank in two pairs at once). A link is\n\
+flagged when its p50 is at least 1.35x the baseline (the lower median) of the links of its\n\
+transport, size and direction, and an outlier by the MAD modified z-score (> 3.5).\n\
+Rank 0 listens at the rendezvous address: --rendezvous, else MORPHBENCH_RENDEZVOUS, else\n\
+MASTER_ADDR and MASTER_PORT, else the first host of the Slurm node list (port 18700)."
+    )]
+    Links(Box<LinksArgs>),
     /// Draw a run's CSVs into RUN_DIR/plots/ and write report.md and report.html.
     #[command(
         after_help = "Examples:\n  morphbench plot results/latest\n  morphbench plot results/RUN_A --compare results/RUN_B --format svg"
@@ -308,6 +319,77 @@ pub struct SinkArgs {
     pub transport: crate::transport::TransportKind,
     #[command(flatten)]
     pub rdma: RdmaDeviceArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LinksArgs {
+    /// Transports to measure, in order.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "tcp")]
+    pub transport: Vec<crate::transport::TransportKind>,
+    /// Message sizes such as 8,64K,4M (1 B to 256 MiB).
+    #[arg(long, value_parser = parse_message_sizes, default_value = "8,64K,4M")]
+    pub sizes: SizeList,
+    /// The most samples per test (ping-pongs, or stream batches of about 1 MiB).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub iters: u32,
+    /// A TCP test stops after this many milliseconds once it has 5 samples.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub budget_ms: u64,
+    /// Also stream both ways at once (GB/s is the sum).
+    #[arg(long)]
+    pub bidir: bool,
+    /// This process's rank, when no launcher says (with --world and --rendezvous).
+    #[arg(long, requires = "world")]
+    pub rank: Option<u32>,
+    /// The number of ranks, when no launcher says.
+    #[arg(long, requires = "rank")]
+    pub world: Option<u32>,
+    /// Where rank 0 listens, HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub rendezvous: Option<String>,
+    /// Seconds the ranks wait for each other to arrive.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub wait_s: u64,
+    /// Seconds any one read or write from a peer may take before it counts as gone.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout_s: u64,
+    /// Skip the nodes' GPU samples (nodes.csv).
+    #[arg(long)]
+    pub no_fingerprint: bool,
+    #[command(flatten)]
+    pub rdma: RdmaDeviceArgs,
+}
+
+impl LinksArgs {
+    pub fn options(&self, g: &GlobalArgs) -> crate::cluster::links::LinksOptions {
+        let mut transports = self.transport.clone();
+        transports.dedup();
+        crate::cluster::links::LinksOptions {
+            world: crate::cluster::world::WorldOptions {
+                explicit: self.rank.zip(self.world),
+                rendezvous: self.rendezvous.clone(),
+                timeout: std::time::Duration::from_secs(self.wait_s),
+                adapter: None,
+                rdma_devices: crate::rdma::verbs::list_devices()
+                    .map(|l| l.into_iter().map(|d| d.name).collect())
+                    .unwrap_or_default(),
+            },
+            plan: crate::cluster::pair::PairPlan {
+                transports,
+                sizes: self.sizes.0.clone(),
+                iters: self.iters,
+                budget_ms: self.budget_ms,
+                bidir: self.bidir,
+                io_timeout_s: self.timeout_s,
+            },
+            choice: self.rdma.choice(),
+            fingerprint: !self.no_fingerprint,
+            backend: g.backend,
+            adapter: g.adapter.clone(),
+            out: g.out.clone(),
+            quiet: g.quiet,
+        }
+    }
 }
 
 /// Which RDMA device, port and GID to use.

@@ -5,15 +5,12 @@
 //! ends the run. Every wait is bounded, every message is length-prefixed and bounded before
 //! anything is allocated from it, and every error names the ranks involved.
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-/// The largest message either side reads: a roster of MAX_WORLD short entries fits.
-pub const MAX_MESSAGE: u32 = 4 << 20;
-const MAGIC: [u8; 4] = *b"MBR1";
+use super::frame::{receive, send};
 
 /// One rank, as it registers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +21,8 @@ pub struct Registration {
     pub world: u32,
     /// Where the others reach this rank; empty: the local address of its connection to rank 0.
     pub address: String,
+    /// The port of this rank's data listener (0: none).
+    pub port: u16,
     pub adapter: Option<String>,
     pub rdma_devices: Vec<String>,
 }
@@ -35,51 +34,15 @@ enum Message {
     Error(String),
 }
 
-fn send(stream: &mut TcpStream, m: &Message) -> std::io::Result<()> {
-    let body = serde_json::to_vec(m).map_err(std::io::Error::other)?;
-    let mut frame = Vec::with_capacity(8 + body.len());
-    frame.extend_from_slice(&MAGIC);
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&body);
-    stream.write_all(&frame)
-}
-
-fn receive(stream: &mut TcpStream, deadline: Instant) -> Result<Message, String> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err("timed out".into());
-    }
-    stream
-        .set_read_timeout(Some(left))
-        .map_err(|e| e.to_string())?;
-    let mut head = [0u8; 8];
-    stream.read_exact(&mut head).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => "timed out".to_string(),
-        std::io::ErrorKind::UnexpectedEof => "closed the connection".to_string(),
-        _ => e.to_string(),
-    })?;
-    if head[..4] != MAGIC {
-        return Err("sent something that is not a morphbench rendezvous message".into());
-    }
-    let len = u32::from_be_bytes(head[4..].try_into().expect("4 bytes"));
-    if len > MAX_MESSAGE {
-        return Err(format!(
-            "announced a {len}-byte message, over the {MAX_MESSAGE}-byte cap"
-        ));
-    }
-    let mut body = vec![0u8; len as usize];
-    stream.read_exact(&mut body).map_err(|e| e.to_string())?;
-    serde_json::from_slice(&body).map_err(|e| format!("sent a malformed message: {e}"))
-}
-
 /// Rank 0: waits until `timeout` for the other `me.world - 1` ranks on `listener`, checks that
 /// they agree with it and with each other, and sends every rank the roster (ordered by rank).
-/// On any error, every rank that registered is told it before this returns it.
+/// On any error, every rank that registered is told it before this returns it. Returns the
+/// roster and the connections to ranks 1.., which stay open as the run's control channel.
 pub fn serve(
     listener: &TcpListener,
     me: Registration,
     timeout: Duration,
-) -> Result<Vec<Registration>, String> {
+) -> Result<(Vec<Registration>, Vec<TcpStream>), String> {
     let deadline = Instant::now() + timeout;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let mut ranks: Vec<Option<(Registration, TcpStream)>> = (0..me.world).map(|_| None).collect();
@@ -183,36 +146,34 @@ pub fn serve(
     let mut roster = vec![roster0];
     roster.extend(ranks.iter().flatten().map(|(r, _)| r.clone()));
     roster.sort_by_key(|r| r.rank);
-    for (reg, stream) in ranks.iter_mut().flatten() {
-        send(stream, &Message::Roster(roster.clone())).map_err(|e| {
+    let mut streams = Vec::new();
+    for (reg, mut stream) in ranks.into_iter().flatten() {
+        send(&mut stream, &Message::Roster(roster.clone())).map_err(|e| {
             format!(
                 "rank {} ({}) dropped out before the roster: {e}",
                 reg.rank, reg.hostname
             )
         })?;
+        streams.push(stream);
     }
-    Ok(roster)
+    Ok((roster, streams))
 }
 
-/// Any other rank: connects to rank 0 at `addr` (retrying until `timeout`, since rank 0 may
-/// start later), registers, and waits for the roster.
-pub fn join(
-    addr: &str,
-    mut me: Registration,
-    timeout: Duration,
-) -> Result<Vec<Registration>, String> {
+/// Any other rank: connects to rank 0 at `addr`, retrying until `timeout` (rank 0 may start
+/// later).
+pub fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, String> {
     let deadline = Instant::now() + timeout;
     let targets: Vec<SocketAddr> = addr
         .to_socket_addrs()
         .map_err(|e| format!("the rendezvous address {addr}: {e}"))?
         .collect();
-    let mut stream = loop {
+    loop {
         let attempt = targets.iter().find_map(|t| {
             let left = deadline.saturating_duration_since(Instant::now());
             TcpStream::connect_timeout(t, left.max(Duration::from_millis(1))).ok()
         });
         match attempt {
-            Some(s) => break s,
+            Some(s) => return Ok(s),
             None if Instant::now() >= deadline => {
                 return Err(format!(
                     "rank 0 never answered at {addr} within {:.0} s: check --rendezvous and \
@@ -222,16 +183,28 @@ pub fn join(
             }
             None => std::thread::sleep(Duration::from_millis(50)),
         }
-    };
+    }
+}
+
+/// Registers on a connection to rank 0 and waits until `timeout` for the roster.
+pub fn register(
+    stream: &mut TcpStream,
+    mut me: Registration,
+    timeout: Duration,
+) -> Result<Vec<Registration>, String> {
+    let deadline = Instant::now() + timeout;
+    let addr = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     if me.address.is_empty() {
         me.address = stream
             .local_addr()
             .map(|a| a.ip().to_string())
             .unwrap_or_default();
     }
-    send(&mut stream, &Message::Register(me.clone()))
-        .map_err(|e| format!("rank 0 at {addr}: {e}"))?;
-    match receive(&mut stream, deadline) {
+    send(stream, &Message::Register(me.clone())).map_err(|e| format!("rank 0 at {addr}: {e}"))?;
+    match receive(stream, deadline) {
         Ok(Message::Roster(r)) if r.len() == me.world as usize => Ok(r),
         Ok(Message::Roster(r)) => Err(format!(
             "rank 0 sent a roster of {} ranks for a world of {}",
@@ -244,9 +217,24 @@ pub fn join(
     }
 }
 
+/// [`connect`] then [`register`]; returns the roster and the connection to rank 0.
+pub fn join(
+    addr: &str,
+    me: Registration,
+    timeout: Duration,
+) -> Result<(Vec<Registration>, TcpStream), String> {
+    let started = Instant::now();
+    let mut stream = connect(addr, timeout)?;
+    let left = timeout.saturating_sub(started.elapsed());
+    let roster = register(&mut stream, me, left.max(Duration::from_millis(1)))?;
+    Ok((roster, stream))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::frame::MAGIC;
+    use std::io::Write;
 
     fn reg(rank: u32, world: u32) -> Registration {
         Registration {
@@ -255,6 +243,7 @@ mod tests {
             rank,
             world,
             address: String::new(),
+            port: 0,
             adapter: Some("llvmpipe".into()),
             rdma_devices: vec![],
         }
@@ -270,10 +259,12 @@ mod tests {
             .into_iter()
             .map(|r| {
                 let a = addr.clone();
-                std::thread::spawn(move || join(&a, r, timeout + Duration::from_secs(2)))
+                std::thread::spawn(move || {
+                    join(&a, r, timeout + Duration::from_secs(2)).map(|(roster, _)| roster)
+                })
             })
             .collect();
-        let zero = serve(&listener, reg(0, world), timeout);
+        let zero = serve(&listener, reg(0, world), timeout).map(|(roster, _)| roster);
         (zero, joins.into_iter().map(|j| j.join().unwrap()).collect())
     }
 

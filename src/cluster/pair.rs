@@ -1,0 +1,668 @@
+//! One link between two ranks, measured: latency (ping-pong, round trip / 2, as sockperf and
+//! perftest report it) and bandwidth (a stream each way; both ways at once with `bidir`) at
+//! every size, over TCP and, when asked, RDMA.
+//!
+//! The lower rank serves, the higher one drives: it connects to the lower rank's data
+//! listener, says who it is, then announces each test with a 16-byte header (op, count, size)
+//! that the server checks against the plan before it allocates or reads anything. TCP
+//! messages carry a sequence number in their first bytes, so a lost, repeated or reordered
+//! message (or bytes from anything but the peer) fails the test by name.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::stats::Summary;
+use crate::transport::TransportKind;
+
+const HELLO: [u8; 4] = *b"MBL1";
+const OP_END: u8 = 0;
+const OP_PING: u8 = 1;
+/// The driver streams to the server.
+const OP_SINK: u8 = 2;
+/// The server streams to the driver.
+const OP_SOURCE: u8 = 3;
+/// Both stream at once.
+const OP_BOTH: u8 = 4;
+const ACK: u8 = 0xA5;
+/// The most messages one header may announce.
+const MAX_COUNT: u32 = 1 << 16;
+/// A stream batch holds about this many bytes (at least one message).
+const BATCH_BYTES: u64 = 1 << 20;
+/// The most messages in one stream batch (small messages).
+const MAX_BATCH: u64 = 4096;
+/// Fewest samples a test keeps, whatever its time budget.
+pub const MIN_SAMPLES: usize = 5;
+/// The largest message a link test sends.
+pub const MAX_BYTES: u64 = 256 << 20;
+
+/// What every pair measures; rank 0's plan is the one all ranks follow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairPlan {
+    pub transports: Vec<TransportKind>,
+    pub sizes: Vec<u64>,
+    /// The most samples per test (ping-pongs, or stream batches).
+    pub iters: u32,
+    /// A test stops at this time once it has MIN_SAMPLES samples (TCP; RDMA runs `iters`).
+    pub budget_ms: u64,
+    pub bidir: bool,
+    /// The limit on any one read or write from the peer.
+    pub io_timeout_s: u64,
+}
+
+impl PairPlan {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.transports.is_empty() {
+            return Err("--transport: give tcp, rdma or tcp,rdma".into());
+        }
+        if self.sizes.is_empty() {
+            return Err("--sizes: give at least one size, such as 8,64K,4M".into());
+        }
+        if let Some(s) = self.sizes.iter().find(|&&s| s == 0 || s > MAX_BYTES) {
+            return Err(format!(
+                "--sizes: {s} B is outside 1 B ..= 256 MiB; give sizes such as 8,64K,4M"
+            ));
+        }
+        if self.iters == 0 || self.iters > MAX_COUNT * 16 {
+            return Err(format!(
+                "--iters {}: give 1 to {}",
+                self.iters,
+                MAX_COUNT * 16
+            ));
+        }
+        if self.budget_ms == 0 || self.budget_ms > 60_000 {
+            return Err(format!("--budget-ms {}: give 1 to 60000", self.budget_ms));
+        }
+        if self.io_timeout_s == 0 || self.io_timeout_s > 3600 {
+            return Err(format!(
+                "--timeout {}: give 1 to 3600 seconds",
+                self.io_timeout_s
+            ));
+        }
+        Ok(())
+    }
+
+    /// The tests one transport runs per size: ping-pong, each way, and both ways.
+    fn kinds(&self) -> usize {
+        3 + self.bidir as usize
+    }
+
+    /// An upper bound on one pair's time, for rank 0's wait: every test runs its budget, and
+    /// its last sample may take up to the I/O limit.
+    pub fn pair_bound(&self) -> Duration {
+        let tests = (self.transports.len() * self.sizes.len() * self.kinds()) as u64;
+        Duration::from_millis(tests * (self.budget_ms * 2 + self.io_timeout_s * 1000))
+            + Duration::from_secs(10)
+    }
+
+    fn io(&self) -> Duration {
+        Duration::from_secs(self.io_timeout_s)
+    }
+}
+
+/// One test's result, as the measuring rank reports it to rank 0.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Measured {
+    pub transport: TransportKind,
+    pub src: u32,
+    pub dst: u32,
+    pub bytes: u64,
+    /// "pingpong", "oneway" or "bidir" (as in links.csv).
+    pub direction: String,
+    /// µs: one-way latency per round trip, or time per message of a stream.
+    pub summary: Summary,
+    pub gbps: Option<f64>,
+}
+
+fn header(op: u8, count: u32, bytes: u64) -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h[0] = op;
+    h[4..8].copy_from_slice(&count.to_le_bytes());
+    h[8..].copy_from_slice(&bytes.to_le_bytes());
+    h
+}
+
+fn io_err(what: &str, e: std::io::Error) -> String {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe => {
+            format!("the peer closed the link during {what}")
+        }
+        WouldBlock | TimedOut => format!("the peer stopped answering during {what}"),
+        _ => format!("{what}: {e}"),
+    }
+}
+
+/// Stamps message `seq` (its first bytes, and its last byte).
+fn stamp(msg: &mut [u8], seq: u64) {
+    let k = msg.len().min(8);
+    msg[..k].copy_from_slice(&seq.to_le_bytes()[..k]);
+    if msg.len() > 8 {
+        let last = msg.len() - 1;
+        msg[last] = seq as u8;
+    }
+}
+
+fn check_stamp(msg: &[u8], seq: u64, what: &str) -> Result<(), String> {
+    let mut want = vec![0u8; msg.len().min(9)];
+    let k = msg.len().min(8);
+    want[..k].copy_from_slice(&seq.to_le_bytes()[..k]);
+    let ok = msg[..k] == want[..k] && (msg.len() <= 8 || msg[msg.len() - 1] == seq as u8);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}: message {seq} arrived out of order, repeated or corrupted"
+        ))
+    }
+}
+
+/// Messages per stream batch at `bytes`.
+fn batch(bytes: u64) -> u32 {
+    BATCH_BYTES.div_ceil(bytes).clamp(1, MAX_BATCH) as u32
+}
+
+/// The driver's side of the pair: `me` connects to `peer` and measures everything in `plan`.
+/// Returns what it measured; the server may measure RDMA's reverse direction itself.
+pub fn drive(
+    addr: &str,
+    plan: &PairPlan,
+    me: u32,
+    peer: u32,
+    round: u32,
+    choice: &crate::rdma::DeviceChoice,
+) -> Result<Vec<Measured>, String> {
+    let io = plan.io();
+    let target: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|e| format!("the address {addr}: {e}"))?;
+    let mut s = TcpStream::connect_timeout(&target, io)
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    s.set_read_timeout(Some(io)).map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(io)).map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut hello = [0u8; 16];
+    hello[..4].copy_from_slice(&HELLO);
+    hello[4..8].copy_from_slice(&me.to_le_bytes());
+    hello[8..12].copy_from_slice(&peer.to_le_bytes());
+    hello[12..].copy_from_slice(&round.to_le_bytes());
+    s.write_all(&hello).map_err(|e| io_err("the hello", e))?;
+    let mut out = Vec::new();
+    for &t in &plan.transports {
+        match t {
+            TransportKind::Tcp => {
+                for &bytes in &plan.sizes {
+                    out.extend(tcp_tests(&mut s, plan, bytes, peer, me)?);
+                }
+            }
+            TransportKind::Rdma => out.extend(rdma::tests(&s, plan, me, peer, true, choice)?),
+        }
+    }
+    s.write_all(&header(OP_END, 0, 0))
+        .map_err(|e| io_err("the goodbye", e))?;
+    Ok(out)
+}
+
+/// The server's side: takes one connection on `listener` (from `peer`, for `round`) and
+/// answers its tests until it says goodbye.
+pub fn serve(
+    listener: &std::net::TcpListener,
+    plan: &PairPlan,
+    me: u32,
+    peer: u32,
+    round: u32,
+    choice: &crate::rdma::DeviceChoice,
+) -> Result<Vec<Measured>, String> {
+    let io = plan.io();
+    let deadline = Instant::now() + io;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut s = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err(format!("it never connected within {} s", plan.io_timeout_s));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(format!("the data listener failed: {e}")),
+        }
+    };
+    s.set_nonblocking(false).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(io)).map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(io)).map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut hello = [0u8; 16];
+    s.read_exact(&mut hello)
+        .map_err(|e| io_err("the hello", e))?;
+    let word = |i: usize| u32::from_le_bytes(hello[i..i + 4].try_into().expect("4 bytes"));
+    if hello[..4] != HELLO {
+        return Err("something that is not a morphbench rank connected to the link".into());
+    }
+    if (word(4), word(8), word(12)) != (peer, me, round) {
+        return Err(format!(
+            "rank {} connected for rank {} in round {}, expected rank {peer} in round {round}",
+            word(4),
+            word(8),
+            word(12)
+        ));
+    }
+    let mut out = Vec::new();
+    for &t in &plan.transports {
+        match t {
+            TransportKind::Tcp => tcp_answer(&mut s, plan)?,
+            TransportKind::Rdma => out.extend(rdma::tests(&s, plan, me, peer, false, choice)?),
+        }
+    }
+    Ok(out)
+}
+
+fn summary(samples: &[f64]) -> Result<Summary, String> {
+    Summary::of(samples).ok_or_else(|| "no valid samples".to_string())
+}
+
+/// Whether a test has enough: `iters` samples, or MIN_SAMPLES and its budget spent.
+fn enough(n: usize, started: Instant, plan: &PairPlan) -> bool {
+    n >= plan.iters as usize
+        || (n >= MIN_SAMPLES.min(plan.iters as usize)
+            && started.elapsed() >= Duration::from_millis(plan.budget_ms))
+}
+
+/// How many more samples fit the budget, judging by the mean so far.
+fn chunk(n: usize, spent_us: f64, started: Instant, plan: &PairPlan, cap: u32) -> u32 {
+    let left_us = (plan.budget_ms as f64 * 1e3 - started.elapsed().as_secs_f64() * 1e6).max(0.0);
+    let per = if n > 0 { spent_us / n as f64 } else { f64::MAX };
+    let fit = (left_us / per) as u64;
+    let need = MIN_SAMPLES.saturating_sub(n) as u64;
+    let left = plan.iters as u64 - n as u64;
+    fit.max(need).clamp(1, left.min(cap as u64)) as u32
+}
+
+/// The driver's TCP tests at one size.
+fn tcp_tests(
+    s: &mut TcpStream,
+    plan: &PairPlan,
+    bytes: u64,
+    server: u32,
+    me: u32,
+) -> Result<Vec<Measured>, String> {
+    let n = bytes as usize;
+    let mut out = Vec::new();
+    let row = |src, dst, direction: &str, samples: &[f64], gbps| -> Result<Measured, String> {
+        Ok(Measured {
+            transport: TransportKind::Tcp,
+            src,
+            dst,
+            bytes,
+            direction: direction.into(),
+            summary: summary(samples)?,
+            gbps,
+        })
+    };
+    // Ping-pong.
+    let mut msg = vec![0u8; n];
+    let mut echo = vec![0u8; n];
+    let warm = if bytes < 1 << 20 { 5 } else { 1 };
+    let mut seq = 0u64;
+    let mut pings = |s: &mut TcpStream, count: u32, keep: &mut Vec<f64>| -> Result<(), String> {
+        s.write_all(&header(OP_PING, count, bytes))
+            .map_err(|e| io_err("a ping-pong", e))?;
+        for _ in 0..count {
+            stamp(&mut msg, seq);
+            let t0 = Instant::now();
+            s.write_all(&msg).map_err(|e| io_err("a ping-pong", e))?;
+            s.read_exact(&mut echo)
+                .map_err(|e| io_err("a ping-pong", e))?;
+            keep.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+            check_stamp(&echo, seq, "ping-pong")?;
+            seq += 1;
+        }
+        Ok(())
+    };
+    pings(s, warm, &mut Vec::new())?;
+    let started = Instant::now();
+    let mut lat = Vec::new();
+    while !enough(lat.len(), started, plan) {
+        let spent: f64 = lat.iter().sum::<f64>() * 2.0;
+        let c = chunk(lat.len(), spent, started, plan, 256);
+        pings(s, c, &mut lat)?;
+    }
+    out.push(row(server, me, "pingpong", &lat, None)?);
+    // Streams: to the server, from it, and both at once.
+    let mut ops = vec![(OP_SINK, me, server), (OP_SOURCE, server, me)];
+    if plan.bidir {
+        ops.push((OP_BOTH, server, me));
+    }
+    for (op, src, dst) in ops {
+        let (per_msg, gbps) = tcp_stream(s, plan, op, bytes)?;
+        let direction = if op == OP_BOTH { "bidir" } else { "oneway" };
+        out.push(row(src, dst, direction, &per_msg, Some(gbps))?);
+    }
+    Ok(out)
+}
+
+/// Writes `count` stamped messages of `n` bytes.
+fn write_messages(s: &mut TcpStream, count: u32, n: usize) -> Result<(), String> {
+    let mut msg = vec![0u8; n];
+    for seq in 0..count as u64 {
+        stamp(&mut msg, seq);
+        s.write_all(&msg).map_err(|e| io_err("a stream", e))?;
+    }
+    Ok(())
+}
+
+/// Reads `count` messages of `n` bytes into `buf` and checks their stamps.
+fn read_messages(s: &mut TcpStream, count: u32, n: usize, buf: &mut Vec<u8>) -> Result<(), String> {
+    buf.resize(count as usize * n, 0);
+    s.read_exact(buf).map_err(|e| io_err("a stream", e))?;
+    for (seq, m) in buf.chunks(n).enumerate() {
+        check_stamp(m, seq as u64, "stream")?;
+    }
+    Ok(())
+}
+
+/// Writes on a clone of the socket in a thread while `read` runs here.
+fn both_ways(s: &mut TcpStream, count: u32, n: usize, buf: &mut Vec<u8>) -> Result<(), String> {
+    let mut w = s.try_clone().map_err(|e| e.to_string())?;
+    let writer = std::thread::spawn(move || write_messages(&mut w, count, n));
+    let read = read_messages(s, count, n, buf);
+    let wrote = writer
+        .join()
+        .map_err(|_| "the stream writer panicked".to_string())?;
+    read.and(wrote)
+}
+
+fn read_ack(s: &mut TcpStream) -> Result<(), String> {
+    let mut a = [0u8; 1];
+    s.read_exact(&mut a).map_err(|e| io_err("a stream", e))?;
+    if a[0] != ACK {
+        return Err(format!("the peer acknowledged a stream with {:#x}", a[0]));
+    }
+    Ok(())
+}
+
+/// One stream test from the driver's side: batches until the budget; returns µs per message
+/// and GB/s over the whole test. The clock runs from the announcement to the last byte (or the
+/// server's acknowledgement), so each batch carries one one-way latency in either direction.
+fn tcp_stream(
+    s: &mut TcpStream,
+    plan: &PairPlan,
+    op: u8,
+    bytes: u64,
+) -> Result<(Vec<f64>, f64), String> {
+    let n = bytes as usize;
+    let k = batch(bytes);
+    let mut buf = Vec::new();
+    let mut one = |s: &mut TcpStream| -> Result<f64, String> {
+        let t0 = Instant::now();
+        s.write_all(&header(op, k, bytes))
+            .map_err(|e| io_err("a stream", e))?;
+        match op {
+            OP_SINK => {
+                write_messages(s, k, n)?;
+                read_ack(s)?;
+            }
+            OP_SOURCE => read_messages(s, k, n, &mut buf)?,
+            _ => {
+                both_ways(s, k, n, &mut buf)?;
+                read_ack(s)?;
+            }
+        }
+        Ok(t0.elapsed().as_secs_f64() * 1e6)
+    };
+    one(s)?; // warm-up
+    let started = Instant::now();
+    let (mut per_msg, mut total_us) = (Vec::new(), 0.0);
+    while !enough(per_msg.len(), started, plan) {
+        let us = one(s)?;
+        total_us += us;
+        per_msg.push(us / k as f64);
+    }
+    let ways = if op == OP_BOTH { 2.0 } else { 1.0 };
+    let moved = ways * per_msg.len() as f64 * k as f64 * bytes as f64;
+    Ok((per_msg, moved / total_us / 1e3))
+}
+
+/// The server's TCP side: answers headers until the driver moves on (END, or the next
+/// transport's first bytes are not a TCP header, which cannot happen: END always comes).
+fn tcp_answer(s: &mut TcpStream, plan: &PairPlan) -> Result<(), String> {
+    let mut buf = Vec::new();
+    loop {
+        let mut h = [0u8; 16];
+        s.read_exact(&mut h).map_err(|e| io_err("the tests", e))?;
+        let op = h[0];
+        let count = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes"));
+        let bytes = u64::from_le_bytes(h[8..].try_into().expect("8 bytes"));
+        if op == OP_END {
+            return Ok(());
+        }
+        // Bounded before anything is allocated: a size of the plan, a count within the cap.
+        if !plan.sizes.contains(&bytes) || count == 0 || count > MAX_COUNT || op > OP_BOTH {
+            return Err(format!(
+                "the peer sent a header outside the plan (op {op}, {count} x {bytes} B)"
+            ));
+        }
+        if op != OP_PING && count > batch(bytes) {
+            return Err(format!(
+                "the peer announced a stream batch of {count} x {bytes} B, over the {}",
+                batch(bytes)
+            ));
+        }
+        let n = bytes as usize;
+        match op {
+            OP_PING => {
+                let mut m = vec![0u8; n];
+                for _ in 0..count {
+                    s.read_exact(&mut m).map_err(|e| io_err("a ping-pong", e))?;
+                    s.write_all(&m).map_err(|e| io_err("a ping-pong", e))?;
+                }
+            }
+            OP_SINK => {
+                read_messages(s, count, n, &mut buf)?;
+                s.write_all(&[ACK]).map_err(|e| io_err("a stream", e))?;
+            }
+            OP_SOURCE => write_messages(s, count, n)?,
+            _ => {
+                both_ways(s, count, n, &mut buf)?;
+                s.write_all(&[ACK]).map_err(|e| io_err("a stream", e))?;
+            }
+        }
+    }
+}
+
+/// RDMA tests over the same pair: the TCP connection becomes the out-of-band channel of a
+/// verbs link, and perftest's ib_write_lat and ib_write_bw run over it (`rdma`'s code).
+mod rdma {
+    use super::*;
+    use crate::rdma::oob::{OobChannel, Params, Purpose};
+    use crate::rdma::perf::{self, Role, Session, TEST_BW, TEST_LAT};
+    use crate::rdma::{client_hello, server_hello, DeviceChoice, Link};
+
+    /// perftest's defaults: 64 writes in flight, 220 B inline at most.
+    const WINDOW: u32 = 64;
+    const INLINE: u32 = 220;
+
+    pub(super) fn tests(
+        s: &TcpStream,
+        plan: &PairPlan,
+        me: u32,
+        peer: u32,
+        driver: bool,
+        choice: &DeviceChoice,
+    ) -> Result<Vec<Measured>, String> {
+        let e = |e: crate::rdma::RdmaError| format!("RDMA: {e}");
+        let stream = s.try_clone().map_err(|e| e.to_string())?;
+        let mut oob = OobChannel::from_stream(stream, plan.io()).map_err(e)?;
+        let params = Params {
+            tests: TEST_LAT | TEST_BW,
+            iters: plan.iters,
+            warmup: plan.iters.min(100),
+            window: WINDOW,
+            inline_size: INLINE,
+            sizes: plan.sizes.clone(),
+        };
+        if driver {
+            client_hello(&mut oob, Purpose::Bench, &params).map_err(e)?;
+        } else {
+            let theirs = server_hello(&mut oob, Purpose::Bench).map_err(e)?;
+            if theirs != params {
+                return Err("the peer's RDMA parameters differ from rank 0's plan".into());
+            }
+        }
+        let mut link = Link::establish(oob, choice, perf::shape(&params)).map_err(e)?;
+        let (driver_role, other) = if driver {
+            (Role::Client, Role::Server)
+        } else {
+            (Role::Server, Role::Client)
+        };
+        let mut out = Vec::new();
+        let me_peer = |role: Role| {
+            if role == Role::Client {
+                (me, peer)
+            } else {
+                (peer, me)
+            }
+        };
+        for &bytes in &plan.sizes {
+            let mut sess = Session::new(&mut link, driver_role, plan.io());
+            let lat = sess
+                .latency(bytes, params.iters, params.warmup)
+                .map_err(e)?;
+            if driver {
+                out.push(Measured {
+                    transport: TransportKind::Rdma,
+                    src: peer,
+                    dst: me,
+                    bytes,
+                    direction: "pingpong".into(),
+                    summary: summary(&lat.samples_us)?,
+                    gbps: None,
+                });
+            }
+            // Each way: the driver writes first, then the server; the writer measures.
+            for role in [driver_role, other] {
+                let mut sess = Session::new(&mut link, role, plan.io());
+                if let Some(bw) = sess.bandwidth(bytes, params.iters, WINDOW).map_err(e)? {
+                    let (src, dst) = me_peer(role);
+                    out.push(Measured {
+                        transport: TransportKind::Rdma,
+                        src,
+                        dst,
+                        bytes,
+                        direction: "oneway".into(),
+                        summary: summary(&bw.per_write_us)?,
+                        gbps: Some(bw.avg_gbps),
+                    });
+                }
+            }
+        }
+        link.oob.barrier(u32::MAX, true).map_err(e)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> PairPlan {
+        PairPlan {
+            transports: vec![TransportKind::Tcp],
+            sizes: vec![8, 65536],
+            iters: 50,
+            budget_ms: 30,
+            bidir: true,
+            io_timeout_s: 5,
+        }
+    }
+
+    #[test]
+    fn a_pair_measures_every_test_over_loopback() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let p = plan();
+        let choice = crate::rdma::DeviceChoice::default();
+        let server = {
+            let (p, c) = (p.clone(), choice.clone());
+            std::thread::spawn(move || serve(&listener, &p, 0, 1, 0, &c))
+        };
+        let rows = drive(&addr, &p, 1, 0, 0, &choice).unwrap();
+        assert!(server.join().unwrap().unwrap().is_empty());
+        // Per size: ping-pong, 1->0, 0->1, both.
+        assert_eq!(rows.len(), 8, "{rows:?}");
+        let dirs: Vec<(u32, u32, &str)> = rows[..4]
+            .iter()
+            .map(|m| (m.src, m.dst, m.direction.as_str()))
+            .collect();
+        assert_eq!(
+            dirs,
+            [
+                (0, 1, "pingpong"),
+                (1, 0, "oneway"),
+                (0, 1, "oneway"),
+                (0, 1, "bidir")
+            ]
+        );
+        for m in &rows {
+            assert!(m.summary.n >= MIN_SAMPLES && m.summary.n <= 50, "{m:?}");
+            assert!(m.summary.p50 > 0.0);
+            assert_eq!(m.gbps.is_some(), m.direction != "pingpong");
+        }
+    }
+
+    #[test]
+    fn a_stranger_or_a_wrong_round_is_refused() {
+        let choice = crate::rdma::DeviceChoice::default();
+        for hello in [b"GET / HTTP/1.1\r\n".to_vec(), {
+            let mut h = HELLO.to_vec();
+            h.extend([2, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0]);
+            h
+        }] {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let peer = std::thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.write_all(&hello).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+            });
+            let e = serve(&listener, &plan(), 0, 1, 0, &choice).unwrap_err();
+            assert!(
+                e.contains("not a morphbench rank") || e.contains("expected rank 1 in round 0"),
+                "{e}"
+            );
+            peer.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_header_outside_the_plan_is_refused_before_allocating() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peer = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            let mut hello = HELLO.to_vec();
+            hello.extend([1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            s.write_all(&hello).unwrap();
+            s.write_all(&header(OP_SINK, 1, 1 << 40)).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+        });
+        let choice = crate::rdma::DeviceChoice::default();
+        let e = serve(&listener, &plan(), 0, 1, 0, &choice).unwrap_err();
+        assert!(e.contains("outside the plan"), "{e}");
+        peer.join().unwrap();
+    }
+
+    #[test]
+    fn stamps_catch_reordering() {
+        let mut m = vec![0u8; 16];
+        stamp(&mut m, 3);
+        assert!(check_stamp(&m, 3, "t").is_ok());
+        assert!(check_stamp(&m, 4, "t").is_err());
+        let mut tiny = vec![0u8; 2];
+        stamp(&mut tiny, 258);
+        assert!(check_stamp(&tiny, 258, "t").is_ok());
+        assert!(check_stamp(&tiny, 257, "t").is_err());
+    }
+}

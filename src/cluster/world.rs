@@ -1,0 +1,249 @@
+//! One multi-rank run's membership: who this process is ([`launch`]), the roster agreed at
+//! [`rendezvous`], this rank's data listener (for links between ranks), and the control
+//! channel to rank 0 that stays open for the whole run, so a rank that dies is noticed and
+//! named.
+
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::frame;
+use super::launch::{self, Launch};
+use super::rendezvous::{self, Registration};
+
+/// How to join the run.
+#[derive(Debug, Clone)]
+pub struct WorldOptions {
+    /// `--rank R --world N`, when given.
+    pub explicit: Option<(u32, u32)>,
+    /// `--rendezvous HOST:PORT`, when given.
+    pub rendezvous: Option<String>,
+    /// How long rank 0 waits for the others (and they for it).
+    pub timeout: Duration,
+    pub adapter: Option<String>,
+    pub rdma_devices: Vec<String>,
+}
+
+/// The connections to rank 0 (from any other rank) or to every other rank (at rank 0).
+pub enum Control {
+    /// At rank 0: the connection to rank i is `peers[i - 1]`.
+    Root(Vec<TcpStream>),
+    Leaf(TcpStream),
+}
+
+pub struct World {
+    pub launch: Launch,
+    /// Where the rendezvous address came from (flag, environment, node list).
+    pub rendezvous_from: &'static str,
+    pub roster: Vec<Registration>,
+    /// This rank's data listener, on the address the others reach it at.
+    pub data: TcpListener,
+    pub control: Control,
+}
+
+fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("the rendezvous host {host}: {e}"))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("the rendezvous host {host} has no address"));
+    }
+    Ok(addrs)
+}
+
+/// Joins the run: reads rank and world from the launcher, meets the others at rank 0's
+/// address, and opens this rank's data listener.
+pub fn establish(
+    opts: &WorldOptions,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<World, String> {
+    let launch = launch::detect(opts.explicit, env)?;
+    let (host, port, from) = launch::rendezvous(opts.rendezvous.as_deref(), env, &launch.nodes)?;
+    let me = Registration {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        hostname: crate::host::HostInfo::probe().hostname,
+        rank: launch.rank,
+        world: launch.world,
+        address: String::new(),
+        port: 0,
+        adapter: opts.adapter.clone(),
+        rdma_devices: opts.rdma_devices.clone(),
+    };
+    let (roster, data, control) = if launch.rank == 0 {
+        // Rank 0 listens where the others were told to look (the flag, the environment or
+        // the node list), never on a wildcard address.
+        let addrs = resolve(&host, port)?;
+        let listener = TcpListener::bind(&addrs[..]).map_err(|e| {
+            format!(
+                "rank 0 cannot listen on {host}:{port} ({from}): {e}. Rank 0 must run on the \
+                 rendezvous host; give --rendezvous with one of its addresses and a free port"
+            )
+        })?;
+        let ip = listener.local_addr().map_err(|e| e.to_string())?.ip();
+        let data = bind_data(ip)?;
+        let mut me = me;
+        me.address = ip.to_string();
+        me.port = data.local_addr().map_err(|e| e.to_string())?.port();
+        let (roster, peers) = rendezvous::serve(&listener, me, opts.timeout)?;
+        (roster, data, Control::Root(peers))
+    } else {
+        let addr = format!("{host}:{port}");
+        let started = Instant::now();
+        let mut stream = rendezvous::connect(&addr, opts.timeout)?;
+        // Reached at the address its connection to rank 0 leaves from.
+        let ip = stream.local_addr().map_err(|e| e.to_string())?.ip();
+        let data = bind_data(ip)?;
+        let mut me = me;
+        me.address = ip.to_string();
+        me.port = data.local_addr().map_err(|e| e.to_string())?.port();
+        let left = opts.timeout.saturating_sub(started.elapsed());
+        let roster = rendezvous::register(&mut stream, me, left.max(Duration::from_millis(1)))?;
+        (roster, data, Control::Leaf(stream))
+    };
+    Ok(World {
+        launch,
+        rendezvous_from: from,
+        roster,
+        data,
+        control,
+    })
+}
+
+fn bind_data(ip: IpAddr) -> Result<TcpListener, String> {
+    TcpListener::bind((ip, 0)).map_err(|e| format!("cannot open a data listener on {ip}: {e}"))
+}
+
+impl World {
+    pub fn rank(&self) -> u32 {
+        self.launch.rank
+    }
+
+    pub fn size(&self) -> u32 {
+        self.launch.world
+    }
+
+    /// "rank 3 (gpu04)", for messages.
+    pub fn describe(&self, rank: u32) -> String {
+        match self.roster.get(rank as usize) {
+            Some(r) => format!("rank {rank} ({})", r.hostname),
+            None => format!("rank {rank}"),
+        }
+    }
+
+    /// Where rank `rank` listens for links.
+    pub fn data_address(&self, rank: u32) -> String {
+        let r = &self.roster[rank as usize];
+        match r.address.parse::<IpAddr>() {
+            Ok(ip) => SocketAddr::new(ip, r.port).to_string(),
+            Err(_) => format!("{}:{}", r.address, r.port),
+        }
+    }
+
+    /// Rank 0: sends `m` to every other rank (best effort for the ones already gone when
+    /// `best_effort`; otherwise the first that cannot be reached is named).
+    pub fn broadcast<M: Serialize>(&mut self, m: &M, best_effort: bool) -> Result<(), String> {
+        let Control::Root(peers) = &mut self.control else {
+            return Err("only rank 0 broadcasts".into());
+        };
+        for (i, s) in peers.iter_mut().enumerate() {
+            if let Err(e) = frame::send(s, m) {
+                if !best_effort {
+                    let rank = i as u32 + 1;
+                    let who = match self.roster.get(rank as usize) {
+                        Some(r) => format!("rank {rank} ({})", r.hostname),
+                        None => format!("rank {rank}"),
+                    };
+                    return Err(format!("{who} died mid-run (cannot reach it: {e})"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rank 0: sends `m` to one rank.
+    pub fn send_to<M: Serialize>(&mut self, rank: u32, m: &M) -> Result<(), String> {
+        let who = self.describe(rank);
+        let Control::Root(peers) = &mut self.control else {
+            return Err("only rank 0 sends to ranks".into());
+        };
+        frame::send(&mut peers[rank as usize - 1], m)
+            .map_err(|e| format!("{who} died mid-run (cannot reach it: {e})"))
+    }
+
+    /// Rank 0: one message from each of `ranks` (none of them 0) by `deadline`; a rank that
+    /// closed its connection, timed out or sent garbage is named.
+    pub fn gather<M: DeserializeOwned>(
+        &mut self,
+        ranks: &[u32],
+        deadline: Instant,
+    ) -> Result<Vec<M>, String> {
+        let names: Vec<String> = ranks.iter().map(|&r| self.describe(r)).collect();
+        let Control::Root(peers) = &mut self.control else {
+            return Err("only rank 0 gathers".into());
+        };
+        let mut out = Vec::with_capacity(ranks.len());
+        for (&rank, who) in ranks.iter().zip(names) {
+            let m = frame::receive(&mut peers[rank as usize - 1], deadline).map_err(|e| {
+                if e == "closed the connection" {
+                    format!("{who} died mid-run (its connection to rank 0 closed)")
+                } else if e == "timed out" {
+                    format!("{who} stopped answering (no word from it in time); it may hang")
+                } else {
+                    format!("{who} {e}")
+                }
+            })?;
+            out.push(m);
+        }
+        Ok(out)
+    }
+
+    /// Any other rank: sends `m` to rank 0.
+    pub fn tell_root<M: Serialize>(&mut self, m: &M) -> Result<(), String> {
+        let Control::Leaf(s) = &mut self.control else {
+            return Err("rank 0 does not tell itself".into());
+        };
+        frame::send(s, m).map_err(|e| format!("rank 0 died mid-run (cannot reach it: {e})"))
+    }
+
+    /// Any other rank: the next message from rank 0, by `deadline`.
+    pub fn hear_root<M: DeserializeOwned>(&mut self, deadline: Instant) -> Result<M, String> {
+        let who = self.describe(0);
+        let Control::Leaf(s) = &mut self.control else {
+            return Err("rank 0 does not hear itself".into());
+        };
+        frame::receive(s, deadline).map_err(|e| match e.as_str() {
+            "closed the connection" => {
+                format!("{who} died mid-run (its connection closed)")
+            }
+            "timed out" => format!("{who} stopped answering; it may hang"),
+            _ => format!("{who} {e}"),
+        })
+    }
+
+    /// Rank 0: the ranks whose control connection has closed (checked without waiting).
+    pub fn dead_ranks(&self) -> Vec<u32> {
+        let Control::Root(peers) = &self.control else {
+            return Vec::new();
+        };
+        let mut dead = Vec::new();
+        for (i, s) in peers.iter().enumerate() {
+            if s.set_nonblocking(true).is_err() {
+                continue;
+            }
+            let mut b = [0u8; 1];
+            let gone = match s.peek(&mut b) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+            };
+            let _ = s.set_nonblocking(false);
+            if gone {
+                dead.push(i as u32 + 1);
+            }
+        }
+        dead
+    }
+}
