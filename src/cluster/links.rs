@@ -148,37 +148,92 @@ fn sample_node(world: &World, opts: &LinksOptions) -> Result<NodeSample, String>
     Ok(s)
 }
 
-/// This rank's pair in `round` (if it has one): the lower rank serves, the higher drives.
-fn play(
+/// What a rank needs to play its pairs, owned, so rank 0 can play in a thread while it
+/// listens to the others (and stops as soon as one fails).
+struct PairContext {
+    listener: std::net::TcpListener,
+    addresses: Vec<String>,
+    names: Vec<String>,
+    me: u32,
+    choice: DeviceChoice,
+}
+
+impl PairContext {
+    fn of(world: &World, opts: &LinksOptions) -> Result<PairContext, String> {
+        Ok(PairContext {
+            listener: world
+                .data
+                .try_clone()
+                .map_err(|e| format!("the data listener: {e}"))?,
+            addresses: (0..world.size()).map(|r| world.data_address(r)).collect(),
+            names: (0..world.size()).map(|r| world.describe(r)).collect(),
+            me: world.rank(),
+            choice: opts.choice.clone(),
+        })
+    }
+
+    /// This rank's pair in `round` (if it has one): the lower rank serves, the higher drives.
+    fn play(&self, plan: &PairPlan, round: u32) -> Result<Vec<Measured>, String> {
+        let schedule = rounds(self.names.len() as u32);
+        let me = self.me;
+        let Some(peer) = partner(&schedule[round as usize], me) else {
+            return Ok(Vec::new());
+        };
+        let p = peer as usize;
+        let result = if me < peer {
+            pair::serve(&self.listener, plan, me, peer, round, &self.choice)
+        } else {
+            pair::drive(&self.addresses[p], plan, me, peer, round, &self.choice)
+        };
+        result.map_err(|e| {
+            format!(
+                "the link between {} and {}: {e}",
+                self.names[me as usize], self.names[p]
+            )
+        })
+    }
+}
+
+/// Rank 0's reading of the others' replies: the dead are named first, then a rank's reported
+/// failure, then any other fault.
+fn settle(
     world: &World,
-    opts: &LinksOptions,
-    plan: &PairPlan,
-    round: u32,
-) -> Result<Vec<Measured>, String> {
-    let schedule = rounds(world.size());
-    let me = world.rank();
-    let Some(peer) = partner(&schedule[round as usize], me) else {
-        return Ok(Vec::new());
-    };
-    let result = if me < peer {
-        pair::serve(&world.data, plan, me, peer, round, &opts.choice)
-    } else {
-        pair::drive(
-            &world.data_address(peer),
-            plan,
-            me,
-            peer,
-            round,
-            &opts.choice,
-        )
-    };
-    result.map_err(|e| {
-        format!(
-            "the link between {} and {}: {e}",
-            world.describe(me),
-            world.describe(peer)
-        )
-    })
+    ranks: &[u32],
+    replies: Vec<Option<Result<ToRoot, String>>>,
+) -> Result<Vec<(u32, ToRoot)>> {
+    let dead: Vec<String> = ranks
+        .iter()
+        .zip(&replies)
+        .filter(|(_, r)| matches!(r, Some(Err(e)) if e.contains("died mid-run")))
+        .map(|(&rank, _)| world.describe(rank))
+        .collect();
+    let reported = ranks.iter().zip(&replies).find_map(|(&rank, r)| match r {
+        Some(Ok(ToRoot::Failed(e))) => Some(format!("{} reported: {e}", world.describe(rank))),
+        _ => None,
+    });
+    if !dead.is_empty() {
+        return Err(anyhow!(
+            "{} died mid-run{}",
+            dead.join(", "),
+            reported.map_or(String::new(), |r| format!("; {r}"))
+        ));
+    }
+    if let Some(r) = reported {
+        return Err(anyhow!("{r}"));
+    }
+    ranks
+        .iter()
+        .zip(replies)
+        .map(|(&rank, r)| match r {
+            Some(r) => r.map(|m| (rank, m)).map_err(|e| anyhow!("{e}")),
+            None => Err(anyhow!("{} did not answer in time", world.describe(rank))),
+        })
+        .collect()
+}
+
+/// A reply that ends the run.
+fn is_failure(r: &Result<ToRoot, String>) -> bool {
+    matches!(r, Err(_) | Ok(ToRoot::Failed(_)))
 }
 
 fn leaf(world: &mut World, opts: &LinksOptions) -> Result<()> {
@@ -208,7 +263,9 @@ fn leaf(world: &mut World, opts: &LinksOptions) -> Result<()> {
                 if r as usize >= rounds(world.size()).len() {
                     return Err(anyhow!("rank 0 sent round {r}, past the last"));
                 }
-                play(world, opts, p, r).map(ToRoot::Round)
+                PairContext::of(world, opts)
+                    .and_then(|c| c.play(p, r))
+                    .map(ToRoot::Round)
             }
             ToRank::Finish => return Ok(()),
             ToRank::Abort(why) => return Err(anyhow!("rank 0 ended the run: {why}")),
@@ -260,17 +317,6 @@ fn root(world: &mut World, opts: &LinksOptions) -> Result<PathBuf> {
     result.map(|()| dir.path.clone())
 }
 
-/// Names the dead when a rank reports a failure that may be a peer's death.
-fn with_dead(world: &mut World, e: String) -> anyhow::Error {
-    let dead = world.dead_ranks();
-    if dead.is_empty() {
-        anyhow!("{e}")
-    } else {
-        let names: Vec<String> = dead.iter().map(|&r| world.describe(r)).collect();
-        anyhow!("{} died mid-run ({e})", names.join(", "))
-    }
-}
-
 fn drive_run(world: &mut World, opts: &LinksOptions, dir: &RunDir) -> Result<()> {
     let plan = opts.plan.clone();
     world
@@ -291,19 +337,25 @@ fn drive_run(world: &mut World, opts: &LinksOptions, dir: &RunDir) -> Result<()>
         world
             .broadcast(&ToRank::Round(r as u32), false)
             .map_err(anyhow::Error::msg)?;
-        let mut measured = play(world, opts, &plan, r as u32).map_err(|e| with_dead(world, e))?;
+        // Rank 0 plays its own pair in a thread while it listens to the others, so a rank that
+        // dies anywhere ends the run at once (the thread is left to fail on its own).
+        let ctx = PairContext::of(world, opts).map_err(anyhow::Error::msg)?;
+        let round_plan = plan.clone();
+        let mine = std::thread::spawn(move || ctx.play(&round_plan, r as u32));
         let others: Vec<u32> = (1..world.size()).collect();
-        let replies: Vec<ToRoot> = world
-            .gather(&others, Instant::now() + plan.pair_bound())
-            .map_err(|e| with_dead(world, e))?;
-        for (rank, reply) in others.iter().zip(replies) {
+        let replies = world.gather(&others, Instant::now() + plan.pair_bound(), is_failure);
+        let replies = settle(world, &others, replies)?;
+        let mut measured = mine
+            .join()
+            .map_err(|_| anyhow!("rank 0's pair panicked"))?
+            .map_err(|e| anyhow!("{e}"))?;
+        for (rank, reply) in replies {
             match reply {
                 ToRoot::Round(m) => measured.extend(m),
-                ToRoot::Failed(e) => return Err(with_dead(world, e)),
-                ToRoot::Node(_) => {
+                _ => {
                     return Err(anyhow!(
-                        "{} answered a round with a fingerprint",
-                        world.describe(*rank)
+                        "{} answered a round out of turn",
+                        world.describe(rank)
                     ))
                 }
             }
@@ -384,14 +436,11 @@ fn fingerprint_all(world: &mut World, opts: &LinksOptions, dir: &RunDir) -> Resu
         if turn.contains(&0) {
             samples.push(sample_node(world, opts).map_err(|e| anyhow!("rank 0: {e}"))?);
         }
-        let replies: Vec<ToRoot> = world
-            .gather(&others, Instant::now() + FINGERPRINT_WAIT)
-            .map_err(|e| with_dead(world, e))?;
-        for (rank, reply) in others.iter().zip(replies) {
+        let replies = world.gather(&others, Instant::now() + FINGERPRINT_WAIT, is_failure);
+        for (rank, reply) in settle(world, &others, replies)? {
             match reply {
-                ToRoot::Node(s) if s.rank == *rank => samples.push(*s),
-                ToRoot::Failed(e) => return Err(anyhow!("{}: {e}", world.describe(*rank))),
-                _ => return Err(anyhow!("{} answered out of turn", world.describe(*rank))),
+                ToRoot::Node(s) if s.rank == rank => samples.push(*s),
+                _ => return Err(anyhow!("{} answered out of turn", world.describe(rank))),
             }
         }
     }

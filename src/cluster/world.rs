@@ -13,6 +13,9 @@ use super::frame;
 use super::launch::{self, Launch};
 use super::rendezvous::{self, Registration};
 
+/// How long rank 0 still listens after the first failure, to name the dead rank.
+pub const GRACE: Duration = Duration::from_millis(300);
+
 /// How to join the run.
 #[derive(Debug, Clone)]
 pub struct WorldOptions {
@@ -173,31 +176,63 @@ impl World {
             .map_err(|e| format!("{who} died mid-run (cannot reach it: {e})"))
     }
 
-    /// Rank 0: one message from each of `ranks` (none of them 0) by `deadline`; a rank that
-    /// closed its connection, timed out or sent garbage is named.
-    pub fn gather<M: DeserializeOwned>(
+    /// Rank 0: one message from each of `ranks` (none of them 0) by `deadline`, or why not: a
+    /// rank that closed its connection ("died mid-run"), timed out or sent garbage, named.
+    /// The ranks are heard at once (a thread each); as soon as one reply is a failure by
+    /// `failed`, the others get [`GRACE`] more (a death is often reported by its peer first)
+    /// and the ones still silent are left out (None). After that the run must end: a reader
+    /// left behind may take the next message.
+    pub fn gather<M>(
         &mut self,
         ranks: &[u32],
         deadline: Instant,
-    ) -> Result<Vec<M>, String> {
+        failed: impl Fn(&Result<M, String>) -> bool,
+    ) -> Vec<Option<Result<M, String>>>
+    where
+        M: DeserializeOwned + Send + 'static,
+    {
         let names: Vec<String> = ranks.iter().map(|&r| self.describe(r)).collect();
         let Control::Root(peers) = &mut self.control else {
-            return Err("only rank 0 gathers".into());
+            return vec![Some(Err("only rank 0 gathers".into()))];
         };
-        let mut out = Vec::with_capacity(ranks.len());
-        for (&rank, who) in ranks.iter().zip(names) {
-            let m = frame::receive(&mut peers[rank as usize - 1], deadline).map_err(|e| {
-                if e == "closed the connection" {
-                    format!("{who} died mid-run (its connection to rank 0 closed)")
-                } else if e == "timed out" {
-                    format!("{who} stopped answering (no word from it in time); it may hang")
-                } else {
-                    format!("{who} {e}")
-                }
-            })?;
-            out.push(m);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (i, (&rank, who)) in ranks.iter().zip(names).enumerate() {
+            let stream = peers[rank as usize - 1].try_clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let m = match stream {
+                    Ok(mut s) => frame::receive(&mut s, deadline).map_err(|e| {
+                        if e == "closed the connection" {
+                            format!("{who} died mid-run (its connection to rank 0 closed)")
+                        } else if e == "timed out" {
+                            format!(
+                                "{who} stopped answering (no word from it in time); it may hang"
+                            )
+                        } else {
+                            format!("{who} {e}")
+                        }
+                    }),
+                    Err(e) => Err(format!("{who}: {e}")),
+                };
+                let _ = tx.send((i, m));
+            });
         }
-        Ok(out)
+        drop(tx);
+        let mut out: Vec<Option<Result<M, String>>> = ranks.iter().map(|_| None).collect();
+        let mut until = deadline + Duration::from_secs(1);
+        let mut left = ranks.len();
+        while left > 0 {
+            let wait = until.saturating_duration_since(Instant::now());
+            let Ok((i, m)) = rx.recv_timeout(wait) else {
+                break;
+            };
+            if failed(&m) {
+                until = until.min(Instant::now() + GRACE);
+            }
+            out[i] = Some(m);
+            left -= 1;
+        }
+        out
     }
 
     /// Any other rank: sends `m` to rank 0.
@@ -221,29 +256,5 @@ impl World {
             "timed out" => format!("{who} stopped answering; it may hang"),
             _ => format!("{who} {e}"),
         })
-    }
-
-    /// Rank 0: the ranks whose control connection has closed (checked without waiting).
-    pub fn dead_ranks(&self) -> Vec<u32> {
-        let Control::Root(peers) = &self.control else {
-            return Vec::new();
-        };
-        let mut dead = Vec::new();
-        for (i, s) in peers.iter().enumerate() {
-            if s.set_nonblocking(true).is_err() {
-                continue;
-            }
-            let mut b = [0u8; 1];
-            let gone = match s.peek(&mut b) {
-                Ok(0) => true,
-                Ok(_) => false,
-                Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-            };
-            let _ = s.set_nonblocking(false);
-            if gone {
-                dead.push(i as u32 + 1);
-            }
-        }
-        dead
     }
 }

@@ -1,0 +1,160 @@
+//! `morphbench links` with ranks launched by hand on loopback (`--rank/--world/--rendezvous`):
+//! every link measured once and verified, and the faults of a multi-rank run each ending it
+//! within a bounded time with an error that names the rank: a rank that never arrives, a world
+//! size that disagrees, a rank that dies mid-run.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{col, only_run, read_csv};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts one rank; `extra` comes after the common flags.
+fn rank(home: &Path, rank: u32, world: u32, port: u16, extra: &[&str]) -> Child {
+    let out = home.join("results");
+    Command::new(env!("CARGO_BIN_EXE_morphbench"))
+        .args([
+            "links",
+            "--rank",
+            &rank.to_string(),
+            "--world",
+            &world.to_string(),
+        ])
+        .args(["--rendezvous", &format!("127.0.0.1:{port}")])
+        .args(["--out", out.to_str().unwrap(), "--no-fingerprint", "-q"])
+        .args(extra)
+        .current_dir(home)
+        .env("HOME", home)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(c: Child) -> (bool, String) {
+    let o = c.wait_with_output().unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+const SMALL: &[&str] = &["--sizes", "8,64K", "--iters", "40", "--budget-ms", "20"];
+
+#[test]
+fn three_ranks_measure_every_link_once() {
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let ranks: Vec<Child> = (0..3)
+        .map(|r| rank(home.path(), r, 3, port, SMALL))
+        .collect();
+    for (r, c) in ranks.into_iter().enumerate() {
+        let (ok, err) = finish(c);
+        assert!(ok, "rank {r}: {err}");
+    }
+    let run = only_run(&home.path().join("results"));
+    let (h, rows) = read_csv(&run.join("links.csv"));
+    // 3 pairs x 2 sizes x (ping-pong, each way).
+    assert_eq!(rows.len(), 18);
+    let pairs: std::collections::BTreeSet<(String, String)> = rows
+        .iter()
+        .map(|r| {
+            let (a, b) = (&r[col(&h, "src_rank")], &r[col(&h, "dst_rank")]);
+            (a.min(b).to_string(), a.max(b).to_string())
+        })
+        .collect();
+    assert_eq!(pairs.len(), 3, "{pairs:?}");
+    for r in &rows {
+        assert_eq!(&r[col(&h, "verified")], "true");
+        assert_eq!(&r[col(&h, "intra_node")], "true");
+        assert!(!r[col(&h, "slowdown")].is_empty(), "judged at the end");
+        let n: usize = r[col(&h, "n")].parse().unwrap();
+        assert!((5..=40).contains(&n), "{n}");
+        let streams = &r[col(&h, "direction")] == "oneway";
+        assert_eq!(!r[col(&h, "gbps")].is_empty(), streams);
+    }
+    let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
+    assert!(meta.contains("\"status\": \"complete\""), "{meta}");
+}
+
+#[test]
+fn a_rank_that_never_arrives_is_named_in_bounded_time() {
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let started = Instant::now();
+    let wait = ["--wait-s", "2"];
+    let zero = rank(home.path(), 0, 3, port, &wait);
+    let one = rank(home.path(), 1, 3, port, &wait);
+    let (ok, err) = finish(zero);
+    assert!(!ok);
+    assert!(err.contains("rank(s) 2 of 3 never arrived"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let (ok, err) = finish(one);
+    assert!(!ok && err.contains("never arrived"), "{err}");
+}
+
+#[test]
+fn disagreeing_world_sizes_are_named() {
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let zero = rank(home.path(), 0, 2, port, &["--wait-s", "5"]);
+    let one = rank(home.path(), 1, 3, port, &["--wait-s", "5"]);
+    let (ok, err) = finish(zero);
+    assert!(
+        !ok && err.contains("says the world is 3 ranks, rank 0 says 2"),
+        "{err}"
+    );
+    let (ok, err) = finish(one);
+    assert!(!ok && err.contains("rank 0 ended the run"), "{err}");
+}
+
+#[test]
+fn a_rank_that_dies_mid_run_ends_the_run_and_is_named() {
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // Long tests, so the death falls inside the first round.
+    let slow = [
+        "--sizes",
+        "8,64K",
+        "--budget-ms",
+        "1500",
+        "--iters",
+        "1000000",
+    ];
+    let mut ranks: Vec<Child> = (0..3)
+        .map(|r| rank(home.path(), r, 3, port, &slow))
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut victim = ranks.remove(2);
+    victim.kill().unwrap();
+    let killed = Instant::now();
+    let _ = victim.wait();
+    let mut rest = ranks.into_iter();
+    let (ok, err) = finish(rest.next().unwrap());
+    let took = killed.elapsed();
+    assert!(!ok);
+    assert!(
+        err.contains("rank 2 (") && err.contains("died mid-run"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let (ok, _) = finish(rest.next().unwrap());
+    assert!(!ok, "rank 1 exits non-zero too");
+    let run = only_run(&home.path().join("results"));
+    let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
+    assert!(meta.contains("\"status\": \"failed\""), "{meta}");
+    assert!(meta.contains("died mid-run"), "{meta}");
+    // Rows written before the death are whole (here: the header at least).
+    let (h, _rows) = read_csv(&run.join("links.csv"));
+    assert!(h.contains(&"flagged".to_string()));
+}
