@@ -10,6 +10,8 @@
 //! - HoL: the stall offload removed at each delay ("n/a" at zero, where there is none to remove).
 //! - RDMA: WRITE latency (p50) at the smallest size; average bandwidth at 64 KiB and the largest.
 //! - Simulator: adaptive against 1F1B at the most delayed case.
+//! - Links: per transport, the median link's p50 latency at the smallest size and one-way
+//!   bandwidth at the largest, and each flagged link at its worst slowdown.
 
 use serde::Serialize;
 
@@ -325,6 +327,106 @@ fn sim(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
+fn links(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = &run.links else { return };
+    let mut transports: Vec<&str> = t.iter().map(|l| l.params.transport.as_str()).collect();
+    transports.sort();
+    transports.dedup();
+    for tr in transports {
+        // The median link (the lower median, the flagging baseline) at one size and direction.
+        let median = |dir: &str,
+                      pick: fn(&[u64]) -> Option<u64>,
+                      figure: &dyn Fn(
+            &crate::export::Line<crate::cluster::tables::LinksTable>,
+        ) -> f64| {
+            let mut sizes: Vec<u64> = t
+                .iter()
+                .filter(|l| l.params.transport == tr && l.params.direction == dir)
+                .map(|l| l.params.bytes)
+                .collect();
+            sizes.sort();
+            let bytes = pick(&sizes)?;
+            let mut rows: Vec<(usize, f64)> = t
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| {
+                    l.params.transport == tr && l.params.direction == dir && l.params.bytes == bytes
+                })
+                .map(|(i, l)| (i, figure(l)))
+                .collect();
+            rows.sort_by(|a, b| a.1.total_cmp(&b.1));
+            let (i, v) = rows[(rows.len() - 1) / 2];
+            Some((i, bytes, v, rows.len()))
+        };
+        if let Some((i, bytes, us, n)) =
+            median("pingpong", |s| s.first().copied(), &|l| l.stats().p50_us)
+        {
+            out.push(Headline {
+                bench: "links",
+                what: format!(
+                    "{tr} link latency, {}, median of {n} links",
+                    human_bytes(bytes)
+                ),
+                value: Some(us),
+                unit: "µs",
+                text: format!("{us:.1} µs (p50, round trip / 2)"),
+                source: source("links.csv", i),
+            });
+        }
+        if let Some((i, bytes, g, n)) = median("oneway", |s| s.last().copied(), &|l| {
+            -l.figures.gbps.unwrap_or(0.0)
+        }) {
+            let g = -g;
+            out.push(Headline {
+                bench: "links",
+                what: format!(
+                    "{tr} link bandwidth, {}, median of {n} directions",
+                    human_bytes(bytes)
+                ),
+                value: Some(g),
+                unit: "GB/s",
+                text: format!("{g:.3} GB/s (one way)"),
+                source: source("links.csv", i),
+            });
+        }
+    }
+    // Each flagged link once, at its worst row.
+    let mut worst: std::collections::BTreeMap<(u32, u32), (usize, f64)> = Default::default();
+    for (i, l) in t
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.figures.flagged == Some(true))
+    {
+        let key = (
+            l.params.src_rank.min(l.params.dst_rank),
+            l.params.src_rank.max(l.params.dst_rank),
+        );
+        let s = l.figures.slowdown.unwrap_or(0.0);
+        let e = worst.entry(key).or_insert((i, s));
+        if s > e.1 {
+            *e = (i, s);
+        }
+    }
+    for ((a, b), (i, s)) in worst {
+        let l = &t[i];
+        out.push(Headline {
+            bench: "links",
+            what: format!("FLAGGED link r{a}-r{b}"),
+            value: Some(s),
+            unit: "x",
+            text: format!(
+                "{s:.2}x the links' baseline ({} {} {}, {} -> {})",
+                l.params.transport,
+                human_bytes(l.params.bytes),
+                l.params.direction,
+                l.params.src_host,
+                l.params.dst_host
+            ),
+            source: source("links.csv", i),
+        });
+    }
+}
+
 /// The run's headlines, bench by bench.
 pub fn headlines(run: &Loaded) -> Vec<Headline> {
     let mut out = Vec::new();
@@ -334,5 +436,6 @@ pub fn headlines(run: &Loaded) -> Vec<Headline> {
     hol(run, &mut out);
     rdma(run, &mut out);
     sim(run, &mut out);
+    links(run, &mut out);
     out
 }

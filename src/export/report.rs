@@ -32,6 +32,8 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
         "sim.csv",
         "sim_timeline.csv",
         "check.csv",
+        "links.csv",
+        "nodes.csv",
         "meta.json",
     ]
     .iter()

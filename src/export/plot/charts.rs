@@ -125,10 +125,28 @@ pub struct Gantt {
     pub delays: Vec<(f64, f64, f64)>,
 }
 
+/// A rank-by-rank matrix: one cell per (row rank, column rank), colored by value on a log
+/// scale, its value written in it, flagged cells outlined.
+#[derive(Debug, Clone, Default)]
+pub struct Heatmap {
+    pub title: String,
+    /// What a cell holds ("p50 µs", "GB/s"), and what the axes are.
+    pub value_label: String,
+    pub row_label: String,
+    pub col_label: String,
+    /// Row and column names (ranks with their hosts).
+    pub names: Vec<String>,
+    /// (row, column, value, flagged).
+    pub cells: Vec<(usize, usize, f64, bool)>,
+    /// Whether a larger value is better (bandwidth): then it is drawn cooler.
+    pub higher_is_better: bool,
+}
+
 pub enum Chart {
     Lines(LineChart),
     Bars(StackedBars),
     Gantt(Gantt),
+    Heatmap(Heatmap),
 }
 
 /// The most elements (points, band points, bar parts, spans, rows) one chart draws; a chart
@@ -144,6 +162,7 @@ impl Chart {
             Chart::Gantt(g) => {
                 g.rows.len() + g.delays.len() + g.rows.iter().map(|(_, s)| s.len()).sum::<usize>()
             }
+            Chart::Heatmap(h) => h.cells.len() + h.names.len(),
         }
     }
 }
@@ -491,6 +510,112 @@ where
     Ok(())
 }
 
+/// From pale (good) to deep red (bad), `t` in [0, 1].
+fn heat(t: f64) -> RGBColor {
+    let t = t.clamp(0.0, 1.0);
+    let lerp = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
+    RGBColor(lerp(237.0, 165.0), lerp(248.0, 15.0), lerp(251.0, 21.0))
+}
+
+fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Heatmap) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let n = c.names.len().max(1);
+    let logs: Vec<f64> = c
+        .cells
+        .iter()
+        .filter(|x| x.2 > 0.0)
+        .map(|x| x.2.ln())
+        .collect();
+    let lo = logs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let badness = |v: f64| {
+        if v <= 0.0 || hi.is_nan() || lo.is_nan() || hi <= lo {
+            return 0.0;
+        }
+        let t = (v.ln() - lo) / (hi - lo);
+        if c.higher_is_better {
+            1.0 - t
+        } else {
+            t
+        }
+    };
+    let names = c.names.clone();
+    let mut chart = ChartBuilder::on(root)
+        .caption(&c.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(60)
+        .y_label_area_size(110)
+        .build_cartesian_2d(-0.5..n as f64 - 0.5, n as f64 - 0.5..-0.5)?;
+    chart
+        .configure_mesh()
+        .x_desc(&c.col_label)
+        .y_desc(&c.row_label)
+        .x_labels(n)
+        .y_labels(n)
+        .x_label_formatter(&|v| category(&names, *v))
+        .y_label_formatter(&|v| category(&names, *v))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 16))
+        .disable_mesh()
+        .draw()?;
+    let cell = |r: usize, col: usize, inset: f64| {
+        [
+            (col as f64 - 0.5 + inset, r as f64 - 0.5 + inset),
+            (col as f64 + 0.5 - inset, r as f64 + 0.5 - inset),
+        ]
+    };
+    chart.draw_series(
+        c.cells
+            .iter()
+            .map(|&(r, col, v, _)| Rectangle::new(cell(r, col, 0.02), heat(badness(v)).filled())),
+    )?;
+    let outline = RGBColor(20, 20, 20);
+    chart
+        .draw_series(
+            c.cells
+                .iter()
+                .filter(|x| x.3)
+                .map(|&(r, col, _, _)| Rectangle::new(cell(r, col, 0.06), outline.stroke_width(4))),
+        )?
+        .label(format!(
+            "cells: {}; outlined (*): flagged slow",
+            c.value_label
+        ))
+        .legend(move |(x, y)| {
+            Rectangle::new([(x, y - 6), (x + 14, y + 6)], outline.stroke_width(3))
+        });
+    let size = if n > 12 { 10 } else { 15 };
+    chart.draw_series(c.cells.iter().map(|&(r, col, v, flagged)| {
+        let t = badness(v);
+        let ink = if t > 0.55 { WHITE } else { BLACK };
+        let text = if flagged {
+            format!("*{}", fmt_tick(v, false))
+        } else {
+            fmt_tick(v, false)
+        };
+        Text::new(
+            text,
+            (col as f64, r as f64),
+            ("sans-serif", size)
+                .into_font()
+                .color(&ink)
+                .pos(Pos::new(HPos::Center, VPos::Center)),
+        )
+    }))?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.4))
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
 fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> DrawResult
 where
     DB::ErrorType: 'static,
@@ -499,6 +624,7 @@ where
         Chart::Lines(c) => draw_lines(&root, c),
         Chart::Bars(c) => draw_bars(&root, c),
         Chart::Gantt(c) => draw_gantt(&root, c),
+        Chart::Heatmap(c) => draw_heatmap(&root, c),
     }
 }
 

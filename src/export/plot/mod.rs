@@ -30,6 +30,7 @@ pub struct Loaded {
     pub sim: Option<Vec<Line<SimTable>>>,
     pub timeline: Option<Vec<Line<TimelineTable>>>,
     pub peak: Option<Vec<Line<crate::bench::peak::PeakTable>>>,
+    pub links: Option<Vec<Line<crate::cluster::tables::LinksTable>>>,
     /// The verdicts of `morphbench check` on this run, when it was checked.
     pub check: Option<Vec<Line<crate::check::CheckTable>>>,
 }
@@ -45,6 +46,7 @@ impl Loaded {
             sim: read_optional(dir)?,
             timeline: read_optional(dir)?,
             peak: read_optional(dir)?,
+            links: read_optional(dir)?,
             check: read_optional(dir)?,
         })
     }
@@ -661,6 +663,115 @@ fn delay_windows(
 }
 
 /// Draws every figure the run (and the compared runs) has data for into `RUN/plots/`.
+/// Rank-by-rank heatmaps of a links run (its own run only: matrices do not overlay): per
+/// transport, p50 latency at the smallest and the largest size, one-way GB/s at the largest.
+fn links_charts(run: &Loaded) -> Vec<Named> {
+    use crate::cluster::tables::LinksTable;
+    let Some(rows) = &run.links else {
+        return Vec::new();
+    };
+    let n = rows
+        .iter()
+        .map(|l| l.params.src_rank.max(l.params.dst_rank) as usize + 1)
+        .max()
+        .unwrap_or(0);
+    if !(2..=256).contains(&n) {
+        return Vec::new();
+    }
+    let mut names = vec![String::new(); n];
+    for l in rows {
+        names[l.params.src_rank as usize] = format!("r{} {}", l.params.src_rank, l.params.src_host);
+        names[l.params.dst_rank as usize] = format!("r{} {}", l.params.dst_rank, l.params.dst_host);
+    }
+    let mut transports: Vec<&str> = rows.iter().map(|l| l.params.transport.as_str()).collect();
+    transports.sort();
+    transports.dedup();
+    let mut out = Vec::new();
+    for t in transports {
+        let of = |dir: &str, bytes: u64| -> Vec<&Line<LinksTable>> {
+            rows.iter()
+                .filter(|l| {
+                    l.params.transport == t && l.params.direction == dir && l.params.bytes == bytes
+                })
+                .collect()
+        };
+        let sizes = |dir: &str| -> Vec<u64> {
+            let mut v: Vec<u64> = rows
+                .iter()
+                .filter(|l| l.params.transport == t && l.params.direction == dir)
+                .map(|l| l.params.bytes)
+                .collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let flag = |l: &Line<LinksTable>| l.figures.flagged == Some(true);
+        let lat_sizes = sizes("pingpong");
+        let mut picks: Vec<u64> = lat_sizes
+            .first()
+            .into_iter()
+            .chain(lat_sizes.last())
+            .copied()
+            .collect();
+        picks.dedup();
+        for bytes in picks {
+            // A ping-pong is one figure per pair: both cells of the pair show it.
+            let cells: Vec<(usize, usize, f64, bool)> = of("pingpong", bytes)
+                .iter()
+                .flat_map(|l| {
+                    let (a, b) = (l.params.src_rank as usize, l.params.dst_rank as usize);
+                    let v = l.stats().p50_us;
+                    [(a, b, v, flag(l)), (b, a, v, flag(l))]
+                })
+                .collect();
+            let size = crate::units::human_bytes(bytes);
+            out.push(named(
+                &format!("links_latency_{t}_{bytes}"),
+                &format!("{t} latency between every pair of ranks at {size}: p50 of round trip / 2, flagged links outlined"),
+                Chart::Heatmap(charts::Heatmap {
+                    title: format!("{t} latency at {size}, p50 µs — {}", run.label.short()),
+                    value_label: "p50 µs".into(),
+                    row_label: "rank".into(),
+                    col_label: "rank".into(),
+                    names: names.clone(),
+                    cells,
+                    higher_is_better: false,
+                }),
+            ));
+        }
+        if let Some(&bytes) = sizes("oneway").last() {
+            let cells = of("oneway", bytes)
+                .iter()
+                .filter_map(|l| {
+                    l.figures.gbps.map(|g| {
+                        (
+                            l.params.src_rank as usize,
+                            l.params.dst_rank as usize,
+                            g,
+                            flag(l),
+                        )
+                    })
+                })
+                .collect();
+            let size = crate::units::human_bytes(bytes);
+            out.push(named(
+                &format!("links_bandwidth_{t}_{bytes}"),
+                &format!("{t} bandwidth from each rank (row) to each other (column) at {size}, GB/s; flagged links outlined"),
+                Chart::Heatmap(charts::Heatmap {
+                    title: format!("{t} bandwidth at {size}, GB/s (row sends to column) — {}", run.label.short()),
+                    value_label: "GB/s".into(),
+                    row_label: "from rank".into(),
+                    col_label: "to rank".into(),
+                    names: names.clone(),
+                    cells,
+                    higher_is_better: true,
+                }),
+            ));
+        }
+    }
+    out
+}
+
 pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotOutcome> {
     let mut runs = vec![Loaded::load(dir)?];
     for other in compare {
@@ -683,6 +794,8 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
         "peak.csv" => r.peak.is_some(),
         _ => r.sim.is_some(),
     };
+    // A cluster run (links) holds none of the single-node tables: nothing to say is missing.
+    let cluster_only = runs.iter().all(|r| r.links.is_some());
     for file in [
         "peak.csv",
         "kernels.csv",
@@ -691,7 +804,7 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
         "rdma.csv",
         "sim.csv",
     ] {
-        if !runs.iter().any(|r| present(r, file)) {
+        if !cluster_only && !runs.iter().any(|r| present(r, file)) {
             outcome.skipped.push(format!("{file}: not in this run"));
         }
     }
@@ -702,6 +815,7 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
     charts.extend(hol_charts(&runs, &title)?);
     charts.extend(rdma_charts(&runs, &title)?);
     charts.extend(sim_charts(&runs, &title)?);
+    charts.extend(links_charts(&runs[0]));
     for (name, about, chart) in charts {
         let n = chart.elements();
         if n > charts::MAX_ELEMENTS {
