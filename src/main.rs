@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+use morphbench::bench::sim::place::LinkCosts;
 use morphbench::bench::sim::{calibrate_from, OneOrMany, SimBench, SimOutput, SimPlan};
 use morphbench::bench::Bench;
 use morphbench::cli::{Cli, Command};
@@ -132,7 +133,21 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Sim(a) => {
             let mut cfg = a.config()?;
-            if let Some(dir) = &a.from {
+            let links = match &a.from {
+                Some(dir) if dir.join("links.csv").exists() => {
+                    Some(sim_links(a, &mut cfg, dir, g.quiet)?)
+                }
+                Some(dir) if a.place => anyhow::bail!(
+                    "--place needs a links run: {} has no links.csv (run `morphbench links`)",
+                    dir.display()
+                ),
+                _ => None,
+            };
+            if let Some(dir) = a
+                .from
+                .as_ref()
+                .filter(|d| links.is_none() || d.join("kernels.csv").exists())
+            {
                 let cal = calibrate_from(dir, a.layers_per_stage)?;
                 if !g.quiet {
                     println!("{}", cal.note);
@@ -167,6 +182,9 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 None => None,
             };
             let plan = SimPlan::build(&cfg, trace.as_deref()).map_err(anyhow::Error::msg)?;
+            if let (Some(costs), true) = (&links, a.place) {
+                place(costs, &plan, g.quiet)?;
+            }
             let timelines = match a.timeline.as_deref() {
                 Some("none") => Vec::new(),
                 Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
@@ -188,6 +206,90 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             )
         }
     }
+}
+
+/// `sim --from` a links run: the stages are its ranks in launcher order, each link costed at
+/// the activation size (flags given still win). Returns the fitted costs for `--place`.
+fn sim_links(
+    a: &morphbench::cli::SimArgs,
+    cfg: &mut morphbench::bench::sim::SimConfig,
+    dir: &std::path::Path,
+    quiet: bool,
+) -> anyhow::Result<LinkCosts> {
+    let costs = LinkCosts::from_run(dir, None, a.activation)?;
+    match cfg.stages {
+        Some(s) if s != costs.ranks => anyhow::bail!(
+            "{} has {} ranks, so the pipeline has {} stages: drop --stages {s}",
+            dir.display(),
+            costs.ranks,
+            costs.ranks
+        ),
+        _ => cfg.stages = Some(costs.ranks),
+    }
+    let launcher: Vec<usize> = (0..costs.ranks).collect();
+    if cfg.link_ms.is_none() {
+        let (link_ms, slow) = costs.links_of(&launcher);
+        cfg.link_ms = Some(link_ms);
+        cfg.slow.extend(
+            slow.into_iter()
+                .filter(|(_, d)| *d > 0.0)
+                .map(|(link, delay_ms)| morphbench::bench::sim::SlowLink { link, delay_ms }),
+        );
+    }
+    if !quiet {
+        println!("{}", costs.note());
+        println!("launcher order: {}", costs.describe(&launcher));
+    }
+    Ok(costs)
+}
+
+/// `sim --place`: the best order of ranks into stages per schedule, against the launcher's.
+fn place(costs: &LinkCosts, plan: &SimPlan, quiet: bool) -> anyhow::Result<()> {
+    let base = &plan.cases[0].scenario;
+    let schedules: Vec<morphbench::sim::Schedule> = ["adaptive", "1f1b"]
+        .iter()
+        .map(|s| s.parse().expect("built-in schedules"))
+        .collect();
+    let (found, exhaustive) =
+        morphbench::bench::sim::place::place(costs, base, plan.mem_limit, &schedules)?;
+    let n = costs.ranks;
+    let how = if exhaustive {
+        format!(
+            "exhaustive over all {} orders",
+            (1..=n as u64).product::<u64>()
+        )
+    } else {
+        "heuristic: nearest-neighbour chains over the link costs, then pairwise swaps judged by          the simulator (more than 8 ranks)"
+            .to_string()
+    };
+    let show = |o: &[usize]| {
+        o.iter()
+            .map(|r| format!("r{r}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!("placement of {n} ranks into stages ({how}), predicted iteration time:");
+    println!(
+        "  {:<10} {:<24} {:>12}   {:<24} {:>12} {:>8}",
+        "schedule", "launcher order", "ms", "best order", "ms", "gain"
+    );
+    for p in &found {
+        println!(
+            "  {:<10} {:<24} {:>12.3}   {:<24} {:>12.3} {:>7.3}x",
+            p.schedule,
+            show(&(0..n).collect::<Vec<_>>()),
+            p.launcher_ms,
+            show(&p.best),
+            p.best_ms,
+            p.launcher_ms / p.best_ms
+        );
+    }
+    if !quiet {
+        for p in &found {
+            println!("  best {} links: {}", p.schedule, costs.describe(&p.best));
+        }
+    }
+    Ok(())
 }
 
 /// With `--json`, prints the run's summary.json (written when the run ended).

@@ -356,6 +356,11 @@ pub struct LinksArgs {
     /// Skip the nodes' GPU samples (nodes.csv).
     #[arg(long)]
     pub no_fingerprint: bool,
+    /// The most pairs measured at once within a round [default: all of the round's]. 1 when
+    /// the "hosts" share cores (namespaces or VMs on one machine), so pairs do not compete
+    /// for the CPU that small messages are bound by.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrent: Option<u32>,
     #[command(flatten)]
     pub rdma: RdmaDeviceArgs,
 }
@@ -384,6 +389,7 @@ impl LinksArgs {
             },
             choice: self.rdma.choice(),
             fingerprint: !self.no_fingerprint,
+            concurrent: self.concurrent.map(|c| c as usize),
             backend: g.backend,
             adapter: g.adapter.clone(),
             out: g.out.clone(),
@@ -661,9 +667,18 @@ pub struct SimArgs {
     /// Straggler trace: lines of iteration;link;delay_ms, one simulated iteration each.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Take tF/tB/tW (and the D2H cost) from a measured run folder.
+    /// Take tF/tB/tW (and the D2H cost) from a measured run folder; from a links run
+    /// (links.csv), the stages are its ranks and each link costs what the matrix says.
     #[arg(long, value_name = "RUN_DIR")]
     pub from: Option<PathBuf>,
+    /// With --from a links run: the bytes each link carries per transfer (the activation),
+    /// costed from the run's fitted links [default: the largest size it measured].
+    #[arg(long, value_parser = crate::units::parse_byte_count, value_name = "SIZE")]
+    pub activation: Option<u64>,
+    /// With --from a links run: search the order of ranks into stages for the least predicted
+    /// iteration time under adaptive and 1f1b (exhaustive up to 8 ranks, a heuristic above).
+    #[arg(long, requires = "from")]
+    pub place: bool,
     /// Layers per stage when calibrating with --from.
     #[arg(long, default_value_t = 1.0)]
     pub layers_per_stage: f64,

@@ -33,6 +33,8 @@ pub struct LinksOptions {
     pub choice: DeviceChoice,
     /// Sample each node's GPU (a verified GEMM, a D2H copy).
     pub fingerprint: bool,
+    /// The most pairs measured at once within a round (None: all of the round's).
+    pub concurrent: Option<usize>,
     pub backend: BackendChoice,
     pub adapter: Option<String>,
     pub out: PathBuf,
@@ -45,7 +47,8 @@ enum ToRank {
     /// The plan every rank follows (rank 0's), and whether nodes are fingerprinted.
     Plan(PairPlan),
     Fingerprint,
-    Round(u32),
+    /// Play round r's pairs listed (all of the round's, or a wave of them).
+    Round(u32, Vec<(u32, u32)>),
     Finish,
     Abort(String),
 }
@@ -173,10 +176,14 @@ impl PairContext {
     }
 
     /// This rank's pair in `round` (if it has one): the lower rank serves, the higher drives.
-    fn play(&self, plan: &PairPlan, round: u32) -> Result<Vec<Measured>, String> {
-        let schedule = rounds(self.names.len() as u32);
+    fn play(
+        &self,
+        plan: &PairPlan,
+        round: u32,
+        active: &[(u32, u32)],
+    ) -> Result<Vec<Measured>, String> {
         let me = self.me;
-        let Some(peer) = partner(&schedule[round as usize], me) else {
+        let Some(peer) = partner(active, me) else {
             return Ok(Vec::new());
         };
         let p = peer as usize;
@@ -256,15 +263,19 @@ fn leaf(world: &mut World, opts: &LinksOptions) -> Result<()> {
                 continue;
             }
             ToRank::Fingerprint => sample_node(world, opts).map(|s| ToRoot::Node(Box::new(s))),
-            ToRank::Round(r) => {
+            ToRank::Round(r, active) => {
                 let p = plan
                     .as_ref()
                     .ok_or_else(|| anyhow!("rank 0 sent a round before the plan"))?;
-                if r as usize >= rounds(world.size()).len() {
-                    return Err(anyhow!("rank 0 sent round {r}, past the last"));
+                let schedule = rounds(world.size());
+                let known = schedule.get(r as usize);
+                if !known.is_some_and(|pairs| active.iter().all(|a| pairs.contains(a))) {
+                    return Err(anyhow!(
+                        "rank 0 sent round {r} with pairs not in it: {active:?}"
+                    ));
                 }
                 PairContext::of(world, opts)
-                    .and_then(|c| c.play(p, r))
+                    .and_then(|c| c.play(p, r, &active))
                     .map(ToRoot::Round)
             }
             ToRank::Finish => return Ok(()),
@@ -329,41 +340,58 @@ fn drive_run(world: &mut World, opts: &LinksOptions, dir: &RunDir) -> Result<()>
     let mut sink: CsvSink<LinksTable> = dir.table()?;
     let mut lines: Vec<Line<LinksTable>> = Vec::new();
     let started = Instant::now();
-    for (r, pairs) in schedule.iter().enumerate() {
+    let waves = |pairs: &[(u32, u32)]| -> Vec<Vec<(u32, u32)>> {
+        pairs
+            .chunks(opts.concurrent.unwrap_or(usize::MAX).max(1))
+            .map(<[_]>::to_vec)
+            .collect()
+    };
+    for (r, round) in schedule.iter().enumerate() {
+        let waves = waves(round);
         if !opts.quiet {
-            let list: Vec<String> = pairs.iter().map(|(a, b)| format!("{a}-{b}")).collect();
-            println!("round {}/{}: {}", r + 1, schedule.len(), list.join(" "));
+            let list: Vec<String> = waves
+                .iter()
+                .map(|w| {
+                    w.iter()
+                        .map(|(a, b)| format!("{a}-{b}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .collect();
+            println!("round {}/{}: {}", r + 1, schedule.len(), list.join(" | "));
         }
-        world
-            .broadcast(&ToRank::Round(r as u32), false)
-            .map_err(anyhow::Error::msg)?;
-        // Rank 0 plays its own pair in a thread while it listens to the others, so a rank that
-        // dies anywhere ends the run at once (the thread is left to fail on its own).
-        let ctx = PairContext::of(world, opts).map_err(anyhow::Error::msg)?;
-        let round_plan = plan.clone();
-        let mine = std::thread::spawn(move || ctx.play(&round_plan, r as u32));
-        let others: Vec<u32> = (1..world.size()).collect();
-        let replies = world.gather(&others, Instant::now() + plan.pair_bound(), is_failure);
-        let replies = settle(world, &others, replies)?;
-        let mut measured = mine
-            .join()
-            .map_err(|_| anyhow!("rank 0's pair panicked"))?
-            .map_err(|e| anyhow!("{e}"))?;
-        for (rank, reply) in replies {
-            match reply {
-                ToRoot::Round(m) => measured.extend(m),
-                _ => {
-                    return Err(anyhow!(
-                        "{} answered a round out of turn",
-                        world.describe(rank)
-                    ))
+        for active in waves {
+            world
+                .broadcast(&ToRank::Round(r as u32, active.clone()), false)
+                .map_err(anyhow::Error::msg)?;
+            // Rank 0 plays its own pair in a thread while it listens to the others, so a rank that
+            // dies anywhere ends the run at once (the thread is left to fail on its own).
+            let ctx = PairContext::of(world, opts).map_err(anyhow::Error::msg)?;
+            let round_plan = plan.clone();
+            let mine = std::thread::spawn(move || ctx.play(&round_plan, r as u32, &active));
+            let others: Vec<u32> = (1..world.size()).collect();
+            let replies = world.gather(&others, Instant::now() + plan.pair_bound(), is_failure);
+            let replies = settle(world, &others, replies)?;
+            let mut measured = mine
+                .join()
+                .map_err(|_| anyhow!("rank 0's pair panicked"))?
+                .map_err(|e| anyhow!("{e}"))?;
+            for (rank, reply) in replies {
+                match reply {
+                    ToRoot::Round(m) => measured.extend(m),
+                    _ => {
+                        return Err(anyhow!(
+                            "{} answered a round out of turn",
+                            world.describe(rank)
+                        ))
+                    }
                 }
             }
-        }
-        for m in measured {
-            let line = link_line(world, &dir.id, &m);
-            sink.write(&line)?;
-            lines.push(line);
+            for m in measured {
+                let line = link_line(world, &dir.id, &m);
+                sink.write(&line)?;
+                lines.push(line);
+            }
         }
     }
     world

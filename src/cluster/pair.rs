@@ -29,10 +29,15 @@ const OP_BOTH: u8 = 4;
 const ACK: u8 = 0xA5;
 /// The most messages one header may announce.
 const MAX_COUNT: u32 = 1 << 16;
-/// A stream batch holds about this many bytes (at least one message).
+/// A stream's warm-up batch holds about this many bytes (at least one message).
 const BATCH_BYTES: u64 = 1 << 20;
-/// The most messages in one stream batch (small messages).
-const MAX_BATCH: u64 = 4096;
+/// Later batches are sized to take about this long (judged by the warm-up), so the
+/// announcement and acknowledgement of each stay a small share of it.
+const BATCH_TARGET: Duration = Duration::from_millis(5);
+/// The most messages in the warm-up batch, and in any stream batch (small messages).
+const FIRST_BATCH: u64 = 4096;
+const MAX_BATCH: u64 = 16384;
+const MAX_BATCH_BYTES: u64 = 256 << 20;
 /// Fewest samples a test keeps, whatever its time budget.
 pub const MIN_SAMPLES: usize = 5;
 /// The largest message a link test sends.
@@ -159,9 +164,20 @@ fn check_stamp(msg: &[u8], seq: u64, what: &str) -> Result<(), String> {
     }
 }
 
-/// Messages per stream batch at `bytes`.
-fn batch(bytes: u64) -> u32 {
-    BATCH_BYTES.div_ceil(bytes).clamp(1, MAX_BATCH) as u32
+/// Messages in the warm-up batch of a stream at `bytes`.
+fn first_batch(bytes: u64) -> u32 {
+    BATCH_BYTES.div_ceil(bytes).clamp(1, FIRST_BATCH) as u32
+}
+
+/// The most messages a stream batch at `bytes` may announce.
+fn max_batch(bytes: u64) -> u32 {
+    (MAX_BATCH_BYTES / bytes).clamp(1, MAX_BATCH) as u32
+}
+
+/// Messages per batch after a warm-up batch of `k0` took `us`: about BATCH_TARGET long.
+fn sized_batch(bytes: u64, k0: u32, us: f64) -> u32 {
+    let scale = BATCH_TARGET.as_secs_f64() * 1e6 / us.max(1.0);
+    ((k0 as f64 * scale) as u64).clamp(1, max_batch(bytes) as u64) as u32
 }
 
 /// The driver's side of the pair: `me` connects to `peer` and measures everything in `plan`.
@@ -344,33 +360,52 @@ fn tcp_tests(
 }
 
 /// Writes `count` stamped messages of `n` bytes.
-fn write_messages(s: &mut TcpStream, count: u32, n: usize) -> Result<(), String> {
-    let mut msg = vec![0u8; n];
+/// Writes `count` stamped messages of `msg.len()` bytes (the buffer is the caller's, so no
+/// batch pays for allocating and faulting in a fresh one).
+fn write_messages(s: &mut TcpStream, count: u32, msg: &mut [u8]) -> Result<(), String> {
     for seq in 0..count as u64 {
-        stamp(&mut msg, seq);
-        s.write_all(&msg).map_err(|e| io_err("a stream", e))?;
+        stamp(msg, seq);
+        s.write_all(msg).map_err(|e| io_err("a stream", e))?;
     }
     Ok(())
 }
 
-/// Reads `count` messages of `n` bytes into `buf` and checks their stamps.
+/// Reads `count` messages of `n` bytes, about 1 MiB of whole messages per read (so memory
+/// stays bounded whatever the batch), and checks their stamps.
 fn read_messages(s: &mut TcpStream, count: u32, n: usize, buf: &mut Vec<u8>) -> Result<(), String> {
-    buf.resize(count as usize * n, 0);
-    s.read_exact(buf).map_err(|e| io_err("a stream", e))?;
-    for (seq, m) in buf.chunks(n).enumerate() {
-        check_stamp(m, seq as u64, "stream")?;
+    let per_read = (BATCH_BYTES as usize / n).max(1);
+    let mut seq = 0u64;
+    while seq < count as u64 {
+        let k = per_read.min((count as u64 - seq) as usize);
+        buf.resize(k * n, 0);
+        s.read_exact(buf).map_err(|e| io_err("a stream", e))?;
+        for m in buf.chunks(n) {
+            check_stamp(m, seq, "stream")?;
+            seq += 1;
+        }
     }
     Ok(())
 }
 
 /// Writes on a clone of the socket in a thread while `read` runs here.
-fn both_ways(s: &mut TcpStream, count: u32, n: usize, buf: &mut Vec<u8>) -> Result<(), String> {
+fn both_ways(
+    s: &mut TcpStream,
+    count: u32,
+    msg: &mut Vec<u8>,
+    buf: &mut Vec<u8>,
+) -> Result<(), String> {
+    let n = msg.len();
     let mut w = s.try_clone().map_err(|e| e.to_string())?;
-    let writer = std::thread::spawn(move || write_messages(&mut w, count, n));
+    let mut out = std::mem::take(msg);
+    let writer = std::thread::spawn(move || {
+        let r = write_messages(&mut w, count, &mut out);
+        (r, out)
+    });
     let read = read_messages(s, count, n, buf);
-    let wrote = writer
+    let (wrote, out) = writer
         .join()
         .map_err(|_| "the stream writer panicked".to_string())?;
+    *msg = out;
     read.and(wrote)
 }
 
@@ -393,30 +428,30 @@ fn tcp_stream(
     bytes: u64,
 ) -> Result<(Vec<f64>, f64), String> {
     let n = bytes as usize;
-    let k = batch(bytes);
-    let mut buf = Vec::new();
-    let mut one = |s: &mut TcpStream| -> Result<f64, String> {
+    let (mut buf, mut msg) = (Vec::new(), vec![0u8; n]);
+    let mut one = |s: &mut TcpStream, k: u32| -> Result<f64, String> {
         let t0 = Instant::now();
         s.write_all(&header(op, k, bytes))
             .map_err(|e| io_err("a stream", e))?;
         match op {
             OP_SINK => {
-                write_messages(s, k, n)?;
+                write_messages(s, k, &mut msg)?;
                 read_ack(s)?;
             }
             OP_SOURCE => read_messages(s, k, n, &mut buf)?,
             _ => {
-                both_ways(s, k, n, &mut buf)?;
+                both_ways(s, k, &mut msg, &mut buf)?;
                 read_ack(s)?;
             }
         }
         Ok(t0.elapsed().as_secs_f64() * 1e6)
     };
-    one(s)?; // warm-up
+    let k0 = first_batch(bytes);
+    let k = sized_batch(bytes, k0, one(s, k0)?); // the warm-up sizes the batches
     let started = Instant::now();
     let (mut per_msg, mut total_us) = (Vec::new(), 0.0);
     while !enough(per_msg.len(), started, plan) {
-        let us = one(s)?;
+        let us = one(s, k)?;
         total_us += us;
         per_msg.push(us / k as f64);
     }
@@ -428,7 +463,7 @@ fn tcp_stream(
 /// The server's TCP side: answers headers until the driver moves on (END, or the next
 /// transport's first bytes are not a TCP header, which cannot happen: END always comes).
 fn tcp_answer(s: &mut TcpStream, plan: &PairPlan) -> Result<(), String> {
-    let mut buf = Vec::new();
+    let (mut buf, mut msg) = (Vec::new(), Vec::new());
     loop {
         let mut h = [0u8; 16];
         s.read_exact(&mut h).map_err(|e| io_err("the tests", e))?;
@@ -444,13 +479,14 @@ fn tcp_answer(s: &mut TcpStream, plan: &PairPlan) -> Result<(), String> {
                 "the peer sent a header outside the plan (op {op}, {count} x {bytes} B)"
             ));
         }
-        if op != OP_PING && count > batch(bytes) {
+        if op != OP_PING && count > max_batch(bytes) {
             return Err(format!(
                 "the peer announced a stream batch of {count} x {bytes} B, over the {}",
-                batch(bytes)
+                max_batch(bytes)
             ));
         }
         let n = bytes as usize;
+        msg.resize(n, 0);
         match op {
             OP_PING => {
                 let mut m = vec![0u8; n];
@@ -463,9 +499,9 @@ fn tcp_answer(s: &mut TcpStream, plan: &PairPlan) -> Result<(), String> {
                 read_messages(s, count, n, &mut buf)?;
                 s.write_all(&[ACK]).map_err(|e| io_err("a stream", e))?;
             }
-            OP_SOURCE => write_messages(s, count, n)?,
+            OP_SOURCE => write_messages(s, count, &mut msg)?,
             _ => {
-                both_ways(s, count, n, &mut buf)?;
+                both_ways(s, count, &mut msg, &mut buf)?;
                 s.write_all(&[ACK]).map_err(|e| io_err("a stream", e))?;
             }
         }

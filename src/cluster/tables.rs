@@ -98,7 +98,7 @@ pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
     judge_groups(
         rows,
         key,
-        |l| (l.stats().p50_us, l.stats().min_us),
+        |l| (l.stats().p50_us, l.stats().p99_us),
         |l, v| {
             l.figures.slowdown = Some(crate::export::csv::round(v.slowdown, 3));
             l.figures.flagged = Some(v.flagged);
@@ -111,7 +111,7 @@ pub fn judge_nodes(rows: &mut [Line<NodesTable>]) -> usize {
     judge_groups(
         rows,
         |l| (l.params.metric.clone(), l.params.size.clone()),
-        |l| (l.stats().p50_us, l.stats().min_us),
+        |l| (l.stats().p50_us, l.stats().p99_us),
         |l, v| {
             l.figures.slowdown = Some(crate::export::csv::round(v.slowdown, 3));
             l.figures.flagged = Some(v.flagged);

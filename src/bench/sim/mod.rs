@@ -9,6 +9,7 @@ use anyhow::{anyhow, Context, Result};
 use crate::bench::d2h::D2hTable;
 use crate::bench::hol::{HolTable, Mode};
 use crate::bench::kernels::KernelsTable;
+pub mod place;
 mod scenario;
 
 use crate::export::csv::{round, sig4};
