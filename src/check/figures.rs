@@ -255,6 +255,31 @@ impl Checked for PeakTable {
     }
 }
 
+/// A link: its stream by GB/s, its ping-pong by p50 latency. Cases name the ranks, so a run
+/// is compared with a baseline of the same ranks (the same launch on the same nodes).
+impl Checked for crate::cluster::tables::LinksTable {
+    fn figure(line: &Line<Self>) -> Option<Figure> {
+        let s = line.stats();
+        let mut fig = match line.figures.gbps {
+            Some(x) if line.params.direction != "pingpong" => {
+                Figure::new("gbps", "GB/s", Better::Higher, x, s)
+            }
+            _ => Figure::time(s),
+        };
+        fig.detail = format!("{} -> {}", line.params.src_host, line.params.dst_host);
+        Some(fig)
+    }
+}
+
+/// A node's fingerprint: the GEMM by GFLOP/s, the D2H copy by GB/s.
+impl Checked for crate::cluster::tables::NodesTable {
+    fn figure(line: &Line<Self>) -> Option<Figure> {
+        let mut fig = Figure::rate_or_time(line.figures.gflops, line.figures.gbps, line.stats());
+        fig.detail = line.params.host.clone();
+        Some(fig)
+    }
+}
+
 fn add<T: Checked>(dir: &Path, out: &mut BTreeMap<Key, Figure>) -> Result<()> {
     let Some(lines) = read_optional::<T>(dir)? else {
         return Ok(());
@@ -316,10 +341,13 @@ pub fn collect(dir: &Path) -> Result<RunFigures> {
     add::<D2hTable>(dir, &mut figures)?;
     add::<HolTable>(dir, &mut figures)?;
     add::<RdmaTable>(dir, &mut figures)?;
+    add::<crate::cluster::tables::LinksTable>(dir, &mut figures)?;
+    add::<crate::cluster::tables::NodesTable>(dir, &mut figures)?;
     let label = RunLabel::of(dir);
     if figures.is_empty() {
         anyhow::bail!(
-            "{} holds no measured figures (peak.csv, kernels.csv, d2h.csv, hol.csv or rdma.csv): give a \
+            "{} holds no measured figures (peak.csv, kernels.csv, d2h.csv, hol.csv, rdma.csv, links.csv \
+             or nodes.csv): give a \
              run folder of a run that measured something",
             dir.display()
         );
