@@ -4,6 +4,7 @@
 pub mod gemm;
 pub mod layernorm;
 pub mod select;
+pub mod train;
 
 use rand::{Rng, SeedableRng};
 use thiserror::Error;
