@@ -122,6 +122,35 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             &a.rdma.choice(),
         ),
         Command::Rdma(a) => morphbench::bench::rdma::run(&a.plan(), &g.out, g.quiet),
+        Command::Pipeline(a) => {
+            if let Some(stages) = a.local {
+                // Bad input is refused here, before any rank starts.
+                let opts = a.options(g).map_err(anyhow::Error::msg)?;
+                opts.plan.validate(stages).map_err(anyhow::Error::msg)?;
+                // Every argument but --local goes to each rank.
+                let args: Vec<String> = std::env::args().skip(1).collect();
+                let mut pass = Vec::new();
+                let mut skip = false;
+                for x in args {
+                    if skip {
+                        skip = false;
+                    } else if x == "--local" {
+                        skip = true;
+                    } else if !x.starts_with("--local=") {
+                        pass.push(x);
+                    }
+                }
+                return morphbench::pipeline::run_local(stages, &pass);
+            }
+            let opts = a.options(g).map_err(anyhow::Error::msg)?;
+            if let Some(dir) = morphbench::pipeline::run(&opts)? {
+                if !g.quiet {
+                    plot(&dir, Format::Both, &[], true)?;
+                }
+                print_summary(&dir, g.json)?;
+            }
+            Ok(())
+        }
         Command::Links(a) => {
             if let Some(dir) = morphbench::cluster::links::run(&a.options(g))? {
                 if !g.quiet {

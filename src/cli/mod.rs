@@ -129,6 +129,13 @@ Rank 0 listens at the rendezvous address: --rendezvous, else MORPHBENCH_RENDEZVO
 MASTER_ADDR and MASTER_PORT, else the first host of the Slurm node list (port 18700)."
     )]
     Links(Box<LinksArgs>),
+    /// A real pipeline: each rank a stage running GEMM and layernorm forward and backward,
+    /// activations and gradients sent between them, in the simulator's schedule; measured
+    /// against the simulator's prediction; writes pipeline.csv.
+    #[command(
+        after_help = "Examples:\n  morphbench pipeline --local 2                            # 2 stages on this machine\n  morphbench pipeline --local 4 --schedule 1f1b,zb-h1,adaptive --comm inline,offload --slow 0:0,20\n  srun -n 4 morphbench pipeline --schedule adaptive --slow 1:30"
+    )]
+    Pipeline(Box<PipelineArgs>),
     /// Draw a run's CSVs into RUN_DIR/plots/ and write report.md and report.html.
     #[command(
         after_help = "Examples:\n  morphbench plot results/latest\n  morphbench plot results/RUN_A --compare results/RUN_B --format svg"
@@ -395,6 +402,107 @@ impl LinksArgs {
             out: g.out.clone(),
             quiet: g.quiet,
         }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PipelineArgs {
+    /// Start S ranks (stages) of this program on this machine, each with its own device (a
+    /// CPU driver gets its share of the cores via LP_NUM_THREADS).
+    #[arg(long, value_name = "S")]
+    pub local: Option<u32>,
+    /// Schedules to run, each replaying the simulator's order (1f1b, zb-h1, greedy, adaptive,
+    /// static:X).
+    #[arg(long, default_value = "1f1b,adaptive")]
+    pub schedule: String,
+    /// inline: a stage waits for each send to be acknowledged; offload: a host thread sends.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "inline,offload"
+    )]
+    pub comm: Vec<crate::pipeline::exec::Comm>,
+    /// LINK:MS[,MS...]: delay every message on link LINK (both ways) by each MS in turn.
+    #[arg(long, value_parser = parse_sweep, value_name = "LINK:MS[,MS...]")]
+    pub slow: Option<SweepLink>,
+    #[arg(long, default_value_t = 2)]
+    pub layers: u32,
+    #[arg(long, default_value_t = 256)]
+    pub hidden: u32,
+    #[arg(long, default_value_t = 64)]
+    pub tokens: u32,
+    #[arg(long, default_value_t = 8)]
+    pub microbatches: u32,
+    /// Timed iterations per case.
+    #[arg(long, default_value_t = 5)]
+    pub iters: u32,
+    /// Untimed iterations first.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u32,
+    /// This process's rank, when no launcher says (with --world and --rendezvous).
+    #[arg(long, requires = "world")]
+    pub rank: Option<u32>,
+    #[arg(long, requires = "rank")]
+    pub world: Option<u32>,
+    #[arg(long, value_name = "HOST:PORT")]
+    pub rendezvous: Option<String>,
+    /// Seconds the ranks wait for each other to arrive.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub wait_s: u64,
+    /// Seconds any message between stages may take.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout_s: u64,
+}
+
+impl PipelineArgs {
+    pub fn options(&self, g: &GlobalArgs) -> Result<crate::pipeline::PipelineOptions, String> {
+        use crate::pipeline::{Case, PipelinePlan};
+        let delays: Vec<Option<(u32, f64)>> = match &self.slow {
+            None => vec![None],
+            Some(s) => s
+                .delays_ms
+                .iter()
+                .map(|&d| Some((s.link as u32, d)))
+                .collect(),
+        };
+        let mut cases = Vec::new();
+        for schedule in self.schedule.split(',').map(str::trim) {
+            for &comm in &self.comm {
+                for &slow in &delays {
+                    cases.push(Case {
+                        schedule: schedule.to_string(),
+                        comm,
+                        slow,
+                    });
+                }
+            }
+        }
+        Ok(crate::pipeline::PipelineOptions {
+            world: crate::cluster::world::WorldOptions {
+                explicit: self.rank.zip(self.world),
+                rendezvous: self.rendezvous.clone(),
+                timeout: std::time::Duration::from_secs(self.wait_s),
+                adapter: None,
+                rdma_devices: Vec::new(),
+            },
+            plan: PipelinePlan {
+                shape: crate::pipeline::stage::Shape {
+                    layers: self.layers,
+                    hidden: self.hidden,
+                    tokens: self.tokens,
+                    microbatches: self.microbatches,
+                },
+                cases,
+                iters: self.iters,
+                warmup: self.warmup,
+                timeout_s: self.timeout_s,
+            },
+            backend: g.backend,
+            adapter: g.adapter.clone(),
+            out: g.out.clone(),
+            quiet: g.quiet,
+        })
     }
 }
 

@@ -427,6 +427,33 @@ fn links(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
+/// Each pipeline case: measured iteration against the prediction.
+fn pipeline(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = &run.pipeline else { return };
+    for (i, l) in t.iter().enumerate() {
+        let f = &l.figures;
+        out.push(Headline {
+            bench: "pipeline",
+            what: format!("Pipeline iteration, {}", l.lead.case),
+            value: Some(f.iteration_ms),
+            unit: "ms",
+            text: format!(
+                "{:.1} ms measured, {:.1} ms predicted ({:+.1}%), bubble {:.3}, gradients {}",
+                f.iteration_ms,
+                f.predicted_ms,
+                f.error * 100.0,
+                f.bubble,
+                if f.verified {
+                    "verified"
+                } else {
+                    "NOT verified"
+                }
+            ),
+            source: source("pipeline.csv", i),
+        });
+    }
+}
+
 /// The run's headlines, bench by bench.
 pub fn headlines(run: &Loaded) -> Vec<Headline> {
     let mut out = Vec::new();
@@ -437,5 +464,6 @@ pub fn headlines(run: &Loaded) -> Vec<Headline> {
     rdma(run, &mut out);
     sim(run, &mut out);
     links(run, &mut out);
+    pipeline(run, &mut out);
     out
 }

@@ -34,6 +34,9 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
         "check.csv",
         "links.csv",
         "nodes.csv",
+        "pipeline.csv",
+        "pipeline_timeline.csv",
+        "pipeline_trace.json",
         "meta.json",
     ]
     .iter()

@@ -31,6 +31,8 @@ pub struct Loaded {
     pub timeline: Option<Vec<Line<TimelineTable>>>,
     pub peak: Option<Vec<Line<crate::bench::peak::PeakTable>>>,
     pub links: Option<Vec<Line<crate::cluster::tables::LinksTable>>>,
+    pub pipeline: Option<Vec<Line<crate::pipeline::table::PipelineTable>>>,
+    pub pipeline_timeline: Option<Vec<Line<crate::pipeline::table::TimelineTable>>>,
     /// The verdicts of `morphbench check` on this run, when it was checked.
     pub check: Option<Vec<Line<crate::check::CheckTable>>>,
 }
@@ -47,6 +49,8 @@ impl Loaded {
             timeline: read_optional(dir)?,
             peak: read_optional(dir)?,
             links: read_optional(dir)?,
+            pipeline: read_optional(dir)?,
+            pipeline_timeline: read_optional(dir)?,
             check: read_optional(dir)?,
         })
     }
@@ -663,6 +667,62 @@ fn delay_windows(
 }
 
 /// Draws every figure the run (and the compared runs) has data for into `RUN/plots/`.
+/// One Gantt chart per pipeline case: the measured stages above, the simulator's prediction
+/// for the same orders on the measured times below (copy out and inline sends shaded).
+fn pipeline_charts(run: &Loaded) -> Vec<Named> {
+    let Some(rows) = &run.pipeline_timeline else {
+        return Vec::new();
+    };
+    let mut cases: Vec<&str> = rows.iter().map(|l| l.lead.case.as_str()).collect();
+    cases.dedup();
+    let mut out = Vec::new();
+    for case in cases {
+        let mine: Vec<_> = rows.iter().filter(|l| l.lead.case == case).collect();
+        let mut gantt_rows = Vec::new();
+        for lane in ["measured", "predicted"] {
+            let stages = mine
+                .iter()
+                .filter(|l| l.params.lane == lane)
+                .map(|l| l.params.stage + 1)
+                .max()
+                .unwrap_or(0);
+            for s in 0..stages {
+                let spans: Vec<charts::Span> = mine
+                    .iter()
+                    .filter(|l| l.params.lane == lane && l.params.stage == s)
+                    .flat_map(|l| {
+                        let p = &l.params;
+                        let kind = match p.kind.as_str() {
+                            "F" => 0,
+                            "B" => 1,
+                            _ => 2,
+                        };
+                        let mb = p.microbatch as usize;
+                        let mut v = vec![(p.start_ms, p.end_ms, kind, mb)];
+                        if p.queue_end_ms > p.end_ms + 1e-6 {
+                            v.push((p.end_ms, p.queue_end_ms, 3, mb));
+                        }
+                        v
+                    })
+                    .collect();
+                gantt_rows.push((format!("{lane} s{s}"), spans));
+            }
+        }
+        out.push(named(
+            &format!("pipeline_gantt_{case}"),
+            &format!("pipeline {case}: each stage's ops as measured (top) and as the simulator predicts them from the measured op and link times (bottom)"),
+            Chart::Gantt(Gantt {
+                title: format!("pipeline {case}: measured against predicted — {}", run.label.short()),
+                x_label: "ms from the iteration's start".into(),
+                kinds: vec!["F".into(), "B".into(), "W".into(), "copy out / send on the queue".into()],
+                rows: gantt_rows,
+                delays: Vec::new(),
+            }),
+        ));
+    }
+    out
+}
+
 /// Rank-by-rank heatmaps of a links run (its own run only: matrices do not overlay): per
 /// transport, p50 latency at the smallest and the largest size, one-way GB/s at the largest.
 fn links_charts(run: &Loaded) -> Vec<Named> {
@@ -795,7 +855,9 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
         _ => r.sim.is_some(),
     };
     // A cluster run (links) holds none of the single-node tables: nothing to say is missing.
-    let cluster_only = runs.iter().all(|r| r.links.is_some());
+    let cluster_only = runs
+        .iter()
+        .all(|r| r.links.is_some() || r.pipeline.is_some());
     for file in [
         "peak.csv",
         "kernels.csv",
@@ -816,6 +878,7 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
     charts.extend(rdma_charts(&runs, &title)?);
     charts.extend(sim_charts(&runs, &title)?);
     charts.extend(links_charts(&runs[0]));
+    charts.extend(pipeline_charts(&runs[0]));
     for (name, about, chart) in charts {
         let n = chart.elements();
         if n > charts::MAX_ELEMENTS {

@@ -39,6 +39,34 @@ fn flag(b: bool) -> f64 {
 }
 
 impl TrainGemm {
+    /// The compiled pipeline of this shape (bind it to many buffers with `bind`: a CPU driver
+    /// compiles each pipeline, so a stage compiles each shape once).
+    pub fn pipeline(&self, gpu: &Gpu) -> Result<wgpu::ComputePipeline, KernelError> {
+        check_dims("a training GEMM", &[self.m, self.n, self.k])?;
+        Ok(gpu.compute_pipeline(
+            "train gemm",
+            include_str!("../../../shaders/train_gemm.wgsl"),
+            "main",
+            true,
+            &self.constants(),
+        )?)
+    }
+
+    fn constants(&self) -> [(&'static str, f64); 6] {
+        [
+            ("M", self.m as f64),
+            ("N", self.n as f64),
+            ("K", self.k as f64),
+            ("TRANS_A", flag(self.trans_a)),
+            ("TRANS_B", flag(self.trans_b)),
+            ("ACCUMULATE", flag(self.accumulate)),
+        ]
+    }
+
+    pub fn workgroups(&self) -> (u32, u32) {
+        (self.n.div_ceil(16), self.m.div_ceil(16))
+    }
+
     /// Binds the GEMM to caller-owned buffers `a`, `b` and `c`.
     pub fn pass(
         &self,
@@ -60,16 +88,9 @@ impl TrainGemm {
             "train gemm",
             include_str!("../../../shaders/train_gemm.wgsl"),
             "main",
-            &[
-                ("M", self.m as f64),
-                ("N", self.n as f64),
-                ("K", self.k as f64),
-                ("TRANS_A", flag(self.trans_a)),
-                ("TRANS_B", flag(self.trans_b)),
-                ("ACCUMULATE", flag(self.accumulate)),
-            ],
+            &self.constants(),
             &[a, b, c],
-            (self.n.div_ceil(16), self.m.div_ceil(16)),
+            self.workgroups(),
         )?)
     }
 }
@@ -114,6 +135,29 @@ pub fn layernorm_backward(
         &[("ROWS", rows as f64), ("H", hidden as f64)],
         &[dy, y, rstd, dz],
         (rows, 1),
+    )?)
+}
+
+/// The compiled layernorm forward (`backward: false`) or backward pipeline for rows x hidden;
+/// both dispatch (rows, 1) workgroups.
+pub fn layernorm_pipeline(
+    gpu: &Gpu,
+    rows: u32,
+    hidden: u32,
+    backward: bool,
+) -> Result<wgpu::ComputePipeline, KernelError> {
+    check_dims("a training layernorm", &[rows, hidden])?;
+    let wgsl = if backward {
+        include_str!("../../../shaders/train_layernorm_bwd.wgsl")
+    } else {
+        include_str!("../../../shaders/train_layernorm_fwd.wgsl")
+    };
+    Ok(gpu.compute_pipeline(
+        "train layernorm",
+        wgsl,
+        "main",
+        true,
+        &[("ROWS", rows as f64), ("H", hidden as f64)],
     )?)
 }
 

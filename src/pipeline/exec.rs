@@ -1,0 +1,202 @@
+//! One stage's part of one iteration: its ops in the planned order, each run when its input
+//! has arrived and never ahead of its turn (what the simulator's fixed replay models).
+//! `inline`: after an F or B, the stage copies the output to the host, sends it (after the
+//! link's injected delay) and waits for the acknowledgement before its next op, so its queue
+//! waits, as a blocking P2P on the compute stream does. `offload`: the stage pays the copy
+//! to the host; a sender thread delays, sends and waits while the stage computes on.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::comm::{Link, ACT, GRAD};
+use super::stage::Stage;
+
+/// How a stage's sends use its queue.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Comm {
+    Inline,
+    Offload,
+}
+
+impl std::fmt::Display for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Comm::Inline => "inline",
+            Comm::Offload => "offload",
+        })
+    }
+}
+
+/// One op as it ran, on the shared clock (µs since the Unix epoch).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpTime {
+    /// 'F', 'B' or 'W'.
+    pub kind: char,
+    pub mb: u32,
+    pub start_us: f64,
+    /// End of the computation.
+    pub end_us: f64,
+    /// End of the time the op held the stage (its copy to the host, and with inline comm the
+    /// send until acknowledged).
+    pub queue_end_us: f64,
+}
+
+/// One send: its link, the copy to the host, and write-to-acknowledgement (injected delay
+/// included).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SendTime {
+    pub link: u32,
+    pub d2h_us: f64,
+    pub send_us: f64,
+}
+
+/// What one stage reports of one iteration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StageTimes {
+    pub ops: Vec<OpTime>,
+    pub sends: Vec<SendTime>,
+}
+
+/// The microseconds since the Unix epoch: one clock for every process on one machine.
+pub fn now_us() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
+
+/// This stage's neighbours and the injected delay on each.
+pub struct Neighbours {
+    /// To stage s - 1 (link s - 1), and its delay.
+    pub prev: Option<(Arc<Link>, Duration)>,
+    /// To stage s + 1 (link s), and its delay.
+    pub next: Option<(Arc<Link>, Duration)>,
+}
+
+struct Outgoing {
+    link: Arc<Link>,
+    link_index: u32,
+    delay: Duration,
+    kind: u8,
+    mb: u32,
+    data: Vec<f32>,
+    d2h_us: f64,
+}
+
+fn deliver(o: &Outgoing, iter: u32) -> Result<SendTime, String> {
+    std::thread::sleep(o.delay);
+    let us = o.link.send(o.kind, iter, o.mb, &o.data)?;
+    Ok(SendTime {
+        link: o.link_index,
+        d2h_us: o.d2h_us,
+        send_us: us + o.delay.as_secs_f64() * 1e6,
+    })
+}
+
+/// Runs `order` ((kind, microbatch) pairs) for iteration `iter`.
+pub fn run_iteration(
+    stage: &mut Stage,
+    nb: &Neighbours,
+    order: &[(char, u32)],
+    fused: bool,
+    comm: Comm,
+    iter: u32,
+) -> Result<StageTimes, String> {
+    let s = stage.index;
+    let e = |x: anyhow::Error| format!("stage {s}: {x:#}");
+    stage.zero_grads().map_err(e)?;
+    let mut times = StageTimes::default();
+    // Offloaded sends go through one thread, in order; its results come back at the end.
+    let (tx, rx) = mpsc::channel::<Outgoing>();
+    let sender: Option<JoinHandle<Result<Vec<SendTime>, String>>> =
+        (comm == Comm::Offload).then(|| {
+            std::thread::spawn(move || {
+                let mut done = Vec::new();
+                for o in rx {
+                    done.push(deliver(&o, iter)?);
+                }
+                Ok(done)
+            })
+        });
+    let mut result = Ok(());
+    for &(kind, mb) in order {
+        let step = (|| -> Result<(), String> {
+            let (start, end) = match kind {
+                'F' => {
+                    let input = match &nb.prev {
+                        Some((link, _)) => Some(link.receive(ACT, iter, mb)?),
+                        None => None,
+                    };
+                    let t0 = now_us();
+                    stage.forward(mb, input).map_err(e)?;
+                    (t0, now_us())
+                }
+                'B' => {
+                    let dy = match &nb.next {
+                        Some((link, _)) => Some(link.receive(GRAD, iter, mb)?),
+                        None => None,
+                    };
+                    let t0 = now_us();
+                    stage.backward(mb, dy, fused).map_err(e)?;
+                    (t0, now_us())
+                }
+                _ => {
+                    let t0 = now_us();
+                    stage.weight(mb).map_err(e)?;
+                    (t0, now_us())
+                }
+            };
+            // F sends downstream, B upstream.
+            let out = match kind {
+                'F' => nb.next.as_ref().map(|(l, d)| (l, *d, ACT, s)),
+                'B' => nb.prev.as_ref().map(|(l, d)| (l, *d, GRAD, s - 1)),
+                _ => None,
+            };
+            if let Some((link, delay, k, link_index)) = out {
+                let (data, d2h_us) = stage.read_out(mb, k == GRAD).map_err(e)?;
+                let o = Outgoing {
+                    link: link.clone(),
+                    link_index,
+                    delay,
+                    kind: k,
+                    mb,
+                    data,
+                    d2h_us,
+                };
+                match comm {
+                    Comm::Inline => times.sends.push(deliver(&o, iter)?),
+                    Comm::Offload => tx
+                        .send(o)
+                        .map_err(|_| format!("stage {s}: the sender thread stopped"))?,
+                }
+            }
+            times.ops.push(OpTime {
+                kind,
+                mb,
+                start_us: start,
+                end_us: end,
+                queue_end_us: now_us(),
+            });
+            Ok(())
+        })();
+        if let Err(err) = step {
+            result = Err(err);
+            break;
+        }
+    }
+    drop(tx);
+    if let Some(h) = sender {
+        match h.join() {
+            Ok(Ok(sent)) => times.sends.extend(sent),
+            Ok(Err(err)) => result = result.and(Err(err)),
+            Err(_) => result = result.and(Err(format!("stage {s}: the sender thread panicked"))),
+        }
+    }
+    result.map(|()| times)
+}

@@ -1,0 +1,762 @@
+//! `morphbench pipeline`: a real multi-stage training pipeline on the testbed, measured against
+//! the simulator's prediction (issue 15). Each rank is one stage (`stage`) with its own GPU;
+//! neighbours exchange activations and gradients over TCP (`comm`); each stage replays the
+//! simulator's op order for the schedule (`exec`); rank 0 plans, collects every op's times,
+//! predicts the iteration from the measured op and link times, and writes pipeline.csv and
+//! pipeline_timeline.csv, a Perfetto trace and a measured-against-predicted Gantt chart.
+//! `--local S` starts S ranks of itself on this machine.
+
+pub mod comm;
+pub mod exec;
+pub mod stage;
+pub mod table;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::world::{self, World, WorldOptions};
+use crate::export::csv::{round, CsvSink, Line};
+use crate::export::meta::RunMeta;
+use crate::export::run_dir::RunDir;
+use crate::gpu::{BackendChoice, Gpu};
+use crate::host::HostInfo;
+use crate::sim::{
+    evaluate, simulate, CommModel, Executed, Op, OpKind, Policy, Run, Scenario, Schedule,
+};
+use crate::stats::Summary;
+use comm::{Link, ACT, GRAD};
+use exec::{Comm, Neighbours, StageTimes};
+use stage::{Shape, Stage};
+use table::{PipelineFigures, PipelineParams, PipelineTable, TimelineRow, TimelineTable};
+
+/// One configuration of the run (a row of pipeline.csv).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Case {
+    pub schedule: String,
+    pub comm: Comm,
+    /// (link, delay ms) injected on every message of that link, both ways.
+    pub slow: Option<(u32, f64)>,
+}
+
+/// What every rank follows (rank 0's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PipelinePlan {
+    pub shape: Shape,
+    pub cases: Vec<Case>,
+    pub iters: u32,
+    pub warmup: u32,
+    pub timeout_s: u64,
+}
+
+/// The most work one run may take, checked before it starts: microbatches x stages, sizes.
+const MAX_ELEMENTS: usize = 1 << 24;
+const MAX_MICROBATCHES: u32 = 256;
+const MAX_LAYERS: u32 = 64;
+/// Relative error of the weight gradients against f64 that still verifies: per dot product
+/// f32 rounding grows about sqrt(K) * 2^-24 (the GEMM check's bound is 1e-5 sqrt(K)), the
+/// layernorm backward scales errors by 1/std (about 1 here), and L layers and N microbatches
+/// add them up; measured errors are about 1e-6. A wrong index, a lost or repeated microbatch
+/// gives errors of order 1, far above.
+pub const GRAD_TOLERANCE: f64 = 1e-3;
+
+impl PipelinePlan {
+    pub fn validate(&self, stages: u32) -> Result<(), String> {
+        let s = &self.shape;
+        if s.layers == 0 || s.layers > MAX_LAYERS {
+            return Err(format!("--layers {}: give 1 to {MAX_LAYERS}", s.layers));
+        }
+        if s.microbatches == 0 || s.microbatches > MAX_MICROBATCHES {
+            return Err(format!(
+                "--microbatches {}: give 1 to {MAX_MICROBATCHES}",
+                s.microbatches
+            ));
+        }
+        if s.hidden == 0 || s.tokens == 0 || s.elements() > MAX_ELEMENTS {
+            return Err(format!(
+                "--tokens {} x --hidden {}: each must be >= 1 and their product at most {MAX_ELEMENTS}",
+                s.tokens, s.hidden
+            ));
+        }
+        if self.iters == 0 || self.iters > 10_000 {
+            return Err(format!("--iters {}: give 1 to 10000", self.iters));
+        }
+        for c in &self.cases {
+            c.schedule.parse::<Schedule>()?;
+            if let Some((link, ms)) = c.slow {
+                if link + 1 >= stages {
+                    return Err(format!(
+                        "--slow {link}:{ms}: link {link} does not exist with {stages} stages (links 0..={})",
+                        stages as i64 - 2
+                    ));
+                }
+                if !(0.0..=60_000.0).contains(&ms) {
+                    return Err(format!("--slow {link}:{ms}: give 0 to 60000 ms"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PipelineOptions {
+    pub world: WorldOptions,
+    pub plan: PipelinePlan,
+    pub backend: BackendChoice,
+    pub adapter: Option<String>,
+    pub out: PathBuf,
+    pub quiet: bool,
+}
+
+/// A stage's op times measured alone, for planning (µs): F, B split, W, B fused, D2H.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Calibration {
+    f: f64,
+    b: f64,
+    w: f64,
+    d2h: f64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum ToRank {
+    Plan(PipelinePlan),
+    /// Case index, each stage's order ((kind, microbatch) pairs), backward fused or split.
+    Case(usize, Vec<Vec<(char, u32)>>, bool),
+    Iter(u32),
+    Verify,
+    Finish,
+    Abort(String),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum ToRoot {
+    Calibrated(Calibration),
+    Iter(StageTimes),
+    Verified(f64),
+    Ready,
+    Failed(String),
+}
+
+/// Starts `stages` ranks of this program on this machine (`--local`), each with its share of
+/// the cores for a CPU driver, and waits for them.
+pub fn run_local(stages: u32, args: &[String]) -> Result<()> {
+    if !(1..=16).contains(&stages) {
+        bail!("--local {stages}: give 1 to 16 stages");
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let exe = std::env::current_exe().context("cannot find this program to start its ranks")?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (cores / stages as usize).max(1).to_string();
+    let mut children = Vec::new();
+    for r in 0..stages {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(args)
+            .args(["--rank", &r.to_string(), "--world", &stages.to_string()])
+            .args(["--rendezvous", &format!("127.0.0.1:{port}")]);
+        if std::env::var_os("LP_NUM_THREADS").is_none() {
+            cmd.env("LP_NUM_THREADS", &threads);
+        }
+        if r > 0 {
+            cmd.stdout(std::process::Stdio::null());
+            if !args.iter().any(|a| a == "-q" || a == "--quiet") {
+                cmd.arg("-q");
+            }
+        }
+        children.push((r, cmd.spawn().context("cannot start a rank")?));
+    }
+    // The first rank to fail ends the others (they would wait for it until their limits).
+    let mut failed = Vec::new();
+    let mut running: Vec<(u32, std::process::Child)> = children;
+    while !running.is_empty() {
+        let mut still = Vec::new();
+        for (r, mut c) in running {
+            match c.try_wait()? {
+                Some(status) if !status.success() => failed.push(r.to_string()),
+                Some(_) => {}
+                None => still.push((r, c)),
+            }
+        }
+        if !failed.is_empty() {
+            std::thread::sleep(Duration::from_millis(500));
+            for (_, c) in &mut still {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            break;
+        }
+        running = still;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !failed.is_empty() {
+        bail!(
+            "rank(s) {} failed (their errors are above)",
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Runs this rank's part; rank 0 returns its run folder.
+pub fn run(opts: &PipelineOptions) -> Result<Option<PathBuf>> {
+    let env = |k: &str| std::env::var(k).ok();
+    let mut world = world::establish(&opts.world, &env).map_err(anyhow::Error::msg)?;
+    opts.plan
+        .validate(world.size())
+        .map_err(anyhow::Error::msg)?;
+    let gpu = Gpu::open(opts.backend, opts.adapter.as_deref())?;
+    if world.rank() == 0 {
+        root(&mut world, gpu, opts).map(Some)
+    } else {
+        leaf(&mut world, gpu, opts).map(|()| None)
+    }
+}
+
+/// The link to one neighbour, if the stage has one there.
+type Neighbour = Option<Arc<Link>>;
+/// A stage's order: (kind, microbatch) pairs.
+type Order = Vec<(char, u32)>;
+
+/// Connects this stage to its neighbours: stage s dials s + 1's data listener.
+fn connect(world: &World, shape: &Shape, timeout: Duration) -> Result<(Neighbour, Neighbour)> {
+    let (me, n) = (world.rank(), world.size());
+    let e = shape.elements();
+    let next = if me + 1 < n {
+        let addr = world.data_address(me + 1);
+        let s = connect_retry(&addr, timeout)?;
+        Some(Arc::new(
+            Link::new(
+                s,
+                GRAD,
+                world.describe(me + 1),
+                e,
+                shape.microbatches,
+                timeout,
+            )
+            .map_err(anyhow::Error::msg)?,
+        ))
+    } else {
+        None
+    };
+    let prev = if me > 0 {
+        world.data.set_nonblocking(false)?;
+        let (s, _) = world
+            .data
+            .accept()
+            .context("the previous stage never connected")?;
+        Some(Arc::new(
+            Link::new(
+                s,
+                ACT,
+                world.describe(me - 1),
+                e,
+                shape.microbatches,
+                timeout,
+            )
+            .map_err(anyhow::Error::msg)?,
+        ))
+    } else {
+        None
+    };
+    Ok((prev, next))
+}
+
+fn connect_retry(addr: &str, timeout: Duration) -> Result<std::net::TcpStream> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match std::net::TcpStream::connect(addr) {
+            Ok(s) => return Ok(s),
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => bail!("cannot reach the next stage at {addr}: {e}"),
+        }
+    }
+}
+
+fn calibrate(stage: &mut Stage) -> Result<Calibration> {
+    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            let t = Instant::now();
+            f()?;
+            v.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(Summary::of(&v).map_or(0.0, |s| s.p50))
+    };
+    let shape = stage.shape;
+    let x = Some(stage::input(&shape, 0));
+    let dy = Some(stage::seeded(5, shape.elements(), 1.0));
+    stage.forward(0, x.clone())?;
+    let f = time(&mut || stage.forward(0, x.clone()))?;
+    let b = time(&mut || stage.backward(0, dy.clone(), false))?;
+    let w = time(&mut || stage.weight(0))?;
+    let d2h = time(&mut || stage.read_out(0, false).map(|_| ()))?;
+    Ok(Calibration { f, b, w, d2h })
+}
+
+fn leaf(world: &mut World, gpu: Gpu, opts: &PipelineOptions) -> Result<()> {
+    let wait = Duration::from_secs(opts.world.timeout.as_secs().max(600));
+    let plan: PipelinePlan = match world
+        .hear_root(Instant::now() + wait)
+        .map_err(anyhow::Error::msg)?
+    {
+        ToRank::Plan(p) => p,
+        ToRank::Abort(why) => bail!("rank 0 ended the run: {why}"),
+        _ => bail!("rank 0 sent something before the plan"),
+    };
+    let mut stage = Stage::new(gpu, plan.shape, world.rank(), world.size())?;
+    let timeout = Duration::from_secs(plan.timeout_s);
+    let (prev, next) = connect(world, &plan.shape, timeout)?;
+    let cal = calibrate(&mut stage)?;
+    world
+        .tell_root(&ToRoot::Calibrated(cal))
+        .map_err(anyhow::Error::msg)?;
+    // (case index, this stage's order, backward fused)
+    let mut case: Option<(usize, Order, bool)> = None;
+    loop {
+        let m: ToRank = world
+            .hear_root(Instant::now() + wait)
+            .map_err(anyhow::Error::msg)?;
+        let reply = match m {
+            ToRank::Case(i, orders, fused) => {
+                let mine = orders
+                    .get(world.rank() as usize)
+                    .cloned()
+                    .ok_or_else(|| anyhow!("rank 0's plan has no order for this stage"))?;
+                case = Some((i, mine, fused));
+                Ok(ToRoot::Ready)
+            }
+            ToRank::Iter(it) => {
+                let (i, order, fused) = case
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("an iteration before a case"))?;
+                let c = &plan.cases[*i];
+                let nb = neighbours(world.rank(), &prev, &next, c);
+                exec::run_iteration(&mut stage, &nb, order, *fused, c.comm, it).map(ToRoot::Iter)
+            }
+            ToRank::Verify => stage
+                .verify()
+                .map(ToRoot::Verified)
+                .map_err(|e| format!("{e:#}")),
+            ToRank::Finish => return Ok(()),
+            ToRank::Abort(why) => bail!("rank 0 ended the run: {why}"),
+            ToRank::Plan(_) => Err("rank 0 sent a second plan".to_string()),
+        };
+        match reply {
+            Ok(r) => world.tell_root(&r).map_err(anyhow::Error::msg)?,
+            Err(e) => {
+                let _ = world.tell_root(&ToRoot::Failed(e.clone()));
+                bail!("{e}");
+            }
+        }
+    }
+}
+
+fn neighbours(me: u32, prev: &Option<Arc<Link>>, next: &Option<Arc<Link>>, c: &Case) -> Neighbours {
+    let delay = |link: u32| match c.slow {
+        Some((l, ms)) if l == link => Duration::from_secs_f64(ms / 1e3),
+        _ => Duration::ZERO,
+    };
+    Neighbours {
+        prev: prev.clone().map(|l| (l, delay(me.wrapping_sub(1)))),
+        next: next.clone().map(|l| (l, delay(me))),
+    }
+}
+
+/// Rank 0: hears every other rank, failing on the first failure.
+fn hear_all(world: &mut World, deadline: Instant) -> Result<Vec<ToRoot>> {
+    let others: Vec<u32> = (1..world.size()).collect();
+    let replies = world.gather(&others, deadline, |r: &Result<ToRoot, String>| {
+        matches!(r, Err(_) | Ok(ToRoot::Failed(_)))
+    });
+    let mut out = Vec::new();
+    for (rank, r) in others.iter().zip(replies) {
+        match r {
+            Some(Ok(ToRoot::Failed(e))) => bail!("{} failed: {e}", world.describe(*rank)),
+            Some(Ok(m)) => out.push(m),
+            Some(Err(e)) => bail!("{e}"),
+            None => bail!("{} did not answer in time", world.describe(*rank)),
+        }
+    }
+    Ok(out)
+}
+
+fn root(world: &mut World, gpu: Gpu, opts: &PipelineOptions) -> Result<PathBuf> {
+    let plan = opts.plan.clone();
+    let mut meta = RunMeta::new(HostInfo::probe());
+    meta.adapter = serde_json::to_value(&gpu.report).ok();
+    meta.config = Some(serde_json::json!({
+        "pipeline": plan,
+        "stages": world.size(),
+        "launcher": world.launch.launcher.to_string(),
+        "roster": world.roster,
+    }));
+    let mut dir = RunDir::create(&opts.out, meta, false)?;
+    if !opts.quiet {
+        println!(
+            "pipeline: {} stages, run {} -> {}",
+            world.size(),
+            dir.id,
+            dir.path.display()
+        );
+    }
+    let result = drive(world, gpu, opts, &plan, &dir);
+    if let Err(e) = &result {
+        let _ = world.broadcast(&ToRank::Abort(format!("{e:#}")), true);
+    }
+    dir.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")))?;
+    result.map(|()| dir.path.clone())
+}
+
+/// Iteration time, bubble per stage and the measured run as the simulator's `Run`, from every
+/// stage's op times of one iteration (ms from the iteration's first start).
+fn measured_run(times: &[StageTimes]) -> (f64, Vec<f64>, Run) {
+    let t0 = times
+        .iter()
+        .flat_map(|t| t.ops.iter().map(|o| o.start_us))
+        .fold(f64::INFINITY, f64::min);
+    let t_end = times
+        .iter()
+        .flat_map(|t| t.ops.iter().map(|o| o.queue_end_us))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let iteration = (t_end - t0) / 1e3;
+    let mut ops = Vec::new();
+    let mut busy = Vec::new();
+    for (s, t) in times.iter().enumerate() {
+        let mut b = 0.0;
+        for o in &t.ops {
+            let kind = match o.kind {
+                'F' => OpKind::F,
+                'B' => OpKind::B,
+                _ => OpKind::W,
+            };
+            b += (o.end_us - o.start_us) / 1e3;
+            ops.push(Executed {
+                op: Op {
+                    kind,
+                    stage: s,
+                    mb: o.mb as usize,
+                },
+                start: (o.start_us - t0) / 1e3,
+                end: (o.end_us - t0) / 1e3,
+                queue_end: (o.queue_end_us - t0) / 1e3,
+                arrival: (o.queue_end_us - t0) / 1e3,
+            });
+        }
+        busy.push(b);
+    }
+    let bubble = busy.iter().map(|b| 1.0 - b / iteration).collect();
+    let run = Run {
+        ops,
+        iteration_ms: iteration,
+        busy_ms: busy,
+        peak_in_flight: Vec::new(),
+    };
+    (iteration, bubble, run)
+}
+
+/// The simulator's scenario from what was measured: per stage the median F, B and W compute
+/// times; per link the mean send (copy to host and write to acknowledgement, injected delay
+/// included) under the comm model that matches the run.
+fn measured_scenario(
+    stages: usize,
+    shape: &Shape,
+    comm: Comm,
+    iters: &[Vec<StageTimes>],
+    fused: bool,
+) -> Result<Scenario> {
+    let median = |v: Vec<f64>| Summary::of(&v).map_or(1e-3, |s| s.p50.max(1e-3));
+    let per = |s: usize, k: char| -> f64 {
+        median(
+            iters
+                .iter()
+                .flat_map(|it| {
+                    it[s]
+                        .ops
+                        .iter()
+                        .filter(|o| o.kind == k)
+                        .map(|o| (o.end_us - o.start_us) / 1e3)
+                })
+                .collect(),
+        )
+    };
+    let tf: Vec<f64> = (0..stages).map(|s| per(s, 'F')).collect();
+    let tb: Vec<f64> = (0..stages).map(|s| per(s, 'B')).collect();
+    let tw: Vec<f64> = (0..stages)
+        .map(|s| if fused { 0.0 } else { per(s, 'W') })
+        .collect();
+    let sends: Vec<&exec::SendTime> = iters
+        .iter()
+        .flat_map(|it| it.iter().flat_map(|t| t.sends.iter()))
+        .collect();
+    let mean = |v: Vec<f64>| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    let d2h_ms = mean(sends.iter().map(|s| s.d2h_us / 1e3).collect());
+    let link = |l: usize| -> f64 {
+        let on: Vec<&&exec::SendTime> = sends.iter().filter(|s| s.link as usize == l).collect();
+        match comm {
+            Comm::Inline => mean(on.iter().map(|s| (s.d2h_us + s.send_us) / 1e3).collect()),
+            Comm::Offload => mean(on.iter().map(|s| s.send_us / 1e3).collect()),
+        }
+    };
+    let slow: Vec<(usize, f64)> = (0..stages.saturating_sub(1))
+        .map(|l| (l, link(l)))
+        .collect();
+    let model = match comm {
+        Comm::Inline => CommModel::Queue,
+        Comm::Offload => CommModel::Offload,
+    };
+    Scenario::new(
+        stages,
+        shape.microbatches as usize,
+        &tf,
+        &tb,
+        &tw,
+        0.0,
+        &slow,
+        model,
+        d2h_ms,
+    )
+    .map_err(|e| anyhow!("the measured scenario: {e}"))
+}
+
+fn drive(
+    world: &mut World,
+    gpu: Gpu,
+    opts: &PipelineOptions,
+    plan: &PipelinePlan,
+    dir: &RunDir,
+) -> Result<()> {
+    let n = world.size() as usize;
+    world
+        .broadcast(&ToRank::Plan(plan.clone()), false)
+        .map_err(anyhow::Error::msg)?;
+    let mut stage = Stage::new(gpu, plan.shape, 0, world.size())?;
+    let timeout = Duration::from_secs(plan.timeout_s);
+    let (prev, next) = connect(world, &plan.shape, timeout)?;
+    let mut cals = vec![calibrate(&mut stage)?];
+    let long = Instant::now() + Duration::from_secs(600);
+    for r in hear_all(world, long)? {
+        match r {
+            ToRoot::Calibrated(c) => cals.push(c),
+            _ => bail!("a rank answered the calibration out of turn"),
+        }
+    }
+    let mut table: CsvSink<PipelineTable> = dir.table()?;
+    let mut timeline: CsvSink<TimelineTable> = dir.table()?;
+    let mut traces = Vec::new();
+    for (ci, case) in plan.cases.iter().enumerate() {
+        let schedule: Schedule = case.schedule.parse().map_err(anyhow::Error::msg)?;
+        // Plan with the calibrated op times and the injected delay.
+        let ms = |us: f64| (us / 1e3).max(1e-3);
+        let model = match case.comm {
+            Comm::Inline => CommModel::Queue,
+            Comm::Offload => CommModel::Offload,
+        };
+        let slow: Vec<(usize, f64)> = case.slow.iter().map(|&(l, d)| (l as usize, d)).collect();
+        let d2h = ms(cals.iter().map(|c| c.d2h).sum::<f64>() / n as f64);
+        let planning = Scenario::new(
+            n,
+            plan.shape.microbatches as usize,
+            &cals.iter().map(|c| ms(c.f)).collect::<Vec<_>>(),
+            &cals.iter().map(|c| ms(c.b)).collect::<Vec<_>>(),
+            &cals.iter().map(|c| ms(c.w)).collect::<Vec<_>>(),
+            d2h,
+            &slow,
+            model,
+            d2h,
+        )
+        .map_err(|e| anyhow!("{e}"))?;
+        let mem = crate::sim::default_mem_limit(&planning);
+        let (plan_name, planned) =
+            evaluate(&schedule, &planning, mem).map_err(|e| anyhow!("{schedule}: {e}"))?;
+        let split = planned.ops.iter().any(|e| e.op.kind == OpKind::W);
+        let orders: Vec<Vec<Op>> = planned.orders(n);
+        let wire: Vec<Vec<(char, u32)>> = orders
+            .iter()
+            .map(|o| {
+                o.iter()
+                    .map(|op| {
+                        (
+                            op.kind.to_string().chars().next().unwrap_or('F'),
+                            op.mb as u32,
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        world
+            .broadcast(&ToRank::Case(ci, wire.clone(), !split), false)
+            .map_err(anyhow::Error::msg)?;
+        for r in hear_all(world, long)? {
+            if !matches!(r, ToRoot::Ready) {
+                bail!("a rank answered the case out of turn");
+            }
+        }
+        let mut timed: Vec<Vec<StageTimes>> = Vec::new();
+        let mut iteration_us = Vec::new();
+        let mut last: Option<(f64, Vec<f64>, Run)> = None;
+        let nb = neighbours(0, &prev, &next, case);
+        for it in 0..plan.warmup + plan.iters {
+            let iter_no = (ci as u32) * 100_000 + it;
+            world
+                .broadcast(&ToRank::Iter(iter_no), false)
+                .map_err(anyhow::Error::msg)?;
+            let mine = exec::run_iteration(&mut stage, &nb, &wire[0], !split, case.comm, iter_no)
+                .map_err(|e| anyhow!("{e}"))?;
+            let mut all = vec![mine];
+            for r in hear_all(world, Instant::now() + timeout * 4)? {
+                match r {
+                    ToRoot::Iter(t) => all.push(t),
+                    _ => bail!("a rank answered an iteration out of turn"),
+                }
+            }
+            if it >= plan.warmup {
+                let m = measured_run(&all);
+                iteration_us.push(m.0 * 1e3);
+                last = Some(m);
+                timed.push(all);
+            }
+        }
+        // Gradients of the last iteration, every stage against its f64 reference.
+        world
+            .broadcast(&ToRank::Verify, false)
+            .map_err(anyhow::Error::msg)?;
+        let mut errs = vec![stage.verify()?];
+        for r in hear_all(world, long)? {
+            match r {
+                ToRoot::Verified(e) => errs.push(e),
+                _ => bail!("a rank answered the check out of turn"),
+            }
+        }
+        let grad_err = errs.iter().copied().fold(0.0, f64::max);
+        let verified = grad_err <= GRAD_TOLERANCE;
+        // Predicted: the same orders replayed on the measured op and link times.
+        let sc = measured_scenario(n, &plan.shape, case.comm, &timed, !split)?;
+        let predicted = simulate(
+            &sc,
+            &Policy::Fixed {
+                orders: orders.clone(),
+                split,
+            },
+        )
+        .map_err(|e| anyhow!("predicting {schedule}: {e}"))?;
+        let s = Summary::of(&iteration_us).ok_or_else(|| anyhow!("no timed iterations"))?;
+        let measured_ms = s.p50 / 1e3;
+        let (_, bubbles, run) = last.expect("at least one timed iteration");
+        let peak = peak_in_flight(&orders);
+        let params = PipelineParams {
+            schedule: case.schedule.clone(),
+            plan: plan_name.clone(),
+            comm: case.comm.to_string(),
+            transport: "tcp".into(),
+            slow: case.slow.map_or("none".into(), |(l, d)| format!("{l}:{d}")),
+            stages: n as u32,
+            microbatches: plan.shape.microbatches,
+            layers: plan.shape.layers,
+            tokens: plan.shape.tokens,
+            hidden: plan.shape.hidden,
+        };
+        let figures = PipelineFigures {
+            iteration_ms: round(measured_ms, 3),
+            predicted_ms: round(predicted.iteration_ms, 3),
+            error: round((measured_ms - predicted.iteration_ms) / measured_ms, 4),
+            bubble: round(bubbles.iter().sum::<f64>() / n as f64, 4),
+            peak_activations: peak.iter().copied().max().unwrap_or(0) as u32,
+            grad_rel_err: crate::export::csv::sig(grad_err, 3),
+            verified,
+        };
+        // File-name safe: no ':' (static:1f1b, LINK:MS).
+        let case_name = format!(
+            "{}_{}_{}",
+            case.schedule.replace(':', "-"),
+            case.comm,
+            case.slow
+                .map_or("nodelay".into(), |(l, d)| format!("link{l}+{d}ms"))
+        );
+        if !opts.quiet {
+            println!(
+                "{case_name:<28} measured {:>9.2} ms  predicted {:>9.2} ms  error {:>+6.1}%  bubble {:.3}  grad err {:.1e}{}",
+                figures.iteration_ms,
+                figures.predicted_ms,
+                figures.error * 100.0,
+                figures.bubble,
+                grad_err,
+                if verified { "" } else { "  NOT VERIFIED" }
+            );
+        }
+        table.write(&Line::new(
+            &dir.id,
+            case_name.clone(),
+            params,
+            Some(&s),
+            figures,
+        ))?;
+        for (lane, r) in [("measured", &run), ("predicted", &predicted)] {
+            for e in &r.ops {
+                let row = TimelineRow {
+                    lane: lane.into(),
+                    stage: e.op.stage as u32,
+                    kind: e.op.kind.to_string(),
+                    microbatch: e.op.mb as u32,
+                    start_ms: round(e.start, 4),
+                    end_ms: round(e.end, 4),
+                    queue_end_ms: round(e.queue_end, 4),
+                };
+                timeline.write(&Line::new(
+                    &dir.id,
+                    case_name.clone(),
+                    row,
+                    None,
+                    Default::default(),
+                ))?;
+            }
+        }
+        traces.push((format!("{case_name} measured"), run));
+        traces.push((format!("{case_name} predicted"), predicted));
+        if !verified {
+            bail!(
+                "{}: the weight gradients are off by {grad_err:.2e} (bound {GRAD_TOLERANCE:.0e}) against the f64 reference",
+                case.schedule
+            );
+        }
+    }
+    world
+        .broadcast(&ToRank::Finish, false)
+        .map_err(anyhow::Error::msg)?;
+    let refs: Vec<(String, &Run)> = traces.iter().map(|(n, r)| (n.clone(), r)).collect();
+    let trace = crate::sim::render::trace_events(&refs);
+    std::fs::write(
+        dir.path.join("pipeline_trace.json"),
+        serde_json::to_vec(&trace)?,
+    )?;
+    Ok(())
+}
+
+/// Activations in flight at most per stage (F done, its B not yet), from the orders.
+fn peak_in_flight(orders: &[Vec<Op>]) -> Vec<usize> {
+    orders
+        .iter()
+        .map(|o| {
+            let (mut now, mut peak) = (0usize, 0usize);
+            for op in o {
+                match op.kind {
+                    OpKind::F => now += 1,
+                    OpKind::B => now = now.saturating_sub(1),
+                    OpKind::W => {}
+                }
+                peak = peak.max(now);
+            }
+            peak
+        })
+        .collect()
+}

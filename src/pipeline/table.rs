@@ -1,0 +1,77 @@
+//! pipeline.csv and pipeline_timeline.csv (which `plot` draws as measured-against-predicted
+//! Gantt charts).
+
+use serde::{Deserialize, Serialize};
+
+use crate::export::csv::CsvTable;
+
+/// `pipeline.csv`: one row per schedule, comm mode and delay.
+pub struct PipelineTable;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PipelineParams {
+    pub schedule: String,
+    /// The simulator's plan the stages replayed (adaptive names its k).
+    pub plan: String,
+    /// `inline` or `offload`.
+    pub comm: String,
+    pub transport: String,
+    /// `LINK:MS` injected on every message of that link, or `none`.
+    pub slow: String,
+    pub stages: u32,
+    pub microbatches: u32,
+    pub layers: u32,
+    pub tokens: u32,
+    pub hidden: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PipelineFigures {
+    /// The median iteration, first op's start to last op's end over all stages.
+    pub iteration_ms: f64,
+    /// The simulator's iteration for the same orders on the measured op and link times.
+    pub predicted_ms: f64,
+    /// (measured - predicted) / measured.
+    pub error: f64,
+    /// 1 - compute / iteration, mean over stages (the last timed iteration).
+    pub bubble: f64,
+    pub peak_activations: u32,
+    /// The largest relative error of any stage's weight gradients against f64.
+    pub grad_rel_err: f64,
+    pub verified: bool,
+}
+
+impl CsvTable for PipelineTable {
+    const NAME: &'static str = "pipeline";
+    const WITH_STATS: bool = true;
+    type Params = PipelineParams;
+    type Figures = PipelineFigures;
+    const SIGNED: &'static [&'static str] = &["error"];
+}
+
+/// `pipeline_timeline.csv`: every op of the last timed iteration of each case, measured and
+/// predicted (ms from the iteration's start).
+pub struct TimelineTable;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimelineRow {
+    /// `measured` or `predicted`.
+    pub lane: String,
+    pub stage: u32,
+    pub kind: String,
+    pub microbatch: u32,
+    pub start_ms: f64,
+    pub end_ms: f64,
+    /// When the op let go of its stage (after its copy to the host, or its inline send).
+    pub queue_end_ms: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NoFigures {}
+
+impl CsvTable for TimelineTable {
+    const NAME: &'static str = "pipeline_timeline";
+    const WITH_STATS: bool = false;
+    type Params = TimelineRow;
+    type Figures = NoFigures;
+}

@@ -1,0 +1,91 @@
+//! `morphbench pipeline --local 2` on a small model: both stages run, every case's weight
+//! gradients verify against f64, the prediction is in the row, and the timeline holds every op
+//! of both lanes; bad input is refused before anything starts.
+
+mod common;
+
+use common::{col, morphbench, only_run, read_csv, stderr};
+
+#[test]
+fn a_two_stage_pipeline_runs_verifies_and_predicts() {
+    let home = tempfile::tempdir().unwrap();
+    let args = [
+        "pipeline",
+        "--local",
+        "2",
+        "--layers",
+        "2",
+        "--hidden",
+        "48",
+        "--tokens",
+        "20",
+        "--microbatches",
+        "4",
+        "--iters",
+        "2",
+        "--warmup",
+        "1",
+        "--schedule",
+        "1f1b,zb-h1",
+        "--comm",
+        "inline,offload",
+        "--slow",
+        "0:0,5",
+        "-q",
+    ];
+    let o = morphbench(&args, home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = only_run(&home.path().join("results"));
+    let (h, rows) = read_csv(&run.join("pipeline.csv"));
+    assert_eq!(rows.len(), 2 * 2 * 2);
+    for r in &rows {
+        assert_eq!(&r[col(&h, "verified")], "true");
+        let err: f64 = r[col(&h, "grad_rel_err")].parse().unwrap();
+        assert!(err < 1e-3, "{err}");
+        let predicted: f64 = r[col(&h, "predicted_ms")].parse().unwrap();
+        assert!(predicted > 0.0);
+        assert_eq!(&r[col(&h, "stages")], "2");
+    }
+    // zb-h1 splits backward: its timeline has W ops; 1f1b's does not.
+    let (th, ops) = read_csv(&run.join("pipeline_timeline.csv"));
+    let kinds = |case: &str| -> Vec<String> {
+        ops.iter()
+            .filter(|r| r[col(&th, "case")].starts_with(case))
+            .map(|r| r[col(&th, "kind")].to_string())
+            .collect()
+    };
+    assert!(kinds("zb-h1").contains(&"W".to_string()));
+    assert!(!kinds("1f1b").contains(&"W".to_string()));
+    // Per case and lane: 2 stages x 4 microbatches x (F, B) at least.
+    for r in rows.iter().map(|r| r[col(&h, "case")].to_string()) {
+        for lane in ["measured", "predicted"] {
+            let n = ops
+                .iter()
+                .filter(|o| o[col(&th, "case")] == *r && o[col(&th, "lane")] == *lane)
+                .count();
+            assert!(n >= 16, "{r} {lane}: {n}");
+        }
+    }
+    assert!(run.join("pipeline_trace.json").is_file());
+}
+
+#[test]
+fn bad_pipeline_input_is_refused_with_the_fix() {
+    let home = tempfile::tempdir().unwrap();
+    let o = morphbench(
+        &["pipeline", "--local", "2", "--slow", "3:20", "-q"],
+        home.path(),
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("link 3 does not exist"),
+        "{}",
+        stderr(&o)
+    );
+    let o = morphbench(&["pipeline", "--local", "99"], home.path());
+    assert!(
+        !o.status.success() && stderr(&o).contains("give 1 to 16"),
+        "{}",
+        stderr(&o)
+    );
+}
