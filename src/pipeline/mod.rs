@@ -128,6 +128,8 @@ enum ToRank {
     Case(usize, Vec<Vec<(char, u32)>>, bool),
     Iter(u32),
     Verify,
+    /// Answer with this rank's clock at once (rank 0 estimates each rank's clock offset).
+    Ping,
     Finish,
     Abort(String),
 }
@@ -137,6 +139,8 @@ enum ToRoot {
     Calibrated(Calibration),
     Iter(StageTimes),
     Verified(f64),
+    /// The clock (µs since the Unix epoch) when the ping arrived.
+    Pong(f64),
     Ready,
     Failed(String),
 }
@@ -342,6 +346,7 @@ fn leaf(world: &mut World, gpu: Gpu, opts: &PipelineOptions) -> Result<()> {
                 .verify()
                 .map(ToRoot::Verified)
                 .map_err(|e| format!("{e:#}")),
+            ToRank::Ping => Ok(ToRoot::Pong(exec::now_us())),
             ToRank::Finish => return Ok(()),
             ToRank::Abort(why) => bail!("rank 0 ended the run: {why}"),
             ToRank::Plan(_) => Err("rank 0 sent a second plan".to_string()),
@@ -410,6 +415,50 @@ fn root(world: &mut World, gpu: Gpu, opts: &PipelineOptions) -> Result<PathBuf> 
     }
     dir.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")))?;
     result.map(|()| dir.path.clone())
+}
+
+/// Pings per rank for its clock offset.
+const PINGS: usize = 8;
+
+/// Each rank's clock offset from rank 0's, in µs (rank 0's is 0): from the ping with the
+/// lowest round trip, offset = the rank's clock - the midpoint of the round trip, as NTP's
+/// simplest estimate. Its error is at most half that round trip.
+fn clock_offsets(world: &mut World) -> Result<(Vec<f64>, Vec<f64>)> {
+    let mut offsets = vec![0.0];
+    let mut rtts = vec![0.0];
+    for r in 1..world.size() {
+        let mut best = (f64::INFINITY, 0.0);
+        for _ in 0..PINGS {
+            let t0 = exec::now_us();
+            world
+                .send_to(r, &ToRank::Ping)
+                .map_err(anyhow::Error::msg)?;
+            let reply = world
+                .gather(&[r], Instant::now() + Duration::from_secs(10), |_| false)
+                .pop()
+                .flatten();
+            let t1 = exec::now_us();
+            match reply {
+                Some(Ok(ToRoot::Pong(tr))) if t1 - t0 < best.0 => {
+                    best = (t1 - t0, tr - (t0 + t1) / 2.0)
+                }
+                Some(Ok(ToRoot::Pong(_))) => {}
+                _ => bail!("{} did not answer the clock ping", world.describe(r)),
+            }
+        }
+        rtts.push(best.0);
+        offsets.push(best.1);
+    }
+    Ok((offsets, rtts))
+}
+
+/// Puts a rank's op times on rank 0's clock.
+fn shift(t: &mut StageTimes, offset_us: f64) {
+    for o in &mut t.ops {
+        o.start_us -= offset_us;
+        o.end_us -= offset_us;
+        o.queue_end_us -= offset_us;
+    }
 }
 
 /// Iteration time, bubble per stage and the measured run as the simulator's `Run`, from every
@@ -551,6 +600,17 @@ fn drive(
             _ => bail!("a rank answered the calibration out of turn"),
         }
     }
+    // Ranks on other machines have other clocks: each rank's op times are moved onto rank 0's.
+    let (offsets, rtts) = clock_offsets(world)?;
+    if !opts.quiet && n > 1 {
+        let list: Vec<String> = (1..n)
+            .map(|r| format!("r{r} {:+.3} ms (±{:.3})", offsets[r] / 1e3, rtts[r] / 2e3))
+            .collect();
+        println!(
+            "clock offsets from rank 0 (lowest-RTT ping of {PINGS}): {}",
+            list.join(", ")
+        );
+    }
     let mut table: CsvSink<PipelineTable> = dir.table()?;
     let mut timeline: CsvSink<TimelineTable> = dir.table()?;
     let mut traces = Vec::new();
@@ -614,9 +674,15 @@ fn drive(
             let mine = exec::run_iteration(&mut stage, &nb, &wire[0], !split, case.comm, iter_no)
                 .map_err(|e| anyhow!("{e}"))?;
             let mut all = vec![mine];
-            for r in hear_all(world, Instant::now() + timeout * 4)? {
+            for (i, r) in hear_all(world, Instant::now() + timeout * 4)?
+                .into_iter()
+                .enumerate()
+            {
                 match r {
-                    ToRoot::Iter(t) => all.push(t),
+                    ToRoot::Iter(mut t) => {
+                        shift(&mut t, offsets[i + 1]);
+                        all.push(t)
+                    }
                     _ => bail!("a rank answered an iteration out of turn"),
                 }
             }
@@ -656,7 +722,6 @@ fn drive(
         let peak = peak_in_flight(&orders);
         let params = PipelineParams {
             schedule: case.schedule.clone(),
-            plan: plan_name.clone(),
             comm: case.comm.to_string(),
             transport: "tcp".into(),
             slow: case.slow.map_or("none".into(), |(l, d)| format!("{l}:{d}")),
@@ -674,6 +739,7 @@ fn drive(
             peak_activations: peak.iter().copied().max().unwrap_or(0) as u32,
             grad_rel_err: crate::export::csv::sig(grad_err, 3),
             verified,
+            plan: plan_name.clone(),
         };
         // File-name safe: no ':' (static:1f1b, LINK:MS).
         let case_name = format!(

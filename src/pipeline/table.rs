@@ -11,8 +11,6 @@ pub struct PipelineTable;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PipelineParams {
     pub schedule: String,
-    /// The simulator's plan the stages replayed (adaptive names its k).
-    pub plan: String,
     /// `inline` or `offload`.
     pub comm: String,
     pub transport: String,
@@ -39,6 +37,8 @@ pub struct PipelineFigures {
     /// The largest relative error of any stage's weight gradients against f64.
     pub grad_rel_err: f64,
     pub verified: bool,
+    /// The simulator's plan the stages replayed (adaptive names its k).
+    pub plan: String,
 }
 
 impl CsvTable for PipelineTable {
