@@ -3,7 +3,9 @@
 //! `inline`: after an F or B, the stage copies the output to the host, sends it (after the
 //! link's injected delay) and waits for the acknowledgement before its next op, so its queue
 //! waits, as a blocking P2P on the compute stream does. `offload`: the stage pays the copy
-//! to the host; a sender thread delays, sends and waits while the stage computes on.
+//! to the host; a sender thread delays, sends and waits while the stage computes on. The
+//! injected delay is a latency (each message is due its delay after it was handed over), as
+//! the simulator models a slow link.
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -48,8 +50,8 @@ pub struct OpTime {
     pub queue_end_us: f64,
 }
 
-/// One send: its link, the copy to the host, and write-to-acknowledgement (injected delay
-/// included).
+/// One send: its link, the copy to the host, and hand-over to acknowledgement (injected
+/// delay included).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SendTime {
     pub link: u32,
@@ -82,6 +84,9 @@ pub struct Neighbours {
 struct Outgoing {
     link: Arc<Link>,
     link_index: u32,
+    /// When it was handed over; it goes out at `handed + delay`. The delay is latency: a
+    /// message waits out its own delay, not the delays of the messages before it.
+    handed: std::time::Instant,
     delay: Duration,
     kind: u8,
     mb: u32,
@@ -90,12 +95,14 @@ struct Outgoing {
 }
 
 fn deliver(o: &Outgoing, iter: u32) -> Result<SendTime, String> {
-    std::thread::sleep(o.delay);
-    let us = o.link.send(o.kind, iter, o.mb, &o.data)?;
+    let due = o.handed + o.delay;
+    std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+    o.link.send(o.kind, iter, o.mb, &o.data)?;
     Ok(SendTime {
         link: o.link_index,
         d2h_us: o.d2h_us,
-        send_us: us + o.delay.as_secs_f64() * 1e6,
+        // From the hand-over to the acknowledgement: the link's cost as the stage sees it.
+        send_us: o.handed.elapsed().as_secs_f64() * 1e6,
     })
 }
 
@@ -163,6 +170,7 @@ pub fn run_iteration(
                 let o = Outgoing {
                     link: link.clone(),
                     link_index,
+                    handed: std::time::Instant::now(),
                     delay,
                     kind: k,
                     mb,
