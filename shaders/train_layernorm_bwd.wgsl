@@ -2,30 +2,14 @@
 // normalized output y and 1 / sqrt(var + eps) per row:
 //   dz = rstd * (dy - mean(dy) - y * mean(dy * y)).
 // One workgroup per row.
+// Compiled after train_reduce.wgsl (WG, reduce).
 override ROWS: u32;
 override H: u32;
-const WG: u32 = 64u;
 
 @group(0) @binding(0) var<storage, read> dy: array<f32>;
 @group(0) @binding(1) var<storage, read> y: array<f32>;
 @group(0) @binding(2) var<storage, read> rstd: array<f32>;
 @group(0) @binding(3) var<storage, read_write> dz: array<f32>;
-
-var<workgroup> part: array<f32, 64>;
-
-fn reduce(l: u32, v: f32) -> f32 {
-    part[l] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (l < s) {
-            part[l] = part[l] + part[l + s];
-        }
-        workgroupBarrier();
-    }
-    let total = part[0];
-    workgroupBarrier();
-    return total;
-}
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) w: vec3<u32>) {

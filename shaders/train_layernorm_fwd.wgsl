@@ -1,30 +1,14 @@
 // y = (z - mean) / sqrt(var + EPS) per row (no affine part), keeping 1 / sqrt(var + EPS) per
 // row for the backward pass. One workgroup per row; two passes over the row (mean, then the
 // variance about it) for accuracy.
+// Compiled after train_reduce.wgsl (WG, reduce).
 override ROWS: u32;
 override H: u32;
 const EPS: f32 = 1e-5;
-const WG: u32 = 64u;
 
 @group(0) @binding(0) var<storage, read> z: array<f32>;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 @group(0) @binding(2) var<storage, read_write> rstd: array<f32>;
-
-var<workgroup> part: array<f32, 64>;
-
-fn reduce(l: u32, v: f32) -> f32 {
-    part[l] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (l < s) {
-            part[l] = part[l] + part[l + s];
-        }
-        workgroupBarrier();
-    }
-    let total = part[0];
-    workgroupBarrier();
-    return total;
-}
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) w: vec3<u32>) {

@@ -328,6 +328,35 @@ pub struct SinkArgs {
     pub rdma: RdmaDeviceArgs,
 }
 
+/// How a multi-rank command finds its place when no launcher says (`links`, `pipeline`).
+#[derive(Debug, Clone, Args)]
+pub struct LaunchArgs {
+    /// This process's rank, when no launcher says (with --world and --rendezvous).
+    #[arg(long, requires = "world")]
+    pub rank: Option<u32>,
+    /// The number of ranks, when no launcher says.
+    #[arg(long, requires = "rank")]
+    pub world: Option<u32>,
+    /// Where rank 0 listens, HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub rendezvous: Option<String>,
+    /// Seconds the ranks wait for each other to arrive.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub wait_s: u64,
+}
+
+impl LaunchArgs {
+    pub fn world_options(&self, rdma_devices: Vec<String>) -> crate::cluster::world::WorldOptions {
+        crate::cluster::world::WorldOptions {
+            explicit: self.rank.zip(self.world),
+            rendezvous: self.rendezvous.clone(),
+            timeout: std::time::Duration::from_secs(self.wait_s),
+            adapter: None,
+            rdma_devices,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct LinksArgs {
     /// Transports to measure, in order.
@@ -345,18 +374,8 @@ pub struct LinksArgs {
     /// Also stream both ways at once (GB/s is the sum).
     #[arg(long)]
     pub bidir: bool,
-    /// This process's rank, when no launcher says (with --world and --rendezvous).
-    #[arg(long, requires = "world")]
-    pub rank: Option<u32>,
-    /// The number of ranks, when no launcher says.
-    #[arg(long, requires = "rank")]
-    pub world: Option<u32>,
-    /// Where rank 0 listens, HOST:PORT.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub rendezvous: Option<String>,
-    /// Seconds the ranks wait for each other to arrive.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub wait_s: u64,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
     /// Seconds any one read or write from a peer may take before it counts as gone.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout_s: u64,
@@ -377,15 +396,11 @@ impl LinksArgs {
         let mut transports = self.transport.clone();
         transports.dedup();
         crate::cluster::links::LinksOptions {
-            world: crate::cluster::world::WorldOptions {
-                explicit: self.rank.zip(self.world),
-                rendezvous: self.rendezvous.clone(),
-                timeout: std::time::Duration::from_secs(self.wait_s),
-                adapter: None,
-                rdma_devices: crate::rdma::verbs::list_devices()
+            world: self.launch.world_options(
+                crate::rdma::verbs::list_devices()
                     .map(|l| l.into_iter().map(|d| d.name).collect())
                     .unwrap_or_default(),
-            },
+            ),
             plan: crate::cluster::pair::PairPlan {
                 transports,
                 sizes: self.sizes.0.clone(),
@@ -440,16 +455,8 @@ pub struct PipelineArgs {
     /// Untimed iterations first.
     #[arg(long, default_value_t = 2)]
     pub warmup: u32,
-    /// This process's rank, when no launcher says (with --world and --rendezvous).
-    #[arg(long, requires = "world")]
-    pub rank: Option<u32>,
-    #[arg(long, requires = "rank")]
-    pub world: Option<u32>,
-    #[arg(long, value_name = "HOST:PORT")]
-    pub rendezvous: Option<String>,
-    /// Seconds the ranks wait for each other to arrive.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub wait_s: u64,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
     /// Seconds any message between stages may take.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout_s: u64,
@@ -479,13 +486,7 @@ impl PipelineArgs {
             }
         }
         Ok(crate::pipeline::PipelineOptions {
-            world: crate::cluster::world::WorldOptions {
-                explicit: self.rank.zip(self.world),
-                rendezvous: self.rendezvous.clone(),
-                timeout: std::time::Duration::from_secs(self.wait_s),
-                adapter: None,
-                rdma_devices: Vec::new(),
-            },
+            world: self.launch.world_options(Vec::new()),
             plan: PipelinePlan {
                 shape: crate::pipeline::stage::Shape {
                     layers: self.layers,

@@ -180,6 +180,13 @@ fn sized_batch(bytes: u64, k0: u32, us: f64) -> u32 {
     ((k0 as f64 * scale) as u64).clamp(1, max_batch(bytes) as u64) as u32
 }
 
+/// Every read and write bounded by `io`; small messages sent at once.
+fn configure(s: &TcpStream, io: Duration) -> Result<(), String> {
+    s.set_read_timeout(Some(io)).map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(io)).map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())
+}
+
 /// The driver's side of the pair: `me` connects to `peer` and measures everything in `plan`.
 /// Returns what it measured; the server may measure RDMA's reverse direction itself.
 pub fn drive(
@@ -196,9 +203,7 @@ pub fn drive(
         .map_err(|e| format!("the address {addr}: {e}"))?;
     let mut s = TcpStream::connect_timeout(&target, io)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-    s.set_read_timeout(Some(io)).map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(io)).map_err(|e| e.to_string())?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    configure(&s, io)?;
     let mut hello = [0u8; 16];
     hello[..4].copy_from_slice(&HELLO);
     hello[4..8].copy_from_slice(&me.to_le_bytes());
@@ -247,9 +252,7 @@ pub fn serve(
         }
     };
     s.set_nonblocking(false).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(io)).map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(io)).map_err(|e| e.to_string())?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    configure(&s, io)?;
     let mut hello = [0u8; 16];
     s.read_exact(&mut hello)
         .map_err(|e| io_err("the hello", e))?;

@@ -7,6 +7,16 @@
 use super::{DispatchPass, KernelError};
 use crate::gpu::Gpu;
 
+/// The layernorm shaders, each after the reduction they share.
+const LAYERNORM_FWD: &str = concat!(
+    include_str!("../../../shaders/train_reduce.wgsl"),
+    include_str!("../../../shaders/train_layernorm_fwd.wgsl")
+);
+const LAYERNORM_BWD: &str = concat!(
+    include_str!("../../../shaders/train_reduce.wgsl"),
+    include_str!("../../../shaders/train_layernorm_bwd.wgsl")
+);
+
 /// A GEMM of the stage: C (+)= op(A) op(B), op(A) M x K, op(B) K x N, all row-major.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TrainGemm {
@@ -108,7 +118,7 @@ pub fn layernorm_forward(
     Ok(DispatchPass::new(
         gpu,
         "train layernorm forward",
-        include_str!("../../../shaders/train_layernorm_fwd.wgsl"),
+        LAYERNORM_FWD,
         "main",
         &[("ROWS", rows as f64), ("H", hidden as f64)],
         &[z, y, rstd],
@@ -130,7 +140,7 @@ pub fn layernorm_backward(
     Ok(DispatchPass::new(
         gpu,
         "train layernorm backward",
-        include_str!("../../../shaders/train_layernorm_bwd.wgsl"),
+        LAYERNORM_BWD,
         "main",
         &[("ROWS", rows as f64), ("H", hidden as f64)],
         &[dy, y, rstd, dz],
@@ -148,9 +158,9 @@ pub fn layernorm_pipeline(
 ) -> Result<wgpu::ComputePipeline, KernelError> {
     check_dims("a training layernorm", &[rows, hidden])?;
     let wgsl = if backward {
-        include_str!("../../../shaders/train_layernorm_bwd.wgsl")
+        LAYERNORM_BWD
     } else {
-        include_str!("../../../shaders/train_layernorm_fwd.wgsl")
+        LAYERNORM_FWD
     };
     Ok(gpu.compute_pipeline(
         "train layernorm",
