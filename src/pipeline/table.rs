@@ -27,7 +27,8 @@ pub struct PipelineParams {
 pub struct PipelineFigures {
     /// The median iteration, first op's start to last op's end over all stages.
     pub iteration_ms: f64,
-    /// The simulator's iteration for the same orders on the measured op and link times.
+    /// The median over timed iterations of the simulator's iteration for the same orders on
+    /// that iteration's measured op and link times.
     pub predicted_ms: f64,
     /// (measured - predicted) / measured.
     pub error: f64,
