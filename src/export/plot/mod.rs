@@ -712,7 +712,7 @@ fn pipeline_charts(run: &Loaded) -> Vec<Named> {
             &format!("pipeline_gantt_{case}"),
             &format!("pipeline {case}: each stage's ops as measured (top) and as the simulator predicts them from the measured op and link times (bottom)"),
             Chart::Gantt(Gantt {
-                title: format!("pipeline {case}: measured against predicted — {}", run.label.short()),
+                title: format!("{case}: measured vs predicted — {}", run.label.host_name()),
                 x_label: "ms from the iteration's start".into(),
                 kinds: vec!["F".into(), "B".into(), "W".into(), "copy out / send on the queue".into()],
                 rows: gantt_rows,
