@@ -363,12 +363,18 @@ fn tcp_tests(
 }
 
 /// Writes `count` stamped messages of `n` bytes.
+/// The largest single write: a large message goes out in writes of this size (iperf3's
+/// default), which keeps the socket buffer fed instead of one huge write blocking and waking.
+const WRITE_CHUNK: usize = 128 << 10;
+
 /// Writes `count` stamped messages of `msg.len()` bytes (the buffer is the caller's, so no
 /// batch pays for allocating and faulting in a fresh one).
 fn write_messages(s: &mut TcpStream, count: u32, msg: &mut [u8]) -> Result<(), String> {
     for seq in 0..count as u64 {
         stamp(msg, seq);
-        s.write_all(msg).map_err(|e| io_err("a stream", e))?;
+        for part in msg.chunks(WRITE_CHUNK) {
+            s.write_all(part).map_err(|e| io_err("a stream", e))?;
+        }
     }
     Ok(())
 }
