@@ -89,3 +89,67 @@ fn bad_pipeline_input_is_refused_with_the_fix() {
         stderr(&o)
     );
 }
+
+#[test]
+fn a_stage_that_dies_mid_run_ends_the_run_and_is_named() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let home = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let rank = |r: u32| {
+        Command::new(env!("CARGO_BIN_EXE_morphbench"))
+            .args(["pipeline", "--rank", &r.to_string(), "--world", "3"])
+            .args(["--rendezvous", &format!("127.0.0.1:{port}")])
+            .args([
+                "--layers",
+                "1",
+                "--hidden",
+                "32",
+                "--tokens",
+                "16",
+                "--microbatches",
+                "4",
+            ])
+            .args([
+                "--iters",
+                "10000",
+                "--schedule",
+                "1f1b",
+                "--comm",
+                "inline",
+                "-q",
+            ])
+            .args(["--out", home.path().join("results").to_str().unwrap()])
+            .env("XDG_RUNTIME_DIR", home.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut ranks: Vec<_> = (0..3).map(rank).collect();
+    std::thread::sleep(Duration::from_secs(4));
+    let mut victim = ranks.remove(2);
+    victim.kill().unwrap();
+    let killed = Instant::now();
+    let _ = victim.wait();
+    let zero = ranks.remove(0).wait_with_output().unwrap();
+    let took = killed.elapsed();
+    let err = String::from_utf8_lossy(&zero.stderr).into_owned();
+    assert!(!zero.status.success());
+    assert!(
+        err.contains("rank 2 (") && err.contains("died mid-run"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(
+        !ranks.remove(0).wait().unwrap().success(),
+        "rank 1 exits non-zero too"
+    );
+    let run = only_run(&home.path().join("results"));
+    let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
+    assert!(meta.contains("\"status\": \"failed\""), "{meta}");
+}

@@ -378,6 +378,16 @@ fn hear_all(world: &mut World, deadline: Instant) -> Result<Vec<ToRoot>> {
     let replies = world.gather(&others, deadline, |r: &Result<ToRoot, String>| {
         matches!(r, Err(_) | Ok(ToRoot::Failed(_)))
     });
+    // The dead first: a peer's failure is often only the news of a death.
+    let dead: Vec<String> = others
+        .iter()
+        .zip(&replies)
+        .filter(|(_, r)| matches!(r, Some(Err(e)) if e.contains("died mid-run")))
+        .map(|(&rank, _)| world.describe(rank))
+        .collect();
+    if !dead.is_empty() {
+        bail!("{} died mid-run", dead.join(", "));
+    }
     let mut out = Vec::new();
     for (rank, r) in others.iter().zip(replies) {
         match r {
@@ -671,13 +681,25 @@ fn drive(
             world
                 .broadcast(&ToRank::Iter(iter_no), false)
                 .map_err(anyhow::Error::msg)?;
-            let mine = exec::run_iteration(&mut stage, &nb, &wire[0], !split, case.comm, iter_no)
+            // Rank 0's stage runs in a thread while rank 0 hears the others, so a rank that
+            // fails or dies ends the run at once: the others are told to stop, their links
+            // close, and this stage's waits on them end too.
+            let (mine, heard) = std::thread::scope(|sc| {
+                let own = sc.spawn(|| {
+                    exec::run_iteration(&mut stage, &nb, &wire[0], !split, case.comm, iter_no)
+                });
+                let heard = hear_all(world, Instant::now() + timeout * 4);
+                if let Err(e) = &heard {
+                    let _ = world.broadcast(&ToRank::Abort(format!("{e:#}")), true);
+                }
+                (own.join(), heard)
+            });
+            let heard = heard?;
+            let mine = mine
+                .map_err(|_| anyhow!("rank 0's stage panicked"))?
                 .map_err(|e| anyhow!("{e}"))?;
             let mut all = vec![mine];
-            for (i, r) in hear_all(world, Instant::now() + timeout * 4)?
-                .into_iter()
-                .enumerate()
-            {
+            for (i, r) in heard.into_iter().enumerate() {
                 match r {
                     ToRoot::Iter(mut t) => {
                         shift(&mut t, offsets[i + 1]);
