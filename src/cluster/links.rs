@@ -646,23 +646,14 @@ fn print_grid(n: usize, cell: impl Fn(u32, u32) -> Option<(String, bool)>) {
 
 /// The flagged links, one line per pair with its worst slowdown.
 fn print_flagged(lines: &[Line<LinksTable>], flagged: usize) {
-    let mut worst: BTreeMap<(u32, u32), &Line<LinksTable>> = BTreeMap::new();
-    for l in lines.iter().filter(|l| l.figures.flagged == Some(true)) {
-        let key = (
-            l.params.src_rank.min(l.params.dst_rank),
-            l.params.src_rank.max(l.params.dst_rank),
-        );
-        let e = worst.entry(key).or_insert(l);
-        if l.figures.slowdown > e.figures.slowdown {
-            *e = l;
-        }
-    }
+    let worst = tables::worst_flagged(lines);
     if worst.is_empty() {
         println!("links: none flagged");
         return;
     }
     println!("FLAGGED links ({} rows):", flagged);
-    for ((a, b), l) in worst {
+    for ((a, b), i) in worst {
+        let l = &lines[i];
         println!(
             "  r{a}-r{b} ({} -> {}): {:.2}x the baseline ({} {} {}, p50 {:.1} µs)",
             l.params.src_host,

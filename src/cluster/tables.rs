@@ -84,6 +84,24 @@ pub fn link_case(p: &LinkParams) -> String {
     )
 }
 
+/// Each flagged link (lower rank, higher rank) once, with the index of its worst row (the
+/// largest slowdown), for the console and the headlines.
+pub fn worst_flagged(rows: &[Line<LinksTable>]) -> std::collections::BTreeMap<(u32, u32), usize> {
+    let mut worst: std::collections::BTreeMap<(u32, u32), usize> = Default::default();
+    for (i, l) in rows
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.figures.flagged == Some(true))
+    {
+        let (a, b) = (l.params.src_rank, l.params.dst_rank);
+        let e = worst.entry((a.min(b), a.max(b))).or_insert(i);
+        if l.figures.slowdown > rows[*e].figures.slowdown {
+            *e = i;
+        }
+    }
+    worst
+}
+
 /// Fills `slowdown` and `flagged` of every row, judging each group (transport, size,
 /// direction, locality) apart. Returns the number flagged.
 pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {

@@ -391,23 +391,8 @@ fn links(run: &Loaded, out: &mut Vec<Headline>) {
         }
     }
     // Each flagged link once, at its worst row.
-    let mut worst: std::collections::BTreeMap<(u32, u32), (usize, f64)> = Default::default();
-    for (i, l) in t
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| l.figures.flagged == Some(true))
-    {
-        let key = (
-            l.params.src_rank.min(l.params.dst_rank),
-            l.params.src_rank.max(l.params.dst_rank),
-        );
-        let s = l.figures.slowdown.unwrap_or(0.0);
-        let e = worst.entry(key).or_insert((i, s));
-        if s > e.1 {
-            *e = (i, s);
-        }
-    }
-    for ((a, b), (i, s)) in worst {
+    for ((a, b), i) in crate::cluster::tables::worst_flagged(t) {
+        let s = t[i].figures.slowdown.unwrap_or(0.0);
         let l = &t[i];
         out.push(Headline {
             bench: "links",
