@@ -460,6 +460,11 @@ pub struct PipelineArgs {
     /// Seconds any message between stages may take.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout_s: u64,
+    /// What carries activations and gradients between stages (rank 0's choice holds for all).
+    #[arg(long, value_enum, default_value = "tcp")]
+    pub transport: crate::transport::TransportKind,
+    #[command(flatten)]
+    pub rdma: RdmaDeviceArgs,
 }
 
 impl PipelineArgs {
@@ -498,11 +503,13 @@ impl PipelineArgs {
                 iters: self.iters,
                 warmup: self.warmup,
                 timeout_s: self.timeout_s,
+                transport: self.transport,
             },
             backend: g.backend,
             adapter: g.adapter.clone(),
             out: g.out.clone(),
             quiet: g.quiet,
+            rdma: self.rdma.choice(),
         })
     }
 }

@@ -419,7 +419,7 @@ fn link_line(world: &World, run_id: &str, m: &Measured) -> Line<LinksTable> {
         dst_rank: m.dst,
         src_host: host(m.src),
         dst_host: host(m.dst),
-        transport: format!("{:?}", m.transport).to_lowercase(),
+        transport: m.transport.to_string(),
         bytes: m.bytes,
         direction: m.direction.clone(),
     };

@@ -126,8 +126,8 @@ impl PassTimer {
         enc.write_timestamp(&self.query_set, 2 * slot + end as u32);
     }
 
-    /// Reads the (start, end) of slots `0..count` in microseconds on the GPU clock.
-    pub fn read_spans(&self, gpu: &Gpu, count: u32) -> Result<Vec<(f64, f64)>, GpuError> {
+    /// Reads the raw (start, end) ticks of slots `0..count`.
+    fn read_ticks(&self, gpu: &Gpu, count: u32) -> Result<Vec<(u64, u64)>, GpuError> {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         enc.resolve_query_set(&self.query_set, 0..2 * count, &self.resolve, 0);
         enc.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, count as u64 * 16);
@@ -135,10 +135,28 @@ impl PassTimer {
         gpu.wait(idx)?;
         let bytes = gpu.map_read(&self.readback)?;
         let ticks: &[u64] = bytemuck::cast_slice(&bytes);
-        let base = ticks[0];
-        let us = |t: u64| t.wrapping_sub(base) as i64 as f64 * self.period_ns / 1e3;
         Ok((0..count as usize)
-            .map(|i| (us(ticks[2 * i]), us(ticks[2 * i + 1])))
+            .map(|i| (ticks[2 * i], ticks[2 * i + 1]))
+            .collect())
+    }
+
+    /// Reads the (start, end) of slots `0..count` in microseconds on the GPU clock, from the
+    /// first slot's start.
+    pub fn read_spans(&self, gpu: &Gpu, count: u32) -> Result<Vec<(f64, f64)>, GpuError> {
+        let ticks = self.read_ticks(gpu, count)?;
+        let base = ticks.first().map_or(0, |t| t.0);
+        let us = |t: u64| t.wrapping_sub(base) as i64 as f64 * self.period_ns / 1e3;
+        Ok(ticks.iter().map(|&(a, b)| (us(a), us(b))).collect())
+    }
+
+    /// Reads the (start, end) of slots `0..count` in microseconds since the GPU clock's own
+    /// zero, for mapping onto a host clock.
+    pub fn read_absolute(&self, gpu: &Gpu, count: u32) -> Result<Vec<(f64, f64)>, GpuError> {
+        let us = |t: u64| t as f64 * self.period_ns / 1e3;
+        Ok(self
+            .read_ticks(gpu, count)?
+            .into_iter()
+            .map(|(a, b)| (us(a), us(b)))
             .collect())
     }
 

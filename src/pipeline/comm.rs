@@ -1,21 +1,30 @@
-//! The links between neighbouring stages: one TCP connection per pair (stage s connects to
-//! s + 1), activations downstream, gradients upstream, and an acknowledgement for every
-//! message once the receiver holds it whole. A reader thread per connection checks every
-//! message (its magic, kind, iteration and microbatch, the exact size) and files it in an
-//! inbox; a lost, repeated or misordered message ends the run with an error naming it.
+//! The links between neighbouring stages, over the project's `Transport` (TCP or RDMA): per
+//! pair of neighbours one connection each way (activations downstream, gradients upstream),
+//! opened by the sender with a preamble naming its rank. The transport checks every payload
+//! end to end and its `send` returns once the peer confirmed the payload intact: the
+//! acknowledgement a blocking send waits for. A reader thread per incoming connection checks
+//! every message (its magic, kind, iteration and microbatch, the exact size) and files it in
+//! an inbox; a lost, repeated or misordered message ends the run with an error naming it.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::rdma::DeviceChoice;
+use crate::transport::factory::{receiver_for, sender_over};
+use crate::transport::{Receiver, Transport, TransportKind};
+
 const MAGIC: [u8; 4] = *b"MBP1";
+/// What a stage writes first on a connection it opens, then its rank.
+const PREAMBLE: [u8; 4] = *b"MBPL";
+/// Magic, kind (and 3 bytes of padding), iteration, microbatch.
+const HEADER: usize = 16;
 pub const ACT: u8 = 0;
 pub const GRAD: u8 = 1;
-const ACK: u8 = 2;
 
-/// (kind, iteration, microbatch); an acknowledgement is filed under (ACK + 10 * kind, ...).
+/// (kind, iteration, microbatch).
 type Key = (u8, u32, u32);
 
 #[derive(Default)]
@@ -57,11 +66,66 @@ impl Inbox {
             s = self.ready.wait_timeout(s, left).expect("inbox lock").0;
         }
     }
+
+    /// Checks one message and files it.
+    fn file(
+        &self,
+        bytes: &[u8],
+        incoming: u8,
+        elements: usize,
+        microbatches: u32,
+    ) -> Result<(), String> {
+        if bytes.len() < HEADER || bytes[..4] != MAGIC {
+            return Err("sent something that is not a pipeline message".into());
+        }
+        let kind = bytes[4];
+        let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+        let (iter, mb) = (word(8), word(12));
+        if kind != incoming {
+            return Err(format!(
+                "sent a message of kind {kind}, which this end does not take"
+            ));
+        }
+        if mb >= microbatches {
+            return Err(format!(
+                "sent microbatch {mb}, past the last ({})",
+                microbatches - 1
+            ));
+        }
+        let len = bytes.len() - HEADER;
+        if len != elements * 4 {
+            return Err(format!(
+                "sent {len} bytes for a message of {}",
+                elements * 4
+            ));
+        }
+        let mut shelf = self.shelf.lock().expect("inbox lock");
+        let next = shelf.next.entry((kind, iter)).or_insert(0);
+        if mb != *next {
+            let what = if kind == ACT {
+                "activation"
+            } else {
+                "gradient"
+            };
+            return Err(if mb < *next {
+                format!("sent {what} {mb} of iteration {iter} twice")
+            } else {
+                format!("sent {what} {mb} of iteration {iter} before {}", *next)
+            });
+        }
+        *next += 1;
+        shelf.items.insert(
+            (kind, iter, mb),
+            bytemuck::pod_collect_to_vec::<u8, f32>(&bytes[HEADER..]),
+        );
+        self.ready.notify_all();
+        Ok(())
+    }
 }
 
 /// One end of a link between neighbouring stages.
 pub struct Link {
-    writer: Arc<Mutex<TcpStream>>,
+    sender: Mutex<Box<dyn Transport>>,
     inbox: Arc<Inbox>,
     /// Who is at the other end, for messages.
     pub peer: String,
@@ -70,67 +134,73 @@ pub struct Link {
 }
 
 fn frame(kind: u8, iter: u32, mb: u32, payload: &[f32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(20 + payload.len() * 4);
+    let mut out = Vec::with_capacity(HEADER + payload.len() * 4);
     out.extend_from_slice(&MAGIC);
-    out.push(kind);
-    out.extend_from_slice(&[0, 0, 0]);
+    out.extend_from_slice(&[kind, 0, 0, 0]);
     out.extend_from_slice(&iter.to_le_bytes());
     out.extend_from_slice(&mb.to_le_bytes());
-    out.extend_from_slice(&((payload.len() * 4) as u32).to_le_bytes());
     out.extend_from_slice(bytemuck::cast_slice(payload));
     out
 }
 
+/// The bytes of the largest message: a whole activation behind its header.
+pub fn max_message(elements: usize) -> u64 {
+    (HEADER + elements * 4) as u64
+}
+
 impl Link {
-    /// Wraps a connected stream; `incoming` is the data kind this end receives (ACT from the
-    /// previous stage, GRAD from the next).
+    /// Joins the two connections with a neighbour; `incoming` is the data kind this end
+    /// receives (ACT from the previous stage, GRAD from the next).
     pub fn new(
-        stream: TcpStream,
+        sender: Box<dyn Transport>,
+        mut receiver: Box<dyn Receiver>,
         incoming: u8,
         peer: String,
         elements: usize,
         microbatches: u32,
         timeout: Duration,
-    ) -> Result<Link, String> {
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        let reader = stream.try_clone().map_err(|e| e.to_string())?;
-        let writer = Arc::new(Mutex::new(stream));
+    ) -> Link {
         let inbox = Arc::new(Inbox::default());
         {
-            let (inbox, writer, peer) = (inbox.clone(), writer.clone(), peer.clone());
+            let (inbox, peer) = (inbox.clone(), peer.clone());
             std::thread::spawn(move || {
-                if let Err(e) = read_loop(reader, &inbox, &writer, incoming, elements, microbatches)
-                {
-                    inbox.fail(format!("the link to {peer}: {e}"));
-                }
+                let mut buf = Vec::new();
+                let why = loop {
+                    match receiver.recv(&mut buf) {
+                        Ok(Some(_)) => {
+                            if let Err(e) = inbox.file(&buf, incoming, elements, microbatches) {
+                                break e;
+                            }
+                        }
+                        // The peer closing is the end of the run (or its failure, which the
+                        // control channel names); a wait for a message that never comes fails.
+                        Ok(None) => break "the peer closed the link".into(),
+                        Err(e) => break e.to_string(),
+                    }
+                };
+                inbox.fail(format!("the link to {peer}: {why}"));
             });
         }
-        Ok(Link {
-            writer,
+        Link {
+            sender: Mutex::new(sender),
             inbox,
             peer,
             elements,
             timeout,
-        })
+        }
     }
 
-    /// Sends a data message and waits for its acknowledgement; returns µs from the start of
-    /// the write to the acknowledgement.
+    /// Sends a data message and waits for the peer's confirmation; returns µs from the start
+    /// of the send to the confirmation.
     pub fn send(&self, kind: u8, iter: u32, mb: u32, data: &[f32]) -> Result<f64, String> {
         assert_eq!(data.len(), self.elements, "a whole activation");
         let bytes = frame(kind, iter, mb, data);
         let t0 = Instant::now();
-        self.writer
+        self.sender
             .lock()
-            .expect("writer lock")
-            .write_all(&bytes)
+            .expect("sender lock")
+            .send(&bytes)
             .map_err(|e| format!("the link to {}: {e}", self.peer))?;
-        let what = format!("the acknowledgement of microbatch {mb} from {}", self.peer);
-        self.inbox.take(
-            (ACK + 10 * kind, iter, mb),
-            Instant::now() + self.timeout,
-            &what,
-        )?;
         Ok(t0.elapsed().as_secs_f64() * 1e6)
     }
 
@@ -150,101 +220,183 @@ impl Link {
     }
 }
 
-fn read_loop(
-    mut s: TcpStream,
-    inbox: &Inbox,
-    writer: &Mutex<TcpStream>,
-    incoming: u8,
-    elements: usize,
-    microbatches: u32,
-) -> Result<(), String> {
-    loop {
-        let mut head = [0u8; 20];
-        match s.read_exact(&mut head) {
-            Ok(()) => {}
-            // The peer closing between messages is the end of the run (or its death, which
-            // the control channel names); a wait for a message that never comes then fails.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Err("the peer closed the link".into())
-            }
-            Err(e) => return Err(e.to_string()),
-        }
-        if head[..4] != MAGIC {
-            return Err("sent something that is not a pipeline message".into());
-        }
-        let kind = head[4];
-        let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
-        let (iter, mb, len) = (word(8), word(12), word(16) as usize);
-        let is_ack = kind != incoming;
-        if !(kind == incoming || kind == ACK + 10 * (1 - incoming)) {
-            return Err(format!(
-                "sent a message of kind {kind}, which this end does not take"
-            ));
-        }
-        if mb >= microbatches {
-            return Err(format!(
-                "sent microbatch {mb}, past the last ({})",
-                microbatches - 1
-            ));
-        }
-        let want = if is_ack { 0 } else { elements * 4 };
-        if len != want {
-            return Err(format!("sent {len} bytes for a message of {want}"));
-        }
-        let mut payload = vec![0u8; len];
-        s.read_exact(&mut payload).map_err(|e| e.to_string())?;
-        let key = (kind, iter, mb);
-        {
-            let mut shelf = inbox.shelf.lock().expect("inbox lock");
-            let next = shelf.next.entry((kind, iter)).or_insert(0);
-            if mb != *next {
-                let what = if is_ack {
-                    "acknowledgement"
-                } else if kind == ACT {
-                    "activation"
-                } else {
-                    "gradient"
-                };
-                return Err(if mb < *next {
-                    format!("sent {what} {mb} of iteration {iter} twice")
-                } else {
-                    format!("sent {what} {mb} of iteration {iter} before {}", *next)
-                });
-            }
-            *next += 1;
-            shelf
-                .items
-                .insert(key, bytemuck::pod_collect_to_vec::<u8, f32>(&payload));
-            inbox.ready.notify_all();
-        }
-        if !is_ack {
-            let ack = frame(ACK + 10 * kind, iter, mb, &[]);
-            writer
-                .lock()
-                .expect("writer lock")
-                .write_all(&ack)
-                .map_err(|e| e.to_string())?;
+impl Drop for Link {
+    /// Says goodbye, so the peer's reader ends without waiting out its limit.
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.sender.lock() {
+            let _ = s.close();
         }
     }
+}
+
+/// How links are made: the transport, its device, the largest message and the limits.
+#[derive(Debug, Clone)]
+pub struct Wiring {
+    pub transport: TransportKind,
+    pub rdma: DeviceChoice,
+    pub max_message: u64,
+    /// Any one send, and connecting.
+    pub timeout: Duration,
+    /// How long a reader may wait for the next message (the run's pauses between cases).
+    pub idle: Duration,
+}
+
+/// The two ends this stage holds with one neighbour: its sender and its receiver.
+pub type Connection = (Box<dyn Transport>, Box<dyn Receiver>);
+
+/// A neighbour to connect to.
+pub struct Peer {
+    pub rank: u32,
+    /// Its data listener.
+    pub address: String,
+}
+
+/// Opens this stage's connections with `peers`: a sender to each (after the preamble) and a
+/// receiver from each (accepted on `listener` while the senders connect, in any order).
+/// Returns (sender, receiver) per peer, in the order given.
+pub fn connect(
+    listener: &TcpListener,
+    me: u32,
+    peers: &[Peer],
+    w: &Wiring,
+) -> Result<Vec<Connection>, String> {
+    let deadline = Instant::now() + w.timeout;
+    let expected: Vec<u32> = peers.iter().map(|p| p.rank).collect();
+    let (senders, receivers) = std::thread::scope(|sc| {
+        let acceptor = sc.spawn(|| accept_from(listener, me, &expected, w, deadline));
+        let senders: Result<Vec<Box<dyn Transport>>, String> = peers
+            .iter()
+            .map(|p| {
+                let mut s = connect_retry(&p.address, deadline)?;
+                let mut pre = PREAMBLE.to_vec();
+                pre.extend_from_slice(&me.to_le_bytes());
+                s.write_all(&pre)
+                    .map_err(|e| format!("the link to stage {}: {e}", p.rank))?;
+                sender_over(w.transport, &w.rdma, s, w.max_message, w.timeout)
+                    .map_err(|e| format!("the link to stage {}: {e}", p.rank))
+            })
+            .collect();
+        let receivers = acceptor
+            .join()
+            .unwrap_or_else(|_| Err("the acceptor panicked".into()));
+        (senders, receivers)
+    });
+    let (senders, mut receivers) = (senders?, receivers?);
+    Ok(senders
+        .into_iter()
+        .zip(peers)
+        .map(|(s, p)| {
+            (
+                s,
+                receivers.remove(&p.rank).expect("accepted from every peer"),
+            )
+        })
+        .collect())
+}
+
+fn connect_retry(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
+    loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => return Ok(s),
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(format!("cannot reach the stage at {addr}: {e}")),
+        }
+    }
+}
+
+/// Accepts one connection from each rank in `from`, named by its preamble.
+fn accept_from(
+    listener: &TcpListener,
+    me: u32,
+    from: &[u32],
+    w: &Wiring,
+    deadline: Instant,
+) -> Result<HashMap<u32, Box<dyn Receiver>>, String> {
+    let make = receiver_for(w.transport, w.rdma.clone(), w.max_message, w.idle);
+    let mut got: HashMap<u32, Box<dyn Receiver>> = HashMap::new();
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    while got.len() < from.len() {
+        let (mut s, addr) = match listener.accept() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    let missing: Vec<String> = from
+                        .iter()
+                        .filter(|r| !got.contains_key(r))
+                        .map(|r| format!("stage {r}"))
+                        .collect();
+                    return Err(format!(
+                        "{} never connected to stage {me}",
+                        missing.join(" and ")
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Err(e) => return Err(format!("accepting a stage's link: {e}")),
+        };
+        s.set_nonblocking(false).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(w.timeout))
+            .map_err(|e| e.to_string())?;
+        let mut pre = [0u8; 8];
+        s.read_exact(&mut pre)
+            .map_err(|e| format!("a link from {addr} sent no preamble: {e}"))?;
+        let rank = u32::from_le_bytes(pre[4..].try_into().expect("4 bytes"));
+        if pre[..4] != PREAMBLE || !from.contains(&rank) || got.contains_key(&rank) {
+            return Err(format!(
+                "a connection from {addr} is not a link from a neighbour of stage {me} \
+                 (expected one each from stage {from:?})"
+            ));
+        }
+        let mut r = make(s).map_err(|e| format!("the link from stage {rank}: {e}"))?;
+        r.yield_when_idle(Duration::from_micros(200));
+        got.insert(rank, r);
+    }
+    Ok(got)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn wiring() -> Wiring {
+        Wiring {
+            transport: TransportKind::Tcp,
+            rdma: DeviceChoice {
+                device: None,
+                port: 1,
+                gid_index: 0,
+            },
+            max_message: max_message(4),
+            timeout: Duration::from_secs(5),
+            idle: Duration::from_secs(5),
+        }
+    }
+
+    /// Stage 0 and stage 1, linked through their own listeners.
     fn pair() -> (Link, Link) {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
-        let t = Duration::from_secs(5);
+        let l0 = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l1 = TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = |rank, l: &TcpListener| Peer {
+            rank,
+            address: l.local_addr().unwrap().to_string(),
+        };
+        let (p0, p1) = (peer(0, &l0), peer(1, &l1));
+        let w = wiring();
+        let t = w.timeout;
+        let (a, b) = std::thread::scope(|sc| {
+            let a = sc.spawn(|| connect(&l0, 0, &[p1], &w).unwrap().pop().unwrap());
+            let b = sc.spawn(|| connect(&l1, 1, &[p0], &w).unwrap().pop().unwrap());
+            (a.join().unwrap(), b.join().unwrap())
+        });
         (
-            Link::new(a, GRAD, "next".into(), 4, 3, t).unwrap(),
-            Link::new(b, ACT, "prev".into(), 4, 3, t).unwrap(),
+            Link::new(a.0, a.1, GRAD, "stage 1".into(), 4, 3, t),
+            Link::new(b.0, b.1, ACT, "stage 0".into(), 4, 3, t),
         )
     }
 
     #[test]
-    fn messages_arrive_acknowledged_and_in_order() {
+    fn messages_arrive_confirmed_and_in_order() {
         let (up, down) = pair();
         let sender = std::thread::spawn(move || {
             for mb in 0..3 {
@@ -262,18 +414,47 @@ mod tests {
     #[test]
     fn a_misordered_or_repeated_message_fails_by_name() {
         for order in [[1u32, 0], [0, 0]] {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let mut raw = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-            let (b, _) = l.accept().unwrap();
-            let down = Link::new(b, ACT, "stage 0".into(), 2, 4, Duration::from_secs(2)).unwrap();
+            let inbox = Inbox::default();
+            let mut err = None;
             for mb in order {
-                raw.write_all(&frame(ACT, 0, mb, &[1.0, 2.0])).unwrap();
+                if let Err(e) = inbox.file(&frame(ACT, 0, mb, &[1.0, 2.0]), ACT, 2, 4) {
+                    err = Some(e);
+                }
             }
-            let e = down.receive(ACT, 0, 3).unwrap_err();
-            assert!(
-                e.contains("stage 0") && (e.contains("before 0") || e.contains("twice")),
-                "{e}"
-            );
+            let e = err.expect("the second message is refused");
+            assert!(e.contains("before 0") || e.contains("twice"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_wrong_size_kind_or_microbatch_is_refused() {
+        let inbox = Inbox::default();
+        let cases = [
+            (frame(ACT, 0, 0, &[1.0]), "bytes"),
+            (frame(GRAD, 0, 0, &[1.0, 2.0]), "kind"),
+            (frame(ACT, 0, 9, &[1.0, 2.0]), "past the last"),
+            (b"garbage".to_vec(), "not a pipeline message"),
+        ];
+        for (bytes, want) in cases {
+            let e = inbox.file(&bytes, ACT, 2, 4).unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_stranger_on_the_listener_is_named() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let e = accept_from(
+            &l,
+            1,
+            &[0],
+            &wiring(),
+            Instant::now() + Duration::from_secs(5),
+        )
+        .map(|_| ())
+        .unwrap_err();
+        assert!(e.contains("not a link from a neighbour of stage 1"), "{e}");
     }
 }

@@ -64,6 +64,40 @@ pub struct SendTime {
 pub struct StageTimes {
     pub ops: Vec<OpTime>,
     pub sends: Vec<SendTime>,
+    /// `Some(width)` when the ops' start and end are the GPU's timestamps mapped onto the
+    /// host clock, `width` µs being how far the mapping could be off; `None`: host clock.
+    pub gpu_clock: Option<f64>,
+}
+
+/// Puts each op's GPU (start, end) onto the host clock, in place of the host's times taken
+/// around it. The GPU cannot start an op before the host submitted it nor end it after the
+/// host saw it done, so every op bounds the offset between the clocks: offset >= submit -
+/// GPU start, offset <= done - GPU end. The offset is the middle of what all ops allow;
+/// returns the width of that range, or `None` (times left as they were) when no offset fits
+/// every op, i.e. the timestamps contradict the host.
+pub fn map_gpu_spans(ops: &mut [OpTime], spans: &[(f64, f64)]) -> Option<f64> {
+    if spans.len() != ops.len() || spans.iter().any(|(a, b)| b < a) {
+        return None;
+    }
+    let lo = ops
+        .iter()
+        .zip(spans)
+        .map(|(o, g)| o.start_us - g.0)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let hi = ops
+        .iter()
+        .zip(spans)
+        .map(|(o, g)| o.end_us - g.1)
+        .fold(f64::INFINITY, f64::min);
+    if lo.is_nan() || hi.is_nan() || lo > hi {
+        return None;
+    }
+    let offset = (lo + hi) / 2.0;
+    for (o, g) in ops.iter_mut().zip(spans) {
+        o.start_us = g.0 + offset;
+        o.end_us = g.1 + offset;
+    }
+    Some(hi - lo)
 }
 
 /// The microseconds since the Unix epoch: one clock for every process on one machine.
@@ -118,6 +152,7 @@ pub fn run_iteration(
     let s = stage.index;
     let e = |x: anyhow::Error| format!("stage {s}: {x:#}");
     stage.zero_grads().map_err(e)?;
+    stage.start_timing();
     let mut times = StageTimes::default();
     // Offloaded sends go through one thread, in order; its results come back at the end.
     let (tx, rx) = mpsc::channel::<Outgoing>();
@@ -206,5 +241,47 @@ pub fn run_iteration(
             Err(_) => result = result.and(Err(format!("stage {s}: the sender thread panicked"))),
         }
     }
-    result.map(|()| times)
+    result?;
+    if let Some(spans) = stage.gpu_spans(times.ops.len()).map_err(e)? {
+        times.gpu_clock = map_gpu_spans(&mut times.ops, &spans);
+    }
+    Ok(times)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(start_us: f64, end_us: f64) -> OpTime {
+        OpTime {
+            kind: 'F',
+            mb: 0,
+            start_us,
+            end_us,
+            queue_end_us: end_us,
+        }
+    }
+
+    #[test]
+    fn gpu_spans_land_inside_the_host_bounds() {
+        // GPU clock = host - 1000 µs; each op starts 5 µs after submit, ends 7 µs before done.
+        let mut ops = vec![op(1000.0, 1100.0), op(1200.0, 1400.0)];
+        let spans = [(5.0, 93.0), (205.0, 393.0)];
+        let width = map_gpu_spans(&mut ops, &spans).expect("consistent");
+        assert!((width - 12.0).abs() < 1e-9, "{width}");
+        for (o, g) in ops.iter().zip(&spans) {
+            assert!((o.end_us - o.start_us - (g.1 - g.0)).abs() < 1e-9);
+        }
+        assert!(ops[0].start_us >= 1000.0 && ops[1].end_us <= 1400.0);
+    }
+
+    #[test]
+    fn timestamps_that_contradict_the_host_are_refused() {
+        let mut ops = vec![op(1000.0, 1100.0), op(1200.0, 1300.0)];
+        // The second op would have to run before its submit: no offset fits both.
+        let spans = [(0.0, 90.0), (100.0, 195.0)];
+        assert_eq!(map_gpu_spans(&mut ops, &spans), None);
+        assert_eq!(ops[0].start_us, 1000.0, "left as measured");
+        assert_eq!(map_gpu_spans(&mut ops, &spans[..1]), None);
+    }
 }

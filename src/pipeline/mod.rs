@@ -28,6 +28,7 @@ use crate::sim::{
     evaluate, simulate, CommModel, Executed, Op, OpKind, Policy, Run, Scenario, Schedule,
 };
 use crate::stats::Summary;
+use crate::transport::TransportKind;
 use comm::{Link, ACT, GRAD};
 use exec::{Comm, Neighbours, StageTimes};
 use stage::{Shape, Stage};
@@ -50,6 +51,8 @@ pub struct PipelinePlan {
     pub iters: u32,
     pub warmup: u32,
     pub timeout_s: u64,
+    /// What carries activations and gradients between stages.
+    pub transport: TransportKind,
 }
 
 /// The most work one run may take, checked before it starts: microbatches x stages, sizes.
@@ -110,6 +113,8 @@ pub struct PipelineOptions {
     pub adapter: Option<String>,
     pub out: PathBuf,
     pub quiet: bool,
+    /// This rank's RDMA device (with `--transport rdma`).
+    pub rdma: crate::rdma::DeviceChoice,
 }
 
 /// A stage's op times measured alone, for planning (µs): F, B split, W, B fused, D2H.
@@ -215,6 +220,7 @@ pub fn run(opts: &PipelineOptions) -> Result<Option<PathBuf>> {
         .map_err(anyhow::Error::msg)?;
     let gpu = Gpu::open(opts.backend, opts.adapter.as_deref())?;
     if world.rank() == 0 {
+        crate::transport::factory::check_available(opts.plan.transport, &opts.rdma)?;
         root(&mut world, gpu, opts).map(Some)
     } else {
         leaf(&mut world, gpu, opts).map(|()| None)
@@ -226,59 +232,54 @@ type Neighbour = Option<Arc<Link>>;
 /// A stage's order: (kind, microbatch) pairs.
 type Order = Vec<(char, u32)>;
 
-/// Connects this stage to its neighbours: stage s dials s + 1's data listener.
-fn connect(world: &World, shape: &Shape, timeout: Duration) -> Result<(Neighbour, Neighbour)> {
+/// Connects this stage to its neighbours, one connection each way per neighbour, over the
+/// plan's transport.
+fn connect(
+    world: &World,
+    plan: &PipelinePlan,
+    rdma: &crate::rdma::DeviceChoice,
+) -> Result<(Neighbour, Neighbour)> {
     let (me, n) = (world.rank(), world.size());
-    let e = shape.elements();
-    let next = if me + 1 < n {
-        let addr = world.data_address(me + 1);
-        let s = connect_retry(&addr, timeout)?;
-        Some(Arc::new(
-            Link::new(
-                s,
-                GRAD,
-                world.describe(me + 1),
-                e,
-                shape.microbatches,
-                timeout,
-            )
-            .map_err(anyhow::Error::msg)?,
-        ))
-    } else {
-        None
+    let timeout = Duration::from_secs(plan.timeout_s);
+    let wiring = comm::Wiring {
+        transport: plan.transport,
+        rdma: rdma.clone(),
+        max_message: comm::max_message(plan.shape.elements()),
+        timeout,
+        idle: timeout.max(IDLE),
     };
-    let prev = if me > 0 {
-        world.data.set_nonblocking(false)?;
-        let (s, _) = world
-            .data
-            .accept()
-            .context("the previous stage never connected")?;
-        Some(Arc::new(
-            Link::new(
-                s,
-                ACT,
-                world.describe(me - 1),
-                e,
-                shape.microbatches,
-                timeout,
-            )
-            .map_err(anyhow::Error::msg)?,
-        ))
-    } else {
-        None
-    };
-    Ok((prev, next))
-}
-
-fn connect_retry(addr: &str, timeout: Duration) -> Result<std::net::TcpStream> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match std::net::TcpStream::connect(addr) {
-            Ok(s) => return Ok(s),
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => bail!("cannot reach the next stage at {addr}: {e}"),
-        }
+    let mut peers = Vec::new();
+    if me > 0 {
+        peers.push(me - 1);
     }
+    if me + 1 < n {
+        peers.push(me + 1);
+    }
+    let list: Vec<comm::Peer> = peers
+        .iter()
+        .map(|&rank| comm::Peer {
+            rank,
+            address: world.data_address(rank),
+        })
+        .collect();
+    let mut links = comm::connect(&world.data, me, &list, &wiring)
+        .map_err(anyhow::Error::msg)?
+        .into_iter();
+    let mut link = |rank: u32, incoming: u8| {
+        let (tx, rx) = links.next().expect("one link per peer");
+        Arc::new(Link::new(
+            tx,
+            rx,
+            incoming,
+            world.describe(rank),
+            plan.shape.elements(),
+            plan.shape.microbatches,
+            timeout,
+        ))
+    };
+    let prev = (me > 0).then(|| link(me - 1, ACT));
+    let next = (me + 1 < n).then(|| link(me + 1, GRAD));
+    Ok((prev, next))
 }
 
 fn calibrate(stage: &mut Stage) -> Result<Calibration> {
@@ -313,8 +314,8 @@ fn leaf(world: &mut World, gpu: Gpu, opts: &PipelineOptions) -> Result<()> {
         _ => bail!("rank 0 sent something before the plan"),
     };
     let mut stage = Stage::new(gpu, plan.shape, world.rank(), world.size())?;
-    let timeout = Duration::from_secs(plan.timeout_s);
-    let (prev, next) = connect(world, &plan.shape, timeout)?;
+    crate::transport::factory::check_available(plan.transport, &opts.rdma)?;
+    let (prev, next) = connect(world, &plan, &opts.rdma)?;
     let cal = calibrate(&mut stage)?;
     world
         .tell_root(&ToRoot::Calibrated(cal))
@@ -426,6 +427,10 @@ fn root(world: &mut World, gpu: Gpu, opts: &PipelineOptions) -> Result<PathBuf> 
     dir.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")))?;
     result.map(|()| dir.path.clone())
 }
+
+/// The least time a link's reader waits for the next message: between cases rank 0 checks
+/// gradients and predicts, which can take a while on big shapes.
+const IDLE: Duration = Duration::from_secs(600);
 
 /// Pings per rank for its clock offset.
 const PINGS: usize = 8;
@@ -601,7 +606,7 @@ fn drive(
         .map_err(anyhow::Error::msg)?;
     let mut stage = Stage::new(gpu, plan.shape, 0, world.size())?;
     let timeout = Duration::from_secs(plan.timeout_s);
-    let (prev, next) = connect(world, &plan.shape, timeout)?;
+    let (prev, next) = connect(world, plan, &opts.rdma)?;
     let mut cals = vec![calibrate(&mut stage)?];
     let long = Instant::now() + Duration::from_secs(600);
     for r in hear_all(world, long)? {
@@ -758,7 +763,7 @@ fn drive(
         let params = PipelineParams {
             schedule: case.schedule.clone(),
             comm: case.comm.to_string(),
-            transport: "tcp".into(),
+            transport: plan.transport.to_string(),
             slow: case.slow.map_or("none".into(), |(l, d)| format!("{l}:{d}")),
             stages: n as u32,
             microbatches: plan.shape.microbatches,
@@ -775,6 +780,7 @@ fn drive(
             grad_rel_err: crate::export::csv::sig(grad_err, 3),
             verified,
             plan: plan_name.clone(),
+            op_clock: op_clock(&timed).into(),
         };
         // File-name safe: no ':' (static:1f1b, LINK:MS).
         let case_name = format!(
@@ -786,12 +792,13 @@ fn drive(
         );
         if !opts.quiet {
             println!(
-                "{case_name:<28} measured {:>9.2} ms  predicted {:>9.2} ms  error {:>+6.1}%  bubble {:.3}  grad err {:.1e}{}",
+                "{case_name:<28} measured {:>9.2} ms  predicted {:>9.2} ms  error {:>+6.1}%  bubble {:.3}  grad err {:.1e}  ops timed by {}{}",
                 figures.iteration_ms,
                 figures.predicted_ms,
                 figures.error * 100.0,
                 figures.bubble,
                 grad_err,
+                figures.op_clock,
                 if verified { "" } else { "  NOT VERIFIED" }
             );
         }
@@ -841,6 +848,17 @@ fn drive(
         serde_json::to_vec(&trace)?,
     )?;
     Ok(())
+}
+
+/// Whose clock timed the ops of these iterations (see `PipelineFigures::op_clock`).
+fn op_clock(timed: &[Vec<StageTimes>]) -> &'static str {
+    let all = timed.iter().flatten();
+    let gpu = all.clone().filter(|t| t.gpu_clock.is_some()).count();
+    match gpu {
+        0 => "host",
+        n if n == all.count() => "gpu",
+        _ => "mixed",
+    }
 }
 
 /// Activations in flight at most per stage (F done, its B not yet), from the orders.

@@ -14,6 +14,7 @@ use anyhow::{anyhow, Result};
 
 use crate::gpu::kernels::train::{layernorm_pipeline, reference, TrainGemm};
 use crate::gpu::kernels::{record_untimed, DispatchPass};
+use crate::gpu::timing::PassTimer;
 use crate::gpu::Gpu;
 
 /// The model's shape.
@@ -90,6 +91,10 @@ pub struct Stage {
     /// Scratch for Z = X W (consumed by layernorm at once).
     _z: wgpu::Buffer,
     staging: wgpu::Buffer,
+    /// Timestamps at the start and end of each op's pass (one slot per op since
+    /// [`Stage::start_timing`]), where the device has them.
+    timer: Option<PassTimer>,
+    slots: u32,
     /// The last iteration's inputs and incoming gradients, for the reference.
     pub seen_inputs: Vec<Option<Vec<f32>>>,
     pub seen_dy: Vec<Option<Vec<f32>>>,
@@ -238,6 +243,10 @@ impl Stage {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // An iteration runs at most F, B and W of every microbatch.
+        let timer = gpu
+            .has_timestamps()
+            .then(|| PassTimer::new(&gpu, 3 * shape.microbatches));
         Ok(Stage {
             gpu,
             shape,
@@ -251,21 +260,27 @@ impl Stage {
             dx,
             _z: z,
             staging,
+            timer,
+            slots: 0,
             seen_inputs: vec![None; n],
             seen_dy: vec![None; n],
         })
     }
 
-    fn submit(&self, passes: &[&DispatchPass]) -> Result<()> {
-        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
-        record_untimed(&mut enc, None, |p| {
-            for pass in passes {
-                pass.encode(p);
+    /// Starts a new sequence of timestamped ops (slot 0 is the next op's).
+    pub fn start_timing(&mut self) {
+        self.slots = 0;
+    }
+
+    /// The GPU's (start, end) of each op since [`Stage::start_timing`], in µs on the GPU's
+    /// clock; `None` without timestamps, or when more ops ran than there are slots.
+    pub fn gpu_spans(&self, ops: usize) -> Result<Option<Vec<(f64, f64)>>> {
+        match &self.timer {
+            Some(t) if self.slots as usize == ops && ops > 0 => {
+                Ok(Some(t.read_absolute(&self.gpu, self.slots)?))
             }
-        });
-        let idx = self.gpu.queue.submit([enc.finish()]);
-        self.gpu.wait(idx)?;
-        Ok(())
+            _ => Ok(None),
+        }
     }
 
     /// Zeroes the weight gradients (each iteration accumulates over its microbatches).
@@ -296,7 +311,7 @@ impl Stage {
             .iter()
             .flat_map(|l| [&l.fwd[m].0, &l.fwd[m].1])
             .collect();
-        self.submit(&passes)
+        submit(&self.gpu, self.timer.as_ref(), &mut self.slots, &passes)
     }
 
     /// B for `mb` (and W when `fused`): dY given by the next stage, or the stage's own output
@@ -329,14 +344,14 @@ impl Stage {
         if fused {
             passes.extend(self.layers.iter().map(|l| &l.wgrad[m]));
         }
-        self.submit(&passes)
+        submit(&self.gpu, self.timer.as_ref(), &mut self.slots, &passes)
     }
 
     /// W for `mb`.
-    pub fn weight(&self, mb: u32) -> Result<()> {
+    pub fn weight(&mut self, mb: u32) -> Result<()> {
         let m = mb as usize;
         let passes: Vec<&DispatchPass> = self.layers.iter().map(|l| &l.wgrad[m]).collect();
-        self.submit(&passes)
+        submit(&self.gpu, self.timer.as_ref(), &mut self.slots, &passes)
     }
 
     /// Copies the output of F (`grad: false`) or B (`grad: true`) for `mb` to the host; returns
@@ -412,6 +427,31 @@ impl Stage {
         }
         Ok(worst)
     }
+}
+
+/// Runs one op: its passes in one compute pass, timestamped in the next slot if one is left.
+fn submit(
+    gpu: &Gpu,
+    timer: Option<&PassTimer>,
+    slots: &mut u32,
+    passes: &[&DispatchPass],
+) -> Result<()> {
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    let encode = |p: &mut wgpu::ComputePass<'_>| {
+        for pass in passes {
+            pass.encode(p);
+        }
+    };
+    match timer {
+        Some(t) if *slots < t.capacity() => {
+            t.record_pass(&mut enc, *slots, None, encode);
+            *slots += 1;
+        }
+        _ => record_untimed(&mut enc, None, encode),
+    }
+    let idx = gpu.queue.submit([enc.finish()]);
+    gpu.wait(idx)?;
+    Ok(())
 }
 
 /// C = op(A) op(B) in f64, op(A) m x k, op(B) k x n (A stored k x m when `ta`, B n x k when

@@ -40,6 +40,9 @@ pub struct PipelineFigures {
     pub verified: bool,
     /// The simulator's plan the stages replayed (adaptive names its k).
     pub plan: String,
+    /// Whose clock timed the ops: `gpu` (timestamps mapped onto the host clock) in every
+    /// stage and timed iteration, `host` in none, `mixed` otherwise.
+    pub op_clock: String,
 }
 
 impl CsvTable for PipelineTable {

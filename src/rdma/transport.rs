@@ -69,8 +69,18 @@ impl RdmaTransport {
         max_payload: u64,
         io: Duration,
     ) -> Result<RdmaTransport, TransportError> {
+        let oob = OobChannel::connect(addr, Duration::from_secs(5), io)?;
+        Self::over(oob, choice, max_payload, io)
+    }
+
+    /// Sets up the queue pair over an out-of-band channel already connected to a receiver.
+    pub fn over(
+        mut oob: OobChannel,
+        choice: &DeviceChoice,
+        max_payload: u64,
+        io: Duration,
+    ) -> Result<RdmaTransport, TransportError> {
         let max_payload = max_payload.min(MAX_PAYLOAD);
-        let mut oob = OobChannel::connect(addr, Duration::from_secs(5), io)?;
         let params = Params {
             tests: 0,
             iters: 1,
@@ -175,6 +185,8 @@ pub struct RdmaReceiver {
     /// may come after the sender's next frame, which the ack released.
     ack_in_flight: bool,
     seq: SeqCheck,
+    /// How long to busy-poll before sleeping between polls; `None`: always busy-poll.
+    spin: Option<Duration>,
 }
 
 impl RdmaReceiver {
@@ -202,13 +214,21 @@ impl RdmaReceiver {
             io,
             ack_in_flight: false,
             seq: SeqCheck::default(),
+            spin: None,
+        })
+    }
+
+    fn wait(&self) -> Result<Completion, TransportError> {
+        Ok(match self.spin {
+            None => self.link.cq.wait(self.io)?,
+            Some(spin) => self.link.cq.wait_patiently(self.io, spin)?,
         })
     }
 
     /// The next frame's completion, reaping the last ack's on the way.
     fn next_frame(&mut self) -> Result<Completion, TransportError> {
         loop {
-            let c = self.link.cq.wait(self.io)?;
+            let c = self.wait()?;
             match c.wr_id {
                 WR_ACK_SEND if self.ack_in_flight => self.ack_in_flight = false,
                 WR_DATA_RECV if c.imm.is_some() => return Ok(c),
@@ -224,7 +244,7 @@ impl RdmaReceiver {
     /// Waits until the last ack's buffer is free again.
     fn reap_ack(&mut self) -> Result<(), TransportError> {
         while self.ack_in_flight {
-            let c = self.link.cq.wait(self.io)?;
+            let c = self.wait()?;
             if c.wr_id != WR_ACK_SEND {
                 return Err(TransportError::Protocol(format!(
                     "unexpected completion {} while an ack was in flight",
@@ -285,5 +305,9 @@ impl Receiver for RdmaReceiver {
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, TransportError> {
         let io = self.io;
         self.recv_inner(buf).map_err(|e| e.with_timeout(io))
+    }
+
+    fn yield_when_idle(&mut self, spin: Duration) {
+        self.spin = Some(spin);
     }
 }

@@ -610,6 +610,30 @@ impl CompletionQueue {
     }
 }
 
+impl CompletionQueue {
+    /// Like [`wait`](Self::wait), but once `spin` has passed with nothing, polls every 50 µs
+    /// and sleeps between: for a receiver whose messages are far apart on cores that compute
+    /// meanwhile, where a busy poll would take a core from the work being measured.
+    pub fn wait_patiently(&self, timeout: Duration, spin: Duration) -> Result<Completion> {
+        let start = Instant::now();
+        loop {
+            for _ in 0..POLLS_PER_CLOCK_CHECK {
+                if let Some(c) = self.poll()? {
+                    return Ok(c);
+                }
+                std::hint::spin_loop();
+            }
+            let waited = start.elapsed();
+            if waited > timeout {
+                return Err(VerbsError::Timeout(timeout));
+            }
+            if waited > spin {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+}
+
 impl Drop for CompletionQueue {
     fn drop(&mut self) {
         // SAFETY: every QP using this CQ holds an Arc of it, so none is alive any more.

@@ -37,6 +37,24 @@ pub fn connect(
     })
 }
 
+/// Makes a sender of `kind` over a stream already connected to a receiver (for callers that
+/// open their own connections, as `pipeline` does), completing its hello.
+pub fn sender_over(
+    kind: TransportKind,
+    rdma: &DeviceChoice,
+    stream: TcpStream,
+    max_payload: u64,
+    io: Duration,
+) -> Result<Box<dyn Transport>, TransportError> {
+    Ok(match kind {
+        TransportKind::Tcp => Box::new(TcpTransport::over(stream, max_payload, io)?),
+        TransportKind::Rdma => {
+            let oob = OobChannel::from_stream(stream, io)?;
+            Box::new(RdmaTransport::over(oob, rdma, max_payload, io)?)
+        }
+    })
+}
+
 /// Makes the receiver of one accepted connection for `kind`, completing its hello.
 pub fn receiver_for(
     kind: TransportKind,

@@ -69,6 +69,15 @@ pub enum TransportKind {
     Rdma,
 }
 
+impl std::fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TransportKind::Tcp => "tcp",
+            TransportKind::Rdma => "rdma",
+        })
+    }
+}
+
 /// Where the time of one send went, in microseconds.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SendTiming {
@@ -128,6 +137,10 @@ pub trait Transport: Send {
 pub trait Receiver: Send {
     /// The next payload's sequence number, or `None` once the sender said goodbye.
     fn recv(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, TransportError>;
+    /// Lets the wait for the next payload sleep once `spin` has passed with nothing (a
+    /// transport that busy-polls would otherwise hold a core between payloads far apart).
+    /// Waits that block in the kernel already do; they ignore this.
+    fn yield_when_idle(&mut self, _spin: Duration) {}
 }
 
 #[cfg(test)]

@@ -48,17 +48,26 @@ impl TcpTransport {
                 "no address",
             ))
         })?;
-        let mut stream = TcpStream::connect_timeout(&first, t.connect).map_err(err)?;
+        let stream = TcpStream::connect_timeout(&first, t.connect).map_err(err)?;
+        Self::over(stream, max_payload, t.io)
+    }
+
+    /// Says hello on a stream already connected to a receiver.
+    pub fn over(
+        mut stream: TcpStream,
+        max_payload: u64,
+        io: Duration,
+    ) -> Result<TcpTransport, TransportError> {
         stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(t.io))?;
-        stream.set_write_timeout(Some(t.io))?;
-        write_hello(&mut stream, max_payload).map_err(|e| e.with_timeout(t.io))?;
-        let peer_max = read_hello(&mut stream).map_err(|e| e.with_timeout(t.io))?;
+        stream.set_read_timeout(Some(io))?;
+        stream.set_write_timeout(Some(io))?;
+        write_hello(&mut stream, max_payload).map_err(|e| e.with_timeout(io))?;
+        let peer_max = read_hello(&mut stream).map_err(|e| e.with_timeout(io))?;
         Ok(TcpTransport {
             stream,
             seq: 0,
             peer_max,
-            io: t.io,
+            io,
         })
     }
 }
