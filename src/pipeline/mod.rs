@@ -593,6 +593,148 @@ fn measured_scenario(
     .map_err(|e| anyhow!("the measured scenario: {e}"))
 }
 
+/// One case as planned: the simulator's plan, its op orders, and what each stage is sent.
+struct PlannedCase {
+    name: String,
+    orders: Vec<Vec<Op>>,
+    wire: Vec<Order>,
+    split: bool,
+}
+
+/// What one case measured: each timed iteration's stage times, its iteration time and the
+/// last one as a `Run`, and the gradients' error after the last.
+#[derive(Default)]
+struct Measured {
+    timed: Vec<Vec<StageTimes>>,
+    iteration_us: Vec<f64>,
+    last: Option<(f64, Vec<f64>, Run)>,
+    grad_err: f64,
+}
+
+/// Plans `case` with the calibrated op times and the injected delay.
+fn plan_case(case: &Case, cals: &[Calibration], shape: &Shape) -> Result<PlannedCase> {
+    let n = cals.len();
+    let schedule: Schedule = case.schedule.parse().map_err(anyhow::Error::msg)?;
+    let ms = |us: f64| (us / 1e3).max(1e-3);
+    let model = match case.comm {
+        Comm::Inline => CommModel::Queue,
+        Comm::Offload => CommModel::Offload,
+    };
+    let slow: Vec<(usize, f64)> = case.slow.iter().map(|&(l, d)| (l as usize, d)).collect();
+    let d2h = ms(cals.iter().map(|c| c.d2h).sum::<f64>() / n as f64);
+    let planning = Scenario::new(
+        n,
+        shape.microbatches as usize,
+        &cals.iter().map(|c| ms(c.f)).collect::<Vec<_>>(),
+        &cals.iter().map(|c| ms(c.b)).collect::<Vec<_>>(),
+        &cals.iter().map(|c| ms(c.w)).collect::<Vec<_>>(),
+        d2h,
+        &slow,
+        model,
+        d2h,
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    let mem = crate::sim::default_mem_limit(&planning);
+    let (name, planned) =
+        evaluate(&schedule, &planning, mem).map_err(|e| anyhow!("{schedule}: {e}"))?;
+    let split = planned.ops.iter().any(|e| e.op.kind == OpKind::W);
+    let orders: Vec<Vec<Op>> = planned.orders(n);
+    let wire = orders
+        .iter()
+        .map(|o| {
+            o.iter()
+                .map(|op| {
+                    (
+                        op.kind.to_string().chars().next().unwrap_or('F'),
+                        op.mb as u32,
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    Ok(PlannedCase {
+        name,
+        orders,
+        wire,
+        split,
+    })
+}
+
+/// The links and clocks of rank 0's side of the run.
+struct Rig<'a> {
+    stage: Stage,
+    prev: Neighbour,
+    next: Neighbour,
+    offsets: &'a [f64],
+    timeout: Duration,
+}
+
+/// Runs iteration `iter_no` of `case` on every stage and returns every stage's times on rank
+/// 0's clock. Rank 0's stage runs in a thread while rank 0 hears the others, so a rank that
+/// fails or dies ends the run at once: the others are told to stop, their links close, and
+/// this stage's waits on them end too.
+fn run_case_iteration(
+    world: &mut World,
+    rig: &mut Rig,
+    (ci, case, pc): (usize, &Case, &PlannedCase),
+    iter_no: u32,
+) -> Result<Vec<StageTimes>> {
+    let long = Instant::now() + Duration::from_secs(600);
+    world
+        .broadcast(&ToRank::Case(ci, pc.wire.clone(), !pc.split), false)
+        .map_err(anyhow::Error::msg)?;
+    for r in hear_all(world, long)? {
+        if !matches!(r, ToRoot::Ready) {
+            bail!("a rank answered the case out of turn");
+        }
+    }
+    world
+        .broadcast(&ToRank::Iter(iter_no), false)
+        .map_err(anyhow::Error::msg)?;
+    let nb = neighbours(0, &rig.prev, &rig.next, case);
+    let stage = &mut rig.stage;
+    let (mine, heard) = std::thread::scope(|sc| {
+        let own = sc
+            .spawn(|| exec::run_iteration(stage, &nb, &pc.wire[0], !pc.split, case.comm, iter_no));
+        let heard = hear_all(world, Instant::now() + rig.timeout * 4);
+        if let Err(e) = &heard {
+            let _ = world.broadcast(&ToRank::Abort(format!("{e:#}")), true);
+        }
+        (own.join(), heard)
+    });
+    let heard = heard?;
+    let mine = mine
+        .map_err(|_| anyhow!("rank 0's stage panicked"))?
+        .map_err(|e| anyhow!("{e}"))?;
+    let mut all = vec![mine];
+    for (i, r) in heard.into_iter().enumerate() {
+        match r {
+            ToRoot::Iter(mut t) => {
+                shift(&mut t, rig.offsets[i + 1]);
+                all.push(t)
+            }
+            _ => bail!("a rank answered an iteration out of turn"),
+        }
+    }
+    Ok(all)
+}
+
+/// Every stage's weight gradients of the last iteration against its f64 reference: the
+/// largest relative error.
+fn verify_all(world: &mut World, stage: &Stage) -> Result<f64> {
+    world
+        .broadcast(&ToRank::Verify, false)
+        .map_err(anyhow::Error::msg)?;
+    let mut worst = stage.verify()?;
+    for r in hear_all(world, Instant::now() + Duration::from_secs(600))? {
+        match r {
+            ToRoot::Verified(e) => worst = worst.max(e),
+            _ => bail!("a rank answered the check out of turn"),
+        }
+    }
+    Ok(worst)
+}
+
 fn drive(
     world: &mut World,
     gpu: Gpu,
@@ -626,227 +768,216 @@ fn drive(
             list.join(", ")
         );
     }
-    let mut table: CsvSink<PipelineTable> = dir.table()?;
-    let mut timeline: CsvSink<TimelineTable> = dir.table()?;
-    let mut traces = Vec::new();
-    for (ci, case) in plan.cases.iter().enumerate() {
-        let schedule: Schedule = case.schedule.parse().map_err(anyhow::Error::msg)?;
-        // Plan with the calibrated op times and the injected delay.
-        let ms = |us: f64| (us / 1e3).max(1e-3);
-        let model = match case.comm {
-            Comm::Inline => CommModel::Queue,
-            Comm::Offload => CommModel::Offload,
-        };
-        let slow: Vec<(usize, f64)> = case.slow.iter().map(|&(l, d)| (l as usize, d)).collect();
-        let d2h = ms(cals.iter().map(|c| c.d2h).sum::<f64>() / n as f64);
-        let planning = Scenario::new(
-            n,
-            plan.shape.microbatches as usize,
-            &cals.iter().map(|c| ms(c.f)).collect::<Vec<_>>(),
-            &cals.iter().map(|c| ms(c.b)).collect::<Vec<_>>(),
-            &cals.iter().map(|c| ms(c.w)).collect::<Vec<_>>(),
-            d2h,
-            &slow,
-            model,
-            d2h,
-        )
-        .map_err(|e| anyhow!("{e}"))?;
-        let mem = crate::sim::default_mem_limit(&planning);
-        let (plan_name, planned) =
-            evaluate(&schedule, &planning, mem).map_err(|e| anyhow!("{schedule}: {e}"))?;
-        let split = planned.ops.iter().any(|e| e.op.kind == OpKind::W);
-        let orders: Vec<Vec<Op>> = planned.orders(n);
-        let wire: Vec<Vec<(char, u32)>> = orders
-            .iter()
-            .map(|o| {
-                o.iter()
-                    .map(|op| {
-                        (
-                            op.kind.to_string().chars().next().unwrap_or('F'),
-                            op.mb as u32,
-                        )
-                    })
-                    .collect()
-            })
-            .collect();
-        world
-            .broadcast(&ToRank::Case(ci, wire.clone(), !split), false)
-            .map_err(anyhow::Error::msg)?;
-        for r in hear_all(world, long)? {
-            if !matches!(r, ToRoot::Ready) {
-                bail!("a rank answered the case out of turn");
-            }
-        }
-        let mut timed: Vec<Vec<StageTimes>> = Vec::new();
-        let mut iteration_us = Vec::new();
-        let mut last: Option<(f64, Vec<f64>, Run)> = None;
-        let nb = neighbours(0, &prev, &next, case);
-        for it in 0..plan.warmup + plan.iters {
-            let iter_no = (ci as u32) * 100_000 + it;
-            world
-                .broadcast(&ToRank::Iter(iter_no), false)
-                .map_err(anyhow::Error::msg)?;
-            // Rank 0's stage runs in a thread while rank 0 hears the others, so a rank that
-            // fails or dies ends the run at once: the others are told to stop, their links
-            // close, and this stage's waits on them end too.
-            let (mine, heard) = std::thread::scope(|sc| {
-                let own = sc.spawn(|| {
-                    exec::run_iteration(&mut stage, &nb, &wire[0], !split, case.comm, iter_no)
-                });
-                let heard = hear_all(world, Instant::now() + timeout * 4);
-                if let Err(e) = &heard {
-                    let _ = world.broadcast(&ToRank::Abort(format!("{e:#}")), true);
-                }
-                (own.join(), heard)
-            });
-            let heard = heard?;
-            let mine = mine
-                .map_err(|_| anyhow!("rank 0's stage panicked"))?
-                .map_err(|e| anyhow!("{e}"))?;
-            let mut all = vec![mine];
-            for (i, r) in heard.into_iter().enumerate() {
-                match r {
-                    ToRoot::Iter(mut t) => {
-                        shift(&mut t, offsets[i + 1]);
-                        all.push(t)
-                    }
-                    _ => bail!("a rank answered an iteration out of turn"),
-                }
-            }
-            if it >= plan.warmup {
-                let m = measured_run(&all);
-                iteration_us.push(m.0 * 1e3);
-                last = Some(m);
-                timed.push(all);
-            }
-        }
-        // Gradients of the last iteration, every stage against its f64 reference.
-        world
-            .broadcast(&ToRank::Verify, false)
-            .map_err(anyhow::Error::msg)?;
-        let mut errs = vec![stage.verify()?];
-        for r in hear_all(world, long)? {
-            match r {
-                ToRoot::Verified(e) => errs.push(e),
-                _ => bail!("a rank answered the check out of turn"),
-            }
-        }
-        let grad_err = errs.iter().copied().fold(0.0, f64::max);
-        let verified = grad_err <= GRAD_TOLERANCE;
-        // Predicted: the same orders replayed on each timed iteration's own op and link times
-        // (a shared machine changes speed from one iteration to the next, so each iteration
-        // is set against its own prediction); the row holds the medians of both.
-        let policy = Policy::Fixed {
-            orders: orders.clone(),
-            split,
-        };
-        let mut predictions = Vec::new();
-        for it in &timed {
-            let sc =
-                measured_scenario(n, &plan.shape, case.comm, std::slice::from_ref(it), !split)?;
-            predictions
-                .push(simulate(&sc, &policy).map_err(|e| anyhow!("predicting {schedule}: {e}"))?);
-        }
-        let predicted_ms = Summary::of(
-            &predictions
-                .iter()
-                .map(|r| r.iteration_ms)
-                .collect::<Vec<_>>(),
-        )
-        .map_or(0.0, |s| s.p50);
-        // The predicted lane of the timeline is the last iteration's, as the measured lane is.
-        let predicted = predictions.pop().expect("at least one timed iteration");
-        let s = Summary::of(&iteration_us).ok_or_else(|| anyhow!("no timed iterations"))?;
-        let measured_ms = s.p50 / 1e3;
-        let (_, bubbles, run) = last.expect("at least one timed iteration");
-        let peak = peak_in_flight(&orders);
-        let params = PipelineParams {
-            schedule: case.schedule.clone(),
-            comm: case.comm.to_string(),
-            transport: plan.transport.to_string(),
-            slow: case.slow.map_or("none".into(), |(l, d)| format!("{l}:{d}")),
-            stages: n as u32,
-            microbatches: plan.shape.microbatches,
-            layers: plan.shape.layers,
-            tokens: plan.shape.tokens,
-            hidden: plan.shape.hidden,
-        };
-        let figures = PipelineFigures {
-            iteration_ms: round(measured_ms, 3),
-            predicted_ms: round(predicted_ms, 3),
-            error: round((measured_ms - predicted_ms) / measured_ms, 4),
-            bubble: round(bubbles.iter().sum::<f64>() / n as f64, 4),
-            peak_activations: peak.iter().copied().max().unwrap_or(0) as u32,
-            grad_rel_err: crate::export::csv::sig(grad_err, 3),
-            verified,
-            plan: plan_name.clone(),
-            op_clock: op_clock(&timed).into(),
-        };
-        // File-name safe: no ':' (static:1f1b, LINK:MS).
-        let case_name = format!(
-            "{}_{}_{}",
-            case.schedule.replace(':', "-"),
-            case.comm,
-            case.slow
-                .map_or("nodelay".into(), |(l, d)| format!("link{l}+{d}ms"))
-        );
-        if !opts.quiet {
-            println!(
-                "{case_name:<28} measured {:>9.2} ms  predicted {:>9.2} ms  error {:>+6.1}%  bubble {:.3}  grad err {:.1e}  ops timed by {}{}",
-                figures.iteration_ms,
-                figures.predicted_ms,
-                figures.error * 100.0,
-                figures.bubble,
-                grad_err,
-                figures.op_clock,
-                if verified { "" } else { "  NOT VERIFIED" }
+    let planned: Vec<PlannedCase> = plan
+        .cases
+        .iter()
+        .map(|c| plan_case(c, &cals, &plan.shape))
+        .collect::<Result<_>>()?;
+    // The cases take turns, one iteration each per round, so every case sees the machine at
+    // the same moments: a shared machine's speed drifts by tens of percent over a minute,
+    // which would otherwise land in the comparison between cases.
+    let mut rig = Rig {
+        stage,
+        prev,
+        next,
+        offsets: &offsets,
+        timeout,
+    };
+    let mut measured: Vec<Measured> = plan.cases.iter().map(|_| Measured::default()).collect();
+    let rounds = plan.warmup + plan.iters;
+    let progress = !opts.quiet && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    for round in 0..rounds {
+        if progress {
+            print!(
+                "\r{} round {}/{rounds} ({} case(s) each)",
+                if round < plan.warmup {
+                    "warm-up"
+                } else {
+                    "timed"
+                },
+                round + 1,
+                plan.cases.len()
             );
+            let _ = std::io::Write::flush(&mut std::io::stdout());
         }
-        table.write(&Line::new(
-            &dir.id,
-            case_name.clone(),
-            params,
-            Some(&s),
-            figures,
-        ))?;
-        for (lane, r) in [("measured", &run), ("predicted", &predicted)] {
-            for e in &r.ops {
-                let row = TimelineRow {
-                    lane: lane.into(),
-                    stage: e.op.stage as u32,
-                    kind: e.op.kind.to_string(),
-                    microbatch: e.op.mb as u32,
-                    start_ms: round(e.start, 4),
-                    end_ms: round(e.end, 4),
-                    queue_end_ms: round(e.queue_end, 4),
-                };
-                timeline.write(&Line::new(
-                    &dir.id,
-                    case_name.clone(),
-                    row,
-                    None,
-                    Default::default(),
-                ))?;
+        for (ci, (case, pc)) in plan.cases.iter().zip(&planned).enumerate() {
+            let iter_no = (ci as u32) * 100_000 + round;
+            let all = run_case_iteration(world, &mut rig, (ci, case, pc), iter_no)?;
+            let m = &mut measured[ci];
+            if round >= plan.warmup {
+                let run = measured_run(&all);
+                m.iteration_us.push(run.0 * 1e3);
+                m.last = Some(run);
+                m.timed.push(all);
+            }
+            if round + 1 == rounds {
+                m.grad_err = verify_all(world, &rig.stage)?;
             }
         }
-        traces.push((format!("{case_name} measured"), run));
-        traces.push((format!("{case_name} predicted"), predicted));
-        if !verified {
-            bail!(
-                "{}: the weight gradients are off by {grad_err:.2e} (bound {GRAD_TOLERANCE:.0e}) against the f64 reference",
-                case.schedule
-            );
-        }
+    }
+    if progress {
+        println!();
     }
     world
         .broadcast(&ToRank::Finish, false)
         .map_err(anyhow::Error::msg)?;
-    let refs: Vec<(String, &Run)> = traces.iter().map(|(n, r)| (n.clone(), r)).collect();
+    let mut out = Outputs {
+        run_id: dir.id.clone(),
+        table: dir.table()?,
+        timeline: dir.table()?,
+        traces: Vec::new(),
+        unverified: Vec::new(),
+    };
+    for ((case, pc), m) in plan.cases.iter().zip(&planned).zip(measured) {
+        write_case(&mut out, case, pc, m, plan, opts)?;
+    }
+    let refs: Vec<(String, &Run)> = out.traces.iter().map(|(n, r)| (n.clone(), r)).collect();
     let trace = crate::sim::render::trace_events(&refs);
     std::fs::write(
         dir.path.join("pipeline_trace.json"),
         serde_json::to_vec(&trace)?,
     )?;
+    let unverified = out.unverified;
+    if !unverified.is_empty() {
+        bail!(
+            "{}: the weight gradients are off beyond {GRAD_TOLERANCE:.0e} against the f64 reference (grad_rel_err in pipeline.csv)",
+            unverified.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Where the cases' results go.
+struct Outputs {
+    run_id: String,
+    table: CsvSink<PipelineTable>,
+    timeline: CsvSink<TimelineTable>,
+    /// Each case's measured and predicted runs, for the Perfetto trace.
+    traces: Vec<(String, Run)>,
+    /// The cases whose gradients did not verify.
+    unverified: Vec<String>,
+}
+
+/// Predicts `case` from what it measured and writes its row, its timeline and its console
+/// line.
+fn write_case(
+    out: &mut Outputs,
+    case: &Case,
+    pc: &PlannedCase,
+    m: Measured,
+    plan: &PipelinePlan,
+    opts: &PipelineOptions,
+) -> Result<()> {
+    let n = pc.orders.len();
+    let schedule = &case.schedule;
+    let verified = m.grad_err <= GRAD_TOLERANCE;
+    // Predicted: the same orders replayed on each timed iteration's own op and link times
+    // (a shared machine changes speed from one iteration to the next, so each iteration is
+    // set against its own prediction); the row holds the medians of both.
+    let policy = Policy::Fixed {
+        orders: pc.orders.clone(),
+        split: pc.split,
+    };
+    let mut predictions = Vec::new();
+    for it in &m.timed {
+        let sc = measured_scenario(
+            n,
+            &plan.shape,
+            case.comm,
+            std::slice::from_ref(it),
+            !pc.split,
+        )?;
+        predictions
+            .push(simulate(&sc, &policy).map_err(|e| anyhow!("predicting {schedule}: {e}"))?);
+    }
+    let predicted_ms = Summary::of(
+        &predictions
+            .iter()
+            .map(|r| r.iteration_ms)
+            .collect::<Vec<_>>(),
+    )
+    .map_or(0.0, |s| s.p50);
+    // The predicted lane of the timeline is the last iteration's, as the measured lane is.
+    let predicted = predictions.pop().expect("at least one timed iteration");
+    let s = Summary::of(&m.iteration_us).ok_or_else(|| anyhow!("no timed iterations"))?;
+    let measured_ms = s.p50 / 1e3;
+    let (_, bubbles, run) = m.last.expect("at least one timed iteration");
+    let peak = peak_in_flight(&pc.orders);
+    let params = PipelineParams {
+        schedule: case.schedule.clone(),
+        comm: case.comm.to_string(),
+        transport: plan.transport.to_string(),
+        slow: case.slow.map_or("none".into(), |(l, d)| format!("{l}:{d}")),
+        stages: n as u32,
+        microbatches: plan.shape.microbatches,
+        layers: plan.shape.layers,
+        tokens: plan.shape.tokens,
+        hidden: plan.shape.hidden,
+    };
+    let figures = PipelineFigures {
+        iteration_ms: round(measured_ms, 3),
+        predicted_ms: round(predicted_ms, 3),
+        error: round((measured_ms - predicted_ms) / measured_ms, 4),
+        bubble: round(bubbles.iter().sum::<f64>() / n as f64, 4),
+        peak_activations: peak.iter().copied().max().unwrap_or(0) as u32,
+        grad_rel_err: crate::export::csv::sig(m.grad_err, 3),
+        verified,
+        plan: pc.name.clone(),
+        op_clock: op_clock(&m.timed).into(),
+    };
+    // File-name safe: no ':' (static:1f1b, LINK:MS).
+    let case_name = format!(
+        "{}_{}_{}",
+        case.schedule.replace(':', "-"),
+        case.comm,
+        case.slow
+            .map_or("nodelay".into(), |(l, d)| format!("link{l}+{d}ms"))
+    );
+    if !opts.quiet {
+        println!(
+            "{case_name:<28} measured {:>9.2} ms  predicted {:>9.2} ms  error {:>+6.1}%  bubble {:.3}  grad err {:.1e}  ops timed by {}{}",
+            figures.iteration_ms,
+            figures.predicted_ms,
+            figures.error * 100.0,
+            figures.bubble,
+            m.grad_err,
+            figures.op_clock,
+            if verified { "" } else { "  NOT VERIFIED" }
+        );
+    }
+    out.table.write(&Line::new(
+        &out.run_id,
+        case_name.clone(),
+        params,
+        Some(&s),
+        figures,
+    ))?;
+    for (lane, r) in [("measured", &run), ("predicted", &predicted)] {
+        for e in &r.ops {
+            let row = TimelineRow {
+                lane: lane.into(),
+                stage: e.op.stage as u32,
+                kind: e.op.kind.to_string(),
+                microbatch: e.op.mb as u32,
+                start_ms: round(e.start, 4),
+                end_ms: round(e.end, 4),
+                queue_end_ms: round(e.queue_end, 4),
+            };
+            out.timeline.write(&Line::new(
+                &out.run_id,
+                case_name.clone(),
+                row,
+                None,
+                Default::default(),
+            ))?;
+        }
+    }
+    out.traces.push((format!("{case_name} measured"), run));
+    out.traces
+        .push((format!("{case_name} predicted"), predicted));
+    if !verified {
+        out.unverified.push(case_name);
+    }
     Ok(())
 }
 
