@@ -3,7 +3,7 @@
 //! `inline`: after an F or B, the stage copies the output to the host, sends it (after the
 //! link's injected delay) and waits for the acknowledgement before its next op, so its queue
 //! waits, as a blocking P2P on the compute stream does. `offload`: the stage pays the copy
-//! to the host; a sender thread delays, sends and waits while the stage computes on. The
+//! to the host; a host thread per link delays, sends and waits while the stage computes on. The
 //! injected delay is a latency (each message is due its delay after it was handed over), as
 //! the simulator models a slow link.
 
@@ -154,18 +154,29 @@ pub fn run_iteration(
     stage.zero_grads().map_err(e)?;
     stage.start_timing();
     let mut times = StageTimes::default();
-    // Offloaded sends go through one thread, in order; its results come back at the end.
-    let (tx, rx) = mpsc::channel::<Outgoing>();
-    let sender: Option<JoinHandle<Result<Vec<SendTime>, String>>> =
-        (comm == Comm::Offload).then(|| {
-            std::thread::spawn(move || {
-                let mut done = Vec::new();
-                for o in rx {
-                    done.push(deliver(&o, iter)?);
-                }
-                Ok(done)
-            })
+    // Offloaded sends go through one host thread per link, each in order (a message waits
+    // only for the earlier ones on its own link); their results come back at the end.
+    type Lane = (
+        mpsc::Sender<Outgoing>,
+        JoinHandle<Result<Vec<SendTime>, String>>,
+    );
+    let lane = || -> Lane {
+        let (tx, rx) = mpsc::channel::<Outgoing>();
+        let h = std::thread::spawn(move || {
+            let mut done = Vec::new();
+            for o in rx {
+                done.push(deliver(&o, iter)?);
+            }
+            Ok(done)
         });
+        (tx, h)
+    };
+    let offload = comm == Comm::Offload;
+    // [to the previous stage (gradients), to the next (activations)]
+    let lanes: [Option<Lane>; 2] = [
+        (offload && nb.prev.is_some()).then(lane),
+        (offload && nb.next.is_some()).then(lane),
+    ];
     let mut result = Ok(());
     for &(kind, mb) in order {
         let step = (|| -> Result<(), String> {
@@ -214,7 +225,10 @@ pub fn run_iteration(
                 };
                 match comm {
                     Comm::Inline => times.sends.push(deliver(&o, iter)?),
-                    Comm::Offload => tx
+                    Comm::Offload => lanes[(k == ACT) as usize]
+                        .as_ref()
+                        .expect("a lane per neighbour")
+                        .0
                         .send(o)
                         .map_err(|_| format!("stage {s}: the sender thread stopped"))?,
                 }
@@ -233,8 +247,8 @@ pub fn run_iteration(
             break;
         }
     }
-    drop(tx);
-    if let Some(h) = sender {
+    for (tx, h) in lanes.into_iter().flatten() {
+        drop(tx);
         match h.join() {
             Ok(Ok(sent)) => times.sends.extend(sent),
             Ok(Err(err)) => result = result.and(Err(err)),

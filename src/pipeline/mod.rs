@@ -523,9 +523,10 @@ fn measured_run(times: &[StageTimes]) -> (f64, Vec<f64>, Run) {
     (iteration, bubble, run)
 }
 
-/// The simulator's scenario from what was measured: per stage the median F, B and W compute
-/// times; per link the mean send (copy to host and write to acknowledgement, injected delay
-/// included) under the comm model that matches the run.
+/// The simulator's scenario from what was measured: per stage the mean F, B and W compute
+/// times (the mean, not the median: an iteration is a sum of ops, and a sum follows the mean
+/// of what it adds); per link the mean send (copy to host and write to acknowledgement,
+/// injected delay included) under the comm model that matches the run.
 fn measured_scenario(
     stages: usize,
     shape: &Shape,
@@ -533,9 +534,9 @@ fn measured_scenario(
     iters: &[Vec<StageTimes>],
     fused: bool,
 ) -> Result<Scenario> {
-    let median = |v: Vec<f64>| Summary::of(&v).map_or(1e-3, |s| s.p50.max(1e-3));
+    let average = |v: Vec<f64>| Summary::of(&v).map_or(1e-3, |s| s.mean.max(1e-3));
     let per = |s: usize, k: char| -> f64 {
-        median(
+        average(
             iters
                 .iter()
                 .flat_map(|it| {

@@ -417,8 +417,8 @@ where
         .margin(16)
         .x_label_area_size(50)
         .y_label_area_size(90)
-        // Room on the right for the legend.
-        .build_cartesian_2d(0.0..end * 1.22, -0.5..n - 0.5)?;
+        // Room on the right for the legend (its longest label is about a quarter of the width).
+        .build_cartesian_2d(0.0..end * 1.45, -0.5..n - 0.5)?;
     chart
         .configure_mesh()
         .x_desc(&c.x_label)
