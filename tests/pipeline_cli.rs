@@ -88,6 +88,25 @@ fn bad_pipeline_input_is_refused_with_the_fix() {
         "{}",
         stderr(&o)
     );
+    // No such RDMA device (or no RDMA at all): rank 0 says why and the other rank repeats it.
+    let o = morphbench(
+        &[
+            "pipeline",
+            "--local",
+            "2",
+            "--transport",
+            "rdma",
+            "--device",
+            "no-such-device",
+        ],
+        home.path(),
+    );
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("RDMA") && err.contains("rank 0 ended the run"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -218,13 +218,17 @@ pub fn run(opts: &PipelineOptions) -> Result<Option<PathBuf>> {
     opts.plan
         .validate(world.size())
         .map_err(anyhow::Error::msg)?;
-    let gpu = Gpu::open(opts.backend, opts.adapter.as_deref())?;
     if world.rank() == 0 {
-        crate::transport::factory::check_available(opts.plan.transport, &opts.rdma)?;
-        root(&mut world, gpu, opts).map(Some)
+        root(&mut world, opts).map(Some)
     } else {
-        leaf(&mut world, gpu, opts).map(|()| None)
+        leaf(&mut world, opts).map(|()| None)
     }
+}
+
+/// What every rank needs before it can be a stage: the transport and its GPU.
+fn open_device(opts: &PipelineOptions, transport: TransportKind) -> Result<Gpu> {
+    crate::transport::factory::check_available(transport, &opts.rdma)?;
+    Ok(Gpu::open(opts.backend, opts.adapter.as_deref())?)
 }
 
 /// The link to one neighbour, if the stage has one there.
@@ -303,7 +307,7 @@ fn calibrate(stage: &mut Stage) -> Result<Calibration> {
     Ok(Calibration { f, b, w, d2h })
 }
 
-fn leaf(world: &mut World, gpu: Gpu, opts: &PipelineOptions) -> Result<()> {
+fn leaf(world: &mut World, opts: &PipelineOptions) -> Result<()> {
     let wait = Duration::from_secs(opts.world.timeout.as_secs().max(600));
     let plan: PipelinePlan = match world
         .hear_root(Instant::now() + wait)
@@ -313,8 +317,19 @@ fn leaf(world: &mut World, gpu: Gpu, opts: &PipelineOptions) -> Result<()> {
         ToRank::Abort(why) => bail!("rank 0 ended the run: {why}"),
         _ => bail!("rank 0 sent something before the plan"),
     };
-    let mut stage = Stage::new(gpu, plan.shape, world.rank(), world.size())?;
-    crate::transport::factory::check_available(plan.transport, &opts.rdma)?;
+    // A rank that cannot be a stage says why, so rank 0 names it and stops the others.
+    let setup = open_device(opts, plan.transport)
+        .and_then(|gpu| Stage::new(gpu, plan.shape, world.rank(), world.size()));
+    let mut stage = match setup {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = world.tell_root(&ToRoot::Failed(format!("{e:#}")));
+            return Err(e);
+        }
+    };
+    world
+        .tell_root(&ToRoot::Ready)
+        .map_err(anyhow::Error::msg)?;
     let (prev, next) = connect(world, &plan, &opts.rdma)?;
     let cal = calibrate(&mut stage)?;
     world
@@ -401,8 +416,15 @@ fn hear_all(world: &mut World, deadline: Instant) -> Result<Vec<ToRoot>> {
     Ok(out)
 }
 
-fn root(world: &mut World, gpu: Gpu, opts: &PipelineOptions) -> Result<PathBuf> {
+fn root(world: &mut World, opts: &PipelineOptions) -> Result<PathBuf> {
     let plan = opts.plan.clone();
+    let gpu = match open_device(opts, plan.transport) {
+        Ok(g) => g,
+        Err(e) => {
+            let _ = world.broadcast(&ToRank::Abort(format!("{e:#}")), true);
+            return Err(e);
+        }
+    };
     let mut meta = RunMeta::new(HostInfo::probe());
     meta.adapter = serde_json::to_value(&gpu.report).ok();
     meta.config = Some(serde_json::json!({
@@ -744,14 +766,19 @@ fn drive(
     dir: &RunDir,
 ) -> Result<()> {
     let n = world.size() as usize;
+    let mut stage = Stage::new(gpu, plan.shape, 0, world.size())?;
     world
         .broadcast(&ToRank::Plan(plan.clone()), false)
         .map_err(anyhow::Error::msg)?;
-    let mut stage = Stage::new(gpu, plan.shape, 0, world.size())?;
+    let long = Instant::now() + Duration::from_secs(600);
+    for r in hear_all(world, long)? {
+        if !matches!(r, ToRoot::Ready) {
+            bail!("a rank answered the plan out of turn");
+        }
+    }
     let timeout = Duration::from_secs(plan.timeout_s);
     let (prev, next) = connect(world, plan, &opts.rdma)?;
     let mut cals = vec![calibrate(&mut stage)?];
-    let long = Instant::now() + Duration::from_secs(600);
     for r in hear_all(world, long)? {
         match r {
             ToRoot::Calibrated(c) => cals.push(c),
