@@ -36,6 +36,9 @@ impl std::fmt::Display for Comm {
     }
 }
 
+/// What a stage sees when a link's sender thread has ended (its own error follows).
+const STOPPED: &str = "the sender thread stopped";
+
 /// One op as it ran, on the shared clock (µs since the Unix epoch).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpTime {
@@ -230,7 +233,7 @@ pub fn run_iteration(
                         .expect("a lane per neighbour")
                         .0
                         .send(o)
-                        .map_err(|_| format!("stage {s}: the sender thread stopped"))?,
+                        .map_err(|_| format!("stage {s}: {STOPPED}"))?,
                 }
             }
             times.ops.push(OpTime {
@@ -251,7 +254,13 @@ pub fn run_iteration(
         drop(tx);
         match h.join() {
             Ok(Ok(sent)) => times.sends.extend(sent),
-            Ok(Err(err)) => result = result.and(Err(err)),
+            // The thread's own error says why it stopped; the stage only saw that it had.
+            Ok(Err(err)) => {
+                result = match result {
+                    Err(first) if !first.ends_with(STOPPED) => Err(first),
+                    _ => Err(err),
+                }
+            }
             Err(_) => result = result.and(Err(format!("stage {s}: the sender thread panicked"))),
         }
     }
