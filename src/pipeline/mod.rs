@@ -952,6 +952,8 @@ fn write_case(
         verified,
         plan: pc.name.clone(),
         op_clock: op_clock(&m.timed).into(),
+        stage_bubbles: join(bubbles.iter().map(|b| round(*b, 4))),
+        stage_peak_activations: join(peak.iter()),
     };
     // File-name safe: no ':' (static:1f1b, LINK:MS).
     let case_name = format!(
@@ -1007,6 +1009,11 @@ fn write_case(
         out.unverified.push(case_name);
     }
     Ok(())
+}
+
+/// Per-stage values in one CSV cell.
+fn join<T: std::fmt::Display>(v: impl Iterator<Item = T>) -> String {
+    v.map(|x| x.to_string()).collect::<Vec<_>>().join(";")
 }
 
 /// Whose clock timed the ops of these iterations (see `PipelineFigures::op_clock`).

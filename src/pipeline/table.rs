@@ -43,6 +43,10 @@ pub struct PipelineFigures {
     /// Whose clock timed the ops: `gpu` (timestamps mapped onto the host clock) in every
     /// stage and timed iteration, `host` in none, `mixed` otherwise.
     pub op_clock: String,
+    /// `bubble` of each stage, `;`-separated from stage 0.
+    pub stage_bubbles: String,
+    /// The most activations each stage held (F done, its B not yet), `;`-separated.
+    pub stage_peak_activations: String,
 }
 
 impl CsvTable for PipelineTable {
