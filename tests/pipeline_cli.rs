@@ -26,20 +26,21 @@ fn a_two_stage_pipeline_runs_verifies_and_predicts() {
         "--warmup",
         "1",
         "--schedule",
-        "1f1b,zb-h1",
+        "1f1b,zb-h1,adaptive",
         "--comm",
         "inline,offload",
         "--slow",
-        "0:0,5",
+        "0:5",
         "-q",
     ];
     let o = morphbench(&args, home.path());
     assert!(o.status.success(), "{}", stderr(&o));
     let run = only_run(&home.path().join("results"));
     let (h, rows) = read_csv(&run.join("pipeline.csv"));
-    assert_eq!(rows.len(), 2 * 2 * 2);
+    assert_eq!(rows.len(), 3 * 2);
     for r in &rows {
         assert_eq!(&r[col(&h, "verified")], "true");
+        assert_eq!(r[col(&h, "stage_bubbles")].split(';').count(), 2);
         let err: f64 = r[col(&h, "grad_rel_err")].parse().unwrap();
         assert!(err < 1e-3, "{err}");
         let predicted: f64 = r[col(&h, "predicted_ms")].parse().unwrap();
@@ -67,6 +68,28 @@ fn a_two_stage_pipeline_runs_verifies_and_predicts() {
         }
     }
     assert!(run.join("pipeline_trace.json").is_file());
+    // The headline of the run: adaptive + offload against 1f1b inline, measured and predicted.
+    let summary = std::fs::read_to_string(run.join("summary.json")).unwrap();
+    assert!(
+        summary.contains("Pipeline speed-up, adaptive + offload over 1f1b inline, slow 0:5"),
+        "{summary}"
+    );
+    // A pipeline.csv from before op_clock and the per-stage columns still reads.
+    let added = ["op_clock", "stage_bubbles", "stage_peak_activations"];
+    let keep: Vec<usize> = (0..h.len())
+        .filter(|&i| !added.contains(&h[i].as_str()))
+        .collect();
+    let mut w = csv::Writer::from_path(run.join("pipeline.csv")).unwrap();
+    w.write_record(keep.iter().map(|&i| h[i].as_str())).unwrap();
+    for r in &rows {
+        w.write_record(keep.iter().map(|&i| &r[i])).unwrap();
+    }
+    w.flush().unwrap();
+    let o = morphbench(&["plot", run.to_str().unwrap()], home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(run.join("report.md"))
+        .unwrap()
+        .contains("Pipeline speed-up"));
 }
 
 #[test]

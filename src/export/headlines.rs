@@ -437,6 +437,41 @@ fn pipeline(run: &Loaded, out: &mut Vec<Headline>) {
             source: source("pipeline.csv", i),
         });
     }
+    // PipeMorph's claim, per delay: adapted schedule plus offload against 1F1B with inline
+    // sends, measured side by side in the run and as predicted.
+    let find = |schedule: &str, comm: &str, slow: &str| {
+        t.iter().position(|l| {
+            l.params.schedule == schedule && l.params.comm == comm && l.params.slow == slow
+        })
+    };
+    let mut delays: Vec<&str> = Vec::new();
+    for l in t.iter() {
+        if !delays.contains(&l.params.slow.as_str()) {
+            delays.push(&l.params.slow);
+        }
+    }
+    for slow in delays {
+        let (Some(a), Some(b)) = (
+            find("1f1b", "inline", slow),
+            find("adaptive", "offload", slow),
+        ) else {
+            continue;
+        };
+        let (base, ours) = (&t[a].figures, &t[b].figures);
+        if ours.iteration_ms <= 0.0 || ours.predicted_ms <= 0.0 {
+            continue;
+        }
+        let measured = base.iteration_ms / ours.iteration_ms;
+        let predicted = base.predicted_ms / ours.predicted_ms;
+        out.push(Headline {
+            bench: "pipeline",
+            what: format!("Pipeline speed-up, adaptive + offload over 1f1b inline, slow {slow}"),
+            value: Some(measured),
+            unit: "x",
+            text: format!("{measured:.3}x measured, {predicted:.3}x predicted"),
+            source: format!("pipeline.csv rows {} and {}", a + 1, b + 1),
+        });
+    }
 }
 
 /// The run's headlines, bench by bench.

@@ -951,9 +951,9 @@ fn write_case(
         grad_rel_err: crate::export::csv::sig(m.grad_err, 3),
         verified,
         plan: pc.name.clone(),
-        op_clock: op_clock(&m.timed).into(),
-        stage_bubbles: join(bubbles.iter().map(|b| round(*b, 4))),
-        stage_peak_activations: join(peak.iter()),
+        op_clock: Some(op_clock(&m.timed).into()),
+        stage_bubbles: Some(join(bubbles.iter().map(|b| round(*b, 4)))),
+        stage_peak_activations: Some(join(peak.iter())),
     };
     // File-name safe: no ':' (static:1f1b, LINK:MS).
     let case_name = format!(
@@ -971,7 +971,7 @@ fn write_case(
             figures.error * 100.0,
             figures.bubble,
             m.grad_err,
-            figures.op_clock,
+            op_clock(&m.timed),
             if verified { "" } else { "  NOT VERIFIED" }
         );
     }

@@ -41,12 +41,13 @@ pub struct PipelineFigures {
     /// The simulator's plan the stages replayed (adaptive names its k).
     pub plan: String,
     /// Whose clock timed the ops: `gpu` (timestamps mapped onto the host clock) in every
-    /// stage and timed iteration, `host` in none, `mixed` otherwise.
-    pub op_clock: String,
+    /// stage and timed iteration, `host` in none, `mixed` otherwise. Empty in files from
+    /// before it was added (as are the two below).
+    pub op_clock: Option<String>,
     /// `bubble` of each stage, `;`-separated from stage 0.
-    pub stage_bubbles: String,
+    pub stage_bubbles: Option<String>,
     /// The most activations each stage held (F done, its B not yet), `;`-separated.
-    pub stage_peak_activations: String,
+    pub stage_peak_activations: Option<String>,
 }
 
 impl CsvTable for PipelineTable {
@@ -54,6 +55,7 @@ impl CsvTable for PipelineTable {
     const WITH_STATS: bool = true;
     type Params = PipelineParams;
     type Figures = PipelineFigures;
+    const ADDED: &'static [&'static str] = &["op_clock", "stage_bubbles", "stage_peak_activations"];
     const SIGNED: &'static [&'static str] = &["error"];
 }
 
