@@ -208,12 +208,7 @@ fn settle(
     ranks: &[u32],
     replies: Vec<Option<Result<ToRoot, String>>>,
 ) -> Result<Vec<(u32, ToRoot)>> {
-    let dead: Vec<String> = ranks
-        .iter()
-        .zip(&replies)
-        .filter(|(_, r)| matches!(r, Some(Err(e)) if e.contains("died mid-run")))
-        .map(|(&rank, _)| world.describe(rank))
-        .collect();
+    let dead = world.dead(ranks, &replies);
     let reported = ranks.iter().zip(&replies).find_map(|(&rank, r)| match r {
         Some(Ok(ToRoot::Failed(e))) => Some(format!("{} reported: {e}", world.describe(rank))),
         _ => None,

@@ -162,25 +162,30 @@ pub fn serve(
 /// Any other rank: connects to rank 0 at `addr`, retrying until `timeout` (rank 0 may start
 /// later).
 pub fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, String> {
-    let deadline = Instant::now() + timeout;
-    let targets: Vec<SocketAddr> = addr
-        .to_socket_addrs()
+    dial(addr, Instant::now() + timeout)
         .map_err(|e| format!("the rendezvous address {addr}: {e}"))?
-        .collect();
+        .ok_or_else(|| {
+            format!(
+                "rank 0 never answered at {addr} within {:.0} s: check --rendezvous and that \
+                 rank 0 was launched",
+                timeout.as_secs_f64()
+            )
+        })
+}
+
+/// Connects to `addr`, retrying until `deadline` (the peer may start later), each attempt
+/// bounded by the time left; `None` once the deadline passed. An address that does not
+/// resolve is an error at once.
+pub fn dial(addr: &str, deadline: Instant) -> std::io::Result<Option<TcpStream>> {
+    let targets: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
     loop {
         let attempt = targets.iter().find_map(|t| {
             let left = deadline.saturating_duration_since(Instant::now());
             TcpStream::connect_timeout(t, left.max(Duration::from_millis(1))).ok()
         });
         match attempt {
-            Some(s) => return Ok(s),
-            None if Instant::now() >= deadline => {
-                return Err(format!(
-                    "rank 0 never answered at {addr} within {:.0} s: check --rendezvous and \
-                     that rank 0 was launched",
-                    timeout.as_secs_f64()
-                ))
-            }
+            Some(s) => return Ok(Some(s)),
+            None if Instant::now() >= deadline => return Ok(None),
             None => std::thread::sleep(Duration::from_millis(50)),
         }
     }

@@ -235,6 +235,18 @@ impl World {
         out
     }
 
+    /// The ranks among `ranks` whose reply in `replies` (from [`World::gather`]) says they
+    /// died, named: a peer's failure is often only the news of a death, so callers name these
+    /// first.
+    pub fn dead<M>(&self, ranks: &[u32], replies: &[Option<Result<M, String>>]) -> Vec<String> {
+        ranks
+            .iter()
+            .zip(replies)
+            .filter(|(_, r)| matches!(r, Some(Err(e)) if e.contains("died mid-run")))
+            .map(|(&rank, _)| self.describe(rank))
+            .collect()
+    }
+
     /// Any other rank: sends `m` to rank 0.
     pub fn tell_root<M: Serialize>(&mut self, m: &M) -> Result<(), String> {
         let Control::Leaf(s) = &mut self.control else {

@@ -8,10 +8,11 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::cluster::rendezvous::dial;
 use crate::rdma::DeviceChoice;
 use crate::transport::factory::{receiver_for, sender_over};
 use crate::transport::{Receiver, Transport, TransportKind};
@@ -49,8 +50,14 @@ impl Inbox {
         self.ready.notify_all();
     }
 
-    /// Waits until `key` arrives (or the link fails, or `deadline`).
-    fn take(&self, key: Key, deadline: Instant, what: &str) -> Result<Vec<f32>, String> {
+    /// Waits until `key` arrives (or the link fails, or `deadline`); `what` names it if it
+    /// never does (made only then: a wait is on the path between two ops).
+    fn take(
+        &self,
+        key: Key,
+        deadline: Instant,
+        what: impl FnOnce() -> String,
+    ) -> Result<Vec<f32>, String> {
         let mut s = self.shelf.lock().expect("inbox lock");
         loop {
             if let Some(v) = s.items.remove(&key) {
@@ -61,7 +68,7 @@ impl Inbox {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(format!("{what} never arrived (waited until the limit)"));
+                return Err(format!("{} never arrived (waited until the limit)", what()));
             }
             s = self.ready.wait_timeout(s, left).expect("inbox lock").0;
         }
@@ -206,17 +213,16 @@ impl Link {
 
     /// Waits for a data message.
     pub fn receive(&self, kind: u8, iter: u32, mb: u32) -> Result<Vec<f32>, String> {
-        let what = format!(
-            "{} {mb} of iteration {iter} from {}",
-            if kind == ACT {
+        let what = || {
+            let name = if kind == ACT {
                 "activation"
             } else {
                 "gradient"
-            },
-            self.peer
-        );
+            };
+            format!("{name} {mb} of iteration {iter} from {}", self.peer)
+        };
         self.inbox
-            .take((kind, iter, mb), Instant::now() + self.timeout, &what)
+            .take((kind, iter, mb), Instant::now() + self.timeout, what)
     }
 }
 
@@ -267,7 +273,9 @@ pub fn connect(
         let senders: Result<Vec<Box<dyn Transport>>, String> = peers
             .iter()
             .map(|p| {
-                let mut s = connect_retry(&p.address, deadline)?;
+                let mut s = dial(&p.address, deadline)
+                    .map_err(|e| format!("the address of stage {}: {e}", p.rank))?
+                    .ok_or_else(|| format!("cannot reach stage {} at {}", p.rank, p.address))?;
                 let mut pre = PREAMBLE.to_vec();
                 pre.extend_from_slice(&me.to_le_bytes());
                 s.write_all(&pre)
@@ -292,16 +300,6 @@ pub fn connect(
             )
         })
         .collect())
-}
-
-fn connect_retry(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
-    loop {
-        match TcpStream::connect(addr) {
-            Ok(s) => return Ok(s),
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(format!("cannot reach the stage at {addr}: {e}")),
-        }
-    }
 }
 
 /// Accepts one connection from each rank in `from`, named by its preamble.
@@ -358,6 +356,7 @@ fn accept_from(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpStream;
 
     fn wiring() -> Wiring {
         Wiring {

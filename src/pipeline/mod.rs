@@ -252,21 +252,16 @@ fn connect(
         timeout,
         idle: timeout.max(IDLE),
     };
-    let mut peers = Vec::new();
-    if me > 0 {
-        peers.push(me - 1);
-    }
-    if me + 1 < n {
-        peers.push(me + 1);
-    }
-    let list: Vec<comm::Peer> = peers
-        .iter()
-        .map(|&rank| comm::Peer {
+    // The previous stage first, then the next: the order `link` takes them in below.
+    let peers: Vec<comm::Peer> = [me.checked_sub(1), (me + 1 < n).then_some(me + 1)]
+        .into_iter()
+        .flatten()
+        .map(|rank| comm::Peer {
             rank,
             address: world.data_address(rank),
         })
         .collect();
-    let mut links = comm::connect(&world.data, me, &list, &wiring)
+    let mut links = comm::connect(&world.data, me, &peers, &wiring)
         .map_err(anyhow::Error::msg)?
         .into_iter();
     let mut link = |rank: u32, incoming: u8| {
@@ -394,13 +389,7 @@ fn hear_all(world: &mut World, deadline: Instant) -> Result<Vec<ToRoot>> {
     let replies = world.gather(&others, deadline, |r: &Result<ToRoot, String>| {
         matches!(r, Err(_) | Ok(ToRoot::Failed(_)))
     });
-    // The dead first: a peer's failure is often only the news of a death.
-    let dead: Vec<String> = others
-        .iter()
-        .zip(&replies)
-        .filter(|(_, r)| matches!(r, Some(Err(e)) if e.contains("died mid-run")))
-        .map(|(&rank, _)| world.describe(rank))
-        .collect();
+    let dead = world.dead(&others, &replies);
     if !dead.is_empty() {
         bail!("{} died mid-run", dead.join(", "));
     }
