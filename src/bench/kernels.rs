@@ -14,7 +14,7 @@ use crate::export::csv::{round, sig, sig4, SamplesTable};
 use crate::export::read_optional;
 use crate::export::{CsvSink, CsvTable, Line, RunDir};
 use crate::gpu::kernels::gemm::{cpu_sgemm, verify_dense};
-use crate::gpu::kernels::select::{choose, first_fitting, Selection};
+use crate::gpu::kernels::select::{choose, first_fitting, Selection, SKIPPED};
 use crate::gpu::kernels::{
     GemmKernel, GemmSize, GpuKernel, LayernormKernel, LayernormSize, Verification, GEMM_VARIANTS,
     LAYERNORM_VARIANTS,
@@ -564,6 +564,7 @@ fn selection_line(sel: &Selection) -> String {
         .iter()
         .map(|t| match t.median_us {
             Some(us) => format!("{} {:.0} µs", t.variant, us),
+            None if t.note.starts_with(SKIPPED) => format!("{} skipped", t.variant),
             None => format!("{} failed", t.variant),
         })
         .collect();

@@ -41,6 +41,7 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::empty(),
         lanes: Lanes::Any,
         multiple_of: &[],
+        at_most: &[],
         geometry: Geometry::Gemm {
             cols: 8,
             rows: 8,
@@ -55,6 +56,7 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::empty(),
         lanes: Lanes::Any,
         multiple_of: &[],
+        at_most: &[],
         geometry: Geometry::Gemm {
             cols: 64,
             rows: 64,
@@ -69,6 +71,7 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::empty(),
         lanes: Lanes::Any,
         multiple_of: &[],
+        at_most: &[],
         geometry: Geometry::Gemm {
             cols: 128,
             rows: 128,
@@ -83,6 +86,7 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::empty(),
         lanes: Lanes::Any,
         multiple_of: &[],
+        at_most: &[],
         geometry: Geometry::Gemm {
             cols: 256,
             rows: 4,
@@ -97,6 +101,7 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::empty(),
         lanes: Lanes::Any,
         multiple_of: &[],
+        at_most: &[],
         geometry: Geometry::Gemm {
             cols: 256,
             rows: 8,
@@ -111,6 +116,7 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::SUBGROUP,
         lanes: Lanes::Any,
         multiple_of: &[],
+        at_most: &[],
         geometry: Geometry::Gemm {
             cols: 256,
             rows: 8,
@@ -125,6 +131,7 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::SUBGROUP,
         lanes: Lanes::Exactly(8),
         multiple_of: &[],
+        at_most: &[],
         geometry: Geometry::Gemm {
             cols: 256,
             rows: 16,
@@ -140,6 +147,7 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         lanes: Lanes::Exactly(8),
         // A's rows are copied into an image: whole multiples of 256 bytes.
         multiple_of: &[(Dim::K, 64)],
+        at_most: &[],
         geometry: Geometry::Gemm {
             cols: 128,
             rows: 32,
@@ -154,6 +162,7 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::SUBGROUP,
         lanes: Lanes::Exactly(8),
         multiple_of: &[(Dim::K, 4)],
+        at_most: &[],
         geometry: Geometry::Gemm {
             cols: 128,
             rows: 32,
@@ -168,6 +177,7 @@ pub static GEMM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::SUBGROUP,
         lanes: Lanes::Exactly(8),
         multiple_of: &[(Dim::K, 4)],
+        at_most: &[],
         geometry: Geometry::Gemm {
             cols: 128,
             rows: 32,

@@ -32,6 +32,12 @@ const LAYERNORM_U64_WGSL: &str = concat!(
     include_str!("../../../shaders/layernorm_u64.wgsl"),
     include_str!("../../../shaders/layernorm_rows.wgsl")
 );
+const LAYERNORM_RESIDENT_WGSL: &str = concat!(
+    include_str!("../../../shaders/welford.wgsl"),
+    include_str!("../../../shaders/layernorm_gb_uniform.wgsl"),
+    include_str!("../../../shaders/layernorm_u64.wgsl"),
+    include_str!("../../../shaders/layernorm_resident.wgsl")
+);
 /// Bytes of each uniform array in layernorm_gb_uniform.wgsl (4096 vec4).
 const UNIFORM_GB_BYTES: u64 = 4096 * 16;
 
@@ -47,6 +53,7 @@ pub static LAYERNORM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::empty(),
         lanes: Lanes::Any,
         multiple_of: &[],
+        at_most: &[],
         geometry: Geometry::Layernorm {
             rows: RowsPerGroup::Fixed(64),
             gamma_beta: GammaBeta::Storage,
@@ -60,6 +67,7 @@ pub static LAYERNORM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::empty(),
         lanes: Lanes::Any,
         multiple_of: &[],
+        at_most: &[],
         geometry: Geometry::Layernorm {
             rows: RowsPerGroup::Fixed(1),
             gamma_beta: GammaBeta::Storage,
@@ -73,6 +81,7 @@ pub static LAYERNORM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::SUBGROUP,
         lanes: Lanes::AtMost(64),
         multiple_of: &[],
+        at_most: &[],
         geometry: Geometry::Layernorm {
             rows: RowsPerGroup::OnePerSubgroup,
             gamma_beta: GammaBeta::Storage,
@@ -86,6 +95,7 @@ pub static LAYERNORM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::SUBGROUP,
         lanes: Lanes::AtMost(64),
         multiple_of: &[],
+        at_most: &[],
         geometry: Geometry::Layernorm {
             rows: RowsPerGroup::OnePerSubgroup,
             gamma_beta: GammaBeta::Storage,
@@ -99,6 +109,7 @@ pub static LAYERNORM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::SUBGROUP,
         lanes: Lanes::Fixed,
         multiple_of: &[],
+        at_most: &[],
         geometry: Geometry::Layernorm {
             rows: RowsPerGroup::Fixed(1),
             gamma_beta: GammaBeta::Storage,
@@ -112,6 +123,7 @@ pub static LAYERNORM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::SUBGROUP,
         lanes: Lanes::Fixed,
         multiple_of: &[(Dim::Hidden, 4)],
+        at_most: &[],
         geometry: Geometry::Layernorm {
             rows: RowsPerGroup::Fixed(4),
             gamma_beta: GammaBeta::Storage,
@@ -125,6 +137,7 @@ pub static LAYERNORM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::SUBGROUP,
         lanes: Lanes::Fixed,
         multiple_of: &[(Dim::Hidden, 4)],
+        at_most: &[],
         geometry: Geometry::Layernorm {
             rows: RowsPerGroup::Fixed(4),
             gamma_beta: GammaBeta::Uniform,
@@ -138,8 +151,25 @@ pub static LAYERNORM_VARIANTS: &[Variant] = &[
         needs: wgpu::Features::SUBGROUP.union(wgpu::Features::SHADER_INT64),
         lanes: Lanes::Fixed,
         multiple_of: &[(Dim::Hidden, 8)],
+        at_most: &[],
         geometry: Geometry::Layernorm {
             rows: RowsPerGroup::Fixed(4),
+            gamma_beta: GammaBeta::Uniform,
+        },
+    },
+    Variant {
+        name: "u64x4_resident",
+        about:
+            "u64x4 reading x once: a row and its gamma and beta kept in registers (hidden <= 1024)",
+        wgsl: LAYERNORM_RESIDENT_WGSL,
+        entry: "layernorm_u64",
+        needs: wgpu::Features::SUBGROUP.union(wgpu::Features::SHADER_INT64),
+        lanes: Lanes::FixedAtLeast(8),
+        multiple_of: &[(Dim::Hidden, 8)],
+        // FLOATS (8) x SLOTS (16) x the smallest subgroup it runs with (8 lanes).
+        at_most: &[(Dim::Hidden, 1024)],
+        geometry: Geometry::Layernorm {
+            rows: RowsPerGroup::Fixed(16),
             gamma_beta: GammaBeta::Uniform,
         },
     },

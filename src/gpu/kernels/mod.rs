@@ -30,6 +30,8 @@ pub struct Variant {
     pub lanes: Lanes,
     /// A size dimension that must be a multiple of something (vector loads).
     pub multiple_of: &'static [(Dim, u32)],
+    /// A size dimension that must be at most something (what registers hold).
+    pub at_most: &'static [(Dim, u32)],
     /// What each workgroup covers and how the inputs are bound.
     pub geometry: Geometry,
 }
@@ -42,6 +44,8 @@ pub enum Lanes {
     Exactly(u32),
     /// Any one size, as long as the adapter never varies it (workgroup = one subgroup).
     Fixed,
+    /// Like `Fixed`, and at least this many lanes (what a row held in registers needs).
+    FixedAtLeast(u32),
     /// At most this many (a workgroup of 64 holds a whole number of subgroups).
     AtMost(u32),
 }
@@ -123,12 +127,14 @@ impl Variant {
             Lanes::Any => true,
             Lanes::Exactly(n) => lo == n && hi == n,
             Lanes::Fixed => lo == hi && hi <= 256,
+            Lanes::FixedAtLeast(n) => lo == hi && hi <= 256 && lo >= n,
             Lanes::AtMost(n) => hi.max(1) <= n,
         };
         (!lanes_ok).then(|| {
             let want = match self.lanes {
                 Lanes::Exactly(n) => format!("subgroups of exactly {n} lanes"),
                 Lanes::Fixed => "one fixed subgroup size".to_string(),
+                Lanes::FixedAtLeast(n) => format!("one fixed subgroup size of at least {n} lanes"),
                 Lanes::AtMost(n) => format!("subgroups of at most {n} lanes"),
                 Lanes::Any => unreachable!(),
             };
@@ -140,9 +146,10 @@ impl Variant {
     }
 
     /// Why a size cannot run with this variant: a dimension that is not a multiple of what
-    /// its vector loads need. `dim` gives the size's value of each dimension.
+    /// its vector loads need, or over what its registers hold. `dim` gives the size's value
+    /// of each dimension.
     pub fn misfit(&self, dim: impl Fn(Dim) -> u32) -> Option<String> {
-        self.multiple_of.iter().find_map(|&(d, m)| {
+        let not_multiple = self.multiple_of.iter().find_map(|&(d, m)| {
             let v = dim(d);
             (!v.is_multiple_of(m)).then(|| {
                 format!(
@@ -150,6 +157,18 @@ impl Variant {
                     self.name,
                     d.name()
                 )
+            })
+        });
+        not_multiple.or_else(|| {
+            self.at_most.iter().find_map(|&(d, most)| {
+                let v = dim(d);
+                (v > most).then(|| {
+                    format!(
+                        "variant {} needs {} to be at most {most} (got {v})",
+                        self.name,
+                        d.name()
+                    )
+                })
             })
         })
     }
@@ -409,4 +428,24 @@ pub(crate) fn run_once(gpu: &super::Gpu, kernel: &dyn GpuKernel) -> Result<(), G
     record_untimed(&mut enc, kernel.upload(), |pass| kernel.encode(pass));
     let idx = gpu.queue.submit([enc.finish()]);
     gpu.wait(idx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misfit_names_a_dimension_over_its_bound_or_off_its_multiple() {
+        let v = LAYERNORM_VARIANTS
+            .iter()
+            .find(|v| !v.at_most.is_empty())
+            .expect("a variant with an upper bound");
+        let (dim, most) = v.at_most[0];
+        assert_eq!(dim, Dim::Hidden);
+        assert!(v.misfit(|_| most).is_none());
+        let over = v.misfit(|_| most + 8).expect("over the bound");
+        assert!(over.contains(&format!("at most {most}")), "{over}");
+        let off = v.misfit(|_| most - 3).expect("not a multiple of 8");
+        assert!(off.contains("multiple of 8"), "{off}");
+    }
 }

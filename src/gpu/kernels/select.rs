@@ -14,6 +14,10 @@ use crate::gpu::Gpu;
 use crate::stats::Summary;
 
 /// One candidate's result in the probe.
+/// How a trial's note starts when the variant was not run: the adapter or the probe's shape
+/// does not suit it (as opposed to a variant that ran and failed).
+pub const SKIPPED: &str = "skipped: ";
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Trial {
     pub variant: String,
@@ -121,7 +125,7 @@ pub fn select<'g, K: GpuKernel + 'g>(
             trials.push(Trial {
                 variant: v.name.into(),
                 median_us: None,
-                note: why,
+                note: format!("{SKIPPED}{why}"),
             });
             continue;
         }
@@ -146,11 +150,19 @@ pub fn select<'g, K: GpuKernel + 'g>(
                 }
             }
             Err(e) => {
-                tracing::warn!(kernel, variant = v.name, "probe failed: {e}");
+                // A variant that cannot take the probe's shape (its table says so) is expected;
+                // one that fails to verify or to run is not.
+                let note = if matches!(e, KernelError::Invalid(_)) {
+                    tracing::info!(kernel, variant = v.name, "not probed: {e}");
+                    format!("{SKIPPED}{e}")
+                } else {
+                    tracing::warn!(kernel, variant = v.name, "probe failed: {e}");
+                    e.to_string()
+                };
                 trials.push(Trial {
                     variant: v.name.into(),
                     median_us: None,
-                    note: e.to_string(),
+                    note,
                 });
             }
         }
