@@ -5,20 +5,11 @@
 // of the workgroup's rows. The variants that read x twice pay for the second read on CPU
 // drivers, where every storage access with a lane-varying address runs lane by lane. Rows run
 // one after another in a workgroup of one subgroup (SG_WG lanes), so hidden is at most
-// FLOATS * SLOTS * SG_WG. Needs the chunk access part (layernorm_u64.wgsl) and a gamma/beta
-// part in front; the slots are written out one by one because lavapipe does not unroll loops
-// this large, and an unrolled array indexed by a loop counter is read lane by lane.
+// FLOATS * SLOTS * SG_WG. Needs layernorm_dims.wgsl, the chunk access part (layernorm_u64.wgsl)
+// and a gamma/beta part in front. The slots are written out one by one because lavapipe does
+// not unroll loops this large, and a private array indexed by a loop counter is then read
+// lane by lane.
 
-struct Dims {
-    rows: u32,
-    hidden: u32,
-    eps: f32,
-    groups_x: u32,
-}
-
-@group(0) @binding(4) var<uniform> dims: Dims;
-
-override SG_WG: u32 = 32u;
 const SLOTS: u32 = 16u;
 // Rows per workgroup, one after another: gamma and beta are loaded once for all of them.
 const ROWS_PER_GROUP: u32 = 16u;

@@ -2,20 +2,11 @@
 // adapter's subgroup size). Each lane reads x in chunks of FLOATS values; how a chunk is read,
 // written and normalised comes from an access part put in front (layernorm_vec4.wgsl or
 // layernorm_u64.wgsl), gamma and beta from layernorm_gb_storage.wgsl or
-// layernorm_gb_uniform.wgsl. Welford moments per lane are merged across the subgroup. The
-// normalising pass loads a chunk's gamma and beta once for all four rows: on CPU drivers,
-// whose loads with lane-varying addresses run lane by lane, that saves a load per row.
+// layernorm_gb_uniform.wgsl, the sizes from layernorm_dims.wgsl. Welford moments per lane are
+// merged across the subgroup. The normalising pass loads a chunk's gamma and beta once for all
+// four rows: on CPU drivers, whose loads with lane-varying addresses run lane by lane, that
+// saves a load per row.
 
-struct Dims {
-    rows: u32,
-    hidden: u32,
-    eps: f32,
-    groups_x: u32,
-}
-
-@group(0) @binding(4) var<uniform> dims: Dims;
-
-override SG_WG: u32 = 32u;
 const R: u32 = 4u;
 
 fn layernorm_rows(wg: vec3<u32>, lane: u32) {

@@ -1,27 +1,7 @@
 // The device's own ceilings: FMA throughput, memory bandwidth, and an empty kernel for
-// dispatch cost. A part in front defines `step` and `step4`, the multiply-add measured. Every input that could let a compiler fold the work away (the multiplier,
-// the addend, the trip count) comes from a uniform, so the work is done as written.
-
-struct Params {
-    // FMA: loop trips per invocation. Bandwidth: vec4 elements in the buffers.
-    count: u32,
-    // FMA: the multiplier (1.0) and addend (0.0), so each chain keeps its start value and the
-    // result can be checked exactly.
-    mul: f32,
-    add: f32,
-    // Bandwidth: the invocations in the grid (the stride of the grid-stride loop).
-    threads: u32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> src: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> dst: array<vec4<f32>>;
-
-const WG: u32 = 256u;
-
-fn flat(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
-    return gid.x + gid.y * groups.x * WG;
-}
+// dispatch cost. Parts in front: peak_grid.wgsl (the uniform and the grid), peak_f32.wgsl (the
+// buffers), peak_copy.wgsl (the copy kernels), and peak_fma.wgsl or peak_mad.wgsl, which
+// define `step` and `step4`, the multiply-add measured.
 
 // Eight independent scalar chains, four steps each per loop trip (64 flops): enough in flight
 // to hide FMA latency, and enough per trip that the loop's own cost does not count (with one
@@ -96,21 +76,9 @@ fn write_only(@builtin(global_invocation_id) gid: vec3<u32>,
     }
 }
 
-// Copies every element once.
-@compute @workgroup_size(256)
-fn copy(@builtin(global_invocation_id) gid: vec3<u32>,
-        @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = flat(gid, groups);
-    for (var e = i; e < params.count; e += params.threads) {
-        dst[e] = src[e];
-    }
-}
-
-// The same three with eight contiguous elements per invocation, grid-stride over chunks: the
+// The same two (and the copy, in peak_copy.wgsl) with eight contiguous elements per invocation, grid-stride over chunks: the
 // access a CPU driver streams best (one invocation per SIMD lane walks its own cache lines),
 // where the element-strided form above is what a GPU coalesces best.
-const CHUNK: u32 = 8u;
-
 @compute @workgroup_size(256)
 fn read_chunk(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(num_workgroups) groups: vec3<u32>) {
@@ -135,19 +103,6 @@ fn write_chunk(@builtin(global_invocation_id) gid: vec3<u32>,
         for (var j = 0u; j < CHUNK; j++) {
             if (base + j < params.count) {
                 dst[base + j] = v;
-            }
-        }
-    }
-}
-
-@compute @workgroup_size(256)
-fn copy_chunk(@builtin(global_invocation_id) gid: vec3<u32>,
-              @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = flat(gid, groups);
-    for (var base = i * CHUNK; base < params.count; base += params.threads * CHUNK) {
-        for (var j = 0u; j < CHUNK; j++) {
-            if (base + j < params.count) {
-                dst[base + j] = src[base + j];
             }
         }
     }

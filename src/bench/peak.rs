@@ -23,11 +23,23 @@ pub const BENCH: &str = "peak";
 // The peak kernels share one body; the part in front says which multiply-add they measure.
 const WGSL: &str = concat!(
     include_str!("../../shaders/peak_fma.wgsl"),
+    include_str!("../../shaders/peak_grid.wgsl"),
+    include_str!("../../shaders/peak_f32.wgsl"),
+    include_str!("../../shaders/peak_copy.wgsl"),
     include_str!("../../shaders/peak.wgsl")
 );
 const MAD_WGSL: &str = concat!(
     include_str!("../../shaders/peak_mad.wgsl"),
+    include_str!("../../shaders/peak_grid.wgsl"),
+    include_str!("../../shaders/peak_f32.wgsl"),
+    include_str!("../../shaders/peak_copy.wgsl"),
     include_str!("../../shaders/peak.wgsl")
+);
+/// The copy kernels moving vec4<u64>, for adapters with 64-bit shader integers.
+const U64_WGSL: &str = concat!(
+    include_str!("../../shaders/peak_grid.wgsl"),
+    include_str!("../../shaders/peak_u64.wgsl"),
+    include_str!("../../shaders/peak_copy.wgsl")
 );
 /// Invocations per workgroup in shaders/peak.wgsl.
 const WG: u32 = 256;
@@ -57,7 +69,8 @@ pub struct PeakParams {
     pub metric: String,
     /// `scalar`/`vec4` (the fma builtin), `mad_scalar`/`mad_vec4` (a * b + c) (fma);
     /// `read`/`write`/`copy` (element-strided), `read_chunk`/`write_chunk`/`copy_chunk` (8
-    /// contiguous elements per invocation), `buffer_copy` (bandwidth);
+    /// contiguous elements per invocation), `copy_u64`/`copy_u64_chunk` (the same copies
+    /// moving vec4<u64>, with 64-bit shader integers), `buffer_copy` (bandwidth);
     /// `latency`/`back_to_back` (dispatch); `tick` (timestamp).
     pub variant: String,
     /// The work of one timed iteration: flops, or bytes read plus bytes written.
@@ -181,8 +194,8 @@ impl super::Bench for PeakPlan {
         BENCH
     }
     fn points(&self) -> u64 {
-        // fma x4, bandwidth x7, dispatch x2, timestamp.
-        14
+        // fma x4, bandwidth x7 (x9 with 64-bit integers), dispatch x2, timestamp.
+        16
     }
     fn run(&self, gpu: Option<&Gpu>, dir: &RunDir, progress: &Progress) -> Result<super::Notes> {
         let gpu = super::need_gpu(gpu, BENCH)?;
@@ -285,7 +298,7 @@ impl Rows<'_> {
             Rate::None => String::new(),
         };
         self.progress.println(format!(
-            "peak {metric:<10} {variant:<13} p50 {:>11.2} µs {figure} [{timer}]",
+            "peak {metric:<10} {variant:<14} p50 {:>11.2} µs {figure} [{timer}]",
             s.p50
         ));
         self.progress.inc();
@@ -491,8 +504,8 @@ fn bandwidth(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
         .bytes
         .min(limits.max_storage_buffer_binding_size)
         .min(limits.max_buffer_size)
-        / 16
-        * 16;
+        / 32
+        * 32;
     ensure!(
         bytes >= 1 << 20,
         "the device binds at most {} per storage buffer: too small for a bandwidth test",
@@ -560,6 +573,36 @@ fn bandwidth(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
             }
         }
     }
+    // The widest access the kernels use (layernorm's u64x4 variants) gets a copy of its own, so
+    // the copy ceiling bounds them too.
+    if gpu.features.contains(wgpu::Features::SHADER_INT64) {
+        let wide = n / 2;
+        for (entry, per_invocation) in [("copy", 2), ("copy_chunk", 2 * CHUNK)] {
+            let groups = wide
+                .div_ceil(per_invocation)
+                .div_ceil(WG)
+                .clamp(1, MAX_GROUPS);
+            let params = Params {
+                count: wide,
+                mul: 0.0,
+                add: 0.0,
+                threads: groups * WG,
+            };
+            let uniform = gpu.uniform_from("peak u64 params", &params);
+            let k = kernel(gpu, (U64_WGSL, entry), &uniform, Some(&src), &dst)?;
+            gpu.poison(&dst);
+            once_us(gpu, &k, groups)?;
+            verify_bandwidth(gpu, "copy", Layout::Strided, &dst, n, params.threads)?;
+            let t = time_compute_passes(gpu, plan.warmup, plan.iters, None, |p| {
+                dispatch(p, &k, groups)
+            })?;
+            let (s, timer) = samples(&t);
+            let moved = 2.0 * bytes as f64;
+            let variant = entry.replace("copy", "copy_u64");
+            let sum = rows.write("bandwidth", &variant, moved, s, timer, Rate::Bytes)?;
+            copy_gbps = copy_gbps.max(moved / sum.min / 1e3);
+        }
+    }
     // The buffer-to-buffer copy, between encoder timestamps where the adapter has them.
     gpu.poison(&dst);
     let (us, timer) = time_buffer_copy(gpu, &src, &dst, bytes, plan)?;
@@ -583,7 +626,7 @@ enum Layout {
     Chunked,
 }
 
-/// Elements per chunk in the `_chunk` kernels (CHUNK in shaders/peak.wgsl).
+/// Elements per chunk in the `_chunk` kernels (CHUNK in shaders/peak_grid.wgsl).
 const CHUNK: u32 = 8;
 
 fn verify_bandwidth(

@@ -16,24 +16,28 @@ const LAYERNORM_SUBGROUP_WGSL: &str = concat!(
 );
 const LAYERNORM_VEC4_WGSL: &str = concat!(
     include_str!("../../../shaders/welford.wgsl"),
+    include_str!("../../../shaders/layernorm_dims.wgsl"),
     include_str!("../../../shaders/layernorm_gb_storage.wgsl"),
     include_str!("../../../shaders/layernorm_vec4.wgsl"),
     include_str!("../../../shaders/layernorm_rows.wgsl")
 );
 const LAYERNORM_VEC4_UNIFORM_WGSL: &str = concat!(
     include_str!("../../../shaders/welford.wgsl"),
+    include_str!("../../../shaders/layernorm_dims.wgsl"),
     include_str!("../../../shaders/layernorm_gb_uniform.wgsl"),
     include_str!("../../../shaders/layernorm_vec4.wgsl"),
     include_str!("../../../shaders/layernorm_rows.wgsl")
 );
 const LAYERNORM_U64_WGSL: &str = concat!(
     include_str!("../../../shaders/welford.wgsl"),
+    include_str!("../../../shaders/layernorm_dims.wgsl"),
     include_str!("../../../shaders/layernorm_gb_uniform.wgsl"),
     include_str!("../../../shaders/layernorm_u64.wgsl"),
     include_str!("../../../shaders/layernorm_rows.wgsl")
 );
 const LAYERNORM_RESIDENT_WGSL: &str = concat!(
     include_str!("../../../shaders/welford.wgsl"),
+    include_str!("../../../shaders/layernorm_dims.wgsl"),
     include_str!("../../../shaders/layernorm_gb_uniform.wgsl"),
     include_str!("../../../shaders/layernorm_u64.wgsl"),
     include_str!("../../../shaders/layernorm_resident.wgsl")
