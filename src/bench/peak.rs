@@ -86,9 +86,9 @@ pub struct PeakFigures {
     pub timer: String,
     pub verified: bool,
     /// From the best (fastest) iteration: what the ceilings are. Noise only ever slows a kernel
-    /// down, so the best iteration is what the device can do, and it moves less from run to
-    /// run than the median where a machine's speed flips between modes (lavapipe's copy
-    /// kernels ran at about 4 or about 8 GB/s from one dispatch to the next).
+    /// down, so the best iteration is what the device can do; the median moves with a
+    /// machine's slow spells (lavapipe's copy kernels ran at about 4 or about 8 GB/s, changing
+    /// between dispatches or between runs).
     pub best_gflops: Option<f64>,
     pub best_gbps: Option<f64>,
 }
@@ -209,7 +209,7 @@ impl super::Bench for PeakPlan {
 pub struct Ceilings {
     /// The best FP32 multiply-add rate (any of the four forms, best iteration), GFLOP/s.
     pub fma_gflops: f64,
-    /// The better copy kernel's bandwidth (bytes read plus written, best iteration), GB/s.
+    /// The best copy kernel's bandwidth (bytes read plus written, best iteration), GB/s.
     pub copy_gbps: f64,
 }
 
