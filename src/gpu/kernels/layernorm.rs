@@ -415,3 +415,33 @@ impl GpuKernel for LayernormKernel<'_> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The resident variant's bound in the table must be what its generated shader holds:
+    /// FLOATS (8) x SLOTS x the fewest lanes it runs with.
+    #[test]
+    fn resident_bound_matches_its_shader() {
+        let v = LAYERNORM_VARIANTS
+            .iter()
+            .find(|v| v.name == "u64x4_resident")
+            .unwrap();
+        let slots: u32 = LAYERNORM_RESIDENT_WGSL
+            .lines()
+            .find_map(|l| l.strip_prefix("const SLOTS: u32 = "))
+            .and_then(|rest| rest.strip_suffix("u;"))
+            .expect("SLOTS in layernorm_resident.wgsl")
+            .parse()
+            .unwrap();
+        let Lanes::FixedAtLeast(lanes) = v.lanes else {
+            panic!("u64x4_resident needs a least subgroup size")
+        };
+        assert_eq!(v.at_most, &[(Dim::Hidden, 8 * slots * lanes)]);
+        // Every slot is written out, and no more.
+        let last = slots - 1;
+        assert!(LAYERNORM_RESIDENT_WGSL.contains(&format!("var x{last}: Chunk;")));
+        assert!(!LAYERNORM_RESIDENT_WGSL.contains(&format!("var x{slots}: Chunk;")));
+    }
+}
