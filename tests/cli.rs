@@ -91,6 +91,16 @@ fn kernels_writes_verified_rows_with_baselines() {
         serde_json::from_slice(&std::fs::read(run.join("meta.json")).unwrap()).unwrap();
     assert_eq!(meta["status"], "complete");
     assert!(meta["adapter"]["name"].is_string());
+    // Layernorm sizes that different variants fit get a probe each (hidden 4096 is too long
+    // for a row held in registers, 1000 is not).
+    let probes: Vec<&str> = meta["notes"]["variant_selection"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kernel"] == "layernorm")
+        .map(|s| s["probe"].as_str().unwrap())
+        .collect();
+    assert_eq!(probes, ["1x4096", "3x1000"]);
     let (h, rows) = read_csv(&run.join("kernels.csv"));
     assert_eq!(
         &h[..4],

@@ -491,31 +491,49 @@ fn sweep_layernorm(
     selections: &mut Vec<Selection>,
     progress: &Progress,
 ) -> Result<()> {
-    let probe = plan
-        .layernorm
-        .iter()
-        .copied()
-        .max_by_key(|s| s.elements())
-        .unwrap_or(LayernormSize {
-            rows: 4096,
-            hidden: 1024,
-        });
-    let (ranked, sel) = choose(
-        gpu,
-        "layernorm",
-        LAYERNORM_VARIANTS,
-        plan.layernorm_variant.as_deref(),
-        probe.to_string(),
-        plan.reselect,
-        |v| LayernormKernel::new(gpu, v, probe),
-    )?;
-    if let Some(sel) = sel {
-        progress.println(selection_line(&sel));
-        selections.push(sel);
+    // Sizes that the same variants fit share one probe, at the largest of them: a variant that
+    // holds only short rows (u64x4_resident) is still chosen for those when the sweep also has
+    // long ones.
+    let fitting = |size: LayernormSize| -> Vec<bool> {
+        LAYERNORM_VARIANTS
+            .iter()
+            .map(|v| v.misfit(|_| size.hidden).is_none())
+            .collect()
+    };
+    let mut classes: Vec<(Vec<bool>, LayernormSize)> = Vec::new();
+    for &size in &plan.layernorm {
+        let fits = fitting(size);
+        match classes.iter_mut().find(|(f, _)| *f == fits) {
+            Some((_, probe)) if size.elements() > probe.elements() => *probe = size,
+            Some(_) => {}
+            None => classes.push((fits, size)),
+        }
+    }
+    let mut rankings = Vec::new();
+    for (fits, probe) in &classes {
+        let (ranked, sel) = choose(
+            gpu,
+            "layernorm",
+            LAYERNORM_VARIANTS,
+            plan.layernorm_variant.as_deref(),
+            probe.to_string(),
+            plan.reselect,
+            |v| LayernormKernel::new(gpu, v, *probe),
+        )?;
+        if let Some(sel) = sel {
+            progress.println(selection_line(&sel));
+            selections.push(sel);
+        }
+        rankings.push((fits.clone(), ranked));
     }
     for &size in &plan.layernorm {
         progress.set_message(format!("layernorm {size}"));
-        let (k, variant) = first_fitting(&ranked, |v| LayernormKernel::new(gpu, v, size))?;
+        let fits = fitting(size);
+        let ranked = rankings
+            .iter()
+            .find_map(|(f, r)| (*f == fits).then_some(r))
+            .expect("every size has its class");
+        let (k, variant) = first_fitting(ranked, |v| LayernormKernel::new(gpu, v, size))?;
         let v = k.verify()?;
         let t = time_compute_passes(gpu, plan.warmup, plan.iters, k.upload(), |p| k.encode(p))?;
         w.gpu_rows(
