@@ -501,16 +501,24 @@ fn sweep_layernorm(
             .collect()
     };
     let mut classes: Vec<(Vec<bool>, LayernormSize)> = Vec::new();
+    let mut class_of = Vec::with_capacity(plan.layernorm.len());
     for &size in &plan.layernorm {
         let fits = fitting(size);
-        match classes.iter_mut().find(|(f, _)| *f == fits) {
-            Some((_, probe)) if size.elements() > probe.elements() => *probe = size,
-            Some(_) => {}
-            None => classes.push((fits, size)),
+        let i = match classes.iter().position(|(f, _)| *f == fits) {
+            Some(i) => i,
+            None => {
+                classes.push((fits, size));
+                classes.len() - 1
+            }
+        };
+        let probe = &mut classes[i].1;
+        if size.elements() > probe.elements() {
+            *probe = size;
         }
+        class_of.push(i);
     }
-    let mut rankings = Vec::new();
-    for (fits, probe) in &classes {
+    let mut rankings = Vec::with_capacity(classes.len());
+    for &(_, probe) in &classes {
         let (ranked, sel) = choose(
             gpu,
             "layernorm",
@@ -518,21 +526,17 @@ fn sweep_layernorm(
             plan.layernorm_variant.as_deref(),
             probe.to_string(),
             plan.reselect,
-            |v| LayernormKernel::new(gpu, v, *probe),
+            |v| LayernormKernel::new(gpu, v, probe),
         )?;
         if let Some(sel) = sel {
             progress.println(selection_line(&sel));
             selections.push(sel);
         }
-        rankings.push((fits.clone(), ranked));
+        rankings.push(ranked);
     }
-    for &size in &plan.layernorm {
+    for (&size, &class) in plan.layernorm.iter().zip(&class_of) {
         progress.set_message(format!("layernorm {size}"));
-        let fits = fitting(size);
-        let ranked = rankings
-            .iter()
-            .find_map(|(f, r)| (*f == fits).then_some(r))
-            .expect("every size has its class");
+        let ranked = &rankings[class];
         let (k, variant) = first_fitting(ranked, |v| LayernormKernel::new(gpu, v, size))?;
         let v = k.verify()?;
         let t = time_compute_passes(gpu, plan.warmup, plan.iters, k.upload(), |p| k.encode(p))?;

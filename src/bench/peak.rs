@@ -216,23 +216,41 @@ pub struct Ceilings {
 impl Ceilings {
     /// The ceilings a run's peak.csv holds, if it has them.
     pub fn from_rows(rows: &[Line<PeakTable>]) -> Option<Ceilings> {
-        let best = |metric: &str, f: fn(&PeakFigures) -> Option<f64>| {
-            rows.iter()
-                .filter(|l| l.params.metric == metric)
-                .filter_map(|l| f(&l.figures))
-                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
-        };
-        // The better of the two copy kernels (element-strided and chunked).
-        let copy = rows
-            .iter()
-            .filter(|l| l.params.metric == "bandwidth" && l.params.variant.starts_with("copy"))
-            .filter_map(|l| l.figures.ceiling_gbps())
-            .reduce(f64::max);
         Some(Ceilings {
-            fma_gflops: best("fma", PeakFigures::ceiling_gflops)?,
-            copy_gbps: copy?,
+            fma_gflops: fma_ceiling_row(rows)?.1,
+            copy_gbps: copy_ceiling_row(rows)?.1,
         })
     }
+}
+
+/// The row the FP32 ceiling comes from (the fastest of the FMA forms) and its rate.
+pub fn fma_ceiling_row(rows: &[Line<PeakTable>]) -> Option<(usize, f64)> {
+    fastest(
+        rows,
+        |l| l.params.metric == "fma",
+        PeakFigures::ceiling_gflops,
+    )
+}
+
+/// The row the copy ceiling comes from (the fastest copy kernel, not the buffer-to-buffer
+/// copy) and its rate.
+pub fn copy_ceiling_row(rows: &[Line<PeakTable>]) -> Option<(usize, f64)> {
+    let copy = |l: &Line<PeakTable>| {
+        l.params.metric == "bandwidth" && l.params.variant.starts_with("copy")
+    };
+    fastest(rows, copy, PeakFigures::ceiling_gbps)
+}
+
+fn fastest(
+    rows: &[Line<PeakTable>],
+    keep: impl Fn(&Line<PeakTable>) -> bool,
+    rate: fn(&PeakFigures) -> Option<f64>,
+) -> Option<(usize, f64)> {
+    rows.iter()
+        .enumerate()
+        .filter(|(_, l)| keep(l))
+        .filter_map(|(i, l)| Some((i, rate(&l.figures)?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 /// The uniform of shaders/peak.wgsl.
@@ -516,14 +534,17 @@ fn bandwidth(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
     let src_data: Vec<f32> = (0..n as usize * 4).map(|i| (i % 4) as f32).collect();
     let src = gpu.storage_from("peak src", &src_data);
     let dst = gpu.storage_from("peak dst", &vec![0u8; bytes as usize]);
-    // Four elements, or four chunks of CHUNK, per invocation, within one dimension of groups.
-    let grid = |per_invocation: u32| {
-        let groups = n.div_ceil(per_invocation).div_ceil(WG).clamp(1, MAX_GROUPS);
+    // `per_invocation` of `count` elements per invocation, within one dimension of groups.
+    let grid = |count: u32, per_invocation: u32| {
+        let groups = count
+            .div_ceil(per_invocation)
+            .div_ceil(WG)
+            .clamp(1, MAX_GROUPS);
         let threads = groups * WG;
         let uniform = gpu.uniform_from(
             "peak bandwidth params",
             &Params {
-                count: n,
+                count,
                 mul: 2.0,
                 add: 0.0,
                 threads,
@@ -531,8 +552,9 @@ fn bandwidth(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
         );
         (groups, threads, uniform)
     };
-    let strided = grid(4);
-    let chunked = grid(4 * CHUNK);
+    // Four elements, or four chunks of CHUNK, per invocation.
+    let strided = grid(n, 4);
+    let chunked = grid(n, 4 * CHUNK);
     let sums = gpu.storage_from(
         "peak sums",
         &vec![0u8; strided.1.max(chunked.1) as usize * 16],
@@ -560,14 +582,13 @@ fn bandwidth(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
             };
             let variant = format!("{what}{suffix}");
             let k = kernel(gpu, (WGSL, &entry), uniform, input, output)?;
-            gpu.poison(output);
-            once_us(gpu, &k, *groups)?;
-            verify_bandwidth(gpu, what, layout, output, n, *threads)?;
-            let t = time_compute_passes(gpu, plan.warmup, plan.iters, None, |p| {
-                dispatch(p, &k, *groups)
-            })?;
-            let (s, timer) = samples(&t);
-            let sum = rows.write("bandwidth", &variant, moved, s, timer, Rate::Bytes)?;
+            let verify = || verify_bandwidth(gpu, what, layout, output, n, *threads);
+            let timed = Timed {
+                kernel: &k,
+                groups: *groups,
+                output,
+            };
+            let sum = timed.measure(gpu, plan, rows, &variant, moved, verify)?;
             if what == "copy" {
                 copy_gbps = copy_gbps.max(moved / sum.min / 1e3);
             }
@@ -576,30 +597,20 @@ fn bandwidth(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
     // The widest access the kernels use (layernorm's u64x4 variants) gets a copy of its own, so
     // the copy ceiling bounds them too.
     if gpu.features.contains(wgpu::Features::SHADER_INT64) {
-        let wide = n / 2;
+        // Half as many elements, each of 32 bytes; the same bytes per invocation as above.
         for (entry, per_invocation) in [("copy", 2), ("copy_chunk", 2 * CHUNK)] {
-            let groups = wide
-                .div_ceil(per_invocation)
-                .div_ceil(WG)
-                .clamp(1, MAX_GROUPS);
-            let params = Params {
-                count: wide,
-                mul: 0.0,
-                add: 0.0,
-                threads: groups * WG,
-            };
-            let uniform = gpu.uniform_from("peak u64 params", &params);
+            let (groups, threads, uniform) = grid(n / 2, per_invocation);
             let k = kernel(gpu, (U64_WGSL, entry), &uniform, Some(&src), &dst)?;
-            gpu.poison(&dst);
-            once_us(gpu, &k, groups)?;
-            verify_bandwidth(gpu, "copy", Layout::Strided, &dst, n, params.threads)?;
-            let t = time_compute_passes(gpu, plan.warmup, plan.iters, None, |p| {
-                dispatch(p, &k, groups)
-            })?;
-            let (s, timer) = samples(&t);
+            // The bytes are copied as they are: the same check as the vec4<f32> copy.
+            let verify = || verify_bandwidth(gpu, "copy", Layout::Strided, &dst, n, threads);
+            let timed = Timed {
+                kernel: &k,
+                groups,
+                output: &dst,
+            };
             let moved = 2.0 * bytes as f64;
             let variant = entry.replace("copy", "copy_u64");
-            let sum = rows.write("bandwidth", &variant, moved, s, timer, Rate::Bytes)?;
+            let sum = timed.measure(gpu, plan, rows, &variant, moved, verify)?;
             copy_gbps = copy_gbps.max(moved / sum.min / 1e3);
         }
     }
@@ -616,6 +627,36 @@ fn bandwidth(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
         Rate::Bytes,
     )?;
     Ok(copy_gbps)
+}
+
+/// A bandwidth kernel ready to dispatch, and the buffer it writes.
+struct Timed<'a> {
+    kernel: &'a Kernel,
+    groups: u32,
+    output: &'a wgpu::Buffer,
+}
+
+impl Timed<'_> {
+    /// Runs the kernel once on a poisoned output and checks it with `verify`, then times it
+    /// and writes its row; returns the timing summary.
+    fn measure(
+        &self,
+        gpu: &Gpu,
+        plan: &PeakPlan,
+        rows: &mut Rows,
+        variant: &str,
+        moved: f64,
+        verify: impl FnOnce() -> Result<()>,
+    ) -> Result<Summary> {
+        gpu.poison(self.output);
+        once_us(gpu, self.kernel, self.groups)?;
+        verify()?;
+        let t = time_compute_passes(gpu, plan.warmup, plan.iters, None, |p| {
+            dispatch(p, self.kernel, self.groups)
+        })?;
+        let (s, timer) = samples(&t);
+        rows.write("bandwidth", variant, moved, s, timer, Rate::Bytes)
+    }
 }
 
 /// How the bandwidth kernels walk the buffer: element by element across the grid (what a GPU

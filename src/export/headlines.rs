@@ -106,24 +106,13 @@ fn kernels(run: &Loaded, out: &mut Vec<Headline>) {
 
 fn peak(run: &Loaded, out: &mut Vec<Headline>) {
     let Some(t) = &run.peak else { return };
-    type Row = crate::export::Line<crate::bench::peak::PeakTable>;
     // The ceilings the kernels are shares of: the best iteration of the best kernel.
-    let best = |keep: &dyn Fn(&Row) -> bool, rate: fn(&Row) -> Option<f64>| {
-        t.iter()
-            .enumerate()
-            .filter(|(_, r)| keep(r))
-            .filter_map(|(i, r)| Some((i, r, rate(r)?)))
-            .max_by(|a, b| a.2.total_cmp(&b.2))
-    };
-    let fma = best(&|r| r.params.metric == "fma", |r| {
-        r.figures.ceiling_gflops()
-    });
-    if let Some((i, r, v)) = fma {
+    if let Some((i, v)) = crate::bench::peak::fma_ceiling_row(t) {
         out.push(Headline {
             bench: "peak",
             what: format!(
                 "FP32 peak, multiply-add ({}, best iteration)",
-                r.params.variant
+                t[i].params.variant
             ),
             value: Some(v),
             unit: "GFLOP/s",
@@ -131,16 +120,12 @@ fn peak(run: &Loaded, out: &mut Vec<Headline>) {
             source: source("peak.csv", i),
         });
     }
-    let copy = best(
-        &|r| r.params.metric == "bandwidth" && r.params.variant.starts_with("copy"),
-        |r| r.figures.ceiling_gbps(),
-    );
-    if let Some((i, r, v)) = copy {
+    if let Some((i, v)) = crate::bench::peak::copy_ceiling_row(t) {
         out.push(Headline {
             bench: "peak",
             what: format!(
                 "Device copy bandwidth (WGSL kernel {}, read + written, best iteration)",
-                r.params.variant
+                t[i].params.variant
             ),
             value: Some(v),
             unit: "GB/s",

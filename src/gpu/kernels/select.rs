@@ -13,11 +13,11 @@ use crate::gpu::timing::time_compute_passes;
 use crate::gpu::Gpu;
 use crate::stats::Summary;
 
-/// One candidate's result in the probe.
 /// How a trial's note starts when the variant was not run: the adapter or the probe's shape
 /// does not suit it (as opposed to a variant that ran and failed).
 pub const SKIPPED: &str = "skipped: ";
 
+/// One candidate's result in the probe.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Trial {
     pub variant: String,
