@@ -14,7 +14,6 @@ pub mod host;
 pub mod host_load;
 pub mod info;
 pub mod output;
-pub mod pipeline;
 pub mod rdma;
 pub mod sim;
 pub mod stats;

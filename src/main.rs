@@ -121,44 +121,27 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             a.transport,
             &a.rdma.choice(),
         ),
-        Command::Rdma(a) => morphbench::bench::rdma::run(&a.plan(), &g.out, g.quiet),
+        Command::Rdma(a) => morphbench::bench::rdma::run(&a.plan(), &g.options(false)),
         Command::Pipeline(a) => {
-            if let Some(stages) = a.local {
-                // Bad input is refused here, before any rank starts.
-                let opts = a.options(g).map_err(anyhow::Error::msg)?;
-                opts.plan.validate(stages).map_err(anyhow::Error::msg)?;
-                // Every argument but --local goes to each rank.
-                let args: Vec<String> = std::env::args().skip(1).collect();
-                let mut pass = Vec::new();
-                let mut skip = false;
-                for x in args {
-                    if skip {
-                        skip = false;
-                    } else if x == "--local" {
-                        skip = true;
-                    } else if !x.starts_with("--local=") {
-                        pass.push(x);
-                    }
-                }
-                return morphbench::pipeline::run_local(stages, &pass);
-            }
             let opts = a.options(g).map_err(anyhow::Error::msg)?;
-            if let Some(dir) = morphbench::pipeline::run(&opts)? {
-                if !g.quiet {
-                    plot(&dir, Format::Both, &[], true)?;
-                }
-                print_summary(&dir, g.json)?;
+            if let Some(stages) = a.launch.spawn_local() {
+                // Bad input is refused here, before any rank starts.
+                opts.plan.validate(stages).map_err(anyhow::Error::msg)?;
+                let args: Vec<String> = std::env::args().skip(1).collect();
+                let max = morphbench::bench::pipeline::MAX_LOCAL_STAGES;
+                return morphbench::cluster::local::run_local(stages, max, &args);
             }
-            Ok(())
+            let dir = morphbench::bench::pipeline::run(&opts)?;
+            after_ranked(dir.as_deref(), g)
         }
         Command::Links(a) => {
-            if let Some(dir) = morphbench::cluster::links::run(&a.options(g))? {
-                if !g.quiet {
-                    plot(&dir, Format::Both, &[], true)?;
-                }
-                print_summary(&dir, g.json)?;
+            if let Some(ranks) = a.launch.spawn_local() {
+                let args: Vec<String> = std::env::args().skip(1).collect();
+                let max = morphbench::cluster::launch::MAX_LOCAL;
+                return morphbench::cluster::local::run_local(ranks, max, &args);
             }
-            Ok(())
+            let dir = morphbench::bench::links::run(&a.options(g))?;
+            after_ranked(dir.as_deref(), g)
         }
         Command::Sim(a) => {
             let mut cfg = a.config()?;
@@ -319,6 +302,21 @@ fn place(costs: &LinkCosts, plan: &SimPlan, quiet: bool) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// After a multi-rank run, at rank 0 (the only rank with a run folder): its figures and
+/// report (unless quiet), then its summary with `--json`.
+fn after_ranked(
+    dir: Option<&std::path::Path>,
+    g: &morphbench::cli::GlobalArgs,
+) -> anyhow::Result<()> {
+    let Some(dir) = dir else {
+        return Ok(());
+    };
+    if !g.quiet {
+        plot(dir, Format::Both, &[], true)?;
+    }
+    print_summary(dir, g.json)
 }
 
 /// With `--json`, prints the run's summary.json (written when the run ended).

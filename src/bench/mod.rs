@@ -5,7 +5,9 @@
 pub mod d2h;
 pub mod hol;
 pub mod kernels;
+pub mod links;
 pub mod peak;
+pub mod pipeline;
 pub mod rdma;
 pub mod sim;
 

@@ -2,17 +2,18 @@
 //! bandwidth between two processes. The client proposes the test and writes `rdma.csv`; the
 //! server accepts one client, runs its half, and prints what it saw.
 
+use std::cell::RefCell;
 use std::net::TcpListener;
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use super::{Bench, Notes};
 use crate::export::csv::sig4;
-use crate::export::meta::RunMeta;
 use crate::export::{CsvTable, Line, RunDir};
-use crate::host::HostInfo;
+use crate::gpu::Gpu;
+use crate::output::Progress;
 use crate::rdma::oob::{OobChannel, Params, Purpose, MAX_MESSAGE};
 use crate::rdma::perf::{self, BandwidthResult, LatencyResult, Role, Session, TEST_BW, TEST_LAT};
 use crate::rdma::verbs::mtu_bytes;
@@ -124,12 +125,14 @@ fn timeout(plan: &RdmaPlan) -> Duration {
     Duration::from_secs(plan.timeout_s)
 }
 
-pub fn run(plan: &RdmaPlan, out: &Path, quiet: bool) -> Result<()> {
+/// `rdma --server` serves one client; `rdma --connect` is the client, whose run folder the
+/// suite keeps like any bench's.
+pub fn run(plan: &RdmaPlan, options: &crate::suite::RunOptions) -> Result<()> {
     plan.validate().map_err(anyhow::Error::msg)?;
     plan.choice.check()?;
     match &plan.listen {
-        Some(listen) => serve(plan, listen, quiet),
-        None => client(plan, out, quiet),
+        Some(listen) => serve(plan, listen, options.quiet),
+        None => client(plan, options),
     }
 }
 
@@ -189,48 +192,77 @@ fn for_each_test(p: &Params, mut f: impl FnMut(u32, u64) -> Result<()>) -> Resul
     Ok(())
 }
 
-fn client(plan: &RdmaPlan, out: &Path, quiet: bool) -> Result<()> {
+fn client(plan: &RdmaPlan, options: &crate::suite::RunOptions) -> Result<()> {
     let addr = with_default_port(plan.connect.as_deref().unwrap_or_default());
     let params = plan.params();
-    // Connect before creating the run folder: an absent server leaves nothing behind.
+    // Connect before the run folder exists: an absent server leaves nothing behind.
     let mut oob = OobChannel::connect(&addr, Duration::from_secs(5), timeout(plan))?;
     client_hello(&mut oob, Purpose::Bench, &params)?;
-    let mut link = Link::establish(oob, &plan.choice, perf::shape(&params))?;
+    let link = Link::establish(oob, &plan.choice, perf::shape(&params))?;
+    let config = serde_json::to_value(plan)?;
+    let bench = RdmaClient {
+        plan: plan.clone(),
+        params,
+        link: RefCell::new(link),
+        quiet: options.quiet,
+    };
+    crate::suite::run(options, &[Box::new(bench)], Some(config)).map(|_| ())
+}
 
-    let mut meta = RunMeta::new(HostInfo::probe());
-    meta.config = Some(serde_json::to_value(plan)?);
-    meta.notes.insert(
-        "rdma_device".into(),
-        serde_json::json!({
-            "device": link.device_name,
-            "ib_port": plan.choice.port,
-            "gid_index": plan.choice.gid_index,
-            "max_inline": link.qp.max_inline(),
-            "path_mtu": mtu_bytes(link.remote.mtu),
-        }),
-    );
-    // Every sample reads the OS clock; off the TSC each read is a syscall that lands inside
-    // the latency (perftest reads the TSC directly), so say which clock the kernel uses.
-    if let Ok(cs) =
-        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-    {
-        let cs = cs.trim().to_string();
-        if cs != "tsc" && !quiet {
-            eprintln!(
-                "note: the kernel's clocksource is {cs}, not tsc: every clock read is a \
-                 syscall, and small-message latencies include it"
-            );
+/// The client's side of a connected pair, as a bench of the suite.
+struct RdmaClient {
+    plan: RdmaPlan,
+    params: Params,
+    link: RefCell<Link>,
+    quiet: bool,
+}
+
+impl Bench for RdmaClient {
+    fn name(&self) -> &'static str {
+        BENCH
+    }
+    fn needs_gpu(&self) -> bool {
+        false
+    }
+    fn points(&self) -> u64 {
+        // No bar: the perftest-style table is the progress.
+        0
+    }
+    fn run(&self, _: Option<&Gpu>, dir: &RunDir, _: &Progress) -> Result<Notes> {
+        let mut link = self.link.borrow_mut();
+        let mut notes = Notes::new();
+        notes.insert(
+            "rdma_device".into(),
+            serde_json::json!({
+                "device": link.device_name,
+                "ib_port": self.plan.choice.port,
+                "gid_index": self.plan.choice.gid_index,
+                "max_inline": link.qp.max_inline(),
+                "path_mtu": mtu_bytes(link.remote.mtu),
+            }),
+        );
+        if let Some(cs) = clocksource(self.quiet) {
+            notes.insert("clocksource".into(), serde_json::json!(cs));
         }
-        meta.notes
-            .insert("clocksource".into(), serde_json::json!(cs));
+        measure(&self.plan, &self.params, &mut link, dir, self.quiet)?;
+        Ok(notes)
     }
-    let mut dir = RunDir::create(out, meta, false)?;
-    if !quiet {
-        println!("run {} -> {}", dir.id, dir.path.display());
+}
+
+/// The kernel's clocksource. Every sample reads the OS clock; off the TSC each read is a
+/// syscall that lands inside the latency (perftest reads the TSC directly), so it is said.
+fn clocksource(quiet: bool) -> Option<String> {
+    let cs =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .ok()?;
+    let cs = cs.trim().to_string();
+    if cs != "tsc" && !quiet {
+        eprintln!(
+            "note: the kernel's clocksource is {cs}, not tsc: every clock read is a \
+             syscall, and small-message latencies include it"
+        );
     }
-    let result = measure(plan, &params, &mut link, &dir, quiet);
-    dir.finish(&result)?;
-    result
+    Some(cs)
 }
 
 fn measure(

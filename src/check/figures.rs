@@ -257,7 +257,7 @@ impl Checked for PeakTable {
 
 /// A link: its stream by GB/s, its ping-pong by p50 latency. Cases name the ranks, so a run
 /// is compared with a baseline of the same ranks (the same launch on the same nodes).
-impl Checked for crate::cluster::tables::LinksTable {
+impl Checked for crate::bench::links::tables::LinksTable {
     fn figure(line: &Line<Self>) -> Option<Figure> {
         let s = line.stats();
         let mut fig = match line.figures.gbps {
@@ -272,7 +272,7 @@ impl Checked for crate::cluster::tables::LinksTable {
 }
 
 /// A node's fingerprint: the GEMM by GFLOP/s, the D2H copy by GB/s.
-impl Checked for crate::cluster::tables::NodesTable {
+impl Checked for crate::bench::links::tables::NodesTable {
     fn figure(line: &Line<Self>) -> Option<Figure> {
         let mut fig = Figure::rate_or_time(line.figures.gflops, line.figures.gbps, line.stats());
         fig.detail = line.params.host.clone();
@@ -341,8 +341,8 @@ pub fn collect(dir: &Path) -> Result<RunFigures> {
     add::<D2hTable>(dir, &mut figures)?;
     add::<HolTable>(dir, &mut figures)?;
     add::<RdmaTable>(dir, &mut figures)?;
-    add::<crate::cluster::tables::LinksTable>(dir, &mut figures)?;
-    add::<crate::cluster::tables::NodesTable>(dir, &mut figures)?;
+    add::<crate::bench::links::tables::LinksTable>(dir, &mut figures)?;
+    add::<crate::bench::links::tables::NodesTable>(dir, &mut figures)?;
     let label = RunLabel::of(dir);
     if figures.is_empty() {
         anyhow::bail!(

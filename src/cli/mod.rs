@@ -1,6 +1,7 @@
 //! The command line: flags and subcommands (clap), turned into typed plans. Measures nothing.
 
 pub mod sizes;
+mod values;
 
 use std::path::PathBuf;
 
@@ -343,16 +344,34 @@ pub struct LaunchArgs {
     /// Seconds the ranks wait for each other to arrive.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub wait_s: u64,
+    /// Start N ranks of this program on this machine, each with its own device (a CPU driver
+    /// gets its share of the cores via LP_NUM_THREADS).
+    #[arg(long, value_name = "N")]
+    pub local: Option<u32>,
 }
 
 impl LaunchArgs {
-    pub fn world_options(&self, rdma_devices: Vec<String>) -> crate::cluster::world::WorldOptions {
-        crate::cluster::world::WorldOptions {
-            explicit: self.rank.zip(self.world),
-            rendezvous: self.rendezvous.clone(),
-            timeout: std::time::Duration::from_secs(self.wait_s),
-            adapter: None,
-            rdma_devices,
+    /// `--local N` on the command line as given: a process started with `--rank` is one of the
+    /// ranks such a launcher started, not a launcher itself.
+    pub fn spawn_local(&self) -> Option<u32> {
+        self.local.filter(|_| self.rank.is_none())
+    }
+
+    pub fn session(
+        &self,
+        g: &GlobalArgs,
+        rdma_devices: Vec<String>,
+    ) -> crate::cluster::SessionOptions {
+        crate::cluster::SessionOptions {
+            world: crate::cluster::world::WorldOptions {
+                explicit: self.rank.zip(self.world),
+                rendezvous: self.rendezvous.clone(),
+                timeout: std::time::Duration::from_secs(self.wait_s),
+                adapter: None,
+                rdma_devices,
+            },
+            out: g.out.clone(),
+            quiet: g.quiet,
         }
     }
 }
@@ -392,16 +411,17 @@ pub struct LinksArgs {
 }
 
 impl LinksArgs {
-    pub fn options(&self, g: &GlobalArgs) -> crate::cluster::links::LinksOptions {
+    pub fn options(&self, g: &GlobalArgs) -> crate::bench::links::LinksOptions {
         let mut transports = self.transport.clone();
         transports.dedup();
-        crate::cluster::links::LinksOptions {
-            world: self.launch.world_options(
+        crate::bench::links::LinksOptions {
+            session: self.launch.session(
+                g,
                 crate::rdma::verbs::list_devices()
                     .map(|l| l.into_iter().map(|d| d.name).collect())
                     .unwrap_or_default(),
             ),
-            plan: crate::cluster::pair::PairPlan {
+            plan: crate::bench::links::pair::PairPlan {
                 transports,
                 sizes: self.sizes.0.clone(),
                 iters: self.iters,
@@ -414,18 +434,12 @@ impl LinksArgs {
             concurrent: self.concurrent.map(|c| c as usize),
             backend: g.backend,
             adapter: g.adapter.clone(),
-            out: g.out.clone(),
-            quiet: g.quiet,
         }
     }
 }
 
 #[derive(Debug, Args)]
 pub struct PipelineArgs {
-    /// Start S ranks (stages) of this program on this machine, each with its own device (a
-    /// CPU driver gets its share of the cores via LP_NUM_THREADS).
-    #[arg(long, value_name = "S")]
-    pub local: Option<u32>,
     /// Schedules to run, each replaying the simulator's order (1f1b, zb-h1, greedy, adaptive,
     /// static:X).
     #[arg(long, default_value = "1f1b,adaptive")]
@@ -437,7 +451,7 @@ pub struct PipelineArgs {
         value_delimiter = ',',
         default_value = "inline,offload"
     )]
-    pub comm: Vec<crate::pipeline::exec::Comm>,
+    pub comm: Vec<crate::bench::pipeline::exec::Comm>,
     /// LINK:MS[,MS...]: delay every message on link LINK (both ways) by each MS in turn.
     #[arg(long, value_parser = parse_sweep, value_name = "LINK:MS[,MS...]")]
     pub slow: Option<SweepLink>,
@@ -468,8 +482,11 @@ pub struct PipelineArgs {
 }
 
 impl PipelineArgs {
-    pub fn options(&self, g: &GlobalArgs) -> Result<crate::pipeline::PipelineOptions, String> {
-        use crate::pipeline::{Case, PipelinePlan};
+    pub fn options(
+        &self,
+        g: &GlobalArgs,
+    ) -> Result<crate::bench::pipeline::PipelineOptions, String> {
+        use crate::bench::pipeline::{Case, PipelinePlan};
         let delays: Vec<Option<(u32, f64)>> = match &self.slow {
             None => vec![None],
             Some(s) => s
@@ -490,10 +507,10 @@ impl PipelineArgs {
                 }
             }
         }
-        Ok(crate::pipeline::PipelineOptions {
-            world: self.launch.world_options(Vec::new()),
+        Ok(crate::bench::pipeline::PipelineOptions {
+            session: self.launch.session(g, Vec::new()),
             plan: PipelinePlan {
-                shape: crate::pipeline::stage::Shape {
+                shape: crate::bench::pipeline::stage::Shape {
                     layers: self.layers,
                     hidden: self.hidden,
                     tokens: self.tokens,
@@ -507,8 +524,6 @@ impl PipelineArgs {
             },
             backend: g.backend,
             adapter: g.adapter.clone(),
-            out: g.out.clone(),
-            quiet: g.quiet,
             rdma: self.rdma.choice(),
         })
     }

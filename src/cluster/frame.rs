@@ -9,6 +9,8 @@ use std::time::Instant;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::error::WireError;
+
 /// The largest message either side reads: a roster of MAX_WORLD short entries fits.
 pub const MAX_MESSAGE: u32 = 4 << 20;
 pub(crate) const MAGIC: [u8; 4] = *b"MBR1";
@@ -23,42 +25,43 @@ pub fn send<M: Serialize>(stream: &mut TcpStream, m: &M) -> std::io::Result<()> 
     stream.write_all(&frame)
 }
 
-/// Reads one message by `deadline`; the error says what the peer did ("timed out", "closed
-/// the connection", "sent something that is not ...").
+/// Reads one message by `deadline`; the error says what the peer did. The deadline holds for
+/// the whole message: a peer that drips a byte at a time is cut off at it, not after it.
 pub fn receive<M: DeserializeOwned>(
     stream: &mut TcpStream,
     deadline: Instant,
-) -> Result<M, String> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err("timed out".into());
-    }
-    stream
-        .set_read_timeout(Some(left))
-        .map_err(|e| e.to_string())?;
+) -> Result<M, WireError> {
     let mut head = [0u8; 8];
-    stream.read_exact(&mut head).map_err(describe)?;
+    read_by(stream, &mut head, deadline)?;
     if head[..4] != MAGIC {
-        return Err("sent something that is not a morphbench message".into());
+        return Err(WireError::NotOurs);
     }
     let len = u32::from_be_bytes(head[4..].try_into().expect("4 bytes"));
     if len > MAX_MESSAGE {
-        return Err(format!(
-            "announced a {len}-byte message, over the {MAX_MESSAGE}-byte cap"
-        ));
+        return Err(WireError::TooLarge(len));
     }
     let mut body = vec![0u8; len as usize];
-    stream.read_exact(&mut body).map_err(describe)?;
-    serde_json::from_slice(&body).map_err(|e| format!("sent a malformed message: {e}"))
+    read_by(stream, &mut body, deadline)?;
+    serde_json::from_slice(&body).map_err(|e| WireError::Malformed(e.to_string()))
 }
 
-fn describe(e: std::io::Error) -> String {
-    use std::io::ErrorKind::*;
-    match e.kind() {
-        WouldBlock | TimedOut => "timed out".to_string(),
-        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe => {
-            "closed the connection".to_string()
+/// Fills `buf` by `deadline`, each read given only the time left.
+fn read_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), WireError> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(WireError::TimedOut);
         }
-        _ => e.to_string(),
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(|e| WireError::Io(e.to_string()))?;
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => return Err(WireError::Closed),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(WireError::from_io(&e)),
+        }
     }
+    Ok(())
 }

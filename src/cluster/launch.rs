@@ -8,9 +8,13 @@
 
 use std::fmt;
 
+use super::error::{launch_err, LaunchError};
+
 /// The most ranks one run may have: far beyond a test bed, small enough that every per-rank
 /// table stays small.
 pub const MAX_WORLD: u32 = 4096;
+/// The most ranks `--local` starts on one machine.
+pub const MAX_LOCAL: u32 = 256;
 /// The most hosts a node list may expand to.
 pub const MAX_HOSTS: usize = 65536;
 /// The rendezvous port when none is given.
@@ -64,11 +68,11 @@ const LAUNCHERS: &[(Launcher, &str, &str, Option<&str>)] = &[
     (Launcher::Pmi, "PMI_RANK", "PMI_SIZE", None),
 ];
 
-fn number(env: &dyn Fn(&str) -> Option<String>, var: &str) -> Result<Option<u32>, String> {
+fn number(env: &dyn Fn(&str) -> Option<String>, var: &str) -> Result<Option<u32>, LaunchError> {
     match env(var) {
         None => Ok(None),
         Some(v) => v.trim().parse::<u32>().map(Some).map_err(|_| {
-            format!("{var}={v:?} is not a rank or size: the launcher's environment is garbled")
+            launch_err!("{var}={v:?} is not a rank or size: the launcher's environment is garbled")
         }),
     }
 }
@@ -79,9 +83,11 @@ fn number(env: &dyn Fn(&str) -> Option<String>, var: &str) -> Result<Option<u32>
 pub fn detect(
     explicit: Option<(u32, u32)>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Launch, String> {
+) -> Result<Launch, LaunchError> {
     let nodes = match env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST")) {
-        Some(list) => expand_hostlist(&list).map_err(|e| format!("SLURM_STEP_NODELIST: {e}"))?,
+        Some(list) => {
+            expand_hostlist(&list).map_err(|e| launch_err!("SLURM_STEP_NODELIST: {e}"))?
+        }
         None => Vec::new(),
     };
     let mut found: Vec<(Launcher, u32, u32, Option<u32>)> = Vec::new();
@@ -107,10 +113,15 @@ pub fn detect(
             }
             [first, rest @ ..] => {
                 if let Some(other) = rest.iter().find(|o| (o.1, o.2) != (first.1, first.2)) {
-                    return Err(format!(
+                    return Err(launch_err!(
                         "{} says rank {} of {} but {} says rank {} of {}: run under one \
                          launcher, or give --rank and --world",
-                        first.0, first.1, first.2, other.0, other.1, other.2
+                        first.0,
+                        first.1,
+                        first.2,
+                        other.0,
+                        other.1,
+                        other.2
                     ));
                 }
                 *first
@@ -118,12 +129,12 @@ pub fn detect(
         },
     };
     if world == 0 || world > MAX_WORLD {
-        return Err(format!(
+        return Err(launch_err!(
             "a world of {world} ranks ({launcher}): give 1 to {MAX_WORLD}"
         ));
     }
     if rank >= world {
-        return Err(format!(
+        return Err(launch_err!(
             "rank {rank} is not below the world size {world} ({launcher}): ranks count from 0"
         ));
     }
@@ -143,14 +154,14 @@ pub fn rendezvous(
     flag: Option<&str>,
     env: &dyn Fn(&str) -> Option<String>,
     nodes: &[String],
-) -> Result<(String, u16, &'static str), String> {
-    let split = |s: &str, from: &'static str| -> Result<(String, u16, &'static str), String> {
+) -> Result<(String, u16, &'static str), LaunchError> {
+    let split = |s: &str, from: &'static str| -> Result<(String, u16, &'static str), LaunchError> {
         let s = s.trim();
         // [v6]:port, host:port, or a bare host.
         let (host, port) = if let Some(rest) = s.strip_prefix('[') {
             let (h, tail) = rest
                 .split_once(']')
-                .ok_or_else(|| format!("{from} {s:?}: an unclosed '['"))?;
+                .ok_or_else(|| launch_err!("{from} {s:?}: an unclosed '['"))?;
             (h.to_string(), tail.strip_prefix(':'))
         } else if s.matches(':').count() == 1 {
             let (h, p) = s.split_once(':').expect("one colon");
@@ -159,11 +170,11 @@ pub fn rendezvous(
             (s.to_string(), None)
         };
         if host.is_empty() {
-            return Err(format!("{from} {s:?}: no host"));
+            return Err(launch_err!("{from} {s:?}: no host"));
         }
         let port = match port {
             Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
-                format!("{from} {s:?}: the port must be a number from 1 to 65535")
+                launch_err!("{from} {s:?}: the port must be a number from 1 to 65535")
             })?,
             None => DEFAULT_PORT,
         };
@@ -183,7 +194,7 @@ pub fn rendezvous(
                 .ok()
                 .filter(|p| *p > 0)
                 .ok_or_else(|| {
-                    format!("MASTER_PORT={p:?}: the port must be a number from 1 to 65535")
+                    launch_err!("MASTER_PORT={p:?}: the port must be a number from 1 to 65535")
                 })?,
             None => DEFAULT_PORT,
         };
@@ -202,7 +213,7 @@ pub fn rendezvous(
 /// Expands a Slurm hostlist expression such as `gpu[01-04,07],login1` into host names, keeping
 /// zero padding (`gpu01`..`gpu04`, `gpu07`). Several bracket groups in one name multiply out
 /// (`r[1-2]n[1-2]`: r1n1, r1n2, r2n1, r2n2).
-pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
+pub fn expand_hostlist(list: &str) -> Result<Vec<String>, LaunchError> {
     let mut out = Vec::new();
     for name in split_top_level(list)? {
         let name = name.trim();
@@ -221,12 +232,12 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
                     let close = rest[open..]
                         .find(']')
                         .map(|c| open + c)
-                        .ok_or_else(|| format!("{name:?}: an unclosed '['"))?;
+                        .ok_or_else(|| launch_err!("{name:?}: an unclosed '['"))?;
                     let prefix = &rest[..open];
                     let items = expand_ranges(&rest[open + 1..close])
-                        .map_err(|e| format!("{name:?}: {e}"))?;
+                        .map_err(|e| launch_err!("{name:?}: {e}"))?;
                     if partial.len() * items.len() > MAX_HOSTS {
-                        return Err(format!("{name:?}: more than {MAX_HOSTS} hosts"));
+                        return Err(launch_err!("{name:?}: more than {MAX_HOSTS} hosts"));
                     }
                     partial = partial
                         .iter()
@@ -238,7 +249,7 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
         }
         out.extend(partial);
         if out.len() > MAX_HOSTS {
-            return Err(format!("more than {MAX_HOSTS} hosts"));
+            return Err(launch_err!("more than {MAX_HOSTS} hosts"));
         }
     }
     if out.is_empty() {
@@ -248,7 +259,7 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
 }
 
 /// Splits at commas outside brackets.
-fn split_top_level(list: &str) -> Result<Vec<&str>, String> {
+fn split_top_level(list: &str) -> Result<Vec<&str>, LaunchError> {
     let (mut depth, mut start, mut parts) = (0i32, 0, Vec::new());
     for (i, c) in list.char_indices() {
         match c {
@@ -261,23 +272,23 @@ fn split_top_level(list: &str) -> Result<Vec<&str>, String> {
             _ => {}
         }
         if !(0..=1).contains(&depth) {
-            return Err(format!("{list:?}: unbalanced or nested brackets"));
+            return Err(launch_err!("{list:?}: unbalanced or nested brackets"));
         }
     }
     if depth != 0 {
-        return Err(format!("{list:?}: an unclosed '['"));
+        return Err(launch_err!("{list:?}: an unclosed '['"));
     }
     parts.push(&list[start..]);
     Ok(parts)
 }
 
 /// `01-04,07` into `01 02 03 04 07`, keeping the width of a zero-padded lower bound.
-fn expand_ranges(spec: &str) -> Result<Vec<String>, String> {
+fn expand_ranges(spec: &str) -> Result<Vec<String>, LaunchError> {
     let mut out = Vec::new();
     for part in spec.split(',') {
         let part = part.trim();
         let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        let bad = || format!("'{part}' is not a number or a range such as 01-04");
+        let bad = || launch_err!("'{part}' is not a number or a range such as 01-04");
         if lo.is_empty() || !lo.bytes().all(|b| b.is_ascii_digit()) {
             return Err(bad());
         }
@@ -289,10 +300,12 @@ fn expand_ranges(spec: &str) -> Result<Vec<String>, String> {
             hi.parse().map_err(|_| bad())?,
         );
         if b < a {
-            return Err(format!("'{part}' counts down: write the lower bound first"));
+            return Err(launch_err!(
+                "'{part}' counts down: write the lower bound first"
+            ));
         }
         if b - a >= MAX_HOSTS as u64 || out.len() + (b - a) as usize >= MAX_HOSTS {
-            return Err(format!("'{part}': more than {MAX_HOSTS} hosts"));
+            return Err(launch_err!("'{part}': more than {MAX_HOSTS} hosts"));
         }
         let width = if lo.starts_with('0') { lo.len() } else { 0 };
         out.extend((a..=b).map(|n| format!("{n:0width$}")));
@@ -335,7 +348,7 @@ mod tests {
             ("n[0-99999999]", "more than"),
             ("", "empty"),
         ] {
-            let e = expand_hostlist(bad).unwrap_err();
+            let e = expand_hostlist(bad).unwrap_err().to_string();
             assert!(e.contains(why), "{bad}: {e}");
         }
     }
@@ -368,17 +381,24 @@ mod tests {
             ("PMI_RANK", "3"),
             ("PMI_SIZE", "4"),
         ]);
-        let e = detect(None, &both).unwrap_err();
+        let e = detect(None, &both).unwrap_err().to_string();
         assert!(e.contains("Slurm") && e.contains("PMI"), "{e}");
-        let e = detect(None, &env(&[("PMI_RANK", "x"), ("PMI_SIZE", "2")])).unwrap_err();
+        let e = detect(None, &env(&[("PMI_RANK", "x"), ("PMI_SIZE", "2")]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("PMI_RANK"), "{e}");
         assert!(detect(Some((2, 2)), &env(&[]))
             .unwrap_err()
+            .to_string()
             .contains("rank 2"));
         assert!(detect(Some((0, 0)), &env(&[]))
             .unwrap_err()
+            .to_string()
             .contains("world"));
-        assert!(detect(None, &env(&[])).unwrap_err().contains("--rank"));
+        assert!(detect(None, &env(&[]))
+            .unwrap_err()
+            .to_string()
+            .contains("--rank"));
     }
 
     #[test]
@@ -402,12 +422,15 @@ mod tests {
         assert_eq!(rendezvous(None, &none, &nodes).unwrap().0, "gpu01");
         assert!(rendezvous(None, &none, &[])
             .unwrap_err()
+            .to_string()
             .contains("--rendezvous"));
         assert!(rendezvous(Some("h:0"), &none, &[])
             .unwrap_err()
+            .to_string()
             .contains("port"));
         assert!(rendezvous(Some("h:99999"), &none, &[])
             .unwrap_err()
+            .to_string()
             .contains("port"));
     }
 }

@@ -1,15 +1,17 @@
-//! Cluster mode: many ranks, launched by Slurm, Open MPI or by hand. `launch` says who this
-//! process is and where the ranks meet, `rendezvous` and `world` bring them together (with
-//! `frame` the wire format of their messages), and `links` measures every pair of them
-//! (`pair`), flags slow links and nodes (`flag`, `nodes`) and writes links.csv and nodes.csv
-//! (`tables`). The multi-stage `pipeline` will be built on the same world (issue 15).
+//! The world of a multi-rank run, and nothing that measures: `launch` says who this process is
+//! and where the ranks meet (each launcher's environment), `rendezvous` and `world` bring them
+//! together (`frame` is the wire format of their messages), `clock` puts every rank's times on
+//! rank 0's clock, `local` starts ranks on this machine (`--local N`), and `session` is the one
+//! skeleton every multi-rank bench runs in (`Ranked`, `run_ranked`). Errors are `error`'s types.
 
-pub mod flag;
+pub mod clock;
+pub mod error;
 pub mod frame;
 pub mod launch;
-pub mod links;
-pub mod nodes;
-pub mod pair;
+pub mod local;
 pub mod rendezvous;
-pub mod tables;
+pub mod session;
 pub mod world;
+
+pub use error::{ClusterError, LaunchError, Who, WireError};
+pub use session::{run_ranked, Crew, Ranked, SessionOptions};

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::error::{ClusterError, Who};
 use super::frame;
 use super::launch::{self, Launch};
 use super::rendezvous::{self, Registration};
@@ -46,13 +47,15 @@ pub struct World {
     pub control: Control,
 }
 
-fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, ClusterError> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| format!("the rendezvous host {host}: {e}"))?
+        .map_err(|e| ClusterError::Rendezvous(format!("the rendezvous host {host}: {e}")))?
         .collect();
     if addrs.is_empty() {
-        return Err(format!("the rendezvous host {host} has no address"));
+        return Err(ClusterError::Rendezvous(format!(
+            "the rendezvous host {host} has no address"
+        )));
     }
     Ok(addrs)
 }
@@ -62,7 +65,7 @@ fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
 pub fn establish(
     opts: &WorldOptions,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<World, String> {
+) -> Result<World, ClusterError> {
     let launch = launch::detect(opts.explicit, env)?;
     let (host, port, from) = launch::rendezvous(opts.rendezvous.as_deref(), env, &launch.nodes)?;
     let me = Registration {
@@ -80,16 +83,16 @@ pub fn establish(
         // the node list), never on a wildcard address.
         let addrs = resolve(&host, port)?;
         let listener = TcpListener::bind(&addrs[..]).map_err(|e| {
-            format!(
+            ClusterError::Rendezvous(format!(
                 "rank 0 cannot listen on {host}:{port} ({from}): {e}. Rank 0 must run on the \
                  rendezvous host; give --rendezvous with one of its addresses and a free port"
-            )
+            ))
         })?;
-        let ip = listener.local_addr().map_err(|e| e.to_string())?.ip();
+        let ip = listener.local_addr().map_err(io)?.ip();
         let data = bind_data(ip)?;
         let mut me = me;
         me.address = ip.to_string();
-        me.port = data.local_addr().map_err(|e| e.to_string())?.port();
+        me.port = data.local_addr().map_err(io)?.port();
         let (roster, peers) = rendezvous::serve(&listener, me, opts.timeout)?;
         (roster, data, Control::Root(peers))
     } else {
@@ -97,11 +100,11 @@ pub fn establish(
         let started = Instant::now();
         let mut stream = rendezvous::connect(&addr, opts.timeout)?;
         // Reached at the address its connection to rank 0 leaves from.
-        let ip = stream.local_addr().map_err(|e| e.to_string())?.ip();
+        let ip = stream.local_addr().map_err(io)?.ip();
         let data = bind_data(ip)?;
         let mut me = me;
         me.address = ip.to_string();
-        me.port = data.local_addr().map_err(|e| e.to_string())?.port();
+        me.port = data.local_addr().map_err(io)?.port();
         let left = opts.timeout.saturating_sub(started.elapsed());
         let roster = rendezvous::register(&mut stream, me, left.max(Duration::from_millis(1)))?;
         (roster, data, Control::Leaf(stream))
@@ -115,8 +118,13 @@ pub fn establish(
     })
 }
 
-fn bind_data(ip: IpAddr) -> Result<TcpListener, String> {
-    TcpListener::bind((ip, 0)).map_err(|e| format!("cannot open a data listener on {ip}: {e}"))
+fn io(e: std::io::Error) -> ClusterError {
+    ClusterError::Io(e.to_string())
+}
+
+fn bind_data(ip: IpAddr) -> Result<TcpListener, ClusterError> {
+    TcpListener::bind((ip, 0))
+        .map_err(|e| ClusterError::Io(format!("cannot open a data listener on {ip}: {e}")))
 }
 
 impl World {
@@ -145,21 +153,32 @@ impl World {
         }
     }
 
+    /// Rank `rank` as errors name it.
+    pub fn who(&self, rank: u32) -> Who {
+        Who {
+            rank,
+            name: self.describe(rank),
+        }
+    }
+
     /// Rank 0: sends `m` to every other rank (best effort for the ones already gone when
     /// `best_effort`; otherwise the first that cannot be reached is named).
-    pub fn broadcast<M: Serialize>(&mut self, m: &M, best_effort: bool) -> Result<(), String> {
+    pub fn broadcast<M: Serialize>(
+        &mut self,
+        m: &M,
+        best_effort: bool,
+    ) -> Result<(), ClusterError> {
+        let whos: Vec<Who> = (1..self.size()).map(|r| self.who(r)).collect();
         let Control::Root(peers) = &mut self.control else {
-            return Err("only rank 0 broadcasts".into());
+            return Err(ClusterError::Protocol("only rank 0 broadcasts".into()));
         };
-        for (i, s) in peers.iter_mut().enumerate() {
+        for (s, who) in peers.iter_mut().zip(whos) {
             if let Err(e) = frame::send(s, m) {
                 if !best_effort {
-                    let rank = i as u32 + 1;
-                    let who = match self.roster.get(rank as usize) {
-                        Some(r) => format!("rank {rank} ({})", r.hostname),
-                        None => format!("rank {rank}"),
-                    };
-                    return Err(format!("{who} died mid-run (cannot reach it: {e})"));
+                    return Err(ClusterError::Died {
+                        who,
+                        how: format!("cannot reach it: {e}"),
+                    });
                 }
             }
         }
@@ -167,17 +186,19 @@ impl World {
     }
 
     /// Rank 0: sends `m` to one rank.
-    pub fn send_to<M: Serialize>(&mut self, rank: u32, m: &M) -> Result<(), String> {
-        let who = self.describe(rank);
+    pub fn send_to<M: Serialize>(&mut self, rank: u32, m: &M) -> Result<(), ClusterError> {
+        let who = self.who(rank);
         let Control::Root(peers) = &mut self.control else {
-            return Err("only rank 0 sends to ranks".into());
+            return Err(ClusterError::Protocol("only rank 0 sends to ranks".into()));
         };
-        frame::send(&mut peers[rank as usize - 1], m)
-            .map_err(|e| format!("{who} died mid-run (cannot reach it: {e})"))
+        frame::send(&mut peers[rank as usize - 1], m).map_err(|e| ClusterError::Died {
+            who,
+            how: format!("cannot reach it: {e}"),
+        })
     }
 
     /// Rank 0: one message from each of `ranks` (none of them 0) by `deadline`, or why not: a
-    /// rank that closed its connection ("died mid-run"), timed out or sent garbage, named.
+    /// rank that closed its connection (died), timed out or sent garbage, named.
     /// The ranks are heard at once (a thread each); as soon as one reply is a failure by
     /// `failed`, the others get [`GRACE`] more (a death is often reported by its peer first)
     /// and the ones still silent are left out (None). After that the run must end: a reader
@@ -186,39 +207,33 @@ impl World {
         &mut self,
         ranks: &[u32],
         deadline: Instant,
-        failed: impl Fn(&Result<M, String>) -> bool,
-    ) -> Vec<Option<Result<M, String>>>
+        failed: impl Fn(&Result<M, ClusterError>) -> bool,
+    ) -> Vec<Option<Result<M, ClusterError>>>
     where
         M: DeserializeOwned + Send + 'static,
     {
-        let names: Vec<String> = ranks.iter().map(|&r| self.describe(r)).collect();
+        let whos: Vec<Who> = ranks.iter().map(|&r| self.who(r)).collect();
         let Control::Root(peers) = &mut self.control else {
-            return vec![Some(Err("only rank 0 gathers".into()))];
+            return vec![Some(Err(ClusterError::Protocol(
+                "only rank 0 gathers".into(),
+            )))];
         };
         let (tx, rx) = std::sync::mpsc::channel();
-        for (i, (&rank, who)) in ranks.iter().zip(names).enumerate() {
+        for (i, (&rank, who)) in ranks.iter().zip(whos).enumerate() {
             let stream = peers[rank as usize - 1].try_clone();
             let tx = tx.clone();
             std::thread::spawn(move || {
                 let m = match stream {
                     Ok(mut s) => frame::receive(&mut s, deadline).map_err(|e| {
-                        if e == "closed the connection" {
-                            format!("{who} died mid-run (its connection to rank 0 closed)")
-                        } else if e == "timed out" {
-                            format!(
-                                "{who} stopped answering (no word from it in time); it may hang"
-                            )
-                        } else {
-                            format!("{who} {e}")
-                        }
+                        ClusterError::from_wire(who, e, "its connection to rank 0 closed")
                     }),
-                    Err(e) => Err(format!("{who}: {e}")),
+                    Err(e) => Err(ClusterError::Io(format!("{who}: {e}"))),
                 };
                 let _ = tx.send((i, m));
             });
         }
         drop(tx);
-        let mut out: Vec<Option<Result<M, String>>> = ranks.iter().map(|_| None).collect();
+        let mut out: Vec<Option<Result<M, ClusterError>>> = ranks.iter().map(|_| None).collect();
         let mut until = deadline + Duration::from_secs(1);
         let mut left = ranks.len();
         while left > 0 {
@@ -235,38 +250,25 @@ impl World {
         out
     }
 
-    /// The ranks among `ranks` whose reply in `replies` (from [`World::gather`]) says they
-    /// died, named: a peer's failure is often only the news of a death, so callers name these
-    /// first.
-    pub fn dead<M>(&self, ranks: &[u32], replies: &[Option<Result<M, String>>]) -> Vec<String> {
-        ranks
-            .iter()
-            .zip(replies)
-            .filter(|(_, r)| matches!(r, Some(Err(e)) if e.contains("died mid-run")))
-            .map(|(&rank, _)| self.describe(rank))
-            .collect()
-    }
-
     /// Any other rank: sends `m` to rank 0.
-    pub fn tell_root<M: Serialize>(&mut self, m: &M) -> Result<(), String> {
+    pub fn tell_root<M: Serialize>(&mut self, m: &M) -> Result<(), ClusterError> {
+        let who = self.who(0);
         let Control::Leaf(s) = &mut self.control else {
-            return Err("rank 0 does not tell itself".into());
+            return Err(ClusterError::Protocol("rank 0 does not tell itself".into()));
         };
-        frame::send(s, m).map_err(|e| format!("rank 0 died mid-run (cannot reach it: {e})"))
+        frame::send(s, m).map_err(|e| ClusterError::Died {
+            who,
+            how: format!("cannot reach it: {e}"),
+        })
     }
 
     /// Any other rank: the next message from rank 0, by `deadline`.
-    pub fn hear_root<M: DeserializeOwned>(&mut self, deadline: Instant) -> Result<M, String> {
-        let who = self.describe(0);
+    pub fn hear_root<M: DeserializeOwned>(&mut self, deadline: Instant) -> Result<M, ClusterError> {
+        let who = self.who(0);
         let Control::Leaf(s) = &mut self.control else {
-            return Err("rank 0 does not hear itself".into());
+            return Err(ClusterError::Protocol("rank 0 does not hear itself".into()));
         };
-        frame::receive(s, deadline).map_err(|e| match e.as_str() {
-            "closed the connection" => {
-                format!("{who} died mid-run (its connection closed)")
-            }
-            "timed out" => format!("{who} stopped answering; it may hang"),
-            _ => format!("{who} {e}"),
-        })
+        frame::receive(s, deadline)
+            .map_err(|e| ClusterError::from_wire(who, e, "its connection closed"))
     }
 }

@@ -322,7 +322,7 @@ fn links(run: &Loaded, out: &mut Vec<Headline>) {
         let median = |dir: &str,
                       pick: fn(&[u64]) -> Option<u64>,
                       figure: &dyn Fn(
-            &crate::export::Line<crate::cluster::tables::LinksTable>,
+            &crate::export::Line<crate::bench::links::tables::LinksTable>,
         ) -> f64| {
             let mut sizes: Vec<u64> = t
                 .iter()
@@ -376,7 +376,7 @@ fn links(run: &Loaded, out: &mut Vec<Headline>) {
         }
     }
     // Each flagged link once, at its worst row.
-    for ((a, b), i) in crate::cluster::tables::worst_flagged(t) {
+    for ((a, b), i) in crate::bench::links::tables::worst_flagged(t) {
         let s = t[i].figures.slowdown.unwrap_or(0.0);
         let l = &t[i];
         out.push(Headline {

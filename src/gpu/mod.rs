@@ -13,7 +13,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// `--backend`: which wgpu backends to look at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendChoice {
     Auto,

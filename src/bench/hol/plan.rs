@@ -19,17 +19,7 @@ pub const MAX_RUN_S: f64 = 3600.0;
 /// The longest straggler delay accepted (one minute).
 pub const MAX_DELAY_MS: f64 = 60_000.0;
 
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    Default,
-    PartialEq,
-    Eq,
-    clap::ValueEnum,
-    serde::Serialize,
-    serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     #[default]

@@ -12,7 +12,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 620;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Png,
     Svg,

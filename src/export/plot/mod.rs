@@ -30,9 +30,9 @@ pub struct Loaded {
     pub sim: Option<Vec<Line<SimTable>>>,
     pub timeline: Option<Vec<Line<TimelineTable>>>,
     pub peak: Option<Vec<Line<crate::bench::peak::PeakTable>>>,
-    pub links: Option<Vec<Line<crate::cluster::tables::LinksTable>>>,
-    pub pipeline: Option<Vec<Line<crate::pipeline::table::PipelineTable>>>,
-    pub pipeline_timeline: Option<Vec<Line<crate::pipeline::table::TimelineTable>>>,
+    pub links: Option<Vec<Line<crate::bench::links::tables::LinksTable>>>,
+    pub pipeline: Option<Vec<Line<crate::bench::pipeline::table::PipelineTable>>>,
+    pub pipeline_timeline: Option<Vec<Line<crate::bench::pipeline::table::TimelineTable>>>,
     /// The verdicts of `morphbench check` on this run, when it was checked.
     pub check: Option<Vec<Line<crate::check::CheckTable>>>,
 }
@@ -726,7 +726,7 @@ fn pipeline_charts(run: &Loaded) -> Vec<Named> {
 /// Rank-by-rank heatmaps of a links run (its own run only: matrices do not overlay): per
 /// transport, p50 latency at the smallest and the largest size, one-way GB/s at the largest.
 fn links_charts(run: &Loaded) -> Vec<Named> {
-    use crate::cluster::tables::LinksTable;
+    use crate::bench::links::tables::LinksTable;
     let Some(rows) = &run.links else {
         return Vec::new();
     };

@@ -224,7 +224,7 @@ impl Stage {
         };
         let p_loss = gpu.compute_pipeline(
             "loss grad",
-            include_str!("../../shaders/train_loss_grad.wgsl"),
+            include_str!("../../../shaders/train_loss_grad.wgsl"),
             "main",
             true,
             &[("LEN", e as f64)],

@@ -16,11 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use super::comm::{Link, ACT, GRAD};
 use super::stage::Stage;
+use crate::sim::OpKind;
 
 /// How a stage's sends use its queue.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Comm {
     Inline,
@@ -42,8 +41,7 @@ const STOPPED: &str = "the sender thread stopped";
 /// One op as it ran, on the shared clock (µs since the Unix epoch).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpTime {
-    /// 'F', 'B' or 'W'.
-    pub kind: char,
+    pub kind: OpKind,
     pub mb: u32,
     pub start_us: f64,
     /// End of the computation.
@@ -104,11 +102,7 @@ pub fn map_gpu_spans(ops: &mut [OpTime], spans: &[(f64, f64)]) -> Option<f64> {
 }
 
 /// The microseconds since the Unix epoch: one clock for every process on one machine.
-pub fn now_us() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
-}
+pub use crate::cluster::clock::now_us;
 
 /// This stage's neighbours and the injected delay on each.
 pub struct Neighbours {
@@ -147,7 +141,7 @@ fn deliver(o: &Outgoing, iter: u32) -> Result<SendTime, String> {
 pub fn run_iteration(
     stage: &mut Stage,
     nb: &Neighbours,
-    order: &[(char, u32)],
+    order: &[(OpKind, u32)],
     fused: bool,
     comm: Comm,
     iter: u32,
@@ -184,7 +178,7 @@ pub fn run_iteration(
     for &(kind, mb) in order {
         let step = (|| -> Result<(), String> {
             let (start, end) = match kind {
-                'F' => {
+                OpKind::F => {
                     let input = match &nb.prev {
                         Some((link, _)) => Some(link.receive(ACT, iter, mb)?),
                         None => None,
@@ -193,7 +187,7 @@ pub fn run_iteration(
                     stage.forward(mb, input).map_err(e)?;
                     (t0, now_us())
                 }
-                'B' => {
+                OpKind::B => {
                     let dy = match &nb.next {
                         Some((link, _)) => Some(link.receive(GRAD, iter, mb)?),
                         None => None,
@@ -210,8 +204,8 @@ pub fn run_iteration(
             };
             // F sends downstream, B upstream.
             let out = match kind {
-                'F' => nb.next.as_ref().map(|(l, d)| (l, *d, ACT, s)),
-                'B' => nb.prev.as_ref().map(|(l, d)| (l, *d, GRAD, s - 1)),
+                OpKind::F => nb.next.as_ref().map(|(l, d)| (l, *d, ACT, s)),
+                OpKind::B => nb.prev.as_ref().map(|(l, d)| (l, *d, GRAD, s - 1)),
                 _ => None,
             };
             if let Some((link, delay, k, link_index)) = out {
@@ -277,7 +271,7 @@ mod tests {
 
     fn op(start_us: f64, end_us: f64) -> OpTime {
         OpTime {
-            kind: 'F',
+            kind: OpKind::F,
             mb: 0,
             start_us,
             end_us,

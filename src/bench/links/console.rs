@@ -1,0 +1,157 @@
+//! What `links` prints: the rank-by-rank matrices, the flagged links and the nodes.
+
+use super::nodes::{self, NodeSample};
+use super::tables::{self, LinksTable, NodesTable};
+use crate::cluster::world::World;
+use crate::export::csv::Line;
+use crate::units::human_bytes;
+
+/// The rank-by-rank matrices on the console: p50 latency at the smallest size, one-way GB/s
+/// at the largest, per transport (row: source, column: destination).
+pub(super) fn print_matrices(world: &World, lines: &[Line<LinksTable>]) {
+    let n = world.size() as usize;
+    let mut transports: Vec<&str> = lines.iter().map(|l| l.params.transport.as_str()).collect();
+    transports.dedup();
+    for t in transports {
+        let of = |dir: &str| -> Vec<&Line<LinksTable>> {
+            lines
+                .iter()
+                .filter(|l| l.params.transport == t && l.params.direction == dir)
+                .collect()
+        };
+        let lat = of("pingpong");
+        let bw = of("oneway");
+        if let Some(small) = lat.iter().map(|l| l.params.bytes).min() {
+            println!(
+                "{t} latency, p50 µs at {} (round trip / 2):",
+                human_bytes(small)
+            );
+            print_grid(n, |a, b| {
+                lat.iter()
+                    .find(|l| l.params.bytes == small && matches(l, a, b, true))
+                    .map(|l| {
+                        (
+                            format!("{:.1}", l.stats().p50_us),
+                            l.figures.flagged == Some(true),
+                        )
+                    })
+            });
+        }
+        if let Some(big) = bw.iter().map(|l| l.params.bytes).max() {
+            println!(
+                "{t} bandwidth, GB/s at {} (row sends to column):",
+                human_bytes(big)
+            );
+            print_grid(n, |a, b| {
+                bw.iter()
+                    .find(|l| l.params.bytes == big && matches(l, a, b, false))
+                    .map(|l| {
+                        (
+                            format!("{:.3}", l.figures.gbps.unwrap_or(0.0)),
+                            l.figures.flagged == Some(true),
+                        )
+                    })
+            });
+        }
+    }
+}
+
+fn matches(l: &Line<LinksTable>, a: u32, b: u32, either_way: bool) -> bool {
+    let (s, d) = (l.params.src_rank, l.params.dst_rank);
+    (s, d) == (a, b) || (either_way && (s, d) == (b, a))
+}
+
+fn print_grid(n: usize, cell: impl Fn(u32, u32) -> Option<(String, bool)>) {
+    let mut head = format!("{:>6}", "");
+    for b in 0..n {
+        head.push_str(&format!("{:>11}", format!("r{b}")));
+    }
+    println!("{head}");
+    for a in 0..n {
+        let mut row = format!("{:>6}", format!("r{a}"));
+        for b in 0..n {
+            let text = match cell(a as u32, b as u32) {
+                _ if a == b => "-".to_string(),
+                Some((v, true)) => format!("*{v}"),
+                Some((v, false)) => v,
+                None => "?".to_string(),
+            };
+            row.push_str(&format!("{text:>11}"));
+        }
+        println!("{row}");
+    }
+    println!("       (* flagged)");
+}
+
+/// The flagged links, one line per pair with its worst slowdown.
+pub(super) fn print_flagged(lines: &[Line<LinksTable>], flagged: usize) {
+    let worst = tables::worst_flagged(lines);
+    if worst.is_empty() {
+        println!("links: none flagged");
+        return;
+    }
+    println!("FLAGGED links ({} rows):", flagged);
+    for ((a, b), i) in worst {
+        let l = &lines[i];
+        println!(
+            "  r{a}-r{b} ({} -> {}): {:.2}x the baseline ({} {} {}, p50 {:.1} µs)",
+            l.params.src_host,
+            l.params.dst_host,
+            l.figures.slowdown.unwrap_or(0.0),
+            l.params.transport,
+            human_bytes(l.params.bytes),
+            l.params.direction,
+            l.stats().p50_us
+        );
+    }
+}
+
+/// Each node's samples and the flagged ones.
+pub(super) fn print_nodes(samples: &[NodeSample], lines: &[Line<NodesTable>], flagged: usize) {
+    for s in samples {
+        let gemm = s
+            .gemm
+            .as_ref()
+            .map_or("-".into(), |g| format!("{:.0} µs", g.p50));
+        let d2h = s
+            .d2h
+            .as_ref()
+            .map_or("-".into(), |d| format!("{:.0} µs", d.p50));
+        println!(
+            "node rank {} {}: {} | GEMM {} p50 {gemm} | D2H {} p50 {d2h}{}",
+            s.rank,
+            s.host.hostname,
+            s.adapter.as_deref().unwrap_or("no adapter"),
+            nodes::GEMM,
+            human_bytes(nodes::D2H_BYTES),
+            s.note.as_ref().map_or(String::new(), |n| format!(" ({n})"))
+        );
+    }
+    for l in lines.iter().filter(|l| l.figures.flagged == Some(true)) {
+        println!(
+            "FLAGGED node rank {} {}: {} {} is {:.2}x the nodes' baseline",
+            l.params.rank,
+            l.params.host,
+            l.params.metric,
+            l.params.size,
+            l.figures.slowdown.unwrap_or(0.0)
+        );
+    }
+    if flagged == 0 && samples.len() >= super::flag::MIN_GROUP {
+        println!("nodes: none flagged");
+    }
+}
+
+/// A round's waves of pairs: "0-1 2-3 | 4-5".
+pub(super) fn waves(waves: &[Vec<(u32, u32)>]) -> String {
+    waves
+        .iter()
+        .map(|w| {
+            w.iter()
+                .map(|(a, b)| format!("{a}-{b}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}

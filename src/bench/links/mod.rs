@@ -1,0 +1,486 @@
+//! `morphbench links`: every pair of ranks measured (latency and bandwidth, TCP and RDMA),
+//! pairs in the rounds of a round-robin tournament so no rank is in two pairs at once; each
+//! node fingerprinted; slow links and nodes flagged. A [`Ranked`] bench: rank 0 leads the
+//! rounds and writes links.csv and nodes.csv; the other ranks measure and report to it.
+
+mod console;
+pub mod flag;
+pub mod nodes;
+pub mod pair;
+pub mod tables;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::world::World;
+use crate::cluster::{run_ranked, Crew, Ranked, SessionOptions};
+use crate::export::csv::{sig4, CsvSink, Line};
+use crate::export::run_dir::RunDir;
+use crate::gpu::{BackendChoice, Gpu};
+use crate::rdma::DeviceChoice;
+use nodes::NodeSample;
+use pair::{Measured, PairPlan};
+use tables::{LinkFigures, LinkParams, LinksTable, NodeFigures, NodeParams, NodesTable};
+
+/// Everything one rank needs to take part.
+#[derive(Debug, Clone)]
+pub struct LinksOptions {
+    pub session: SessionOptions,
+    pub plan: PairPlan,
+    /// This rank's RDMA device (each host names its own).
+    pub choice: DeviceChoice,
+    /// Sample each node's GPU (a verified GEMM, a D2H copy).
+    pub fingerprint: bool,
+    /// The most pairs measured at once within a round (None: all of the round's).
+    pub concurrent: Option<usize>,
+    pub backend: BackendChoice,
+    pub adapter: Option<String>,
+}
+
+/// Rank 0's orders.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Order {
+    /// The plan every rank follows (rank 0's).
+    Plan(PairPlan),
+    Fingerprint,
+    /// Play round r's pairs listed (all of the round's, or a wave of them).
+    Round(u32, Vec<(u32, u32)>),
+}
+
+/// The others' replies.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Reply {
+    Ready,
+    Node(Box<NodeSample>),
+    Round(Vec<Measured>),
+}
+
+/// The rounds of a round-robin tournament (the circle method): every pair of `n` ranks meets
+/// exactly once, and no rank plays twice in a round. Odd `n` gives each rank one bye.
+pub fn rounds(n: u32) -> Vec<Vec<(u32, u32)>> {
+    if n < 2 {
+        return Vec::new();
+    }
+    let m = n + n % 2;
+    (0..m - 1)
+        .map(|r| {
+            let mut pairs = vec![(r, m - 1)];
+            for k in 1..m / 2 {
+                pairs.push(((r + k) % (m - 1), (r + m - 1 - k) % (m - 1)));
+            }
+            pairs
+                .into_iter()
+                .filter(|&(a, b)| a < n && b < n)
+                .map(|(a, b)| (a.min(b), a.max(b)))
+                .collect()
+        })
+        .collect()
+}
+
+fn partner(round: &[(u32, u32)], me: u32) -> Option<u32> {
+    round.iter().find_map(|&(a, b)| match me {
+        _ if me == a => Some(b),
+        _ if me == b => Some(a),
+        _ => None,
+    })
+}
+
+/// Ranks grouped in turns: the i-th rank of every host in turn i, so ranks sharing a host
+/// (and its device) never sample at once.
+fn fingerprint_turns(world: &World) -> Vec<Vec<u32>> {
+    let mut per_host: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for r in &world.roster {
+        per_host.entry(&r.hostname).or_default().push(r.rank);
+    }
+    let most = per_host.values().map(Vec::len).max().unwrap_or(0);
+    (0..most)
+        .map(|i| {
+            per_host
+                .values()
+                .filter_map(|v| v.get(i).copied())
+                .collect()
+        })
+        .collect()
+}
+
+/// How long any rank waits for one fingerprint.
+const FINGERPRINT_WAIT: Duration = Duration::from_secs(120);
+
+/// Runs this rank's part. Rank 0 returns its run folder; the others return None.
+pub fn run(opts: &LinksOptions) -> Result<Option<PathBuf>> {
+    opts.plan.validate().map_err(anyhow::Error::msg)?;
+    if opts
+        .plan
+        .transports
+        .contains(&crate::transport::TransportKind::Rdma)
+    {
+        opts.choice.check().map_err(|e| {
+            anyhow!(
+                "{e}: --transport rdma needs a verbs device on every rank (see `morphbench info`)"
+            )
+        })?;
+    }
+    let mut bench = Links {
+        opts: opts.clone(),
+        plan: None,
+    };
+    run_ranked(&mut bench, &opts.session)
+}
+
+/// The links bench on one rank: its options and, on a follower, rank 0's plan once heard.
+struct Links {
+    opts: LinksOptions,
+    plan: Option<PairPlan>,
+}
+
+impl Ranked for Links {
+    type Order = Order;
+    type Reply = Reply;
+
+    fn config(&self, world: &World) -> serde_json::Value {
+        serde_json::json!({
+            "links": self.opts.plan,
+            "launcher": world.launch.launcher.to_string(),
+            "rendezvous_from": world.rendezvous_from,
+            "roster": world.roster,
+            "fingerprint": self.opts.fingerprint,
+        })
+    }
+
+    fn banner(&self, world: &World) -> String {
+        let hosts = fingerprint_turns(world).first().map_or(0, Vec::len);
+        format!(
+            "links: {} ranks on {hosts} host{} ({})",
+            world.size(),
+            if hosts == 1 { "" } else { "s" },
+            world.launch.launcher
+        )
+    }
+
+    fn lead(&mut self, crew: &mut Crew<Order, Reply>, dir: &RunDir) -> Result<()> {
+        let plan = self.opts.plan.clone();
+        crew.order_all(Order::Plan(plan.clone()))?;
+        crew.hear_all(Instant::now() + Duration::from_secs(60))?;
+        if self.opts.fingerprint {
+            fingerprint_all(crew, &self.opts, dir)?;
+        }
+        play_rounds(crew, &self.opts, dir)
+    }
+
+    fn follow(&mut self, world: &World, order: Order) -> Result<Reply> {
+        match order {
+            Order::Plan(p) => {
+                if !self.opts.session.quiet && p != self.opts.plan {
+                    eprintln!(
+                        "note: following rank 0's plan, which differs from this rank's flags"
+                    );
+                }
+                self.plan = Some(p);
+                Ok(Reply::Ready)
+            }
+            Order::Fingerprint => sample_node(world, &self.opts)
+                .map(|s| Reply::Node(Box::new(s)))
+                .map_err(anyhow::Error::msg),
+            Order::Round(r, active) => {
+                let p = self
+                    .plan
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("rank 0 sent a round before the plan"))?;
+                let schedule = rounds(world.size());
+                let known = schedule.get(r as usize);
+                if !known.is_some_and(|pairs| active.iter().all(|a| pairs.contains(a))) {
+                    return Err(anyhow!(
+                        "rank 0 sent round {r} with pairs not in it: {active:?}"
+                    ));
+                }
+                PairContext::of(world, &self.opts)
+                    .and_then(|c| c.play(p, r, &active))
+                    .map(Reply::Round)
+                    .map_err(anyhow::Error::msg)
+            }
+        }
+    }
+
+    fn patience(&self, world: &World) -> Duration {
+        self.plan.as_ref().map_or(Duration::from_secs(60), |p| {
+            p.pair_bound() * 2 + FINGERPRINT_WAIT * world.size()
+        })
+    }
+}
+
+fn open_gpu(opts: &LinksOptions) -> (Option<Gpu>, Option<String>) {
+    match Gpu::open(opts.backend, opts.adapter.as_deref()) {
+        Ok(g) => (Some(g), None),
+        Err(e) => (None, Some(e.to_string())),
+    }
+}
+
+fn sample_node(world: &World, opts: &LinksOptions) -> Result<NodeSample, String> {
+    let (gpu, why) = open_gpu(opts);
+    let mut s = nodes::fingerprint(world.rank(), gpu.as_ref())?;
+    if let Some(why) = why {
+        s.note = Some(why);
+    }
+    Ok(s)
+}
+
+/// What a rank needs to play its pairs, owned, so rank 0 can play in a thread while it
+/// listens to the others (and stops as soon as one fails).
+struct PairContext {
+    listener: std::net::TcpListener,
+    addresses: Vec<String>,
+    names: Vec<String>,
+    me: u32,
+    choice: DeviceChoice,
+}
+
+impl PairContext {
+    fn of(world: &World, opts: &LinksOptions) -> Result<PairContext, String> {
+        Ok(PairContext {
+            listener: world
+                .data
+                .try_clone()
+                .map_err(|e| format!("the data listener: {e}"))?,
+            addresses: (0..world.size()).map(|r| world.data_address(r)).collect(),
+            names: (0..world.size()).map(|r| world.describe(r)).collect(),
+            me: world.rank(),
+            choice: opts.choice.clone(),
+        })
+    }
+
+    /// This rank's pair in `round` (if it has one): the lower rank serves, the higher drives.
+    fn play(
+        &self,
+        plan: &PairPlan,
+        round: u32,
+        active: &[(u32, u32)],
+    ) -> Result<Vec<Measured>, String> {
+        let me = self.me;
+        let Some(peer) = partner(active, me) else {
+            return Ok(Vec::new());
+        };
+        let p = peer as usize;
+        let result = if me < peer {
+            pair::serve(&self.listener, plan, me, peer, round, &self.choice)
+        } else {
+            pair::drive(&self.addresses[p], plan, me, peer, round, &self.choice)
+        };
+        result.map_err(|e| {
+            format!(
+                "the link between {} and {}: {e}",
+                self.names[me as usize], self.names[p]
+            )
+        })
+    }
+}
+
+/// Rank 0: every round (in waves of `--concurrent` pairs), its own pair played in a thread
+/// while it hears the others, so a rank that dies anywhere ends the run at once. The rows are
+/// written as they come, then judged and written again.
+fn play_rounds(crew: &mut Crew<Order, Reply>, opts: &LinksOptions, dir: &RunDir) -> Result<()> {
+    let plan = &opts.plan;
+    let schedule = rounds(crew.world().size());
+    let mut sink: CsvSink<LinksTable> = dir.table()?;
+    let mut lines: Vec<Line<LinksTable>> = Vec::new();
+    let started = Instant::now();
+    let quiet = opts.session.quiet;
+    for (r, round) in schedule.iter().enumerate() {
+        let waves: Vec<Vec<(u32, u32)>> = round
+            .chunks(opts.concurrent.unwrap_or(usize::MAX).max(1))
+            .map(<[_]>::to_vec)
+            .collect();
+        if !quiet {
+            println!(
+                "round {}/{}: {}",
+                r + 1,
+                schedule.len(),
+                console::waves(&waves)
+            );
+        }
+        for active in waves {
+            crew.order_all(Order::Round(r as u32, active.clone()))?;
+            let ctx = PairContext::of(crew.world(), opts).map_err(anyhow::Error::msg)?;
+            let round_plan = plan.clone();
+            let mine = std::thread::spawn(move || ctx.play(&round_plan, r as u32, &active));
+            let replies = crew.hear_all(Instant::now() + plan.pair_bound())?;
+            let mut measured = mine
+                .join()
+                .map_err(|_| anyhow!("rank 0's pair panicked"))?
+                .map_err(|e| anyhow!("{e}"))?;
+            for reply in replies {
+                match reply {
+                    Reply::Round(m) => measured.extend(m),
+                    _ => return Err(anyhow!("a rank answered a round out of turn")),
+                }
+            }
+            for m in measured {
+                let line = link_line(crew.world(), &dir.id, &m);
+                sink.write(&line)?;
+                lines.push(line);
+            }
+        }
+    }
+    let flagged = tables::judge_links(&mut lines);
+    rewrite(&dir.path, &lines)?;
+    if !quiet {
+        console::print_matrices(crew.world(), &lines);
+        console::print_flagged(&lines, flagged);
+        println!(
+            "links: {} rows in {:.1} s -> {}",
+            lines.len(),
+            started.elapsed().as_secs_f64(),
+            dir.path.join("links.csv").display()
+        );
+    }
+    Ok(())
+}
+
+fn link_line(world: &World, run_id: &str, m: &Measured) -> Line<LinksTable> {
+    let host = |r: u32| world.roster[r as usize].hostname.clone();
+    let params = LinkParams {
+        src_rank: m.src,
+        dst_rank: m.dst,
+        src_host: host(m.src),
+        dst_host: host(m.dst),
+        transport: m.transport.to_string(),
+        bytes: m.bytes,
+        direction: m.direction.clone(),
+    };
+    let figures = LinkFigures {
+        gbps: m.gbps.map(sig4),
+        slowdown: None,
+        flagged: None,
+        intra_node: params.src_host == params.dst_host,
+        verified: true,
+    };
+    Line::new(
+        run_id,
+        tables::link_case(&params),
+        params,
+        Some(&m.summary),
+        figures,
+    )
+}
+
+/// Replaces links.csv with the judged rows, atomically (a crash leaves the unjudged file).
+fn rewrite(dir: &Path, lines: &[Line<LinksTable>]) -> Result<()> {
+    let tmp = dir.join(".links.csv.tmp");
+    {
+        let mut sink = CsvSink::<LinksTable>::create(&tmp)?;
+        for l in lines {
+            sink.write(l)?;
+        }
+    }
+    std::fs::rename(&tmp, dir.join("links.csv"))?;
+    Ok(())
+}
+
+/// Rank 0: every node's fingerprint, ranks of one host in turns, judged and written to
+/// nodes.csv.
+fn fingerprint_all(crew: &mut Crew<Order, Reply>, opts: &LinksOptions, dir: &RunDir) -> Result<()> {
+    let mut samples: Vec<NodeSample> = Vec::new();
+    for turn in fingerprint_turns(crew.world()) {
+        let others: Vec<u32> = turn.iter().copied().filter(|&r| r != 0).collect();
+        for &r in &others {
+            crew.order(r, Order::Fingerprint)?;
+        }
+        if turn.contains(&0) {
+            samples.push(sample_node(crew.world(), opts).map_err(|e| anyhow!("rank 0: {e}"))?);
+        }
+        for (rank, reply) in crew.hear(&others, Instant::now() + FINGERPRINT_WAIT)? {
+            match reply {
+                Reply::Node(s) if s.rank == rank => samples.push(*s),
+                _ => return Err(crew.out_of_turn(rank, "a fingerprint").into()),
+            }
+        }
+    }
+    samples.sort_by_key(|s| s.rank);
+    let mut lines = node_lines(&dir.id, &samples);
+    let flagged = tables::judge_nodes(&mut lines);
+    let mut sink: CsvSink<NodesTable> = dir.table()?;
+    for l in &lines {
+        sink.write(l)?;
+    }
+    if !opts.session.quiet {
+        console::print_nodes(&samples, &lines, flagged);
+    }
+    Ok(())
+}
+
+fn node_lines(run_id: &str, samples: &[NodeSample]) -> Vec<Line<NodesTable>> {
+    let mut lines = Vec::new();
+    for s in samples {
+        let params = |metric: &str, size: String| NodeParams {
+            rank: s.rank,
+            host: s.host.hostname.clone(),
+            adapter: s.adapter.clone().unwrap_or_default(),
+            metric: metric.into(),
+            size,
+            cpu_model: s.host.cpu_model.clone(),
+            logical_cores: s.host.logical_cores,
+            memory_gib: s
+                .host
+                .memory_bytes
+                .map(|b| crate::export::csv::round(b as f64 / (1u64 << 30) as f64, 2)),
+            kernel: s.host.kernel.clone(),
+        };
+        if let Some(g) = &s.gemm {
+            let p = params("gemm", nodes::GEMM.to_string());
+            let figures = NodeFigures {
+                gflops: Some(sig4(nodes::GEMM.flops() / g.p50 / 1e3)),
+                verified: true,
+                ..Default::default()
+            };
+            lines.push(Line::new(
+                run_id,
+                format!("r{}_gemm", s.rank),
+                p,
+                Some(g),
+                figures,
+            ));
+        }
+        if let Some(d) = &s.d2h {
+            let p = params("d2h", nodes::D2H_BYTES.to_string());
+            let figures = NodeFigures {
+                gbps: Some(sig4(nodes::D2H_BYTES as f64 / d.p50 / 1e3)),
+                verified: true,
+                ..Default::default()
+            };
+            lines.push(Line::new(
+                run_id,
+                format!("r{}_d2h", s.rank),
+                p,
+                Some(d),
+                figures,
+            ));
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tournament_meets_every_pair_once_and_no_rank_twice_a_round() {
+        for n in 1..=9u32 {
+            let rs = rounds(n);
+            let mut seen = std::collections::BTreeSet::new();
+            for round in &rs {
+                let mut busy = std::collections::BTreeSet::new();
+                for &(a, b) in round {
+                    assert!(a < b && b < n);
+                    assert!(busy.insert(a) && busy.insert(b), "n={n} {round:?}");
+                    assert!(seen.insert((a, b)), "n={n}: {a}-{b} twice");
+                }
+            }
+            assert_eq!(seen.len() as u32, n * n.saturating_sub(1) / 2, "n={n}");
+            assert_eq!(rs.len() as u32, if n < 2 { 0 } else { n - 1 + n % 2 });
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The pipeline's plan and prediction: each case planned by the simulator on calibrated op
+//! times, and each timed iteration set against the simulator run on its own measured times.
+
+use anyhow::{anyhow, Result};
+
+use super::exec::{self, Comm, StageTimes};
+use super::stage::Shape;
+use super::{Calibration, Case, OpOrder};
+use crate::sim::{evaluate, CommModel, Executed, Op, OpKind, Run, Scenario, Schedule};
+use crate::stats::Summary;
+
+/// Puts a rank's op times on rank 0's clock.
+pub(super) fn shift(t: &mut StageTimes, offset_us: f64) {
+    for o in &mut t.ops {
+        o.start_us -= offset_us;
+        o.end_us -= offset_us;
+        o.queue_end_us -= offset_us;
+    }
+}
+
+/// Iteration time, bubble per stage and the measured run as the simulator's `Run`, from every
+/// stage's op times of one iteration (ms from the iteration's first start).
+pub(super) fn measured_run(times: &[StageTimes]) -> (f64, Vec<f64>, Run) {
+    let t0 = times
+        .iter()
+        .flat_map(|t| t.ops.iter().map(|o| o.start_us))
+        .fold(f64::INFINITY, f64::min);
+    let t_end = times
+        .iter()
+        .flat_map(|t| t.ops.iter().map(|o| o.queue_end_us))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let iteration = (t_end - t0) / 1e3;
+    let mut ops = Vec::new();
+    let mut busy = Vec::new();
+    for (s, t) in times.iter().enumerate() {
+        let mut b = 0.0;
+        for o in &t.ops {
+            b += (o.end_us - o.start_us) / 1e3;
+            ops.push(Executed {
+                op: Op {
+                    kind: o.kind,
+                    stage: s,
+                    mb: o.mb as usize,
+                },
+                start: (o.start_us - t0) / 1e3,
+                end: (o.end_us - t0) / 1e3,
+                queue_end: (o.queue_end_us - t0) / 1e3,
+                arrival: (o.queue_end_us - t0) / 1e3,
+            });
+        }
+        busy.push(b);
+    }
+    let bubble = busy.iter().map(|b| 1.0 - b / iteration).collect();
+    let run = Run {
+        ops,
+        iteration_ms: iteration,
+        busy_ms: busy,
+        peak_in_flight: Vec::new(),
+    };
+    (iteration, bubble, run)
+}
+
+/// The simulator's scenario from what was measured: per stage the mean F, B and W compute
+/// times (the mean, not the median: an iteration is a sum of ops, and a sum follows the mean
+/// of what it adds); per link the mean send (copy to host and write to acknowledgement,
+/// injected delay included) under the comm model that matches the run.
+pub(super) fn measured_scenario(
+    stages: usize,
+    shape: &Shape,
+    comm: Comm,
+    iters: &[Vec<StageTimes>],
+    fused: bool,
+) -> Result<Scenario> {
+    let average = |v: Vec<f64>| Summary::of(&v).map_or(1e-3, |s| s.mean.max(1e-3));
+    let per = |s: usize, k: OpKind| -> f64 {
+        average(
+            iters
+                .iter()
+                .flat_map(|it| {
+                    it[s]
+                        .ops
+                        .iter()
+                        .filter(|o| o.kind == k)
+                        .map(|o| (o.end_us - o.start_us) / 1e3)
+                })
+                .collect(),
+        )
+    };
+    let tf: Vec<f64> = (0..stages).map(|s| per(s, OpKind::F)).collect();
+    let tb: Vec<f64> = (0..stages).map(|s| per(s, OpKind::B)).collect();
+    let tw: Vec<f64> = (0..stages)
+        .map(|s| if fused { 0.0 } else { per(s, OpKind::W) })
+        .collect();
+    let sends: Vec<&exec::SendTime> = iters
+        .iter()
+        .flat_map(|it| it.iter().flat_map(|t| t.sends.iter()))
+        .collect();
+    let mean = |v: Vec<f64>| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    let d2h_ms = mean(sends.iter().map(|s| s.d2h_us / 1e3).collect());
+    let link = |l: usize| -> f64 {
+        let on: Vec<&&exec::SendTime> = sends.iter().filter(|s| s.link as usize == l).collect();
+        match comm {
+            Comm::Inline => mean(on.iter().map(|s| (s.d2h_us + s.send_us) / 1e3).collect()),
+            Comm::Offload => mean(on.iter().map(|s| s.send_us / 1e3).collect()),
+        }
+    };
+    let slow: Vec<(usize, f64)> = (0..stages.saturating_sub(1))
+        .map(|l| (l, link(l)))
+        .collect();
+    let model = match comm {
+        Comm::Inline => CommModel::Queue,
+        Comm::Offload => CommModel::Offload,
+    };
+    Scenario::new(
+        stages,
+        shape.microbatches as usize,
+        &tf,
+        &tb,
+        &tw,
+        0.0,
+        &slow,
+        model,
+        d2h_ms,
+    )
+    .map_err(|e| anyhow!("the measured scenario: {e}"))
+}
+
+/// One case as planned: the simulator's plan, its op orders, and what each stage is sent.
+pub(super) struct PlannedCase {
+    pub(super) name: String,
+    pub(super) orders: Vec<Vec<Op>>,
+    pub(super) wire: Vec<OpOrder>,
+    pub(super) split: bool,
+}
+
+/// What one case measured: each timed iteration's stage times, its iteration time and the
+/// last one as a `Run`, and the gradients' error after the last.
+#[derive(Default)]
+pub(super) struct Measured {
+    pub(super) timed: Vec<Vec<StageTimes>>,
+    pub(super) iteration_us: Vec<f64>,
+    pub(super) last: Option<(f64, Vec<f64>, Run)>,
+    pub(super) grad_err: f64,
+}
+
+/// Plans `case` with the calibrated op times and the injected delay.
+pub(super) fn plan_case(case: &Case, cals: &[Calibration], shape: &Shape) -> Result<PlannedCase> {
+    let n = cals.len();
+    let schedule: Schedule = case.schedule.parse().map_err(anyhow::Error::msg)?;
+    let ms = |us: f64| (us / 1e3).max(1e-3);
+    let model = match case.comm {
+        Comm::Inline => CommModel::Queue,
+        Comm::Offload => CommModel::Offload,
+    };
+    let slow: Vec<(usize, f64)> = case.slow.iter().map(|&(l, d)| (l as usize, d)).collect();
+    let d2h = ms(cals.iter().map(|c| c.d2h).sum::<f64>() / n as f64);
+    let planning = Scenario::new(
+        n,
+        shape.microbatches as usize,
+        &cals.iter().map(|c| ms(c.f)).collect::<Vec<_>>(),
+        &cals.iter().map(|c| ms(c.b)).collect::<Vec<_>>(),
+        &cals.iter().map(|c| ms(c.w)).collect::<Vec<_>>(),
+        d2h,
+        &slow,
+        model,
+        d2h,
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    let mem = crate::sim::default_mem_limit(&planning);
+    let (name, planned) =
+        evaluate(&schedule, &planning, mem).map_err(|e| anyhow!("{schedule}: {e}"))?;
+    let split = planned.ops.iter().any(|e| e.op.kind == OpKind::W);
+    let orders: Vec<Vec<Op>> = planned.orders(n);
+    let wire = orders
+        .iter()
+        .map(|o| o.iter().map(|op| (op.kind, op.mb as u32)).collect())
+        .collect();
+    Ok(PlannedCase {
+        name,
+        orders,
+        wire,
+        split,
+    })
+}
+
+/// Activations in flight at most per stage (F done, its B not yet), from the orders.
+pub(super) fn peak_in_flight(orders: &[Vec<Op>]) -> Vec<usize> {
+    orders
+        .iter()
+        .map(|o| {
+            let (mut now, mut peak) = (0usize, 0usize);
+            for op in o {
+                match op.kind {
+                    OpKind::F => now += 1,
+                    OpKind::B => now = now.saturating_sub(1),
+                    OpKind::W => {}
+                }
+                peak = peak.max(now);
+            }
+            peak
+        })
+        .collect()
+}

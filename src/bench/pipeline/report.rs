@@ -1,0 +1,164 @@
+//! What a case leaves: its row of pipeline.csv, its measured and predicted lanes of
+//! pipeline_timeline.csv, its traces and its console line.
+
+use anyhow::{anyhow, Result};
+
+use super::exec::StageTimes;
+use super::predict::{measured_scenario, peak_in_flight, Measured, PlannedCase};
+use super::table::{PipelineFigures, PipelineParams, PipelineTable, TimelineRow, TimelineTable};
+use super::{Case, PipelinePlan, GRAD_TOLERANCE};
+use crate::export::csv::{round, CsvSink, Line};
+use crate::sim::{simulate, Policy, Run};
+use crate::stats::Summary;
+
+/// Where the cases' results go.
+pub(super) struct Outputs {
+    pub(super) run_id: String,
+    pub(super) table: CsvSink<PipelineTable>,
+    pub(super) timeline: CsvSink<TimelineTable>,
+    /// Each case's measured and predicted runs, for the Perfetto trace.
+    pub(super) traces: Vec<(String, Run)>,
+    /// The cases whose gradients did not verify.
+    pub(super) unverified: Vec<String>,
+}
+
+/// Predicts `case` from what it measured and writes its row, its timeline and its console
+/// line.
+pub(super) fn write_case(
+    out: &mut Outputs,
+    case: &Case,
+    pc: &PlannedCase,
+    m: Measured,
+    plan: &PipelinePlan,
+    quiet: bool,
+) -> Result<()> {
+    let n = pc.orders.len();
+    let schedule = &case.schedule;
+    let verified = m.grad_err <= GRAD_TOLERANCE;
+    // Predicted: the same orders replayed on each timed iteration's own op and link times
+    // (a shared machine changes speed from one iteration to the next, so each iteration is
+    // set against its own prediction); the row holds the medians of both.
+    let policy = Policy::Fixed {
+        orders: pc.orders.clone(),
+        split: pc.split,
+    };
+    let mut predictions = Vec::new();
+    for it in &m.timed {
+        let sc = measured_scenario(
+            n,
+            &plan.shape,
+            case.comm,
+            std::slice::from_ref(it),
+            !pc.split,
+        )?;
+        predictions
+            .push(simulate(&sc, &policy).map_err(|e| anyhow!("predicting {schedule}: {e}"))?);
+    }
+    let predicted_ms = Summary::of(
+        &predictions
+            .iter()
+            .map(|r| r.iteration_ms)
+            .collect::<Vec<_>>(),
+    )
+    .map_or(0.0, |s| s.p50);
+    // The predicted lane of the timeline is the last iteration's, as the measured lane is.
+    let predicted = predictions.pop().expect("at least one timed iteration");
+    let s = Summary::of(&m.iteration_us).ok_or_else(|| anyhow!("no timed iterations"))?;
+    let measured_ms = s.p50 / 1e3;
+    let (_, bubbles, run) = m.last.expect("at least one timed iteration");
+    let peak = peak_in_flight(&pc.orders);
+    let params = PipelineParams {
+        schedule: case.schedule.clone(),
+        comm: case.comm.to_string(),
+        transport: plan.transport.to_string(),
+        slow: case.slow.map_or("none".into(), |(l, d)| format!("{l}:{d}")),
+        stages: n as u32,
+        microbatches: plan.shape.microbatches,
+        layers: plan.shape.layers,
+        tokens: plan.shape.tokens,
+        hidden: plan.shape.hidden,
+    };
+    let figures = PipelineFigures {
+        iteration_ms: round(measured_ms, 3),
+        predicted_ms: round(predicted_ms, 3),
+        error: round((measured_ms - predicted_ms) / measured_ms, 4),
+        bubble: round(bubbles.iter().sum::<f64>() / n as f64, 4),
+        peak_activations: peak.iter().copied().max().unwrap_or(0) as u32,
+        grad_rel_err: crate::export::csv::sig(m.grad_err, 3),
+        verified,
+        plan: pc.name.clone(),
+        op_clock: Some(op_clock(&m.timed).into()),
+        stage_bubbles: Some(join(bubbles.iter().map(|b| round(*b, 4)))),
+        stage_peak_activations: Some(join(peak.iter())),
+    };
+    // File-name safe: no ':' (static:1f1b, LINK:MS).
+    let case_name = format!(
+        "{}_{}_{}",
+        case.schedule.replace(':', "-"),
+        case.comm,
+        case.slow
+            .map_or("nodelay".into(), |(l, d)| format!("link{l}+{d}ms"))
+    );
+    if !quiet {
+        println!(
+            "{case_name:<28} measured {:>9.2} ms  predicted {:>9.2} ms  error {:>+6.1}%  bubble {:.3}  grad err {:.1e}  ops timed by {}{}",
+            figures.iteration_ms,
+            figures.predicted_ms,
+            figures.error * 100.0,
+            figures.bubble,
+            m.grad_err,
+            op_clock(&m.timed),
+            if verified { "" } else { "  NOT VERIFIED" }
+        );
+    }
+    out.table.write(&Line::new(
+        &out.run_id,
+        case_name.clone(),
+        params,
+        Some(&s),
+        figures,
+    ))?;
+    for (lane, r) in [("measured", &run), ("predicted", &predicted)] {
+        for e in &r.ops {
+            let row = TimelineRow {
+                lane: lane.into(),
+                stage: e.op.stage as u32,
+                kind: e.op.kind.to_string(),
+                microbatch: e.op.mb as u32,
+                start_ms: round(e.start, 4),
+                end_ms: round(e.end, 4),
+                queue_end_ms: round(e.queue_end, 4),
+            };
+            out.timeline.write(&Line::new(
+                &out.run_id,
+                case_name.clone(),
+                row,
+                None,
+                Default::default(),
+            ))?;
+        }
+    }
+    out.traces.push((format!("{case_name} measured"), run));
+    out.traces
+        .push((format!("{case_name} predicted"), predicted));
+    if !verified {
+        out.unverified.push(case_name);
+    }
+    Ok(())
+}
+
+/// Per-stage values in one CSV cell.
+fn join<T: std::fmt::Display>(v: impl Iterator<Item = T>) -> String {
+    v.map(|x| x.to_string()).collect::<Vec<_>>().join(";")
+}
+
+/// Whose clock timed the ops of these iterations (see `PipelineFigures::op_clock`).
+fn op_clock(timed: &[Vec<StageTimes>]) -> &'static str {
+    let all = timed.iter().flatten();
+    let gpu = all.clone().filter(|t| t.gpu_clock.is_some()).count();
+    match gpu {
+        0 => "host",
+        n if n == all.count() => "gpu",
+        _ => "mixed",
+    }
+}

@@ -1,0 +1,84 @@
+//! `--local N`: starts N ranks of this program on this machine, each told its rank, the world
+//! size and a loopback rendezvous, and waits for them. The first rank to fail ends the others.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+/// Starts `ranks` copies of this program with `args` (the command line as given, `--local`
+/// included: a process that has `--rank` is a rank, not a launcher). Each gets its share of
+/// the cores for a CPU driver (LP_NUM_THREADS); ranks above 0 are quiet.
+pub fn run_local(ranks: u32, max: u32, args: &[String]) -> Result<()> {
+    if !(1..=max).contains(&ranks) {
+        bail!("--local {ranks}: give 1 to {max} ranks");
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let exe = std::env::current_exe().context("cannot find this program to start its ranks")?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (cores / ranks as usize).max(1).to_string();
+    let quiet = args.iter().any(|a| a == "-q" || a == "--quiet");
+    let mut children = Vec::new();
+    for r in 0..ranks {
+        let mut cmd = Command::new(&exe);
+        cmd.args(args)
+            .args(["--rank", &r.to_string(), "--world", &ranks.to_string()])
+            .args(["--rendezvous", &format!("127.0.0.1:{port}")]);
+        if std::env::var_os("LP_NUM_THREADS").is_none() {
+            cmd.env("LP_NUM_THREADS", &threads);
+        }
+        if r > 0 {
+            cmd.stdout(Stdio::null());
+            if !quiet {
+                cmd.arg("-q");
+            }
+        }
+        match cmd.spawn() {
+            Ok(c) => children.push((r, c)),
+            Err(e) => {
+                stop(&mut children);
+                return Err(e).context("cannot start a rank");
+            }
+        }
+    }
+    let failed = wait_all(children)?;
+    if !failed.is_empty() {
+        bail!(
+            "rank(s) {} failed (their errors are above)",
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Waits for every child; once one fails, the others get half a second and are ended.
+fn wait_all(mut running: Vec<(u32, Child)>) -> Result<Vec<String>> {
+    let mut failed = Vec::new();
+    while !running.is_empty() {
+        let mut still = Vec::new();
+        for (r, mut c) in running {
+            match c.try_wait()? {
+                Some(status) if !status.success() => failed.push(r.to_string()),
+                Some(_) => {}
+                None => still.push((r, c)),
+            }
+        }
+        if !failed.is_empty() {
+            std::thread::sleep(Duration::from_millis(500));
+            stop(&mut still);
+            break;
+        }
+        running = still;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(failed)
+}
+
+fn stop(children: &mut [(u32, Child)]) {
+    for (_, c) in children.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}

@@ -1,0 +1,304 @@
+//! The one shape of a multi-rank run. A bench implements [`Ranked`] (its orders, its replies,
+//! what rank 0 leads and what every other rank does on an order); [`run_ranked`] does the rest
+//! for every such bench: joins the world, creates the run folder at rank 0, relays orders and
+//! replies, names a rank that dies or goes silent, tells the others to stop, and finishes the
+//! folder as complete or failed with the rows written so far.
+
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::error::{ClusterError, Who};
+use super::world::{self, World, WorldOptions};
+use crate::export::meta::RunMeta;
+use crate::export::run_dir::RunDir;
+use crate::host::HostInfo;
+
+/// Rank 0 to any other rank.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Down<O> {
+    /// The bench's own order.
+    Order(O),
+    /// Answer at once with this rank's clock (see [`super::clock`]).
+    Ping,
+    /// The run is over: leave.
+    Finish,
+    /// The run failed: stop, with why.
+    Abort(String),
+}
+
+/// Any other rank to rank 0.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Up<R> {
+    /// The answer to an order.
+    Reply(R),
+    /// The clock (µs since the Unix epoch) when the ping arrived.
+    Pong(f64),
+    /// This rank cannot go on, with why.
+    Failed(String),
+}
+
+/// Where and how a multi-rank run happens, whatever it measures.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    pub world: WorldOptions,
+    /// The folder that receives rank 0's run folder.
+    pub out: PathBuf,
+    pub quiet: bool,
+}
+
+/// A bench that runs on many ranks. Rank 0 leads (it sends orders and gathers replies through a
+/// [`Crew`]); every other rank follows, one order at a time.
+pub trait Ranked {
+    type Order: Serialize + DeserializeOwned + Send + 'static;
+    type Reply: Serialize + DeserializeOwned + Send + 'static;
+
+    /// Every rank, once the world is known: the checks that need its size.
+    fn validate(&self, _world: &World) -> Result<()> {
+        Ok(())
+    }
+    /// Rank 0, before its run folder exists: what may fail without leaving a folder behind
+    /// (a GPU that does not open). Returns meta.json's `adapter`, when the bench has one.
+    fn prepare(&mut self, _world: &World) -> Result<Option<serde_json::Value>> {
+        Ok(None)
+    }
+    /// meta.json's `config`.
+    fn config(&self, world: &World) -> serde_json::Value;
+    /// The first line rank 0 prints ("links: 4 ranks on 4 hosts (Slurm)").
+    fn banner(&self, world: &World) -> String;
+    /// Rank 0: leads the run, writing rows into `dir` as they come.
+    fn lead(&mut self, crew: &mut Crew<Self::Order, Self::Reply>, dir: &RunDir) -> Result<()>;
+    /// Any other rank: carries out one order.
+    fn follow(&mut self, world: &World, order: Self::Order) -> Result<Self::Reply>;
+    /// How long a follower waits for its next order before it takes rank 0 for hung.
+    fn patience(&self, world: &World) -> Duration;
+}
+
+/// Runs `bench` on this rank. Rank 0 returns its run folder; the others return None.
+pub fn run_ranked<B: Ranked>(bench: &mut B, opts: &SessionOptions) -> Result<Option<PathBuf>> {
+    let env = |k: &str| std::env::var(k).ok();
+    let mut world = world::establish(&opts.world, &env)?;
+    if let Err(e) = bench.validate(&world) {
+        if world.rank() == 0 {
+            abort_all(&mut world, &format!("{e:#}"));
+        }
+        return Err(e);
+    }
+    if world.rank() == 0 {
+        lead(bench, &mut world, opts).map(Some)
+    } else {
+        follow(bench, &mut world).map(|()| None)
+    }
+}
+
+fn abort_all(world: &mut World, why: &str) {
+    let _ = world.broadcast(&Down::<()>::Abort(why.to_string()), true);
+}
+
+fn lead<B: Ranked>(bench: &mut B, world: &mut World, opts: &SessionOptions) -> Result<PathBuf> {
+    let adapter = match bench.prepare(world) {
+        Ok(a) => a,
+        Err(e) => {
+            abort_all(world, &format!("{e:#}"));
+            return Err(e);
+        }
+    };
+    let mut meta = RunMeta::new(HostInfo::probe());
+    meta.adapter = adapter;
+    meta.config = Some(bench.config(world));
+    let mut dir = match RunDir::create(&opts.out, meta, false) {
+        Ok(d) => d,
+        Err(e) => {
+            abort_all(world, &format!("rank 0 cannot write its results: {e:#}"));
+            return Err(e);
+        }
+    };
+    if !opts.quiet {
+        println!(
+            "{}, run {} -> {}",
+            bench.banner(world),
+            dir.id,
+            dir.path.display()
+        );
+    }
+    let mut crew = Crew {
+        world,
+        _messages: PhantomData,
+    };
+    let result = bench.lead(&mut crew, &dir);
+    match &result {
+        Ok(()) => {
+            let _ = crew.world.broadcast(&Down::<B::Order>::Finish, true);
+        }
+        Err(e) => abort_all(crew.world, &format!("{e:#}")),
+    }
+    dir.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")))?;
+    result.map(|()| dir.path.clone())
+}
+
+fn follow<B: Ranked>(bench: &mut B, world: &mut World) -> Result<()> {
+    loop {
+        let wait = bench.patience(world);
+        let order: Down<B::Order> = world.hear_root(Instant::now() + wait)?;
+        let reply = match order {
+            Down::Order(o) => bench.follow(world, o),
+            Down::Ping => {
+                world.tell_root(&Up::<B::Reply>::Pong(super::clock::now_us()))?;
+                continue;
+            }
+            Down::Finish => return Ok(()),
+            Down::Abort(why) => return Err(ClusterError::Aborted(why).into()),
+        };
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = world.tell_root(&Up::<B::Reply>::Failed(format!("{e:#}")));
+                return Err(e);
+            }
+        };
+        world.tell_root(&Up::Reply(reply))?;
+    }
+}
+
+/// Rank 0's handle on the others: orders out, replies in, every failure named.
+pub struct Crew<'w, O, R> {
+    world: &'w mut World,
+    _messages: PhantomData<(O, R)>,
+}
+
+impl<O, R> Crew<'_, O, R>
+where
+    O: Serialize,
+    R: DeserializeOwned + Send + 'static,
+{
+    pub fn world(&self) -> &World {
+        self.world
+    }
+
+    /// Every rank but 0.
+    pub fn others(&self) -> Vec<u32> {
+        (1..self.world.size()).collect()
+    }
+
+    /// Sends `order` to every other rank.
+    pub fn order_all(&mut self, order: O) -> Result<(), ClusterError> {
+        self.world.broadcast(&Down::Order(order), false)
+    }
+
+    /// Sends `order` to one rank.
+    pub fn order(&mut self, rank: u32, order: O) -> Result<(), ClusterError> {
+        self.world.send_to(rank, &Down::Order(order))
+    }
+
+    /// Tells every other rank to stop (best effort): for a lead that fails while its own
+    /// part still runs, so the others' links close and that part ends too.
+    pub fn abort(&mut self, why: &str) {
+        abort_all(self.world, why);
+    }
+
+    /// One reply from each of `ranks` by `deadline`, in their order. A failure ends the
+    /// gather: the dead are named first (with a peer's report of it), then a rank's own
+    /// report, then silence or garbage.
+    pub fn hear(
+        &mut self,
+        ranks: &[u32],
+        deadline: Instant,
+    ) -> Result<Vec<(u32, R)>, ClusterError> {
+        let replies = self
+            .world
+            .gather(ranks, deadline, |r: &Result<Up<R>, ClusterError>| {
+                matches!(r, Err(_) | Ok(Up::Failed(_)))
+            });
+        settle(self.world, ranks, replies)
+    }
+
+    /// One reply from every other rank by `deadline`, in rank order.
+    pub fn hear_all(&mut self, deadline: Instant) -> Result<Vec<R>, ClusterError> {
+        let others = self.others();
+        Ok(self
+            .hear(&others, deadline)?
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect())
+    }
+
+    /// Sends a clock ping to `rank` and waits for its clock, as (sent, its clock, received),
+    /// all µs since the Unix epoch.
+    pub fn ping(&mut self, rank: u32, wait: Duration) -> Result<(f64, f64, f64), ClusterError> {
+        let t0 = super::clock::now_us();
+        self.world.send_to(rank, &Down::<O>::Ping)?;
+        let reply = self
+            .world
+            .gather(&[rank], Instant::now() + wait, |_: &Result<Up<R>, _>| false)
+            .pop()
+            .flatten();
+        let t1 = super::clock::now_us();
+        match reply {
+            Some(Ok(Up::Pong(t))) => Ok((t0, t, t1)),
+            Some(Err(e)) => Err(e),
+            _ => Err(ClusterError::Protocol(format!(
+                "{} did not answer the clock ping",
+                self.world.describe(rank)
+            ))),
+        }
+    }
+
+    /// A reply that is not the one the lead waits for.
+    pub fn out_of_turn(&self, rank: u32, what: &str) -> ClusterError {
+        ClusterError::Protocol(format!(
+            "{} answered {what} out of turn",
+            self.world.describe(rank)
+        ))
+    }
+}
+
+/// Rank 0's reading of the replies of a gather (see [`Crew::hear`]).
+fn settle<R>(
+    world: &World,
+    ranks: &[u32],
+    replies: Vec<Option<Result<Up<R>, ClusterError>>>,
+) -> Result<Vec<(u32, R)>, ClusterError> {
+    let dead: Vec<Who> = replies
+        .iter()
+        .filter_map(|r| match r {
+            Some(Err(e @ ClusterError::Died { .. })) => e.dead_ranks().first().copied(),
+            _ => None,
+        })
+        .map(|rank| world.who(rank))
+        .collect();
+    let reported = ranks.iter().zip(&replies).find_map(|(&rank, r)| match r {
+        Some(Ok(Up::Failed(e))) => Some(ClusterError::Reported {
+            who: world.who(rank),
+            message: e.clone(),
+        }),
+        _ => None,
+    });
+    if !dead.is_empty() {
+        return Err(ClusterError::Dead {
+            whos: dead,
+            news: reported.map(|r| r.to_string()),
+        });
+    }
+    if let Some(r) = reported {
+        return Err(r);
+    }
+    ranks
+        .iter()
+        .zip(replies)
+        .map(|(&rank, r)| match r {
+            Some(Ok(Up::Reply(m))) => Ok((rank, m)),
+            Some(Ok(_)) => Err(ClusterError::Protocol(format!(
+                "{} answered out of turn",
+                world.describe(rank)
+            ))),
+            Some(Err(e)) => Err(e),
+            None => Err(ClusterError::NoAnswer {
+                who: world.who(rank),
+            }),
+        })
+        .collect()
+}
