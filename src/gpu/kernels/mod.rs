@@ -3,6 +3,7 @@
 
 pub mod gemm;
 pub mod layernorm;
+pub mod resident_gen;
 pub mod select;
 pub mod train;
 
