@@ -143,81 +143,86 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             let dir = morphbench::bench::links::run(&a.options(g))?;
             after_ranked(dir.as_deref(), g)
         }
-        Command::Sim(a) => {
-            let mut cfg = a.config()?;
-            let links = match &a.from {
-                Some(dir) if dir.join("links.csv").exists() => {
-                    Some(sim_links(a, &mut cfg, dir, g.quiet)?)
-                }
-                Some(dir) if a.place => anyhow::bail!(
-                    "--place needs a links run: {} has no links.csv (run `morphbench links`)",
-                    dir.display()
-                ),
-                _ => None,
-            };
-            if let Some(dir) = a
-                .from
-                .as_ref()
-                .filter(|d| links.is_none() || d.join("kernels.csv").exists())
-            {
-                let cal = calibrate_from(dir, a.layers_per_stage)?;
-                if !g.quiet {
-                    println!("{}", cal.note);
-                }
-                // Values given by flag or scenario file win over the calibration, and it says so.
-                let given: Vec<&str> = [
-                    ("tf", cfg.tf.is_some()),
-                    ("tb", cfg.tb.is_some()),
-                    ("tw", cfg.tw.is_some()),
-                    ("d2h-ms", cfg.d2h_ms.is_some()),
-                    ("link-ms", cfg.link_ms.is_some()),
-                ]
-                .iter()
-                .filter(|(_, set)| *set)
-                .map(|(name, _)| *name)
-                .collect();
-                if !g.quiet && !given.is_empty() {
-                    println!("given, so not calibrated: {}", given.join(", "));
-                }
-                let one = |x: f64| Some(OneOrMany::One(x));
-                cfg.tf = cfg.tf.take().or(one(cal.tf_ms));
-                cfg.tb = cfg.tb.take().or(one(cal.tb_ms));
-                cfg.tw = cfg.tw.take().or(one(cal.tw_ms));
-                cfg.d2h_ms = cfg.d2h_ms.or(cal.d2h_ms);
-                cfg.link_ms = cfg.link_ms.or(cal.link_ms);
-            }
-            let trace = match &a.trace {
-                Some(p) => Some(
-                    std::fs::read_to_string(p)
-                        .map_err(|e| anyhow::anyhow!("cannot read trace {}: {e}", p.display()))?,
-                ),
-                None => None,
-            };
-            let plan = SimPlan::build(&cfg, trace.as_deref()).map_err(anyhow::Error::msg)?;
-            if let (Some(costs), true) = (&links, a.place) {
-                place(costs, &plan, g.quiet)?;
-            }
-            let timelines = match a.timeline.as_deref() {
-                Some("none") => Vec::new(),
-                Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
-                None if plan.cases.first().is_some_and(|c| c.scenario.stages <= 32) => {
-                    vec!["static:1f1b".into(), "adaptive".into()]
-                }
-                None => Vec::new(),
-            };
-            let output = SimOutput {
-                timelines,
-                width: a.width as usize,
-                trace_out: a.trace_out.clone(),
-                bench_reps: if a.bench { 5 } else { 0 },
-            };
-            one(
-                Box::new(SimBench { plan, output }),
-                serde_json::to_value(&cfg)?,
-                false,
-            )
-        }
+        Command::Sim(a) => sim_command(a, g),
     }
+}
+
+/// `morphbench sim`: the scenario from flags, a scenario file or a measured run (`--from`),
+/// placed when asked (`--place`), run into its own run folder.
+fn sim_command(
+    a: &morphbench::cli::SimArgs,
+    g: &morphbench::cli::GlobalArgs,
+) -> anyhow::Result<()> {
+    let mut cfg = a.config()?;
+    let links = match &a.from {
+        Some(dir) if dir.join("links.csv").exists() => {
+            Some(sim_links(a, &mut cfg, dir, g.quiet)?)
+        }
+        Some(dir) if a.place => anyhow::bail!(
+            "--place needs a links run: {} has no links.csv (run `morphbench links`)",
+            dir.display()
+        ),
+        _ => None,
+    };
+    if let Some(dir) = a
+        .from
+        .as_ref()
+        .filter(|d| links.is_none() || d.join("kernels.csv").exists())
+    {
+        let cal = calibrate_from(dir, a.layers_per_stage)?;
+        if !g.quiet {
+            println!("{}", cal.note);
+        }
+        // Values given by flag or scenario file win over the calibration, and it says so.
+        let given: Vec<&str> = [
+            ("tf", cfg.tf.is_some()),
+            ("tb", cfg.tb.is_some()),
+            ("tw", cfg.tw.is_some()),
+            ("d2h-ms", cfg.d2h_ms.is_some()),
+            ("link-ms", cfg.link_ms.is_some()),
+        ]
+        .iter()
+        .filter(|(_, set)| *set)
+        .map(|(name, _)| *name)
+        .collect();
+        if !g.quiet && !given.is_empty() {
+            println!("given, so not calibrated: {}", given.join(", "));
+        }
+        let one = |x: f64| Some(OneOrMany::One(x));
+        cfg.tf = cfg.tf.take().or(one(cal.tf_ms));
+        cfg.tb = cfg.tb.take().or(one(cal.tb_ms));
+        cfg.tw = cfg.tw.take().or(one(cal.tw_ms));
+        cfg.d2h_ms = cfg.d2h_ms.or(cal.d2h_ms);
+        cfg.link_ms = cfg.link_ms.or(cal.link_ms);
+    }
+    let trace = match &a.trace {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| anyhow::anyhow!("cannot read trace {}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    let plan = SimPlan::build(&cfg, trace.as_deref()).map_err(anyhow::Error::msg)?;
+    if let (Some(costs), true) = (&links, a.place) {
+        place(costs, &plan, g.quiet)?;
+    }
+    let timelines = match a.timeline.as_deref() {
+        Some("none") => Vec::new(),
+        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+        None if plan.cases.first().is_some_and(|c| c.scenario.stages <= 32) => {
+            vec!["static:1f1b".into(), "adaptive".into()]
+        }
+        None => Vec::new(),
+    };
+    let output = SimOutput {
+        timelines,
+        width: a.width as usize,
+        trace_out: a.trace_out.clone(),
+        bench_reps: if a.bench { 5 } else { 0 },
+    };
+    let bench: Box<dyn Bench> = Box::new(SimBench { plan, output });
+    let dir = suite::run(&g.options(false), &[bench], Some(serde_json::to_value(&cfg)?))?;
+    print_summary(&dir.path, g.json)
 }
 
 /// `sim --from` a links run: the stages are its ranks in launcher order, each link costed at
@@ -271,7 +276,7 @@ fn place(costs: &LinkCosts, plan: &SimPlan, quiet: bool) -> anyhow::Result<()> {
             (1..=n as u64).product::<u64>()
         )
     } else {
-        "heuristic: nearest-neighbour chains over the link costs, then pairwise swaps judged by          the simulator (more than 8 ranks)"
+        "heuristic: nearest-neighbour chains over the link costs, then pairwise swaps judged by the simulator (more than 8 ranks)"
             .to_string()
     };
     let show = |o: &[usize]| {

@@ -119,36 +119,7 @@ pub fn serve(
         if reg.address.is_empty() {
             reg.address = peer.ip().to_string();
         }
-        let why = if reg.version != me.version {
-            Some(ClusterError::Version {
-                who: format!("rank {} ({})", reg.rank, reg.hostname),
-                theirs: reg.version.clone(),
-                ours: me.version.clone(),
-            })
-        } else if reg.world != me.world {
-            Some(ClusterError::Rendezvous(format!(
-                "rank {} ({}) says the world is {} ranks, rank 0 says {}: launch them together",
-                reg.rank, reg.hostname, reg.world, me.world
-            )))
-        } else if reg.rank == 0 || reg.rank >= me.world {
-            Some(ClusterError::Rendezvous(format!(
-                "{} registered as rank {}, which is {}",
-                reg.hostname,
-                reg.rank,
-                if reg.rank == 0 {
-                    "rank 0's own"
-                } else {
-                    "not below the world size"
-                }
-            )))
-        } else if let Some((first, _)) = &ranks[reg.rank as usize] {
-            Some(ClusterError::Rendezvous(format!(
-                "rank {} registered twice (from {} and {}): each rank must be launched once",
-                reg.rank, first.hostname, reg.hostname
-            )))
-        } else {
-            None
-        };
+        let why = refusal(&reg, &me, &ranks);
         if let Some(why) = why {
             let _ = send(&mut stream, &Message::Error(why.to_string()));
             return fail(&mut ranks, why);
@@ -171,6 +142,45 @@ pub fn serve(
         streams.push(stream);
     }
     Ok((roster, streams))
+}
+
+/// Why rank 0 refuses a registration, if it does: another version, another world size, a rank
+/// out of range or one already taken.
+fn refusal(
+    reg: &Registration,
+    me: &Registration,
+    ranks: &[Option<(Registration, TcpStream)>],
+) -> Option<ClusterError> {
+    if reg.version != me.version {
+        Some(ClusterError::Version {
+            who: format!("rank {} ({})", reg.rank, reg.hostname),
+            theirs: reg.version.clone(),
+            ours: me.version.clone(),
+        })
+    } else if reg.world != me.world {
+        Some(ClusterError::Rendezvous(format!(
+            "rank {} ({}) says the world is {} ranks, rank 0 says {}: launch them together",
+            reg.rank, reg.hostname, reg.world, me.world
+        )))
+    } else if reg.rank == 0 || reg.rank >= me.world {
+        Some(ClusterError::Rendezvous(format!(
+            "{} registered as rank {}, which is {}",
+            reg.hostname,
+            reg.rank,
+            if reg.rank == 0 {
+                "rank 0's own"
+            } else {
+                "not below the world size"
+            }
+        )))
+    } else if let Some((first, _)) = &ranks[reg.rank as usize] {
+        Some(ClusterError::Rendezvous(format!(
+            "rank {} registered twice (from {} and {}): each rank must be launched once",
+            reg.rank, first.hostname, reg.hostname
+        )))
+    } else {
+        None
+    }
 }
 
 /// Any other rank: connects to rank 0 at `addr`, retrying until `timeout` (rank 0 may start

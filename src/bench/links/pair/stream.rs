@@ -1,0 +1,116 @@
+//! Streams between a pair: messages written in 128 KiB writes, read and checked in order, acknowledged.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// Writes `count` stamped messages of `n` bytes.
+/// The largest single write: a large message goes out in writes of this size (iperf3's
+/// default), which keeps the socket buffer fed instead of one huge write blocking and waking.
+pub(super) const WRITE_CHUNK: usize = 128 << 10;
+
+/// Writes `count` stamped messages of `msg.len()` bytes (the buffer is the caller's, so no
+/// batch pays for allocating and faulting in a fresh one).
+pub(super) fn write_messages(s: &mut TcpStream, count: u32, msg: &mut [u8]) -> Result<(), String> {
+    for seq in 0..count as u64 {
+        stamp(msg, seq);
+        for part in msg.chunks(WRITE_CHUNK) {
+            s.write_all(part).map_err(|e| io_err("a stream", e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads `count` messages of `n` bytes, about 1 MiB of whole messages per read (so memory
+/// stays bounded whatever the batch), and checks their stamps.
+pub(super) fn read_messages(
+    s: &mut TcpStream,
+    count: u32,
+    n: usize,
+    buf: &mut Vec<u8>,
+) -> Result<(), String> {
+    let per_read = (BATCH_BYTES as usize / n).max(1);
+    let mut seq = 0u64;
+    while seq < count as u64 {
+        let k = per_read.min((count as u64 - seq) as usize);
+        buf.resize(k * n, 0);
+        s.read_exact(buf).map_err(|e| io_err("a stream", e))?;
+        for m in buf.chunks(n) {
+            check_stamp(m, seq, "stream")?;
+            seq += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Writes on a clone of the socket in a thread while `read` runs here.
+pub(super) fn both_ways(
+    s: &mut TcpStream,
+    count: u32,
+    msg: &mut Vec<u8>,
+    buf: &mut Vec<u8>,
+) -> Result<(), String> {
+    let n = msg.len();
+    let mut w = s.try_clone().map_err(|e| e.to_string())?;
+    let mut out = std::mem::take(msg);
+    let writer = std::thread::spawn(move || {
+        let r = write_messages(&mut w, count, &mut out);
+        (r, out)
+    });
+    let read = read_messages(s, count, n, buf);
+    let (wrote, out) = writer
+        .join()
+        .map_err(|_| "the stream writer panicked".to_string())?;
+    *msg = out;
+    read.and(wrote)
+}
+
+pub(super) fn read_ack(s: &mut TcpStream) -> Result<(), String> {
+    let mut a = [0u8; 1];
+    s.read_exact(&mut a).map_err(|e| io_err("a stream", e))?;
+    if a[0] != ACK {
+        return Err(format!("the peer acknowledged a stream with {:#x}", a[0]));
+    }
+    Ok(())
+}
+
+/// One stream test from the driver's side: batches until the budget; returns µs per message
+/// and GB/s over the whole test. The clock runs from the announcement to the last byte (or the
+/// server's acknowledgement), so each batch carries one one-way latency in either direction.
+pub(super) fn tcp_stream(
+    s: &mut TcpStream,
+    plan: &PairPlan,
+    op: u8,
+    bytes: u64,
+) -> Result<(Vec<f64>, f64), String> {
+    let n = bytes as usize;
+    let (mut buf, mut msg) = (Vec::new(), vec![0u8; n]);
+    let mut one = |s: &mut TcpStream, k: u32| -> Result<f64, String> {
+        let t0 = Instant::now();
+        s.write_all(&header(op, k, bytes))
+            .map_err(|e| io_err("a stream", e))?;
+        match op {
+            OP_SINK => {
+                write_messages(s, k, &mut msg)?;
+                read_ack(s)?;
+            }
+            OP_SOURCE => read_messages(s, k, n, &mut buf)?,
+            _ => {
+                both_ways(s, k, &mut msg, &mut buf)?;
+                read_ack(s)?;
+            }
+        }
+        Ok(t0.elapsed().as_secs_f64() * 1e6)
+    };
+    let k0 = first_batch(bytes);
+    let k = sized_batch(bytes, k0, one(s, k0)?); // the warm-up sizes the batches
+    let started = Instant::now();
+    let (mut per_msg, mut total_us) = (Vec::new(), 0.0);
+    while !enough(per_msg.len(), started, plan) {
+        let us = one(s, k)?;
+        total_us += us;
+        per_msg.push(us / k as f64);
+    }
+    let ways = if op == OP_BOTH { 2.0 } else { 1.0 };
+    let moved = ways * per_msg.len() as f64 * k as f64 * bytes as f64;
+    Ok((per_msg, moved / total_us / 1e3))
+}

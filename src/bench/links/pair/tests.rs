@@ -1,0 +1,100 @@
+use super::*;
+
+fn plan() -> PairPlan {
+    PairPlan {
+        transports: vec![TransportKind::Tcp],
+        sizes: vec![8, 65536],
+        iters: 50,
+        budget_ms: 30,
+        bidir: true,
+        io_timeout_s: 5,
+    }
+}
+
+#[test]
+fn a_pair_measures_every_test_over_loopback() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let p = plan();
+    let choice = crate::rdma::DeviceChoice::default();
+    let server = {
+        let (p, c) = (p.clone(), choice.clone());
+        std::thread::spawn(move || serve(&listener, &p, 0, 1, 0, &c))
+    };
+    let rows = drive(&addr, &p, 1, 0, 0, &choice).unwrap();
+    assert!(server.join().unwrap().unwrap().is_empty());
+    // Per size: ping-pong, 1->0, 0->1, both.
+    assert_eq!(rows.len(), 8, "{rows:?}");
+    let dirs: Vec<(u32, u32, &str)> = rows[..4]
+        .iter()
+        .map(|m| (m.src, m.dst, m.direction.as_str()))
+        .collect();
+    assert_eq!(
+        dirs,
+        [
+            (0, 1, "pingpong"),
+            (1, 0, "oneway"),
+            (0, 1, "oneway"),
+            (0, 1, "bidir")
+        ]
+    );
+    for m in &rows {
+        assert!(m.summary.n >= MIN_SAMPLES && m.summary.n <= 50, "{m:?}");
+        assert!(m.summary.p50 > 0.0);
+        assert_eq!(m.gbps.is_some(), m.direction != "pingpong");
+    }
+}
+
+#[test]
+fn a_stranger_or_a_wrong_round_is_refused() {
+    let choice = crate::rdma::DeviceChoice::default();
+    for hello in [b"GET / HTTP/1.1\r\n".to_vec(), {
+        let mut h = HELLO.to_vec();
+        h.extend([2, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0]);
+        h
+    }] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peer = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(&hello).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+        });
+        let e = serve(&listener, &plan(), 0, 1, 0, &choice).unwrap_err();
+        assert!(
+            e.contains("not a morphbench rank") || e.contains("expected rank 1 in round 0"),
+            "{e}"
+        );
+        peer.join().unwrap();
+    }
+}
+
+#[test]
+fn a_header_outside_the_plan_is_refused_before_allocating() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peer = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let mut hello = HELLO.to_vec();
+        hello.extend([1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        s.write_all(&hello).unwrap();
+        s.write_all(&header(OP_SINK, 1, 1 << 40)).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    });
+    let choice = crate::rdma::DeviceChoice::default();
+    let e = serve(&listener, &plan(), 0, 1, 0, &choice).unwrap_err();
+    assert!(e.contains("outside the plan"), "{e}");
+    peer.join().unwrap();
+}
+
+#[test]
+fn stamps_catch_reordering() {
+    let mut m = vec![0u8; 16];
+    stamp(&mut m, 3);
+    assert!(check_stamp(&m, 3, "t").is_ok());
+    assert!(check_stamp(&m, 4, "t").is_err());
+    let mut tiny = vec![0u8; 2];
+    stamp(&mut tiny, 258);
+    assert!(check_stamp(&tiny, 258, "t").is_ok());
+    assert!(check_stamp(&tiny, 257, "t").is_err());
+}

@@ -1,0 +1,219 @@
+//! Running a planned sweep: every case simulated, its rows, timelines, trace and throughput.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// Simulates every schedule on every case, writing `sim.csv` row by row (and the ops of small
+/// scenarios to `sim_timeline.csv`).
+pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outcome>> {
+    let mut table = dir.table::<SimTable>()?;
+    let mut timeline = dir.table::<TimelineTable>()?;
+    // Rows sim_timeline.csv may still take; `None` once a case did not fit.
+    let mut timeline_room = Some(MAX_TIMELINE_ROWS);
+    let mut outcomes = Vec::new();
+    let one_f_one_b: Schedule = "1f1b".parse().expect("valid");
+    for case in &plan.cases {
+        let sc = &case.scenario;
+        progress.set_message(format!("sim {}", case.label));
+        let reference = evaluate(&one_f_one_b, sc, plan.mem_limit)
+            .map_err(|e| anyhow!("{}: 1f1b: {e}", case.label))?
+            .1
+            .iteration_ms;
+        progress.println(format!(
+            "\n{} (S={}, N={}, comm {}, slow links {})",
+            case.label,
+            sc.stages,
+            sc.microbatches,
+            sc.comm,
+            slow_label(&sc.delay_ms)
+        ));
+        progress.println(format!(
+            "  {:<14} {:>12} {:>9} {:>8} {:>10}  plan",
+            "schedule", "iteration ms", "vs 1f1b", "bubble", "peak act"
+        ));
+        for schedule in &plan.schedules {
+            let (plan_name, run) = evaluate(schedule, sc, plan.mem_limit)
+                .map_err(|e| anyhow!("{}: {schedule}: {e}", case.label))?;
+            let speedup = reference / run.iteration_ms;
+            let bubbles = run.bubble_ratios();
+            let peak_max = run.peak_in_flight.iter().copied().max().unwrap_or(0);
+            let stats = Summary::of(&[run.iteration_ms * 1e3]).context("iteration time")?;
+            let join = |v: Vec<String>| v.join(";");
+            let params = SimParams {
+                iteration: case.iteration,
+                schedule: schedule.to_string(),
+                plan: plan_name.clone(),
+                stages: sc.stages,
+                microbatches: sc.microbatches,
+                comm: sc.comm.to_string(),
+                link_ms: sc.link_ms,
+                slow: slow_label(&sc.delay_ms),
+                mem_limit: plan.mem_limit,
+            };
+            let figures = SimFigures {
+                iteration_ms: sig4(run.iteration_ms),
+                speedup_vs_1f1b: round(speedup, 4),
+                bubble_mean: round(run.mean_bubble(), 4),
+                bubble_per_stage: join(bubbles.iter().map(|b| format!("{b:.4}")).collect()),
+                peak_activations_per_stage: join(
+                    run.peak_in_flight.iter().map(|p| p.to_string()).collect(),
+                ),
+                peak_activations_max: peak_max,
+                ops: run.ops.len(),
+            };
+            table.write(&Line::new(
+                &dir.id,
+                &case.label,
+                params,
+                Some(&stats),
+                figures,
+            ))?;
+            let ops = run.ops.len();
+            match timeline_room {
+                _ if ops > TIMELINE_MAX_OPS => {}
+                Some(left) if ops <= left => {
+                    timeline_room = Some(left - ops);
+                    write_timeline(&mut timeline, &dir.id, case, schedule, &run)?;
+                }
+                Some(_) => {
+                    timeline_room = None;
+                    progress.println(format!(
+                        "note: sim_timeline.csv is full (cap {MAX_TIMELINE_ROWS} rows): later \
+                         cases have no timeline rows"
+                    ));
+                }
+                None => {}
+            }
+            progress.println(format!(
+                "  {:<14} {:>12.2} {:>8.2}x {:>8.3} {:>10}  {}",
+                schedule.to_string(),
+                run.iteration_ms,
+                speedup,
+                run.mean_bubble(),
+                peak_max,
+                plan_name
+            ));
+            outcomes.push(Outcome {
+                case: case.label.clone(),
+                schedule: schedule.to_string(),
+                plan: plan_name,
+                run,
+            });
+        }
+        progress.inc();
+    }
+    Ok(outcomes)
+}
+
+/// Writes every op of one schedule's run on one case to `sim_timeline.csv`.
+pub(super) fn write_timeline(
+    timeline: &mut CsvSink<TimelineTable>,
+    run_id: &str,
+    case: &Case,
+    schedule: &Schedule,
+    run: &Run,
+) -> Result<()> {
+    for e in &run.ops {
+        let params = TimelineParams {
+            iteration: case.iteration,
+            schedule: schedule.to_string(),
+            stage: e.op.stage,
+            kind: e.op.kind.to_string(),
+            microbatch: e.op.mb,
+        };
+        let figures = TimelineFigures {
+            start_ms: round(e.start, 4),
+            end_ms: round(e.end, 4),
+            queue_end_ms: round(e.queue_end, 4),
+        };
+        timeline.write(&Line::new(run_id, &case.label, params, None, figures))?;
+    }
+    Ok(())
+}
+
+/// Prints the ASCII timelines of the given outcomes.
+pub fn print_timelines(outcomes: &[&Outcome], width: usize, progress: &Progress) {
+    for o in outcomes {
+        let stages = o.run.busy_ms.len();
+        progress.println(format!(
+            "\n{} — {} ({}): {:.1} ms",
+            o.case, o.schedule, o.plan, o.run.iteration_ms
+        ));
+        progress.println(crate::sim::render::ascii_timeline(&o.run, stages, width));
+    }
+}
+
+/// Writes Chrome trace / Perfetto JSON of the outcomes.
+pub fn write_trace(outcomes: &[Outcome], path: &Path) -> Result<()> {
+    let runs: Vec<(String, &Run)> = outcomes
+        .iter()
+        .map(|o| (format!("{} | {}", o.case, o.schedule), &o.run))
+        .collect();
+    let json = crate::sim::render::trace_events(&runs);
+    std::fs::write(path, serde_json::to_vec(&json)?)
+        .with_context(|| format!("cannot write trace {}", path.display()))
+}
+
+/// Simulator throughput: every schedule on S = 64, N = 1024, timed `reps` times.
+pub fn throughput_bench(dir: &RunDir, reps: u32, progress: &Progress) -> Result<f64> {
+    let mut table = dir.table::<SimBenchTable>()?;
+    let sc = Scenario::new(
+        64,
+        1024,
+        &[1.0],
+        &[1.2],
+        &[0.8],
+        0.1,
+        &[(10, 30.0)],
+        CommModel::Latency,
+        0.5,
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    let mem = default_mem_limit(&sc);
+    let (mut all_ops, mut all_secs) = (0usize, 0.0f64);
+    let schedules = [
+        "gpipe",
+        "1f1b",
+        "zb-h1",
+        "greedy",
+        "static:1f1b",
+        "static:zb-h1",
+        "adaptive",
+    ];
+    for name in schedules {
+        let schedule: Schedule = name.parse().map_err(|e: String| anyhow!(e))?;
+        let mut samples = Vec::new();
+        let mut ops = 0usize;
+        for _ in 0..reps.max(1) {
+            // Count every op simulated, including adaptive's candidate plans and the
+            // delay-free run a static: replay is taken from.
+            let before = ops_simulated();
+            let t0 = Instant::now();
+            evaluate(&schedule, &sc, mem).map_err(|e| anyhow!("{name}: {e}"))?;
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+            ops = (ops_simulated() - before) as usize;
+        }
+        let s = Summary::of(&samples).context("no samples")?;
+        let rate = ops as f64 / (s.p50 / 1e6);
+        all_ops += ops;
+        all_secs += s.p50 / 1e6;
+        let params = SimBenchParams {
+            schedule: name.to_string(),
+            stages: 64,
+            microbatches: 1024,
+            ops,
+        };
+        let figures = SimBenchFigures {
+            ops_per_s: rate.round(),
+        };
+        table.write(&Line::new(&dir.id, name, params, Some(&s), figures))?;
+        progress.println(format!(
+            "  {name:<14} {ops:>9} ops  p50 {:>9.1} ms  {:>6.2} M ops/s",
+            s.p50 / 1e3,
+            rate / 1e6
+        ));
+    }
+    let overall = all_ops as f64 / all_secs;
+    progress.println(format!("  overall {:.2} M simulated ops/s", overall / 1e6));
+    Ok(overall)
+}

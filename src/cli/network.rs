@@ -1,0 +1,326 @@
+//! The flags of the commands that talk over the network: links, pipeline, rdma, sink.
+
+#[allow(unused_imports)]
+use super::*;
+
+#[derive(Debug, Args)]
+pub struct SinkArgs {
+    /// Address to listen on (loopback unless told otherwise).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:18600")]
+    pub listen: String,
+    /// Serve one connection, then exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Largest payload accepted, in bytes (K/M/G units allowed).
+    #[arg(long, value_parser = crate::units::parse_size, default_value = "256M")]
+    pub max_payload: u64,
+    /// Seconds a frame may take to arrive before the peer counts as gone (1 to 3600). It must
+    /// exceed the largest delay the sender injects.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout_s: u64,
+    /// What the sender uses: TCP, or RDMA WRITE through verbs (`hol --transport rdma`).
+    #[arg(long, value_enum, default_value = "tcp")]
+    pub transport: crate::transport::TransportKind,
+    #[command(flatten)]
+    pub rdma: RdmaDeviceArgs,
+}
+
+/// How a multi-rank command finds its place when no launcher says (`links`, `pipeline`).
+#[derive(Debug, Clone, Args)]
+pub struct LaunchArgs {
+    /// This process's rank, when no launcher says (with --world and --rendezvous).
+    #[arg(long, requires = "world")]
+    pub rank: Option<u32>,
+    /// The number of ranks, when no launcher says.
+    #[arg(long, requires = "rank")]
+    pub world: Option<u32>,
+    /// Where rank 0 listens, HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub rendezvous: Option<String>,
+    /// Seconds the ranks wait for each other to arrive.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub wait_s: u64,
+    /// Start N ranks of this program on this machine, each with its own device (a CPU driver
+    /// gets its share of the cores via LP_NUM_THREADS).
+    #[arg(long, value_name = "N")]
+    pub local: Option<u32>,
+}
+
+impl LaunchArgs {
+    /// `--local N` on the command line as given: a process started with `--rank` is one of the
+    /// ranks such a launcher started, not a launcher itself.
+    pub fn spawn_local(&self) -> Option<u32> {
+        self.local.filter(|_| self.rank.is_none())
+    }
+
+    pub fn session(
+        &self,
+        g: &GlobalArgs,
+        rdma_devices: Vec<String>,
+    ) -> crate::cluster::SessionOptions {
+        crate::cluster::SessionOptions {
+            world: crate::cluster::world::WorldOptions {
+                explicit: self.rank.zip(self.world),
+                rendezvous: self.rendezvous.clone(),
+                timeout: std::time::Duration::from_secs(self.wait_s),
+                adapter: None,
+                rdma_devices,
+            },
+            out: g.out.clone(),
+            quiet: g.quiet,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct LinksArgs {
+    /// Transports to measure, in order.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "tcp")]
+    pub transport: Vec<crate::transport::TransportKind>,
+    /// Message sizes such as 8,64K,4M (1 B to 256 MiB).
+    #[arg(long, value_parser = parse_message_sizes, default_value = "8,64K,4M")]
+    pub sizes: SizeList,
+    /// The most samples per test (ping-pongs, or stream batches of about 1 MiB).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub iters: u32,
+    /// A TCP test stops after this many milliseconds once it has 5 samples.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub budget_ms: u64,
+    /// Also stream both ways at once (GB/s is the sum).
+    #[arg(long)]
+    pub bidir: bool,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
+    /// Seconds any one read or write from a peer may take before it counts as gone.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout_s: u64,
+    /// Skip the nodes' GPU samples (nodes.csv).
+    #[arg(long)]
+    pub no_fingerprint: bool,
+    /// The most pairs measured at once within a round [default: all of the round's]. 1 when
+    /// the "hosts" share cores (namespaces or VMs on one machine), so pairs do not compete
+    /// for the CPU that small messages are bound by.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrent: Option<u32>,
+    #[command(flatten)]
+    pub rdma: RdmaDeviceArgs,
+}
+
+impl LinksArgs {
+    pub fn options(&self, g: &GlobalArgs) -> crate::bench::links::LinksOptions {
+        let mut transports = self.transport.clone();
+        transports.dedup();
+        crate::bench::links::LinksOptions {
+            session: self.launch.session(
+                g,
+                crate::rdma::verbs::list_devices()
+                    .map(|l| l.into_iter().map(|d| d.name).collect())
+                    .unwrap_or_default(),
+            ),
+            plan: crate::bench::links::pair::PairPlan {
+                transports,
+                sizes: self.sizes.0.clone(),
+                iters: self.iters,
+                budget_ms: self.budget_ms,
+                bidir: self.bidir,
+                io_timeout_s: self.timeout_s,
+            },
+            choice: self.rdma.choice(),
+            fingerprint: !self.no_fingerprint,
+            concurrent: self.concurrent.map(|c| c as usize),
+            backend: g.backend,
+            adapter: g.adapter.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PipelineArgs {
+    /// Schedules to run, each replaying the simulator's order (1f1b, zb-h1, greedy, adaptive,
+    /// static:X).
+    #[arg(long, default_value = "1f1b,adaptive")]
+    pub schedule: String,
+    /// inline: a stage waits for each send to be acknowledged; offload: a host thread sends.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "inline,offload"
+    )]
+    pub comm: Vec<crate::bench::pipeline::exec::Comm>,
+    /// LINK:MS[,MS...]: delay every message on link LINK (both ways) by each MS in turn.
+    #[arg(long, value_parser = parse_sweep, value_name = "LINK:MS[,MS...]")]
+    pub slow: Option<SweepLink>,
+    #[arg(long, default_value_t = 2)]
+    pub layers: u32,
+    #[arg(long, default_value_t = 256)]
+    pub hidden: u32,
+    #[arg(long, default_value_t = 64)]
+    pub tokens: u32,
+    #[arg(long, default_value_t = 8)]
+    pub microbatches: u32,
+    /// Timed iterations per case.
+    #[arg(long, default_value_t = 5)]
+    pub iters: u32,
+    /// Untimed iterations first.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u32,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
+    /// Seconds any message between stages may take.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout_s: u64,
+    /// What carries activations and gradients between stages (rank 0's choice holds for all).
+    #[arg(long, value_enum, default_value = "tcp")]
+    pub transport: crate::transport::TransportKind,
+    #[command(flatten)]
+    pub rdma: RdmaDeviceArgs,
+}
+
+impl PipelineArgs {
+    pub fn options(
+        &self,
+        g: &GlobalArgs,
+    ) -> Result<crate::bench::pipeline::PipelineOptions, String> {
+        use crate::bench::pipeline::{Case, PipelinePlan};
+        let delays: Vec<Option<(u32, f64)>> = match &self.slow {
+            None => vec![None],
+            Some(s) => s
+                .delays_ms
+                .iter()
+                .map(|&d| Some((s.link as u32, d)))
+                .collect(),
+        };
+        let mut cases = Vec::new();
+        for schedule in self.schedule.split(',').map(str::trim) {
+            for &comm in &self.comm {
+                for &slow in &delays {
+                    cases.push(Case {
+                        schedule: schedule.to_string(),
+                        comm,
+                        slow,
+                    });
+                }
+            }
+        }
+        Ok(crate::bench::pipeline::PipelineOptions {
+            session: self.launch.session(g, Vec::new()),
+            plan: PipelinePlan {
+                shape: crate::bench::pipeline::stage::Shape {
+                    layers: self.layers,
+                    hidden: self.hidden,
+                    tokens: self.tokens,
+                    microbatches: self.microbatches,
+                },
+                cases,
+                iters: self.iters,
+                warmup: self.warmup,
+                timeout_s: self.timeout_s,
+                transport: self.transport,
+            },
+            backend: g.backend,
+            adapter: g.adapter.clone(),
+            rdma: self.rdma.choice(),
+        })
+    }
+}
+
+/// Which RDMA device, port and GID to use.
+#[derive(Debug, Clone, Args)]
+pub struct RdmaDeviceArgs {
+    /// RDMA device name from `morphbench info` [default: the first].
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// Port of the device (from 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    pub ib_port: u8,
+    /// GID index (RoCE needs one whose address is routable between the nodes).
+    #[arg(long, default_value_t = 0)]
+    pub gid_index: u8,
+}
+
+impl RdmaDeviceArgs {
+    pub fn choice(&self) -> crate::rdma::DeviceChoice {
+        crate::rdma::DeviceChoice {
+            device: self.device.clone(),
+            port: self.ib_port,
+            gid_index: self.gid_index,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RdmaTest {
+    Lat,
+    Bw,
+    Both,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("side").required(true).args(["server", "connect"])))]
+pub struct RdmaArgs {
+    /// Wait for one client, run its tests, exit.
+    #[arg(long)]
+    pub server: bool,
+    /// Server: address to listen on (loopback unless told otherwise).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:18515",
+        requires = "server"
+    )]
+    pub listen: String,
+    /// Client: the server's HOST[:PORT] (port 18515 by default, as perftest).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub connect: Option<String>,
+    #[command(flatten)]
+    pub device: RdmaDeviceArgs,
+    /// Message sizes, comma separated, K/M/G units allowed [default: 2 B to 1 MiB, powers of two].
+    #[arg(long, value_name = "SIZE[,SIZE...]", value_parser = parse_message_sizes)]
+    pub sizes: Option<SizeList>,
+    /// Timed iterations per size (ib_write_lat/ib_write_bw -n).
+    #[arg(long, default_value_t = 1000, value_parser = parse_iters)]
+    pub iters: u32,
+    /// Untimed latency rounds before the timed ones (at most 100000).
+    #[arg(long, default_value_t = 10, value_parser = parse_warmup)]
+    pub warmup: u32,
+    /// Outstanding writes in the bandwidth test (ib_write_bw --tx-depth).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub window: u32,
+    /// Which tests to run.
+    #[arg(long, value_enum, default_value = "both")]
+    pub test: RdmaTest,
+    /// Latency messages up to this size go inline (perftest's -I); the device may grant less,
+    /// and 0 turns inline off.
+    #[arg(long, default_value_t = 220, value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub inline_size: u32,
+    /// Seconds any wait for the peer may last before it counts as gone.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout_s: u64,
+}
+
+impl RdmaArgs {
+    pub fn plan(&self) -> crate::bench::rdma::RdmaPlan {
+        use crate::rdma::perf::{TEST_BW, TEST_LAT};
+        crate::bench::rdma::RdmaPlan {
+            listen: self.server.then(|| self.listen.clone()),
+            connect: self.connect.clone(),
+            choice: self.device.choice(),
+            sizes: self
+                .sizes
+                .as_ref()
+                .map(|s| s.0.clone())
+                .unwrap_or_else(crate::bench::rdma::default_sizes),
+            iters: self.iters,
+            warmup: self.warmup,
+            window: self.window,
+            inline_size: self.inline_size,
+            tests: match self.test {
+                RdmaTest::Lat => TEST_LAT,
+                RdmaTest::Bw => TEST_BW,
+                RdmaTest::Both => TEST_LAT | TEST_BW,
+            },
+            timeout_s: self.timeout_s,
+        }
+    }
+}

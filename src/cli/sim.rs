@@ -1,0 +1,147 @@
+//! The flags of `sim`.
+
+#[allow(unused_imports)]
+use super::*;
+
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Scenario TOML (the keys of a suite's [sim] table); flags given here override it.
+    #[arg(long, value_name = "FILE")]
+    pub scenario: Option<PathBuf>,
+    /// Pipeline stages S [default: 4].
+    #[arg(long)]
+    pub stages: Option<usize>,
+    /// Microbatches N per iteration [default: 12].
+    #[arg(long)]
+    pub microbatches: Option<usize>,
+    /// Forward time in ms: one value or one per stage, comma separated [default: 10].
+    #[arg(long, value_name = "MS[,MS...]", value_parser = parse_ms_list, allow_hyphen_values = true)]
+    pub tf: Option<MsList>,
+    /// Input-gradient backward time in ms (one or per stage) [default: 10].
+    #[arg(long, value_name = "MS[,MS...]", value_parser = parse_ms_list, allow_hyphen_values = true)]
+    pub tb: Option<MsList>,
+    /// Weight-gradient backward time in ms (one or per stage) [default: 10].
+    #[arg(long, value_name = "MS[,MS...]", value_parser = parse_ms_list, allow_hyphen_values = true)]
+    pub tw: Option<MsList>,
+    /// Base latency of every link in ms [default: 0].
+    #[arg(long, allow_hyphen_values = true)]
+    pub link_ms: Option<f64>,
+    /// Extra delay on link LINK (between stages LINK and LINK+1); repeatable.
+    #[arg(long = "slow", value_name = "LINK:DELAY_MS", value_parser = parse_slow)]
+    pub slow: Vec<SlowLink>,
+    /// One scenario per delay on LINK (on top of --slow); repeatable.
+    #[arg(long = "sweep", value_name = "LINK:MS[,MS...]", value_parser = parse_sweep)]
+    pub sweep: Vec<SweepLink>,
+    /// How a transfer uses the sender's compute queue [default: latency].
+    #[arg(long, value_enum)]
+    pub comm: Option<CommModel>,
+    /// D2H copy time on the sender's queue under --comm offload, in ms [default: 0.5].
+    #[arg(long, allow_hyphen_values = true)]
+    pub d2h_ms: Option<f64>,
+    /// Schedules, comma separated [default: 1f1b,static:1f1b,zb-h1,static:zb-h1,greedy,adaptive].
+    #[arg(long, value_name = "LIST")]
+    pub schedule: Option<String>,
+    /// Activation memory limit for adaptive, in microbatches [default: 2 x 1F1B's first stage].
+    #[arg(long)]
+    pub mem_limit: Option<usize>,
+    /// Straggler trace: lines of iteration;link;delay_ms, one simulated iteration each.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Take tF/tB/tW (and the D2H cost) from a measured run folder; from a links run
+    /// (links.csv), the stages are its ranks and each link costs what the matrix says.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub from: Option<PathBuf>,
+    /// With --from a links run: the bytes each link carries per transfer (the activation),
+    /// costed from the run's fitted links [default: the largest size it measured].
+    #[arg(long, value_parser = crate::units::parse_byte_count, value_name = "SIZE")]
+    pub activation: Option<u64>,
+    /// With --from a links run: search the order of ranks into stages for the least predicted
+    /// iteration time under adaptive and 1f1b (exhaustive up to 8 ranks, a heuristic above).
+    #[arg(long, requires = "from")]
+    pub place: bool,
+    /// Layers per stage when calibrating with --from.
+    #[arg(long, default_value_t = 1.0)]
+    pub layers_per_stage: f64,
+    /// Schedules whose ASCII timeline is printed, or "none" [default: static:1f1b,adaptive].
+    #[arg(long, value_name = "LIST")]
+    pub timeline: Option<String>,
+    /// Timeline width in characters (20 to 1000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(20..=1000))]
+    pub width: u64,
+    /// Write a Chrome trace / Perfetto JSON of every simulated schedule.
+    #[arg(long, value_name = "FILE")]
+    pub trace_out: Option<PathBuf>,
+    /// Measure simulator throughput on S = 64, N = 1024 (writes sim_bench.csv).
+    #[arg(long)]
+    pub bench: bool,
+}
+
+/// Milliseconds, one value or one per stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MsList(pub Vec<f64>);
+
+pub(super) fn parse_ms_list(s: &str) -> Result<MsList, String> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("'{x}' is not a number of milliseconds"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(MsList)
+}
+
+pub(super) fn parse_slow(s: &str) -> Result<SlowLink, String> {
+    let (link, ms) = s
+        .split_once(':')
+        .ok_or_else(|| format!("'{s}': expected LINK:DELAY_MS, e.g. 0:20"))?;
+    Ok(SlowLink {
+        link: link
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{s}': link '{link}' is not a whole number"))?,
+        delay_ms: ms
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{s}': delay '{ms}' is not a number"))?,
+    })
+}
+
+pub(super) fn parse_sweep(s: &str) -> Result<SweepLink, String> {
+    let (link, list) = s
+        .split_once(':')
+        .ok_or_else(|| format!("'{s}': expected LINK:MS[,MS...], e.g. 0:0,10,20"))?;
+    Ok(SweepLink {
+        link: link
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{s}': link '{link}' is not a whole number"))?,
+        delays_ms: parse_ms_list(list)?.0,
+    })
+}
+
+impl SimArgs {
+    /// The scenario file (if any) with every given flag laid over it.
+    pub fn config(&self) -> anyhow::Result<SimConfig> {
+        let mut c = match &self.scenario {
+            Some(p) => SimConfig::load(p)?,
+            None => SimConfig::default(),
+        };
+        let many = |v: &Option<MsList>| v.as_ref().map(|m| OneOrMany::Many(m.0.clone()));
+        c.stages = self.stages.or(c.stages);
+        c.microbatches = self.microbatches.or(c.microbatches);
+        c.tf = many(&self.tf).or(c.tf);
+        c.tb = many(&self.tb).or(c.tb);
+        c.tw = many(&self.tw).or(c.tw);
+        c.link_ms = self.link_ms.or(c.link_ms);
+        c.slow.extend(self.slow.iter().cloned());
+        c.sweep.extend(self.sweep.iter().cloned());
+        c.comm = self.comm.or(c.comm);
+        c.d2h_ms = self.d2h_ms.or(c.d2h_ms);
+        c.mem_limit = self.mem_limit.or(c.mem_limit);
+        if let Some(list) = &self.schedule {
+            c.schedules = Some(list.split(',').map(|s| s.trim().to_string()).collect());
+        }
+        Ok(c)
+    }
+}

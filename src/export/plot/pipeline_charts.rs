@@ -1,0 +1,303 @@
+//! Charts of pipelines and links: the simulator's sweeps, the measured pipeline, the links matrices.
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
+    let mut iter = LineChart::new(
+        format!("Iteration time against straggler delay — {title}"),
+        "extra link delay (ms)",
+        "iteration time (ms)",
+        (false, false),
+    );
+    let mut out = Vec::new();
+    for run in runs {
+        let Some(t) = &run.sim else { continue };
+        let mut by: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        for r in t {
+            by.entry(r.params.schedule.clone())
+                .or_default()
+                .push((total_delay(&r.params.slow), r.figures.iteration_ms));
+        }
+        for (sched, pts) in by {
+            if pts.len() > 1 {
+                iter.series.push(Series {
+                    label: label(runs, run, &sched),
+                    points: sorted(pts),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    push_lines(
+        &mut out,
+        "sim_iteration",
+        "Simulated iteration time against delay, per schedule",
+        iter,
+    );
+    // Gantt charts of the first run, for its most delayed case.
+    if let Some(t) = runs.first().and_then(|r| r.timeline.as_ref()) {
+        let mut cases: BTreeMap<String, BTreeMap<String, Vec<TimelineOp>>> = BTreeMap::new();
+        let kinds = ["F", "B", "W"];
+        for r in t {
+            let p = &r.params;
+            let kind = kinds.iter().position(|k| *k == p.kind).unwrap_or(0);
+            cases
+                .entry(r.lead.case.clone())
+                .or_default()
+                .entry(p.schedule.clone())
+                .or_default()
+                .push((
+                    p.stage,
+                    r.figures.start_ms,
+                    r.figures.end_ms,
+                    kind,
+                    p.microbatch,
+                ));
+        }
+        let delayed = runs[0].sim.as_ref().and_then(|s| {
+            s.iter()
+                .max_by(|a, b| total_delay(&a.params.slow).total_cmp(&total_delay(&b.params.slow)))
+                .map(|r| r.lead.case.clone())
+        });
+        let case = delayed
+            .filter(|c| cases.contains_key(c))
+            .or_else(|| cases.keys().next().cloned());
+        // The injected delay per link of a case, from its sim.csv rows.
+        let slow_of = |case: &str| -> BTreeMap<usize, f64> {
+            let slow = runs[0]
+                .sim
+                .as_ref()
+                .and_then(|s| s.iter().find(|r| r.lead.case == case))
+                .map(|r| r.params.slow.clone())
+                .unwrap_or_default();
+            slow.split(';')
+                .filter_map(|p| p.split_once(':'))
+                .filter_map(|(l, d)| Some((l.trim().parse().ok()?, d.trim().parse().ok()?)))
+                .filter(|&(_, d): &(usize, f64)| d > 0.0)
+                .collect()
+        };
+        if let Some(case) = case {
+            for (i, (sched, ops)) in cases[&case].iter().enumerate() {
+                let stages = ops.iter().map(|o| o.0).max().unwrap_or(0) + 1;
+                let mut rows: Vec<(String, Vec<charts::Span>)> = (0..stages)
+                    .map(|s| (format!("stage {s}"), Vec::new()))
+                    .collect();
+                for &(s, a, b, k, mb) in ops {
+                    rows[s].1.push((a, b, k, mb));
+                }
+                let delays = delay_windows(ops, &slow_of(&case), stages);
+                // Stage 0 on top, as pipeline diagrams draw it.
+                rows.reverse();
+                let safe: String = sched
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                    .collect();
+                out.push((
+                    format!("sim_gantt_{i}_{safe}"),
+                    format!("Gantt chart of {sched}, {case}"),
+                    Chart::Gantt(Gantt {
+                        title: format!("{sched}: {case} — {title}"),
+                        x_label: "time (ms)".into(),
+                        kinds: ["F (forward)", "B (backward)", "W (weight grad)"]
+                            .map(String::from)
+                            .to_vec(),
+                        rows,
+                        delays,
+                    }),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Where injected delays sit: for each op whose output crosses a slow link (F down from stage
+/// i, B up from stage i + 1), the delay after it ends, as (y between the two stages' rows,
+/// start, end) in the Gantt's reversed rows (stage 0 on top).
+pub(super) fn delay_windows(
+    ops: &[TimelineOp],
+    slow: &BTreeMap<usize, f64>,
+    stages: usize,
+) -> Vec<(f64, f64, f64)> {
+    let mut out = Vec::new();
+    for &(s, _, end, kind, _) in ops {
+        let link = match kind {
+            0 if s + 1 < stages => s,
+            1 if s > 0 => s - 1,
+            _ => continue,
+        };
+        if let Some(&d) = slow.get(&link) {
+            // Row of stage j is stages - 1 - j; the link sits between its two stages.
+            let y = stages as f64 - 1.5 - link as f64;
+            out.push((y, end, end + d));
+        }
+    }
+    out
+}
+
+/// Draws every figure the run (and the compared runs) has data for into `RUN/plots/`.
+/// One Gantt chart per pipeline case: the measured stages above, the simulator's prediction
+/// for the same orders on the measured times below (copy out and inline sends shaded).
+pub(super) fn pipeline_charts(run: &Loaded) -> Vec<Named> {
+    let Some(rows) = &run.pipeline_timeline else {
+        return Vec::new();
+    };
+    let mut cases: Vec<&str> = rows.iter().map(|l| l.lead.case.as_str()).collect();
+    cases.dedup();
+    let mut out = Vec::new();
+    for case in cases {
+        let mine: Vec<_> = rows.iter().filter(|l| l.lead.case == case).collect();
+        let mut gantt_rows = Vec::new();
+        for lane in ["measured", "predicted"] {
+            let stages = mine
+                .iter()
+                .filter(|l| l.params.lane == lane)
+                .map(|l| l.params.stage + 1)
+                .max()
+                .unwrap_or(0);
+            for s in 0..stages {
+                let spans: Vec<charts::Span> = mine
+                    .iter()
+                    .filter(|l| l.params.lane == lane && l.params.stage == s)
+                    .flat_map(|l| {
+                        let p = &l.params;
+                        let kind = match p.kind.as_str() {
+                            "F" => 0,
+                            "B" => 1,
+                            _ => 2,
+                        };
+                        let mb = p.microbatch as usize;
+                        let mut v = vec![(p.start_ms, p.end_ms, kind, mb)];
+                        if p.queue_end_ms > p.end_ms + 1e-6 {
+                            v.push((p.end_ms, p.queue_end_ms, 3, mb));
+                        }
+                        v
+                    })
+                    .collect();
+                gantt_rows.push((format!("{lane} s{s}"), spans));
+            }
+        }
+        out.push(named(
+            &format!("pipeline_gantt_{case}"),
+            &format!("pipeline {case}: each stage's ops as measured (top) and as the simulator predicts them from the measured op and link times (bottom)"),
+            Chart::Gantt(Gantt {
+                title: format!("{case}: measured vs predicted — {}", run.label.host_name()),
+                x_label: "ms from the iteration's start".into(),
+                kinds: vec!["F".into(), "B".into(), "W".into(), "copy out / send on the queue".into()],
+                rows: gantt_rows,
+                delays: Vec::new(),
+            }),
+        ));
+    }
+    out
+}
+
+/// Rank-by-rank heatmaps of a links run (its own run only: matrices do not overlay): per
+/// transport, p50 latency at the smallest and the largest size, one-way GB/s at the largest.
+pub(super) fn links_charts(run: &Loaded) -> Vec<Named> {
+    use crate::bench::links::tables::LinksTable;
+    let Some(rows) = &run.links else {
+        return Vec::new();
+    };
+    let n = rows
+        .iter()
+        .map(|l| l.params.src_rank.max(l.params.dst_rank) as usize + 1)
+        .max()
+        .unwrap_or(0);
+    if !(2..=256).contains(&n) {
+        return Vec::new();
+    }
+    let mut names = vec![String::new(); n];
+    for l in rows {
+        names[l.params.src_rank as usize] = format!("r{} {}", l.params.src_rank, l.params.src_host);
+        names[l.params.dst_rank as usize] = format!("r{} {}", l.params.dst_rank, l.params.dst_host);
+    }
+    let mut transports: Vec<&str> = rows.iter().map(|l| l.params.transport.as_str()).collect();
+    transports.sort();
+    transports.dedup();
+    let mut out = Vec::new();
+    for t in transports {
+        let of = |dir: &str, bytes: u64| -> Vec<&Line<LinksTable>> {
+            rows.iter()
+                .filter(|l| {
+                    l.params.transport == t && l.params.direction == dir && l.params.bytes == bytes
+                })
+                .collect()
+        };
+        let sizes = |dir: &str| -> Vec<u64> {
+            let mut v: Vec<u64> = rows
+                .iter()
+                .filter(|l| l.params.transport == t && l.params.direction == dir)
+                .map(|l| l.params.bytes)
+                .collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let flag = |l: &Line<LinksTable>| l.figures.flagged == Some(true);
+        let lat_sizes = sizes("pingpong");
+        let mut picks: Vec<u64> = lat_sizes
+            .first()
+            .into_iter()
+            .chain(lat_sizes.last())
+            .copied()
+            .collect();
+        picks.dedup();
+        for bytes in picks {
+            // A ping-pong is one figure per pair: both cells of the pair show it.
+            let cells: Vec<(usize, usize, f64, bool)> = of("pingpong", bytes)
+                .iter()
+                .flat_map(|l| {
+                    let (a, b) = (l.params.src_rank as usize, l.params.dst_rank as usize);
+                    let v = l.stats().p50_us;
+                    [(a, b, v, flag(l)), (b, a, v, flag(l))]
+                })
+                .collect();
+            let size = crate::units::human_bytes(bytes);
+            out.push(named(
+                &format!("links_latency_{t}_{bytes}"),
+                &format!("{t} latency between every pair of ranks at {size}: p50 of round trip / 2, flagged links outlined"),
+                Chart::Heatmap(charts::Heatmap {
+                    title: format!("{t} latency at {size}, p50 µs — {}", run.label.short()),
+                    value_label: "p50 µs".into(),
+                    row_label: "rank".into(),
+                    col_label: "rank".into(),
+                    names: names.clone(),
+                    cells,
+                    higher_is_better: false,
+                }),
+            ));
+        }
+        if let Some(&bytes) = sizes("oneway").last() {
+            let cells = of("oneway", bytes)
+                .iter()
+                .filter_map(|l| {
+                    l.figures.gbps.map(|g| {
+                        (
+                            l.params.src_rank as usize,
+                            l.params.dst_rank as usize,
+                            g,
+                            flag(l),
+                        )
+                    })
+                })
+                .collect();
+            let size = crate::units::human_bytes(bytes);
+            out.push(named(
+                &format!("links_bandwidth_{t}_{bytes}"),
+                &format!("{t} bandwidth from each rank (row) to each other (column) at {size}, GB/s; flagged links outlined"),
+                Chart::Heatmap(charts::Heatmap {
+                    title: format!("{t} bandwidth at {size}, GB/s (row sends to column) — {}", run.label.short()),
+                    value_label: "GB/s".into(),
+                    row_label: "from rank".into(),
+                    col_label: "to rank".into(),
+                    names: names.clone(),
+                    cells,
+                    higher_is_better: true,
+                }),
+            ));
+        }
+    }
+    out
+}
