@@ -155,9 +155,7 @@ fn sim_command(
 ) -> anyhow::Result<()> {
     let mut cfg = a.config()?;
     let links = match &a.from {
-        Some(dir) if dir.join("links.csv").exists() => {
-            Some(sim_links(a, &mut cfg, dir, g.quiet)?)
-        }
+        Some(dir) if dir.join("links.csv").exists() => Some(sim_links(a, &mut cfg, dir, g.quiet)?),
         Some(dir) if a.place => anyhow::bail!(
             "--place needs a links run: {} has no links.csv (run `morphbench links`)",
             dir.display()
@@ -221,7 +219,11 @@ fn sim_command(
         bench_reps: if a.bench { 5 } else { 0 },
     };
     let bench: Box<dyn Bench> = Box::new(SimBench { plan, output });
-    let dir = suite::run(&g.options(false), &[bench], Some(serde_json::to_value(&cfg)?))?;
+    let dir = suite::run(
+        &g.options(false),
+        &[bench],
+        Some(serde_json::to_value(&cfg)?),
+    )?;
     print_summary(&dir.path, g.json)
 }
 

@@ -74,40 +74,7 @@ pub fn against_fleet(runs: &[RunFigures], policy: &Policy) -> Result<Report> {
                 report.outcomes.push(o);
                 continue;
             }
-            let worse = if median > 0.0 {
-                fig.better.worse_by(median, fig.value)
-            } else {
-                0.0
-            };
-            let z_text = if z.is_finite() {
-                format!("z={z:.1}")
-            } else {
-                "z=inf (the others agree exactly)".into()
-            };
-            // An outlier is far from the fleet by the MAD and by enough to matter.
-            let outlier = z.abs() > t.z && worse.abs() * 100.0 >= t.warn_pct;
-            if outlier {
-                let worse_pct = worse * 100.0;
-                (o.verdict, o.reason) = if worse_pct >= t.fail_pct {
-                    (
-                        Verdict::Fail,
-                        format!("{} worse than the fleet median ({z_text})", pct(worse)),
-                    )
-                } else if worse > 0.0 {
-                    (
-                        Verdict::Warn,
-                        format!("{} worse than the fleet median ({z_text})", pct(worse)),
-                    )
-                } else {
-                    (
-                        Verdict::Warn,
-                        format!(
-                            "{} better than the fleet median ({z_text}): check the setup",
-                            pct(-worse)
-                        ),
-                    )
-                };
-            }
+            fleet_verdict(&mut o, fig, median, z, &t);
             cap_unsteady(&mut o, &[fig], &t);
             if let Some(why) = &mixed {
                 o.warn(why);
@@ -115,6 +82,53 @@ pub fn against_fleet(runs: &[RunFigures], policy: &Policy) -> Result<Report> {
             report.outcomes.push(o);
         }
     }
+    list_outliers(&mut report, runs);
+    add_policy_notes(&mut report, policy);
+    report.outcomes.sort_by_key(|o| o.verdict);
+    Ok(report)
+}
+
+/// One figure's verdict against the fleet's median: an outlier is far from the fleet by the
+/// MAD (robust z) and by enough to matter (the policy's percentages).
+fn fleet_verdict(o: &mut Outcome, fig: &Figure, median: f64, z: f64, t: &Thresholds) {
+    let worse = if median > 0.0 {
+        fig.better.worse_by(median, fig.value)
+    } else {
+        0.0
+    };
+    let z_text = if z.is_finite() {
+        format!("z={z:.1}")
+    } else {
+        "z=inf (the others agree exactly)".into()
+    };
+    // An outlier is far from the fleet by the MAD and by enough to matter.
+    let outlier = z.abs() > t.z && worse.abs() * 100.0 >= t.warn_pct;
+    if outlier {
+        let worse_pct = worse * 100.0;
+        (o.verdict, o.reason) = if worse_pct >= t.fail_pct {
+            (
+                Verdict::Fail,
+                format!("{} worse than the fleet median ({z_text})", pct(worse)),
+            )
+        } else if worse > 0.0 {
+            (
+                Verdict::Warn,
+                format!("{} worse than the fleet median ({z_text})", pct(worse)),
+            )
+        } else {
+            (
+                Verdict::Warn,
+                format!(
+                    "{} better than the fleet median ({z_text}): check the setup",
+                    pct(-worse)
+                ),
+            )
+        };
+    }
+}
+
+/// Each run's figures that did not pass, worst first, under its host's name.
+fn list_outliers(report: &mut Report, runs: &[RunFigures]) {
     for run in runs {
         let mut mine: Vec<&Outcome> = report
             .outcomes
@@ -141,7 +155,4 @@ pub fn against_fleet(runs: &[RunFigures], policy: &Policy) -> Result<Report> {
                 .push((format!("{} ({})", run.label.host_name(), run.run_id), figs));
         }
     }
-    add_policy_notes(&mut report, policy);
-    report.outcomes.sort_by_key(|o| o.verdict);
-    Ok(report)
 }

@@ -17,6 +17,9 @@ use super::rendezvous::{self, Registration};
 /// How long rank 0 still listens after the first failure, to name the dead rank.
 pub const GRACE: Duration = Duration::from_millis(300);
 
+/// How much longer than rank 0's wait a rank waits for the roster.
+const ROSTER_SLACK: Duration = Duration::from_secs(5);
+
 /// How to join the run.
 #[derive(Debug, Clone)]
 pub struct WorldOptions {
@@ -97,7 +100,6 @@ pub fn establish(
         (roster, data, Control::Root(peers))
     } else {
         let addr = format!("{host}:{port}");
-        let started = Instant::now();
         let mut stream = rendezvous::connect(&addr, opts.timeout)?;
         // Reached at the address its connection to rank 0 leaves from.
         let ip = stream.local_addr().map_err(io)?.ip();
@@ -105,8 +107,10 @@ pub fn establish(
         let mut me = me;
         me.address = ip.to_string();
         me.port = data.local_addr().map_err(io)?.port();
-        let left = opts.timeout.saturating_sub(started.elapsed());
-        let roster = rendezvous::register(&mut stream, me, left.max(Duration::from_millis(1)))?;
+        // Rank 0 was listening before this rank reached it, and it answers within its own
+        // wait (the roster, or why the run ends): waiting that long and a little more for its
+        // answer means rank 0 names a missing rank here too, rather than a race of two clocks.
+        let roster = rendezvous::register(&mut stream, me, opts.timeout + ROSTER_SLACK)?;
         (roster, data, Control::Leaf(stream))
     };
     Ok(World {

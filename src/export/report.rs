@@ -19,32 +19,48 @@ fn html_escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// What both reports show, gathered once.
+struct Page<'a> {
+    dir: &'a Path,
+    run: Loaded,
+    heads: Vec<super::headlines::Headline>,
+    /// The run's data files that exist.
+    csvs: Vec<String>,
+    /// The check's summary and its FAIL and WARN rows.
+    check: Option<(String, Vec<Vec<String>>)>,
+    cautions: Vec<String>,
+    plots: &'a PlotOutcome,
+}
+
+impl Page<'_> {
+    /// A path relative to the run folder.
+    fn rel(&self, p: &Path) -> String {
+        p.strip_prefix(self.dir).unwrap_or(p).display().to_string()
+    }
+}
+
+/// The files a report lists under Data, in this order, when the run has them.
+const DATA_FILES: &[&str] = &[
+    "peak.csv",
+    "kernels.csv",
+    "d2h.csv",
+    "hol.csv",
+    "rdma.csv",
+    "sim.csv",
+    "sim_timeline.csv",
+    "sim_bench.csv",
+    "check.csv",
+    "links.csv",
+    "nodes.csv",
+    "pipeline.csv",
+    "pipeline_timeline.csv",
+    "pipeline_trace.json",
+    "meta.json",
+];
+
 /// Writes report.md and report.html into the run folder.
 pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     let run = Loaded::load(dir)?;
-    let heads = headlines(&run);
-    let csvs: Vec<String> = [
-        "peak.csv",
-        "kernels.csv",
-        "d2h.csv",
-        "hol.csv",
-        "rdma.csv",
-        "sim.csv",
-        "sim_timeline.csv",
-        "check.csv",
-        "links.csv",
-        "nodes.csv",
-        "pipeline.csv",
-        "pipeline_timeline.csv",
-        "pipeline_trace.json",
-        "meta.json",
-    ]
-    .iter()
-    .filter(|f| dir.join(f).exists())
-    .map(|f| f.to_string())
-    .collect();
-    let rel = |p: &Path| p.strip_prefix(dir).unwrap_or(p).display().to_string();
-    // The check's summary and its FAIL and WARN rows, for both reports.
     let check = run.check.as_ref().map(|c| {
         let flagged: Vec<Vec<String>> = c
             .iter()
@@ -53,32 +69,49 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
             .collect();
         (check_summary(c), flagged)
     });
+    let page = Page {
+        dir,
+        heads: headlines(&run),
+        csvs: DATA_FILES
+            .iter()
+            .filter(|f| dir.join(f).exists())
+            .map(|f| f.to_string())
+            .collect(),
+        check,
+        cautions: cautions(&run),
+        run,
+        plots,
+    };
+    std::fs::write(dir.join("report.md"), markdown(&page)?).context("cannot write report.md")?;
+    std::fs::write(dir.join("report.html"), html(&page)?).context("cannot write report.html")?;
+    Ok(())
+}
 
+fn markdown(p: &Page) -> Result<String> {
     let mut md = String::new();
     writeln!(
         md,
         "# morphbench run {}\n",
-        dir.file_name().unwrap_or_default().to_string_lossy()
+        p.dir.file_name().unwrap_or_default().to_string_lossy()
     )?;
     writeln!(
         md,
         "Host **{}**, adapter **{}**.\n",
-        run.label.host_name(),
-        run.label.adapter_name()
+        p.run.label.host_name(),
+        p.run.label.adapter_name()
     )?;
-    if let Some(warning) = run.label.incomplete() {
+    if let Some(warning) = p.run.label.incomplete() {
         writeln!(md, "> **Partial run.** {warning}\n")?;
     }
-    let cautions = cautions(&run);
-    for c in &cautions {
+    for c in &p.cautions {
         writeln!(md, "> **Caution.** {c}\n")?;
     }
     writeln!(md, "| headline | value | from |\n|---|---|---|")?;
-    for h in &heads {
+    for h in &p.heads {
         let file = h.source.split(' ').next().unwrap_or("");
         writeln!(md, "| {} | {} | [{}]({file}) |", h.what, h.text, h.source)?;
     }
-    if let Some((summary, flagged)) = &check {
+    if let Some((summary, flagged)) = &p.check {
         writeln!(md, "\n## Check\n\n{summary}\n")?;
         if !flagged.is_empty() {
             writeln!(md, "| verdict | figure | column | base | value | ratio | reason |\n|---|---|---|---|---|---|---|")?;
@@ -88,15 +121,15 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
         }
     }
     writeln!(md, "\n## Data\n")?;
-    for c in &csvs {
+    for c in &p.csvs {
         writeln!(md, "- [{c}]({c})")?;
     }
     writeln!(md, "\n## Figures\n")?;
-    for f in &plots.figures {
+    for f in &p.plots.figures {
         let links: Vec<String> = f
             .files
             .iter()
-            .map(|p| format!("[{}]({})", rel(p), rel(p)))
+            .map(|file| format!("[{}]({})", p.rel(file), p.rel(file)))
             .collect();
         writeln!(md, "- {}: {}", f.about, links.join(", "))?;
         if let Some(png) = f
@@ -104,34 +137,36 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
             .iter()
             .find(|p| p.extension().is_some_and(|e| e == "png"))
         {
-            writeln!(md, "\n  ![{}]({})\n", f.about, rel(png))?;
+            writeln!(md, "\n  ![{}]({})\n", f.about, p.rel(png))?;
         }
     }
-    for s in &plots.skipped {
+    for s in &p.plots.skipped {
         writeln!(md, "- skipped: {s}")?;
     }
-    std::fs::write(dir.join("report.md"), &md).context("cannot write report.md")?;
+    Ok(md)
+}
 
+fn html(p: &Page) -> Result<String> {
     let mut html = String::new();
     writeln!(
         html,
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>morphbench {}</title>",
-        html_escape(&run.label.short())
+        html_escape(&p.run.label.short())
     )?;
     writeln!(html, "<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}</style></head><body>")?;
     writeln!(
         html,
         "<h1>morphbench: {}</h1>",
-        html_escape(&run.label.short())
+        html_escape(&p.run.label.short())
     )?;
-    if let Some(warning) = run.label.incomplete() {
+    if let Some(warning) = p.run.label.incomplete() {
         writeln!(
             html,
             "<p style=\"border:2px solid #c00;padding:8px\"><b>Partial run.</b> {}</p>",
             html_escape(&warning)
         )?;
     }
-    for c in &cautions {
+    for c in &p.cautions {
         writeln!(
             html,
             "<p style=\"border:2px solid #c80;padding:8px\"><b>Caution.</b> {}</p>",
@@ -142,7 +177,7 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
         html,
         "<table><tr><th>headline</th><th>value</th><th>from</th></tr>"
     )?;
-    for h in &heads {
+    for h in &p.heads {
         let file = h.source.split(' ').next().unwrap_or("");
         writeln!(
             html,
@@ -153,7 +188,7 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
         )?;
     }
     writeln!(html, "</table>")?;
-    if let Some((summary, flagged)) = &check {
+    if let Some((summary, flagged)) = &p.check {
         writeln!(html, "<h2>Check</h2><p>{}</p>", html_escape(summary))?;
         if !flagged.is_empty() {
             writeln!(html, "<table><tr><th>verdict</th><th>figure</th><th>column</th><th>base</th><th>value</th><th>ratio</th><th>reason</th></tr>")?;
@@ -168,11 +203,11 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
         }
     }
     writeln!(html, "<h2>Data</h2><ul>")?;
-    for c in &csvs {
+    for c in &p.csvs {
         writeln!(html, "<li><a href=\"{c}\">{c}</a></li>")?;
     }
     writeln!(html, "</ul><h2>Figures</h2>")?;
-    for f in &plots.figures {
+    for f in &p.plots.figures {
         writeln!(html, "<h3>{}</h3>", html_escape(&f.about))?;
         match f
             .files
@@ -185,11 +220,11 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
                 html.push_str(&text[start..]);
             }
             None => {
-                for p in &f.files {
+                for file in &f.files {
                     writeln!(
                         html,
                         "<img src=\"{}\" alt=\"{}\">",
-                        rel(p),
+                        p.rel(file),
                         html_escape(&f.about)
                     )?;
                 }
@@ -197,8 +232,7 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
         }
     }
     writeln!(html, "</body></html>")?;
-    std::fs::write(dir.join("report.html"), html).context("cannot write report.html")?;
-    Ok(())
+    Ok(html)
 }
 
 /// A row whose own samples vary more than this (stddev / mean) is named as noisy.

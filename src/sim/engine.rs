@@ -213,6 +213,86 @@ fn decide(st: &mut Stage, s: usize, policy: &Policy, n: usize) -> Option<(f64, O
 
 static OPS_SIMULATED: AtomicU64 = AtomicU64::new(0);
 
+/// What op `exec` on stage `s` makes ready: an F's activation at the next stage (or the last
+/// stage's own B), a B's gradient at the previous stage (and its W, when split). Every stage
+/// it changes is marked and listed in `touched`.
+fn finish_op(
+    stages: &mut [Stage],
+    s: usize,
+    exec: &Executed,
+    split: bool,
+    dynamic: bool,
+    touched: &mut Vec<usize>,
+) {
+    let op = exec.op;
+    let s_count = stages.len();
+    let st = &mut stages[s];
+    match op.kind {
+        OpKind::F => {
+            st.forwards_done += 1;
+            st.in_flight += 1;
+            st.peak = st.peak.max(st.in_flight);
+            if s + 1 < s_count {
+                let next = &mut stages[s + 1];
+                next.f_ready[op.mb] = Some(exec.arrival);
+                next.dirty = true;
+                touched.push(s + 1);
+            } else {
+                st.b_ready[op.mb] = Some(exec.end);
+                if dynamic {
+                    st.b_future.push(Reverse((Time(exec.end), op.mb)));
+                }
+            }
+        }
+        OpKind::B => {
+            st.in_flight -= 1;
+            // The chosen B is the top of one of the two queues (fixed orders use neither).
+            if st.b_arrived.peek() == Some(&Reverse(op.mb)) {
+                st.b_arrived.pop();
+            } else if st
+                .b_future
+                .peek()
+                .is_some_and(|Reverse((_, m))| *m == op.mb)
+            {
+                st.b_future.pop();
+            }
+            st.b_done[op.mb] = Some(exec.end);
+            if split && dynamic {
+                st.w_pending.push(Reverse(op.mb));
+            }
+            if s > 0 {
+                let prev = &mut stages[s - 1];
+                prev.b_ready[op.mb] = Some(exec.arrival);
+                if dynamic {
+                    prev.b_future.push(Reverse((Time(exec.arrival), op.mb)));
+                }
+                prev.dirty = true;
+                touched.push(s - 1);
+            }
+        }
+        OpKind::W => {
+            if st.w_pending.peek() == Some(&Reverse(op.mb)) {
+                st.w_pending.pop();
+            }
+        }
+    }
+}
+
+/// Where each stage stood when the simulation could go no further.
+fn progress_of(stages: &[Stage]) -> String {
+    stages
+        .iter()
+        .enumerate()
+        .map(|(i, st)| {
+            format!(
+                "stage {i}: {} F done, {} in flight",
+                st.forwards_done, st.in_flight
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Ops executed by every simulation in this process so far (for throughput figures).
 pub fn ops_simulated() -> u64 {
     OPS_SIMULATED.load(Ordering::Relaxed)
@@ -290,21 +370,10 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
             }
         }
         let Some((start, s)) = best else {
-            let detail = stages
-                .iter()
-                .enumerate()
-                .map(|(i, st)| {
-                    format!(
-                        "stage {i}: {} F done, {} in flight",
-                        st.forwards_done, st.in_flight
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("; ");
             return Err(SimError::Deadlock {
                 done,
                 total,
-                detail,
+                detail: progress_of(&stages),
             });
         };
         let (_, op) = stages[s].decision.expect("chosen stage has a decision");
@@ -329,55 +398,7 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
         st.cursor += 1;
         st.dirty = true;
         touched.push(s);
-        match op.kind {
-            OpKind::F => {
-                st.forwards_done += 1;
-                st.in_flight += 1;
-                st.peak = st.peak.max(st.in_flight);
-                if s + 1 < s_count {
-                    let next = &mut stages[s + 1];
-                    next.f_ready[op.mb] = Some(exec.arrival);
-                    next.dirty = true;
-                    touched.push(s + 1);
-                } else {
-                    st.b_ready[op.mb] = Some(end);
-                    if dynamic {
-                        st.b_future.push(Reverse((Time(end), op.mb)));
-                    }
-                }
-            }
-            OpKind::B => {
-                st.in_flight -= 1;
-                // The chosen B is the top of one of the two queues (fixed orders use neither).
-                if st.b_arrived.peek() == Some(&Reverse(op.mb)) {
-                    st.b_arrived.pop();
-                } else if st
-                    .b_future
-                    .peek()
-                    .is_some_and(|Reverse((_, m))| *m == op.mb)
-                {
-                    st.b_future.pop();
-                }
-                st.b_done[op.mb] = Some(end);
-                if split && dynamic {
-                    st.w_pending.push(Reverse(op.mb));
-                }
-                if s > 0 {
-                    let prev = &mut stages[s - 1];
-                    prev.b_ready[op.mb] = Some(exec.arrival);
-                    if dynamic {
-                        prev.b_future.push(Reverse((Time(exec.arrival), op.mb)));
-                    }
-                    prev.dirty = true;
-                    touched.push(s - 1);
-                }
-            }
-            OpKind::W => {
-                if st.w_pending.peek() == Some(&Reverse(op.mb)) {
-                    st.w_pending.pop();
-                }
-            }
-        }
+        finish_op(&mut stages, s, &exec, split, dynamic, &mut touched);
     }
     OPS_SIMULATED.fetch_add(done as u64, Ordering::Relaxed);
     Ok(Run {

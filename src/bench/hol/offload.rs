@@ -81,6 +81,38 @@ pub struct Ctx<'a> {
     pub standin: Option<&'a StandIn>,
 }
 
+/// The inline mode's stand-in transfers, one per transfer slot: each spins for the wire time
+/// of `bytes` plus that transfer's delay. None in the other modes.
+fn standins(
+    ctx: &Ctx<'_>,
+    mode: Mode,
+    every: u32,
+    bytes: u64,
+    delays_ms: &[f64],
+) -> Result<Vec<SpinPass>> {
+    let Ctx {
+        gpu, plan, stream, ..
+    } = *ctx;
+    let transfers = plan.transfers(every);
+    Ok(match mode {
+        Mode::Inline => {
+            let s = ctx.standin.context("stand-in not calibrated")?;
+            let wire_us = bytes as f64 / (plan.link_gbps * 1e3);
+            (0..transfers)
+                .map(|t| {
+                    let op = (t + 1) * every - 1;
+                    s.pass(
+                        gpu,
+                        stream.output_of(op),
+                        wire_us + delays_ms[t as usize] * 1e3,
+                    )
+                })
+                .collect::<Result<_, _>>()?
+        }
+        _ => Vec::new(),
+    })
+}
+
 /// Runs the stream once in `mode`, with a transfer of `bytes` after every `every` ops and
 /// `delays_ms[t]` injected into transfer t.
 pub fn run_rep(
@@ -102,23 +134,7 @@ pub fn run_rep(
         "at most 2048 ops and transfers per stream"
     );
     // Everything a transfer needs is made before the stream starts.
-    let standins: Vec<SpinPass> = match mode {
-        Mode::Inline => {
-            let s = ctx.standin.context("stand-in not calibrated")?;
-            let wire_us = bytes as f64 / (plan.link_gbps * 1e3);
-            (0..transfers)
-                .map(|t| {
-                    let op = (t + 1) * every - 1;
-                    s.pass(
-                        gpu,
-                        stream.output_of(op),
-                        wire_us + delays_ms[t as usize] * 1e3,
-                    )
-                })
-                .collect::<Result<_, _>>()?
-        }
-        _ => Vec::new(),
-    };
+    let standins = standins(ctx, mode, every, bytes, delays_ms)?;
     let offload = mode == Mode::Offload;
     let slots = if offload {
         (transfers as u64).min((512 << 20) / bytes.max(1)).max(2) as usize

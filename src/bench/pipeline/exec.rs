@@ -137,6 +137,36 @@ fn deliver(o: &Outgoing, iter: u32) -> Result<SendTime, String> {
     })
 }
 
+/// A host thread that delivers one link's offloaded sends in order.
+type Lane = (
+    mpsc::Sender<Outgoing>,
+    JoinHandle<Result<Vec<SendTime>, String>>,
+);
+
+/// Ends the offload lanes and collects their sends. The iteration's first error wins, except
+/// that a lane's own error says why it stopped where the stage only saw that it had.
+fn join_lanes(
+    lanes: [Option<Lane>; 2],
+    times: &mut StageTimes,
+    mut result: Result<(), String>,
+    s: u32,
+) -> Result<(), String> {
+    for (tx, h) in lanes.into_iter().flatten() {
+        drop(tx);
+        match h.join() {
+            Ok(Ok(sent)) => times.sends.extend(sent),
+            Ok(Err(err)) => {
+                result = match result {
+                    Err(first) if !first.ends_with(STOPPED) => Err(first),
+                    _ => Err(err),
+                }
+            }
+            Err(_) => result = result.and(Err(format!("stage {s}: the sender thread panicked"))),
+        }
+    }
+    result
+}
+
 /// Runs `order` ((kind, microbatch) pairs) for iteration `iter`.
 pub fn run_iteration(
     stage: &mut Stage,
@@ -153,10 +183,6 @@ pub fn run_iteration(
     let mut times = StageTimes::default();
     // Offloaded sends go through one host thread per link, each in order (a message waits
     // only for the earlier ones on its own link); their results come back at the end.
-    type Lane = (
-        mpsc::Sender<Outgoing>,
-        JoinHandle<Result<Vec<SendTime>, String>>,
-    );
     let lane = || -> Lane {
         let (tx, rx) = mpsc::channel::<Outgoing>();
         let h = std::thread::spawn(move || {
@@ -244,21 +270,7 @@ pub fn run_iteration(
             break;
         }
     }
-    for (tx, h) in lanes.into_iter().flatten() {
-        drop(tx);
-        match h.join() {
-            Ok(Ok(sent)) => times.sends.extend(sent),
-            // The thread's own error says why it stopped; the stage only saw that it had.
-            Ok(Err(err)) => {
-                result = match result {
-                    Err(first) if !first.ends_with(STOPPED) => Err(first),
-                    _ => Err(err),
-                }
-            }
-            Err(_) => result = result.and(Err(format!("stage {s}: the sender thread panicked"))),
-        }
-    }
-    result?;
+    join_lanes(lanes, &mut times, result, s)?;
     if let Some(spans) = stage.gpu_spans(times.ops.len()).map_err(e)? {
         times.gpu_clock = map_gpu_spans(&mut times.ops, &spans);
     }

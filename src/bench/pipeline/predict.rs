@@ -207,3 +207,120 @@ pub(super) fn peak_in_flight(orders: &[Vec<Op>]) -> Vec<usize> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::pipeline::exec::{OpTime, SendTime};
+    use crate::sim::{simulate, Policy};
+
+    fn op(kind: OpKind, start_us: f64, end_us: f64, queue_end_us: f64) -> OpTime {
+        OpTime {
+            kind,
+            mb: 0,
+            start_us,
+            end_us,
+            queue_end_us,
+        }
+    }
+
+    /// Two stages, one microbatch, backward fused: F0, send, F1, B1, send, B0.
+    fn two_stages(send_us: f64) -> Vec<StageTimes> {
+        let f = 1000.0;
+        let s0 = StageTimes {
+            ops: vec![
+                op(OpKind::F, 0.0, f, f + send_us),
+                op(
+                    OpKind::B,
+                    3.0 * f + 2.0 * send_us,
+                    4.0 * f + 2.0 * send_us,
+                    4.0 * f + 2.0 * send_us,
+                ),
+            ],
+            sends: vec![SendTime {
+                link: 0,
+                d2h_us: 0.0,
+                send_us,
+            }],
+            gpu_clock: None,
+        };
+        let s1 = StageTimes {
+            ops: vec![
+                op(OpKind::F, f + send_us, 2.0 * f + send_us, 2.0 * f + send_us),
+                op(
+                    OpKind::B,
+                    2.0 * f + send_us,
+                    3.0 * f + send_us,
+                    3.0 * f + 2.0 * send_us,
+                ),
+            ],
+            sends: vec![SendTime {
+                link: 0,
+                d2h_us: 0.0,
+                send_us,
+            }],
+            gpu_clock: None,
+        };
+        vec![s0, s1]
+    }
+
+    #[test]
+    fn the_measured_iteration_and_bubbles_are_read_off_the_ops() {
+        // 4 ms of compute and two 0.5 ms sends: 5 ms; each stage computes 2 of them.
+        let (iteration, bubbles, run) = measured_run(&two_stages(500.0));
+        assert!((iteration - 5.0).abs() < 1e-9, "{iteration}");
+        assert!((bubbles[0] - 0.6).abs() < 1e-9 && (bubbles[1] - 0.6).abs() < 1e-9);
+        assert_eq!(run.ops.len(), 4);
+    }
+
+    #[test]
+    fn the_prediction_matches_a_case_solved_by_hand_and_moves_with_the_link() {
+        let shape = Shape {
+            layers: 1,
+            hidden: 8,
+            tokens: 8,
+            microbatches: 1,
+        };
+        let orders = vec![
+            vec![
+                Op {
+                    kind: OpKind::F,
+                    stage: 0,
+                    mb: 0,
+                },
+                Op {
+                    kind: OpKind::B,
+                    stage: 0,
+                    mb: 0,
+                },
+            ],
+            vec![
+                Op {
+                    kind: OpKind::F,
+                    stage: 1,
+                    mb: 0,
+                },
+                Op {
+                    kind: OpKind::B,
+                    stage: 1,
+                    mb: 0,
+                },
+            ],
+        ];
+        let policy = Policy::Fixed {
+            orders,
+            split: false,
+        };
+        // Inline sends hold the sender's queue: F0 1 + send + F1 1 + B1 1 + send + B0 1 (ms).
+        for send_us in [500.0, 1500.0] {
+            let times = two_stages(send_us);
+            let sc = measured_scenario(2, &shape, Comm::Inline, &[times], true).unwrap();
+            let predicted = simulate(&sc, &policy).unwrap().iteration_ms;
+            let by_hand = 4.0 + 2.0 * send_us / 1e3;
+            assert!(
+                (predicted - by_hand).abs() < 1e-6,
+                "{predicted} vs {by_hand}"
+            );
+        }
+    }
+}

@@ -118,7 +118,23 @@ pub(super) fn write_case(
         Some(&s),
         figures,
     ))?;
-    for (lane, r) in [("measured", &run), ("predicted", &predicted)] {
+    write_lanes(
+        out,
+        &case_name,
+        [("measured", &run), ("predicted", &predicted)],
+    )?;
+    out.traces.push((format!("{case_name} measured"), run));
+    out.traces
+        .push((format!("{case_name} predicted"), predicted));
+    if !verified {
+        out.unverified.push(case_name);
+    }
+    Ok(())
+}
+
+/// A case's lanes of pipeline_timeline.csv: every op of each run.
+fn write_lanes(out: &mut Outputs, case_name: &str, lanes: [(&str, &Run); 2]) -> Result<()> {
+    for (lane, r) in lanes {
         for e in &r.ops {
             let row = TimelineRow {
                 lane: lane.into(),
@@ -131,18 +147,12 @@ pub(super) fn write_case(
             };
             out.timeline.write(&Line::new(
                 &out.run_id,
-                case_name.clone(),
+                case_name.to_string(),
                 row,
                 None,
                 Default::default(),
             ))?;
         }
-    }
-    out.traces.push((format!("{case_name} measured"), run));
-    out.traces
-        .push((format!("{case_name} predicted"), predicted));
-    if !verified {
-        out.unverified.push(case_name);
     }
     Ok(())
 }

@@ -104,32 +104,80 @@ fn storage(gpu: &Gpu, label: &str, elements: usize) -> wgpu::Buffer {
     gpu.storage_from(label, &vec![0f32; elements.max(1)])
 }
 
+/// The three GEMMs of a layer: forward (x W), the input gradient (dZ W^T) and the weight
+/// gradient (x^T dZ, accumulated over microbatches).
+fn train_gemms(shape: &Shape) -> [TrainGemm; 3] {
+    let (t, h) = (shape.tokens, shape.hidden);
+    let fwd_gemm = TrainGemm {
+        m: t,
+        n: h,
+        k: h,
+        trans_a: false,
+        trans_b: false,
+        accumulate: false,
+    };
+    let dx_gemm = TrainGemm {
+        trans_b: true,
+        ..fwd_gemm
+    };
+    let dw_gemm = TrainGemm {
+        m: h,
+        n: h,
+        k: t,
+        trans_a: true,
+        trans_b: false,
+        accumulate: true,
+    };
+    [fwd_gemm, dx_gemm, dw_gemm]
+}
+
+/// The last stage's targets and its loss-gradient passes (top layer's y against the target
+/// into dy); none on the other stages.
+fn loss_grads(
+    gpu: &Gpu,
+    shape: &Shape,
+    last: bool,
+    top: &Layer,
+    dy: &[wgpu::Buffer],
+) -> Result<(Vec<wgpu::Buffer>, Vec<DispatchPass>)> {
+    let e = shape.elements();
+    let targets: Vec<wgpu::Buffer> = if last {
+        (0..shape.microbatches)
+            .map(|mb| gpu.storage_from("target", &target(shape, mb)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let p_loss = gpu.compute_pipeline(
+        "loss grad",
+        include_str!("../../../shaders/train_loss_grad.wgsl"),
+        "main",
+        true,
+        &[("LEN", e as f64)],
+    )?;
+    let loss_grad = targets
+        .iter()
+        .enumerate()
+        .map(|(mb, t)| {
+            DispatchPass::with_pipeline(
+                gpu,
+                "loss grad",
+                p_loss.clone(),
+                &[&top.y[mb], t, &dy[mb]],
+                ((e as u32).div_ceil(64), 1),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((targets, loss_grad))
+}
+
 impl Stage {
     /// Builds stage `index` of `stages`: weights seeded by (stage, layer), one pipeline per
     /// kernel shape, and every buffer and binding made before anything is timed.
     pub fn new(gpu: Gpu, shape: Shape, index: u32, stages: u32) -> Result<Stage> {
         let (t, h, n) = (shape.tokens, shape.hidden, shape.microbatches as usize);
         let e = shape.elements();
-        let fwd_gemm = TrainGemm {
-            m: t,
-            n: h,
-            k: h,
-            trans_a: false,
-            trans_b: false,
-            accumulate: false,
-        };
-        let dx_gemm = TrainGemm {
-            trans_b: true,
-            ..fwd_gemm
-        };
-        let dw_gemm = TrainGemm {
-            m: h,
-            n: h,
-            k: t,
-            trans_a: true,
-            trans_b: false,
-            accumulate: true,
-        };
+        let [fwd_gemm, dx_gemm, dw_gemm] = train_gemms(&shape);
         let p_fwd = fwd_gemm.pipeline(&gpu)?;
         let p_dx = dx_gemm.pipeline(&gpu)?;
         let p_dw = dw_gemm.pipeline(&gpu)?;
@@ -215,34 +263,8 @@ impl Stage {
         }
         let staging = gpu.staging("stage send", (e * 4) as u64, wgpu::MapMode::Read);
         let last = index + 1 == stages;
-        let targets: Vec<wgpu::Buffer> = if last {
-            (0..n as u32)
-                .map(|mb| gpu.storage_from("target", &target(&shape, mb)))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let p_loss = gpu.compute_pipeline(
-            "loss grad",
-            include_str!("../../../shaders/train_loss_grad.wgsl"),
-            "main",
-            true,
-            &[("LEN", e as f64)],
-        )?;
         let top = layers.last().expect("at least one layer");
-        let loss_grad = targets
-            .iter()
-            .enumerate()
-            .map(|(mb, t)| {
-                DispatchPass::with_pipeline(
-                    &gpu,
-                    "loss grad",
-                    p_loss.clone(),
-                    &[&top.y[mb], t, &dy[mb]],
-                    ((e as u32).div_ceil(64), 1),
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let (targets, loss_grad) = loss_grads(&gpu, &shape, last, top, &dy)?;
         // An iteration runs at most F, B and W of every microbatch.
         let timer = gpu
             .has_timestamps()
