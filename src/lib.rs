@@ -18,5 +18,6 @@ pub mod rdma;
 pub mod sim;
 pub mod stats;
 pub mod suite;
+pub mod tables;
 pub mod transport;
 pub mod units;

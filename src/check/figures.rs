@@ -164,7 +164,7 @@ pub struct RunFigures {
 }
 
 /// A table whose rows `check` compares.
-trait Checked: CsvTable + Sized {
+pub(crate) trait Checked: CsvTable + Sized {
     /// The row's figure, or `None` for a row that holds no measurement to compare.
     fn figure(line: &Line<Self>) -> Option<Figure>;
     /// The row's timer, which tells two rows of one case apart (`gpu`, `host`).
@@ -280,7 +280,8 @@ impl Checked for crate::bench::links::tables::NodesTable {
     }
 }
 
-fn add<T: Checked>(dir: &Path, out: &mut BTreeMap<Key, Figure>) -> Result<()> {
+/// Adds the figures of table `T` in `dir`, when it is there (see `crate::tables`).
+pub(crate) fn add<T: Checked>(dir: &Path, out: &mut BTreeMap<Key, Figure>) -> Result<()> {
     let Some(lines) = read_optional::<T>(dir)? else {
         return Ok(());
     };
@@ -336,20 +337,20 @@ pub fn collect(dir: &Path) -> Result<RunFigures> {
         );
     }
     let mut figures = BTreeMap::new();
-    add::<PeakTable>(dir, &mut figures)?;
-    add::<KernelsTable>(dir, &mut figures)?;
-    add::<D2hTable>(dir, &mut figures)?;
-    add::<HolTable>(dir, &mut figures)?;
-    add::<RdmaTable>(dir, &mut figures)?;
-    add::<crate::bench::links::tables::LinksTable>(dir, &mut figures)?;
-    add::<crate::bench::links::tables::NodesTable>(dir, &mut figures)?;
+    let mut files = Vec::new();
+    for t in crate::tables::tables() {
+        if let Some(add) = t.figures {
+            add(dir, &mut figures)?;
+            files.push(t.file());
+        }
+    }
     let label = RunLabel::of(dir);
     if figures.is_empty() {
         anyhow::bail!(
-            "{} holds no measured figures (peak.csv, kernels.csv, d2h.csv, hol.csv, rdma.csv, links.csv \
-             or nodes.csv): give a \
-             run folder of a run that measured something",
-            dir.display()
+            "{} holds no measured figures ({}): give a run folder of a run that measured \
+             something",
+            dir.display(),
+            files.join(", ")
         );
     }
     let run_id = label.run_id.clone().unwrap_or_else(|| {

@@ -16,8 +16,15 @@
 use serde::Serialize;
 
 use super::plot::Loaded;
+use crate::bench::hol::HolTable;
 use crate::bench::hol::Mode;
+use crate::bench::kernels::KernelsTable;
+use crate::bench::links::tables::LinksTable;
+use crate::bench::peak::PeakTable;
+use crate::bench::pipeline::table::PipelineTable;
+use crate::bench::rdma::RdmaTable;
 use crate::bench::sim::total_delay;
+use crate::bench::sim::SimTable;
 use crate::units::human_bytes;
 
 /// One headline.
@@ -46,8 +53,10 @@ fn ratio(value: f64, base: Option<f64>, what: &str) -> String {
     }
 }
 
-fn kernels(run: &Loaded, out: &mut Vec<Headline>) {
-    let Some(t) = &run.kernels else { return };
+pub(crate) fn kernels(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = run.table::<KernelsTable>() else {
+        return;
+    };
     let dims = |p: &crate::bench::kernels::KernelParams| {
         [p.size_m, p.size_n, p.size_k, p.rows, p.hidden]
             .iter()
@@ -104,8 +113,10 @@ fn kernels(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
-fn peak(run: &Loaded, out: &mut Vec<Headline>) {
-    let Some(t) = &run.peak else { return };
+pub(crate) fn peak(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = run.table::<PeakTable>() else {
+        return;
+    };
     // The ceilings the kernels are shares of: the best iteration of the best kernel.
     if let Some((i, v)) = crate::bench::peak::fma_ceiling_row(t) {
         out.push(Headline {
@@ -157,8 +168,10 @@ fn title(kernel: &str) -> &'static str {
     }
 }
 
-fn d2h(run: &Loaded, out: &mut Vec<Headline>) {
-    let Some(t) = &run.d2h else { return };
+pub(crate) fn d2h(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = run.table::<crate::bench::d2h::D2hTable>() else {
+        return;
+    };
     let find = |dir: &str, method: &str, part: &str, bytes: u64| {
         t.iter().enumerate().find(|(_, r)| {
             let p = &r.params;
@@ -203,8 +216,10 @@ fn d2h(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
-fn hol(run: &Loaded, out: &mut Vec<Headline>) {
-    let Some(t) = &run.hol else { return };
+pub(crate) fn hol(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = run.table::<HolTable>() else {
+        return;
+    };
     let offload: Vec<_> = t
         .iter()
         .enumerate()
@@ -250,8 +265,10 @@ fn hol(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
-fn rdma(run: &Loaded, out: &mut Vec<Headline>) {
-    let Some(t) = &run.rdma else { return };
+pub(crate) fn rdma(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = run.table::<RdmaTable>() else {
+        return;
+    };
     let lat = t
         .iter()
         .enumerate()
@@ -289,8 +306,10 @@ fn rdma(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
-fn sim(run: &Loaded, out: &mut Vec<Headline>) {
-    let Some(t) = &run.sim else { return };
+pub(crate) fn sim(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = run.table::<SimTable>() else {
+        return;
+    };
     let most_delayed = t
         .iter()
         .enumerate()
@@ -312,8 +331,10 @@ fn sim(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
-fn links(run: &Loaded, out: &mut Vec<Headline>) {
-    let Some(t) = &run.links else { return };
+pub(crate) fn links(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = run.table::<LinksTable>() else {
+        return;
+    };
     let mut transports: Vec<&str> = t.iter().map(|l| l.params.transport.as_str()).collect();
     transports.sort();
     transports.dedup();
@@ -398,8 +419,10 @@ fn links(run: &Loaded, out: &mut Vec<Headline>) {
 }
 
 /// Each pipeline case: measured iteration against the prediction.
-fn pipeline(run: &Loaded, out: &mut Vec<Headline>) {
-    let Some(t) = &run.pipeline else { return };
+pub(crate) fn pipeline(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = run.table::<PipelineTable>() else {
+        return;
+    };
     for (i, l) in t.iter().enumerate() {
         let f = &l.figures;
         out.push(Headline {
@@ -462,13 +485,10 @@ fn pipeline(run: &Loaded, out: &mut Vec<Headline>) {
 /// The run's headlines, bench by bench.
 pub fn headlines(run: &Loaded) -> Vec<Headline> {
     let mut out = Vec::new();
-    peak(run, &mut out);
-    kernels(run, &mut out);
-    d2h(run, &mut out);
-    hol(run, &mut out);
-    rdma(run, &mut out);
-    sim(run, &mut out);
-    links(run, &mut out);
-    pipeline(run, &mut out);
+    for t in crate::tables::tables() {
+        if let Some(f) = t.headlines {
+            f(run, &mut out);
+        }
+    }
     out
 }

@@ -10,6 +10,10 @@ use super::headlines::headlines;
 use super::plot::data::RunLabel;
 use super::plot::{Loaded, PlotOutcome};
 use super::Line;
+use crate::bench::hol::HolTable;
+use crate::bench::kernels::KernelsTable;
+use crate::bench::peak::PeakTable;
+use crate::bench::rdma::RdmaTable;
 use crate::check::CheckTable;
 
 fn html_escape(s: &str) -> String {
@@ -39,29 +43,10 @@ impl Page<'_> {
     }
 }
 
-/// The files a report lists under Data, in this order, when the run has them.
-const DATA_FILES: &[&str] = &[
-    "peak.csv",
-    "kernels.csv",
-    "d2h.csv",
-    "hol.csv",
-    "rdma.csv",
-    "sim.csv",
-    "sim_timeline.csv",
-    "sim_bench.csv",
-    "check.csv",
-    "links.csv",
-    "nodes.csv",
-    "pipeline.csv",
-    "pipeline_timeline.csv",
-    "pipeline_trace.json",
-    "meta.json",
-];
-
 /// Writes report.md and report.html into the run folder.
 pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     let run = Loaded::load(dir)?;
-    let check = run.check.as_ref().map(|c| {
+    let check = run.table::<CheckTable>().map(|c| {
         let flagged: Vec<Vec<String>> = c
             .iter()
             .filter(|l| l.figures.verdict != "PASS")
@@ -72,10 +57,11 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     let page = Page {
         dir,
         heads: headlines(&run),
-        csvs: DATA_FILES
+        csvs: crate::tables::tables()
             .iter()
+            .map(|t| t.file())
+            .chain(crate::tables::OTHER_FILES.iter().map(|f| f.to_string()))
             .filter(|f| dir.join(f).exists())
-            .map(|f| f.to_string())
             .collect(),
         check,
         cautions: cautions(&run),
@@ -277,19 +263,23 @@ pub fn noisy_rows(run: &Loaded) -> Vec<String> {
             out.push(format!("{bench}: {case}{timer} (cv {cv:.2})"));
         }
     };
-    for l in run.peak.iter().flatten() {
+    for l in run.table::<PeakTable>().into_iter().flatten() {
         add("peak", &l.lead.case, &l.figures.timer, l.stats().cv);
     }
-    for l in run.kernels.iter().flatten() {
+    for l in run.table::<KernelsTable>().into_iter().flatten() {
         add("kernels", &l.lead.case, &l.figures.timer, l.stats().cv);
     }
-    for l in run.d2h.iter().flatten() {
+    for l in run
+        .table::<crate::bench::d2h::D2hTable>()
+        .into_iter()
+        .flatten()
+    {
         add("d2h", &l.lead.case, &l.figures.timer, l.stats().cv);
     }
-    for l in run.hol.iter().flatten() {
+    for l in run.table::<HolTable>().into_iter().flatten() {
         add("hol", &l.lead.case, "", l.stats().cv);
     }
-    for l in run.rdma.iter().flatten() {
+    for l in run.table::<RdmaTable>().into_iter().flatten() {
         add("rdma", &l.lead.case, "", l.stats().cv);
     }
     out

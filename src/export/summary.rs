@@ -12,6 +12,10 @@ use serde::Serialize;
 use super::headlines::{headlines, Headline};
 use super::plot::data::RunLabel;
 use super::plot::Loaded;
+use crate::bench::hol::HolTable;
+use crate::bench::kernels::KernelsTable;
+use crate::bench::rdma::RdmaTable;
+use crate::bench::sim::SimTable;
 
 /// Bumped whenever a field of summary.json is added, removed or renamed.
 pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
@@ -53,11 +57,14 @@ pub fn summarize(dir: &Path) -> RunSummary {
         Ok(run) => {
             let mut benches: BTreeMap<&'static str, BenchSummary> = BTreeMap::new();
             for (bench, rows) in [
-                ("kernels", run.kernels.as_ref().map(Vec::len)),
-                ("d2h", run.d2h.as_ref().map(Vec::len)),
-                ("hol", run.hol.as_ref().map(Vec::len)),
-                ("rdma", run.rdma.as_ref().map(Vec::len)),
-                ("sim", run.sim.as_ref().map(Vec::len)),
+                ("kernels", run.table::<KernelsTable>().map(Vec::len)),
+                (
+                    "d2h",
+                    run.table::<crate::bench::d2h::D2hTable>().map(Vec::len),
+                ),
+                ("hol", run.table::<HolTable>().map(Vec::len)),
+                ("rdma", run.table::<RdmaTable>().map(Vec::len)),
+                ("sim", run.table::<SimTable>().map(Vec::len)),
             ] {
                 if let Some(rows) = rows {
                     benches.entry(bench).or_default().rows = rows;

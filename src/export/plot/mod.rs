@@ -13,12 +13,9 @@ use anyhow::{Context, Result};
 use charts::{render, Chart, Format, Gantt, LineChart, Series, StackedBars};
 use data::RunLabel;
 
-use crate::bench::d2h::D2hTable;
-use crate::bench::hol::{HolTable, Mode};
-use crate::bench::kernels::KernelsTable;
-use crate::bench::rdma::RdmaTable;
-use crate::bench::sim::{total_delay, SimTable, TimelineTable};
-use crate::export::{read_optional, DataError, Line};
+use crate::bench::hol::Mode;
+use crate::bench::sim::total_delay;
+use crate::export::{CsvTable, DataError, Line};
 
 mod node_charts;
 #[allow(unused_imports)]
@@ -28,39 +25,34 @@ mod pipeline_charts;
 #[allow(unused_imports)]
 pub use pipeline_charts::*;
 
-/// The tables of one run folder (each `None` when the bench did not run).
+/// The tables of one run folder, as registered in [`crate::tables`].
 pub struct Loaded {
     pub label: RunLabel,
-    pub kernels: Option<Vec<Line<KernelsTable>>>,
-    pub d2h: Option<Vec<Line<D2hTable>>>,
-    pub hol: Option<Vec<Line<HolTable>>>,
-    pub rdma: Option<Vec<Line<RdmaTable>>>,
-    pub sim: Option<Vec<Line<SimTable>>>,
-    pub timeline: Option<Vec<Line<TimelineTable>>>,
-    pub peak: Option<Vec<Line<crate::bench::peak::PeakTable>>>,
-    pub links: Option<Vec<Line<crate::bench::links::tables::LinksTable>>>,
-    pub pipeline: Option<Vec<Line<crate::bench::pipeline::table::PipelineTable>>>,
-    pub pipeline_timeline: Option<Vec<Line<crate::bench::pipeline::table::TimelineTable>>>,
-    /// The verdicts of `morphbench check` on this run, when it was checked.
-    pub check: Option<Vec<Line<crate::check::CheckTable>>>,
+    tables: BTreeMap<&'static str, crate::tables::AnyRows>,
 }
 
 impl Loaded {
     pub fn load(dir: &Path) -> Result<Loaded, DataError> {
+        let mut tables = BTreeMap::new();
+        for t in crate::tables::tables() {
+            if let Some(rows) = (t.load)(dir)? {
+                tables.insert(t.name, rows);
+            }
+        }
         Ok(Loaded {
             label: RunLabel::of(dir),
-            kernels: read_optional(dir)?,
-            d2h: read_optional(dir)?,
-            hol: read_optional(dir)?,
-            rdma: read_optional(dir)?,
-            sim: read_optional(dir)?,
-            timeline: read_optional(dir)?,
-            peak: read_optional(dir)?,
-            links: read_optional(dir)?,
-            pipeline: read_optional(dir)?,
-            pipeline_timeline: read_optional(dir)?,
-            check: read_optional(dir)?,
+            tables,
         })
+    }
+
+    /// The rows of table `T`; `None` when the run did not write it.
+    pub fn table<T: CsvTable + 'static>(&self) -> Option<&Vec<Line<T>>> {
+        self.tables.get(T::NAME)?.downcast_ref()
+    }
+
+    /// Whether the run wrote the table named `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.tables.contains_key(name)
     }
 }
 
@@ -79,7 +71,8 @@ pub struct PlotOutcome {
 }
 
 /// A figure to draw: file name, what it shows, the chart.
-type Named = (String, String, Chart);
+/// A chart with its file name and what it shows.
+pub type Named = (String, String, Chart);
 
 fn named(name: &str, about: &str, chart: Chart) -> Named {
     (name.to_string(), about.to_string(), chart)
@@ -124,39 +117,23 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
     std::fs::create_dir_all(&plots)
         .with_context(|| format!("cannot create {}", plots.display()))?;
     let mut outcome = PlotOutcome::default();
-    let present = |r: &Loaded, file: &str| match file {
-        "kernels.csv" => r.kernels.is_some(),
-        "d2h.csv" => r.d2h.is_some(),
-        "hol.csv" => r.hol.is_some(),
-        "rdma.csv" => r.rdma.is_some(),
-        "peak.csv" => r.peak.is_some(),
-        _ => r.sim.is_some(),
-    };
-    // A cluster run (links) holds none of the single-node tables: nothing to say is missing.
-    let cluster_only = runs
-        .iter()
-        .all(|r| r.links.is_some() || r.pipeline.is_some());
-    for file in [
-        "peak.csv",
-        "kernels.csv",
-        "d2h.csv",
-        "hol.csv",
-        "rdma.csv",
-        "sim.csv",
-    ] {
-        if !cluster_only && !runs.iter().any(|r| present(r, file)) {
-            outcome.skipped.push(format!("{file}: not in this run"));
+    let registry = crate::tables::tables();
+    // A cluster run (links, pipeline) holds none of the single-node tables: nothing to say is
+    // missing.
+    let cluster_only = runs.iter().all(|r| r.has("links") || r.has("pipeline"));
+    let mut charts = Vec::new();
+    for t in &registry {
+        if t.single_node && !cluster_only && !runs.iter().any(|r| r.has(t.name)) {
+            outcome
+                .skipped
+                .push(format!("{}: not in this run", t.file()));
+        }
+        match &t.charts {
+            Some(crate::tables::Charts::Compared(f)) => charts.extend(f(&runs, &title)?),
+            Some(crate::tables::Charts::OfFirst(f)) => charts.extend(f(&runs[0])),
+            None => {}
         }
     }
-    let mut charts = Vec::new();
-    charts.extend(kernel_charts(&runs, &title)?);
-    charts.extend(roofline_chart(&runs, &title));
-    charts.extend(d2h_charts(&runs, &title)?);
-    charts.extend(hol_charts(&runs, &title)?);
-    charts.extend(rdma_charts(&runs, &title)?);
-    charts.extend(sim_charts(&runs, &title)?);
-    charts.extend(links_charts(&runs[0]));
-    charts.extend(pipeline_charts(&runs[0]));
     for (name, about, chart) in charts {
         let n = chart.elements();
         if n > charts::MAX_ELEMENTS {

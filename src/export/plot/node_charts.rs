@@ -2,8 +2,12 @@
 
 #[allow(unused_imports)]
 use super::*;
+use crate::bench::hol::HolTable;
+use crate::bench::kernels::KernelsTable;
+use crate::bench::peak::PeakTable;
+use crate::bench::rdma::RdmaTable;
 
-pub(super) fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
+pub(crate) fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut gemm = LineChart::new(
         format!("GEMM throughput — {title}"),
         "size: cube root of M·N·K",
@@ -17,7 +21,9 @@ pub(super) fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> 
         (true, true),
     );
     for run in runs {
-        let Some(t) = &run.kernels else { continue };
+        let Some(t) = run.table::<KernelsTable>() else {
+            continue;
+        };
         // One series per kernel; a size run by another variant than the kernel's usual one
         // (a fallback for a shape the winner cannot run) is a marked point of that series.
         let mut by: BTreeMap<String, Vec<(f64, f64, String)>> = BTreeMap::new();
@@ -98,7 +104,7 @@ pub(super) const LAYERNORM_FLOPS_PER_ELEMENT: f64 = 8.0;
 /// The roofline: GFLOP/s against arithmetic intensity (flops per byte of compulsory traffic),
 /// under the roof of the run's measured ceilings (copy bandwidth, then the FP32 peak); each
 /// GPU kernel size is a point (GPU-timestamp rows).
-pub(super) fn roofline_chart(runs: &[Loaded], title: &str) -> Vec<Named> {
+pub(crate) fn roofline_chart(runs: &[Loaded], title: &str) -> Vec<Named> {
     let mut chart = LineChart::new(
         format!("Roofline — {title}"),
         "arithmetic intensity (flop per byte)",
@@ -106,7 +112,8 @@ pub(super) fn roofline_chart(runs: &[Loaded], title: &str) -> Vec<Named> {
         (true, true),
     );
     for run in runs {
-        let (Some(peak), Some(kernels)) = (&run.peak, &run.kernels) else {
+        let (Some(peak), Some(kernels)) = (run.table::<PeakTable>(), run.table::<KernelsTable>())
+        else {
             continue;
         };
         let Some(c) = crate::bench::peak::Ceilings::from_rows(peak) else {
@@ -186,7 +193,7 @@ pub(super) fn roofline_chart(runs: &[Loaded], title: &str) -> Vec<Named> {
     out
 }
 
-pub(super) fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
+pub(crate) fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut lat = LineChart::new(
         format!("Transfer latency (p50, band to p99) — {title}"),
         "bytes",
@@ -200,7 +207,9 @@ pub(super) fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         (true, false),
     );
     for run in runs {
-        let Some(t) = &run.d2h else { continue };
+        let Some(t) = run.table::<crate::bench::d2h::D2hTable>() else {
+            continue;
+        };
         let mut lat_s: BTreeMap<String, (Points, Band)> = BTreeMap::new();
         let mut bw_s: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for r in t {
@@ -261,7 +270,7 @@ pub(super) fn delay_of(s: &str) -> f64 {
     s.parse().unwrap_or(0.0)
 }
 
-pub(super) fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
+pub(crate) fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mk = |t: &str, y: &str| {
         LineChart::new(
             format!("{t} — {title}"),
@@ -290,7 +299,9 @@ pub(super) fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         bars: Vec::new(),
     };
     for run in runs {
-        let Some(t) = &run.hol else { continue };
+        let Some(t) = run.table::<HolTable>() else {
+            continue;
+        };
         let mut groups: BTreeMap<(String, String, String), [Points; 3]> = BTreeMap::new();
         let mut delays = Vec::new();
         for r in t {
@@ -373,7 +384,7 @@ pub(super) fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     Ok(out)
 }
 
-pub(super) fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
+pub(crate) fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut lat = LineChart::new(
         format!("RDMA latency — {title}"),
         "bytes",
@@ -387,7 +398,9 @@ pub(super) fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         (true, true),
     );
     for run in runs {
-        let Some(t) = &run.rdma else { continue };
+        let Some(t) = run.table::<RdmaTable>() else {
+            continue;
+        };
         let (mut p50, mut band): (Points, Band) = Default::default();
         for r in t.iter().filter(|r| r.params.test == "lat") {
             let (b, s) = (r.params.bytes as f64, r.stats());
@@ -431,5 +444,12 @@ pub(super) fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         "RDMA average bandwidth against size",
         bw,
     );
+    Ok(out)
+}
+
+/// The kernels' charts and the roofline (kernels against the peak's ceilings).
+pub(crate) fn kernel_and_roofline_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
+    let mut out = kernel_charts(runs, title)?;
+    out.extend(roofline_chart(runs, title));
     Ok(out)
 }

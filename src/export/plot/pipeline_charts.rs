@@ -2,8 +2,12 @@
 
 #[allow(unused_imports)]
 use super::*;
+use crate::bench::links::tables::LinksTable;
+use crate::bench::pipeline::table::TimelineTable as PipelineTimelineTable;
+use crate::bench::sim::SimTable;
+use crate::bench::sim::TimelineTable as SimTimelineTable;
 
-pub(super) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
+pub(crate) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut iter = LineChart::new(
         format!("Iteration time against straggler delay — {title}"),
         "extra link delay (ms)",
@@ -12,7 +16,9 @@ pub(super) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     );
     let mut out = Vec::new();
     for run in runs {
-        let Some(t) = &run.sim else { continue };
+        let Some(t) = run.table::<SimTable>() else {
+            continue;
+        };
         let mut by: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for r in t {
             by.entry(r.params.schedule.clone())
@@ -36,7 +42,7 @@ pub(super) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         iter,
     );
     // Gantt charts of the first run, for its most delayed case.
-    if let Some(t) = runs.first().and_then(|r| r.timeline.as_ref()) {
+    if let Some(t) = runs.first().and_then(|r| r.table::<SimTimelineTable>()) {
         let mut cases: BTreeMap<String, BTreeMap<String, Vec<TimelineOp>>> = BTreeMap::new();
         let kinds = ["F", "B", "W"];
         for r in t {
@@ -55,7 +61,7 @@ pub(super) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
                     p.microbatch,
                 ));
         }
-        let delayed = runs[0].sim.as_ref().and_then(|s| {
+        let delayed = runs[0].table::<SimTable>().and_then(|s| {
             s.iter()
                 .max_by(|a, b| total_delay(&a.params.slow).total_cmp(&total_delay(&b.params.slow)))
                 .map(|r| r.lead.case.clone())
@@ -66,8 +72,7 @@ pub(super) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         // The injected delay per link of a case, from its sim.csv rows.
         let slow_of = |case: &str| -> BTreeMap<usize, f64> {
             let slow = runs[0]
-                .sim
-                .as_ref()
+                .table::<SimTable>()
                 .and_then(|s| s.iter().find(|r| r.lead.case == case))
                 .map(|r| r.params.slow.clone())
                 .unwrap_or_default();
@@ -139,8 +144,8 @@ pub(super) fn delay_windows(
 /// Draws every figure the run (and the compared runs) has data for into `RUN/plots/`.
 /// One Gantt chart per pipeline case: the measured stages above, the simulator's prediction
 /// for the same orders on the measured times below (copy out and inline sends shaded).
-pub(super) fn pipeline_charts(run: &Loaded) -> Vec<Named> {
-    let Some(rows) = &run.pipeline_timeline else {
+pub(crate) fn pipeline_charts(run: &Loaded) -> Vec<Named> {
+    let Some(rows) = run.table::<PipelineTimelineTable>() else {
         return Vec::new();
     };
     let mut cases: Vec<&str> = rows.iter().map(|l| l.lead.case.as_str()).collect();
@@ -195,9 +200,8 @@ pub(super) fn pipeline_charts(run: &Loaded) -> Vec<Named> {
 
 /// Rank-by-rank heatmaps of a links run (its own run only: matrices do not overlay): per
 /// transport, p50 latency at the smallest and the largest size, one-way GB/s at the largest.
-pub(super) fn links_charts(run: &Loaded) -> Vec<Named> {
-    use crate::bench::links::tables::LinksTable;
-    let Some(rows) = &run.links else {
+pub(crate) fn links_charts(run: &Loaded) -> Vec<Named> {
+    let Some(rows) = run.table::<LinksTable>() else {
         return Vec::new();
     };
     let n = rows

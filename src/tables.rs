@@ -1,0 +1,160 @@
+//! The one registry of result tables. Each CSV a run folder can hold is registered once, with
+//! what each reader does with it: `plot` loads it ([`crate::export::plot::Loaded`]) and draws
+//! its charts, the report lists it and shows its headlines, `check` reads its figures. Adding a
+//! CSV is its row type (a `CsvTable`) and one line in [`tables`].
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::bench::d2h::D2hTable;
+use crate::bench::hol::HolTable;
+use crate::bench::kernels::KernelsTable;
+use crate::bench::links::tables::{LinksTable, NodesTable};
+use crate::bench::peak::PeakTable;
+use crate::bench::pipeline::table::{PipelineTable, TimelineTable as PipelineTimelineTable};
+use crate::bench::rdma::RdmaTable;
+use crate::bench::sim::{SimBenchTable, SimTable, TimelineTable as SimTimelineTable};
+use crate::check::figures::{add as check_figures, Figure, Key};
+use crate::check::CheckTable;
+use crate::export::csv::{read_optional, CsvTable, DataError};
+use crate::export::headlines::{self as hl, Headline};
+use crate::export::plot::{self, Loaded, Named};
+
+/// Adds a table's figures (those `check` compares) from a run folder.
+pub type AddFigures = fn(&Path, &mut BTreeMap<Key, Figure>) -> Result<()>;
+/// Rows of a table, loaded, behind `Any` (read back with [`Loaded::table`]).
+pub type AnyRows = Box<dyn Any>;
+/// Charts of one table: over every run compared (with the figures' title), or of one run.
+pub enum Charts {
+    Compared(fn(&[Loaded], &str) -> Result<Vec<Named>>),
+    OfFirst(fn(&Loaded) -> Vec<Named>),
+}
+
+/// One result table and what each reader does with it.
+pub struct Table {
+    /// The CSV's stem in a run folder (`CsvTable::NAME`).
+    pub name: &'static str,
+    pub load: fn(&Path) -> Result<Option<AnyRows>, DataError>,
+    /// A table of a single-node bench: `plot` says when a run lacks it.
+    pub single_node: bool,
+    pub headlines: Option<fn(&Loaded, &mut Vec<Headline>)>,
+    pub charts: Option<Charts>,
+    pub figures: Option<AddFigures>,
+}
+
+impl Table {
+    fn of<T: CsvTable + 'static>() -> Table {
+        Table {
+            name: T::NAME,
+            load: load::<T>,
+            single_node: false,
+            headlines: None,
+            charts: None,
+            figures: None,
+        }
+    }
+    fn single_node(self) -> Table {
+        Table {
+            single_node: true,
+            ..self
+        }
+    }
+    fn headlines(self, f: fn(&Loaded, &mut Vec<Headline>)) -> Table {
+        Table {
+            headlines: Some(f),
+            ..self
+        }
+    }
+    fn charts(self, c: Charts) -> Table {
+        Table {
+            charts: Some(c),
+            ..self
+        }
+    }
+    fn figures(self, f: AddFigures) -> Table {
+        Table {
+            figures: Some(f),
+            ..self
+        }
+    }
+
+    /// The file in a run folder.
+    pub fn file(&self) -> String {
+        format!("{}.csv", self.name)
+    }
+}
+
+fn load<T: CsvTable + 'static>(dir: &Path) -> Result<Option<AnyRows>, DataError> {
+    Ok(read_optional::<T>(dir)?.map(|rows| Box::new(rows) as AnyRows))
+}
+
+/// Every result table, in the order the report lists them and draws their figures.
+pub fn tables() -> Vec<Table> {
+    use Charts::{Compared, OfFirst};
+    vec![
+        Table::of::<PeakTable>()
+            .single_node()
+            .headlines(hl::peak)
+            .figures(check_figures::<PeakTable>),
+        Table::of::<KernelsTable>()
+            .single_node()
+            .headlines(hl::kernels)
+            .charts(Compared(plot::kernel_and_roofline_charts))
+            .figures(check_figures::<KernelsTable>),
+        Table::of::<D2hTable>()
+            .single_node()
+            .headlines(hl::d2h)
+            .charts(Compared(plot::d2h_charts))
+            .figures(check_figures::<D2hTable>),
+        Table::of::<HolTable>()
+            .single_node()
+            .headlines(hl::hol)
+            .charts(Compared(plot::hol_charts))
+            .figures(check_figures::<HolTable>),
+        Table::of::<RdmaTable>()
+            .single_node()
+            .headlines(hl::rdma)
+            .charts(Compared(plot::rdma_charts))
+            .figures(check_figures::<RdmaTable>),
+        Table::of::<SimTable>()
+            .single_node()
+            .headlines(hl::sim)
+            .charts(Compared(plot::sim_charts)),
+        Table::of::<SimTimelineTable>(),
+        Table::of::<SimBenchTable>(),
+        Table::of::<CheckTable>(),
+        Table::of::<LinksTable>()
+            .headlines(hl::links)
+            .charts(OfFirst(plot::links_charts))
+            .figures(check_figures::<LinksTable>),
+        Table::of::<NodesTable>().figures(check_figures::<NodesTable>),
+        Table::of::<PipelineTable>()
+            .headlines(hl::pipeline)
+            .charts(OfFirst(plot::pipeline_charts)),
+        Table::of::<PipelineTimelineTable>(),
+    ]
+}
+
+/// Files a run folder may hold beside its tables, listed in the report after them.
+pub const OTHER_FILES: &[&str] = &["pipeline_trace.json", "meta.json"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_table_is_registered_once() {
+        let names: Vec<&str> = tables().iter().map(|t| t.name).collect();
+        let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        for expected in ["peak", "kernels", "links", "nodes", "pipeline", "sim_bench"] {
+            assert!(
+                names.contains(&expected),
+                "{expected} missing from {names:?}"
+            );
+        }
+    }
+}
