@@ -35,6 +35,56 @@ pub fn percentile_sorted(sorted: &[f64], p: f64) -> f64 {
     sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
 }
 
+/// Robust statistics, in one place: the median, the median absolute deviation (MAD) and
+/// Iglewicz and Hoaglin's modified z-score, 0.6745 (x - median) / MAD, which `check --fleet`,
+/// the links' flags and the noisy-row warnings all judge outliers by.
+pub mod robust {
+    use super::percentile_sorted;
+
+    /// 1.4826 MAD estimates the standard deviation of normal data.
+    pub const MAD_TO_SIGMA: f64 = 1.4826;
+    /// 0.6745 = 1 / 1.4826: the modified z-score's scale.
+    pub const Z_SCALE: f64 = 0.6745;
+
+    /// The median (type-7: the mean of the middle two for an even count), sorting in place.
+    pub fn median_in_place(xs: &mut [f64]) -> f64 {
+        xs.sort_by(f64::total_cmp);
+        percentile_sorted(xs, 0.5)
+    }
+
+    /// The median of `values`.
+    pub fn median(values: &[f64]) -> f64 {
+        median_in_place(&mut values.to_vec())
+    }
+
+    /// The lower median: the middle value, or the lower of the middle two. Always one of the
+    /// values, so a group's baseline is a member's measurement.
+    pub fn lower_median(values: &[f64]) -> f64 {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[(v.len() - 1) / 2]
+    }
+
+    /// The median absolute deviation of `values` from `center`, by `middle` (median or lower
+    /// median).
+    pub fn mad(values: &[f64], center: f64, middle: fn(&[f64]) -> f64) -> f64 {
+        let dev: Vec<f64> = values.iter().map(|x| (x - center).abs()).collect();
+        middle(&dev)
+    }
+
+    /// The modified z-score of `x` against `center` and `mad`. With a MAD of zero (the others
+    /// agree exactly) a value off the center is infinitely far.
+    pub fn modified_z(x: f64, center: f64, mad: f64) -> f64 {
+        if x == center {
+            0.0
+        } else if mad > 0.0 {
+            Z_SCALE * (x - center) / mad
+        } else {
+            f64::INFINITY.copysign(x - center)
+        }
+    }
+}
+
 impl Summary {
     /// Summarises samples; `None` when there are none or any is not finite.
     pub fn of(samples: &[f64]) -> Option<Summary> {

@@ -215,12 +215,8 @@ pub fn scatter(log_worse: &[f64]) -> Option<f64> {
     if log_worse.len() < MIN_SCATTER_FIGURES {
         return None;
     }
-    let mut sorted = log_worse.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let med = crate::stats::percentile_sorted(&sorted, 0.5);
-    let mut dev: Vec<f64> = log_worse.iter().map(|x| (x - med).abs()).collect();
-    dev.sort_by(f64::total_cmp);
-    Some(1.4826 * crate::stats::percentile_sorted(&dev, 0.5))
+    use crate::stats::robust::{mad, median, MAD_TO_SIGMA};
+    Some(MAD_TO_SIGMA * mad(log_worse, median(log_worse), median))
 }
 
 /// Judges one figure against its baseline, in the `family` of the other figures of the same
@@ -283,7 +279,8 @@ pub fn judge(
     // slower across the board still fails) must pass the policy's z.
     if let (Verdict::Fail, Some(sigma)) = (o.verdict, family.scatter) {
         let log_worse = fig.better.log_worse(base.value, fig.value);
-        let needed = t.z / 0.6745 * sigma / 1.4826;
+        let needed =
+            t.z / crate::stats::robust::Z_SCALE * sigma / crate::stats::robust::MAD_TO_SIGMA;
         if log_worse < needed {
             o.at_most_warn(&format!(
                 "within the run-to-run scatter of these two runs (figures move by {} typically; \

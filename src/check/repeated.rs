@@ -38,11 +38,6 @@ fn prediction_p(base: &[f64], x: f64) -> Option<f64> {
     Some((2.0 * (1.0 - dist.cdf(t.abs()))).clamp(0.0, 1.0))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    crate::stats::percentile_sorted(&v, 0.5)
-}
-
 /// Every figure of `run` against the same figure in each of `bases` (two or more runs).
 pub fn against_baselines(bases: &[RunFigures], run: &RunFigures, policy: &Policy) -> Report {
     let mut report = Report {
@@ -111,7 +106,7 @@ pub fn against_baselines(bases: &[RunFigures], run: &RunFigures, policy: &Policy
     for (key, (have, f)) in seen {
         let t = policy.for_figure(key);
         let mut o = Outcome::blank(&run.run_id, key, f);
-        let base = median(have.iter().map(|b| b.value).collect());
+        let base = crate::stats::robust::median(&have.iter().map(|b| b.value).collect::<Vec<_>>());
         (o.base, o.value, o.ratio) = (Some(base), Some(f.value), Some(f.value / base));
         // The baselines' own range, as a ratio: where this run would sit among them.
         let lo = have

@@ -2,6 +2,7 @@
 //! Mann-Whitney U on raw samples, a confidence interval for the ratio of medians, and the
 //! robust z-score (median absolute deviation) for fleets.
 
+use crate::stats::robust::{mad, median, median_in_place, modified_z};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
@@ -122,11 +123,6 @@ pub fn ratio_ci_from_moments(
     Some((r / w, r * w))
 }
 
-fn median(xs: &mut [f64]) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    percentile_sorted(xs, 0.5)
-}
-
 /// A `1 - alpha` percentile-bootstrap interval for median(b) / median(a) from raw samples,
 /// seeded so the same inputs give the same interval.
 pub fn ratio_ci_bootstrap(a: &[f64], b: &[f64], alpha: f64, seed: u64) -> Option<(f64, f64)> {
@@ -145,7 +141,7 @@ pub fn ratio_ci_bootstrap(a: &[f64], b: &[f64], alpha: f64, seed: u64) -> Option
         for x in rb.iter_mut() {
             *x = b[rng.gen_range(0..b.len())];
         }
-        let (ma, mb) = (median(&mut ra), median(&mut rb));
+        let (ma, mb) = (median_in_place(&mut ra), median_in_place(&mut rb));
         if ma > 0.0 {
             ratios.push(mb / ma);
         }
@@ -163,23 +159,12 @@ pub fn ratio_ci_bootstrap(a: &[f64], b: &[f64], alpha: f64, seed: u64) -> Option
 /// The median and the modified z-score of every value against it (Iglewicz and Hoaglin:
 /// 0.6745 (x - median) / MAD). With a MAD of zero, a value off the median is infinitely far.
 pub fn robust_z(values: &[f64]) -> (f64, Vec<f64>) {
-    let mut sorted = values.to_vec();
-    let med = median(&mut sorted);
-    let mut dev: Vec<f64> = values.iter().map(|x| (x - med).abs()).collect();
-    let mad = median(&mut dev);
-    let z = values
-        .iter()
-        .map(|&x| {
-            if x == med {
-                0.0
-            } else if mad > 0.0 {
-                0.6745 * (x - med) / mad
-            } else {
-                f64::INFINITY.copysign(x - med)
-            }
-        })
-        .collect();
-    (med, z)
+    let med = median(values);
+    let mad = mad(values, med, median);
+    (
+        med,
+        values.iter().map(|&x| modified_z(x, med, mad)).collect(),
+    )
 }
 
 #[cfg(test)]

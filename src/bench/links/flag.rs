@@ -13,6 +13,8 @@
 //! on the healthy level as long as at most half of the group is slow; with an odd count it is
 //! the median.
 
+use crate::stats::robust::{lower_median, mad, modified_z};
+
 /// A slowdown at or above this can be flagged.
 pub const SLOW_THRESHOLD: f64 = 1.35;
 /// A modified z-score above this is an outlier (Iglewicz and Hoaglin).
@@ -31,12 +33,6 @@ pub struct Verdict {
     pub flagged: bool,
 }
 
-fn lower_median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[(v.len() - 1) / 2]
-}
-
 /// The verdict of every member of one group, in order, from each member's typical time (p50)
 /// and tail (p99); larger is slower.
 pub fn judge(times: &[f64], tails: &[f64]) -> Vec<Verdict> {
@@ -46,19 +42,12 @@ pub fn judge(times: &[f64], tails: &[f64]) -> Vec<Verdict> {
     }
     let base = lower_median(times);
     let healthy_tail = lower_median(tails);
-    let deviations: Vec<f64> = times.iter().map(|t| (t - base).abs()).collect();
-    let mad = lower_median(&deviations);
+    let mad = mad(times, base, lower_median);
     times
         .iter()
         .map(|&t| {
             let slowdown = if base > 0.0 { t / base } else { 1.0 };
-            let z = if mad > 0.0 {
-                0.6745 * (t - base) / mad
-            } else if t > base {
-                f64::INFINITY
-            } else {
-                0.0
-            };
+            let z = modified_z(t, base, mad);
             Verdict {
                 slowdown,
                 z,
