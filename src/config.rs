@@ -92,10 +92,48 @@ impl SuiteConfig {
 mod tests {
     use super::*;
 
+    fn names(cfg: &SuiteConfig) -> Vec<&'static str> {
+        cfg.benches().unwrap().iter().map(|b| b.name()).collect()
+    }
+
+    fn kernels_plan(cfg: &SuiteConfig) -> crate::bench::kernels::KernelsPlan {
+        let table = cfg.tables["kernels"].clone();
+        crate::bench::table::<crate::bench::kernels::KernelsConfig>(table)
+            .unwrap()
+            .plan()
+            .unwrap()
+    }
+
     #[test]
-    fn embedded_and_full_configs_parse() {
-        SuiteConfig::embedded();
-        SuiteConfig::parse(include_str!("../bench-configs/full.toml"), "full.toml").unwrap();
+    fn the_embedded_config_plans_what_it_says() {
+        let cfg = SuiteConfig::embedded();
+        assert_eq!(cfg.description, "quick: a first look at a node");
+        assert_eq!(names(&cfg), ["peak", "kernels", "d2h", "hol", "sim"]);
+        let k = kernels_plan(&cfg);
+        let gemm: Vec<String> = k.gemm.iter().map(|g| g.to_string()).collect();
+        assert_eq!(
+            gemm,
+            ["256x256x256", "512x512x512", "1024x1024x1024", "17x33x65"]
+        );
+        assert_eq!((k.iters, k.warmup, k.cpu_baseline), (20, 3, true));
+        assert_eq!(k.layernorm.len(), 2);
+        let full =
+            SuiteConfig::parse(include_str!("../bench-configs/full.toml"), "full.toml").unwrap();
+        assert!(names(&full).contains(&"kernels"));
+    }
+
+    #[test]
+    fn a_key_left_out_takes_the_plan_default_and_the_file_order_does_not_matter() {
+        let cfg = SuiteConfig::parse(
+            "[sim]\nstages = 2\n[kernels]\ngemm = [\"8x8x8\"]\n",
+            "x.toml",
+        )
+        .unwrap();
+        assert_eq!(names(&cfg), ["kernels", "sim"]);
+        let k = kernels_plan(&cfg);
+        let d = crate::bench::kernels::KernelsPlan::default();
+        assert_eq!((k.iters, k.warmup), (d.iters, d.warmup));
+        assert_eq!(k.gemm[0].to_string(), "8x8x8");
     }
 
     #[test]

@@ -1,30 +1,69 @@
 //! Every kernel variant, verified against the f64 CPU reference at sizes that are not
-//! multiples of any tile, on whatever adapter is present (lavapipe in CI).
+//! multiples of any tile, on whatever adapter is present (lavapipe in CI). One test per
+//! variant: a variant this adapter cannot run shows as ignored, with the reason its table
+//! entry gives, and every test is ignored where no adapter opens (never passed).
 
+use std::sync::Arc;
+
+use libtest_mimic::{Arguments, Failed, Trial};
 use morphbench::gpu::kernels::{
     Dim, GemmInputs, GemmKernel, GemmSize, Geometry, GpuKernel, KernelError, LayernormKernel,
     LayernormSize, Variant, GEMM_VARIANTS, LAYERNORM_VARIANTS,
 };
 use morphbench::gpu::{BackendChoice, Gpu};
 
-fn gpu() -> Gpu {
-    Gpu::open(BackendChoice::Auto, None).expect("a GPU adapter (install mesa-vulkan-drivers)")
-}
-
-/// The variants this adapter cannot run, each with the reason its table entry gives; the
-/// rest must each verify at two or more sizes.
-fn runnable(gpu: &Gpu, list: &'static [Variant]) -> Vec<&'static Variant> {
-    let mut out = Vec::new();
-    for v in list {
-        match v.unsupported(gpu) {
-            Some(why) => {
-                assert!(why.contains(v.name), "{why}");
-                eprintln!("not run on {}: {why}", gpu.report.name);
-            }
-            None => out.push(v),
+fn main() {
+    let args = Arguments::from_args();
+    let gpu = match Gpu::open(BackendChoice::Auto, None) {
+        Ok(g) => Some(Arc::new(g)),
+        Err(e) => {
+            eprintln!("no GPU adapter, every kernel test is ignored: {e}");
+            None
         }
+    };
+    let mut trials = Vec::new();
+    let mut add = |name: String, unsupported: Option<String>, run: Box<dyn FnOnce(&Gpu) + Send>| {
+        let ignored = gpu.is_none() || unsupported.is_some();
+        if let (Some(g), Some(why)) = (&gpu, &unsupported) {
+            eprintln!("{name}: ignored on {}: {why}", g.report.name);
+        }
+        let gpu = gpu.clone();
+        trials.push(
+            Trial::test(name, move || -> Result<(), Failed> {
+                let gpu = gpu.ok_or("no GPU adapter")?;
+                run(&gpu);
+                Ok(())
+            })
+            .with_ignored_flag(ignored),
+        );
+    };
+    for v in GEMM_VARIANTS {
+        let why = gpu.as_ref().and_then(|g| v.unsupported(g));
+        add(
+            format!("gemm_variant_verifies_at_odd_sizes::{}", v.name),
+            why,
+            Box::new(move |g| gemm_variant(g, v)),
+        );
     }
-    out
+    for v in LAYERNORM_VARIANTS {
+        let why = gpu.as_ref().and_then(|g| v.unsupported(g));
+        add(
+            format!("layernorm_variant_verifies_at_odd_sizes::{}", v.name),
+            why,
+            Box::new(move |g| layernorm_variant(g, v)),
+        );
+    }
+    add(
+        "sizes_over_the_binding_limit_name_the_limit".into(),
+        None,
+        Box::new(sizes_over_the_binding_limit_name_the_limit),
+    );
+    add(
+        "zero_sizes_are_refused".into(),
+        None,
+        Box::new(zero_sizes_are_refused),
+    );
+    libtest_mimic::run(&args, trials).exit();
 }
 
 /// Builds and verifies `v` at `size` when its table entry says the size fits (a misfit is
@@ -46,9 +85,8 @@ fn verify_if_fits<K: GpuKernel>(
     true
 }
 
-#[test]
-fn every_gemm_variant_verifies_at_odd_sizes() {
-    let gpu = gpu();
+/// One GEMM variant at every size it fits: at least two must verify.
+fn gemm_variant(gpu: &Gpu, v: &'static Variant) {
     let sizes = [
         (1, 1, 1),
         (17, 33, 65),
@@ -61,40 +99,37 @@ fn every_gemm_variant_verifies_at_odd_sizes() {
         (33, 70, 128),
         (100, 256, 132),
     ];
-    for v in runnable(&gpu, GEMM_VARIANTS) {
-        let mut verified = 0;
-        for &(m, n, k) in &sizes {
-            let size = GemmSize { m, n, k };
-            let misfit = v.misfit(|d| match d {
-                Dim::K => k,
-                Dim::N => n,
-                Dim::Hidden => unreachable!("a GEMM variant asks for hidden"),
-            });
-            // bt32x4's texture rows must be whole multiples of 256 bytes (N up to 64).
-            let texture_rows = matches!(
-                v.geometry,
-                Geometry::Gemm {
-                    inputs: GemmInputs::BTexture,
-                    ..
-                }
-            ) && !size.ldc().is_multiple_of(64);
-            if texture_rows {
-                assert!(GemmKernel::new(&gpu, v, size).is_err());
-                continue;
+    let mut verified = 0;
+    for &(m, n, k) in &sizes {
+        let size = GemmSize { m, n, k };
+        let misfit = v.misfit(|d| match d {
+            Dim::K => k,
+            Dim::N => n,
+            Dim::Hidden => unreachable!("a GEMM variant asks for hidden"),
+        });
+        // bt32x4's texture rows must be whole multiples of 256 bytes (N up to 64).
+        let texture_rows = matches!(
+            v.geometry,
+            Geometry::Gemm {
+                inputs: GemmInputs::BTexture,
+                ..
             }
-            verified += verify_if_fits(v, misfit, size, || GemmKernel::new(&gpu, v, size)) as usize;
+        ) && !size.ldc().is_multiple_of(64);
+        if texture_rows {
+            assert!(GemmKernel::new(gpu, v, size).is_err());
+            continue;
         }
-        assert!(
-            verified >= 2,
-            "{} verified at only {verified} sizes",
-            v.name
-        );
+        verified += verify_if_fits(v, misfit, size, || GemmKernel::new(gpu, v, size)) as usize;
     }
+    assert!(
+        verified >= 2,
+        "{} verified at only {verified} sizes",
+        v.name
+    );
 }
 
-#[test]
-fn every_layernorm_variant_verifies_at_odd_sizes() {
-    let gpu = gpu();
+/// One layernorm variant at every size it fits: at least two must verify.
+fn layernorm_variant(gpu: &Gpu, v: &'static Variant) {
     let sizes = [
         (1, 4096),
         (3, 1000),
@@ -111,29 +146,25 @@ fn every_layernorm_variant_verifies_at_odd_sizes() {
         // 16-row workgroups.
         (17, 1024),
     ];
-    for v in runnable(&gpu, LAYERNORM_VARIANTS) {
-        let mut verified = 0;
-        for &(rows, hidden) in &sizes {
-            let size = LayernormSize { rows, hidden };
-            let misfit = v.misfit(|_| hidden);
-            let make = || LayernormKernel::new(&gpu, v, size);
-            verified += verify_if_fits(v, misfit, size, make) as usize;
-        }
-        assert!(
-            verified >= 2,
-            "{} verified at only {verified} sizes",
-            v.name
-        );
+    let mut verified = 0;
+    for &(rows, hidden) in &sizes {
+        let size = LayernormSize { rows, hidden };
+        let misfit = v.misfit(|_| hidden);
+        let make = || LayernormKernel::new(gpu, v, size);
+        verified += verify_if_fits(v, misfit, size, make) as usize;
     }
+    assert!(
+        verified >= 2,
+        "{} verified at only {verified} sizes",
+        v.name
+    );
 }
 
-#[test]
-fn sizes_over_the_binding_limit_name_the_limit() {
-    let gpu = gpu();
+fn sizes_over_the_binding_limit_name_the_limit(gpu: &Gpu) {
     let limit = gpu.limits.max_storage_buffer_binding_size;
     let rows = (limit / 4 / 1024 + 1) as u32;
     let err = LayernormKernel::new(
-        &gpu,
+        gpu,
         &LAYERNORM_VARIANTS[0],
         LayernormSize { rows, hidden: 1024 },
     )
@@ -145,10 +176,8 @@ fn sizes_over_the_binding_limit_name_the_limit() {
     assert!(msg.contains(&limit.to_string()), "{msg}");
 }
 
-#[test]
-fn zero_sizes_are_refused() {
-    let gpu = gpu();
-    let err = GemmKernel::new(&gpu, &GEMM_VARIANTS[0], GemmSize { m: 0, n: 4, k: 4 })
+fn zero_sizes_are_refused(gpu: &Gpu) {
+    let err = GemmKernel::new(gpu, &GEMM_VARIANTS[0], GemmSize { m: 0, n: 4, k: 4 })
         .err()
         .expect("zero size");
     assert!(err.to_string().contains(">= 1"));
