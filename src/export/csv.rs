@@ -417,7 +417,14 @@ fn bad_cell(
 ) -> DataError {
     let (column, value, reason) = match e.kind() {
         ::csv::ErrorKind::Deserialize { err, .. } => {
-            let field = err.field().map(|f| f as usize);
+            // An enum's error carries no field: the cell is the one holding the unknown
+            // variant it names.
+            let unknown = err.kind().to_string();
+            let named = unknown
+                .strip_prefix("unknown variant `")
+                .and_then(|r| r.split_once('`'))
+                .and_then(|(v, _)| record.iter().position(|cell| cell == v));
+            let field = err.field().map(|f| f as usize).or(named);
             (
                 field
                     .and_then(|f| headers.get(f))

@@ -5,16 +5,36 @@ use std::fmt;
 
 use thiserror::Error;
 
+/// What an op is, from the pipeline's wire through the simulator to the timeline CSVs and
+/// the Gantt charts (written `F`, `B`, `W`).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
 )]
 pub enum OpKind {
     /// Forward.
+    #[default]
     F,
     /// Backward for the input gradient (the whole backward when fused).
     B,
     /// Backward for the weight gradient (only when backward is split).
     W,
+}
+
+impl OpKind {
+    /// F, B, W as 0, 1, 2 (the Gantt charts' colours).
+    pub fn index(self) -> usize {
+        self as usize
+    }
 }
 
 impl fmt::Display for OpKind {

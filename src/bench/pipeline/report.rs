@@ -139,7 +139,7 @@ fn write_lanes(out: &mut Outputs, case_name: &str, lanes: [(&str, &Run); 2]) -> 
             let row = TimelineRow {
                 lane: lane.into(),
                 stage: e.op.stage as u32,
-                kind: e.op.kind.to_string(),
+                kind: e.op.kind,
                 microbatch: e.op.mb as u32,
                 start_ms: round(e.start, 4),
                 end_ms: round(e.end, 4),

@@ -68,7 +68,7 @@ pub struct TimelineRow {
     /// `measured` or `predicted`.
     pub lane: String,
     pub stage: u32,
-    pub kind: String,
+    pub kind: crate::sim::OpKind,
     pub microbatch: u32,
     pub start_ms: f64,
     pub end_ms: f64,

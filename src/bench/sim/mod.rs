@@ -337,8 +337,7 @@ pub struct TimelineParams {
     pub iteration: u64,
     pub schedule: String,
     pub stage: usize,
-    /// `F`, `B` or `W`.
-    pub kind: String,
+    pub kind: crate::sim::OpKind,
     pub microbatch: usize,
 }
 
@@ -369,9 +368,6 @@ impl CsvTable for TimelineTable {
         }
         if f.end_ms < f.start_ms {
             return Err(("end_ms", format!("before start_ms {}", f.start_ms)));
-        }
-        if !["F", "B", "W"].contains(&p.kind.as_str()) {
-            return Err(("kind", "an op kind is F, B or W".into()));
         }
         Ok(())
     }

@@ -118,7 +118,7 @@ pub(super) fn write_timeline(
             iteration: case.iteration,
             schedule: schedule.to_string(),
             stage: e.op.stage,
-            kind: e.op.kind.to_string(),
+            kind: e.op.kind,
             microbatch: e.op.mb,
         };
         let figures = TimelineFigures {

@@ -44,10 +44,9 @@ pub(crate) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     // Gantt charts of the first run, for its most delayed case.
     if let Some(t) = runs.first().and_then(|r| r.table::<SimTimelineTable>()) {
         let mut cases: BTreeMap<String, BTreeMap<String, Vec<TimelineOp>>> = BTreeMap::new();
-        let kinds = ["F", "B", "W"];
         for r in t {
             let p = &r.params;
-            let kind = kinds.iter().position(|k| *k == p.kind).unwrap_or(0);
+            let kind = p.kind.index();
             cases
                 .entry(r.lead.case.clone())
                 .or_default()
@@ -167,11 +166,7 @@ pub(crate) fn pipeline_charts(run: &Loaded) -> Vec<Named> {
                     .filter(|l| l.params.lane == lane && l.params.stage == s)
                     .flat_map(|l| {
                         let p = &l.params;
-                        let kind = match p.kind.as_str() {
-                            "F" => 0,
-                            "B" => 1,
-                            _ => 2,
-                        };
+                        let kind = p.kind.index();
                         let mb = p.microbatch as usize;
                         let mut v = vec![(p.start_ms, p.end_ms, kind, mb)];
                         if p.queue_end_ms > p.end_ms + 1e-6 {
