@@ -13,6 +13,7 @@ pub mod gpu;
 pub mod host;
 pub mod host_load;
 pub mod info;
+pub mod interrupt;
 pub mod output;
 pub mod rdma;
 pub mod sim;

@@ -54,15 +54,7 @@ pub fn run(
         .unwrap_or_default();
     progress.println(format!("run {}{on} -> {}", dir.id, dir.path.display()));
     // A panic anywhere in a bench ends the run as failed, with its message, never "running".
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run_benches(gpu.as_ref(), benches, &mut dir, &progress)
-    }))
-    .unwrap_or_else(|payload| {
-        Err(anyhow::anyhow!(
-            "internal error (a panic): {}",
-            panic_message(&*payload)
-        ))
-    });
+    let result = catching(|| run_benches(gpu.as_ref(), benches, &mut dir, &progress));
     progress.finish();
     dir.finish(&result)?;
     if !options.quiet {
@@ -82,6 +74,17 @@ pub fn run(
         }
     }
     result.map(|_| dir)
+}
+
+/// Runs `f`; a panic in it becomes an error with the panic's message, so a run folder is
+/// finished as failed rather than left running.
+pub fn catching<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        Err(anyhow::anyhow!(
+            "internal error (a panic): {}",
+            panic_message(&*payload)
+        ))
+    })
 }
 
 /// The text a panic was raised with.

@@ -187,6 +187,61 @@ fn bad_pipeline_input_is_refused_with_the_fix() {
     );
 }
 
+/// Each flag is bounded where it is parsed, and their product (a stage's memory, the cases) before
+/// any rank starts: no panic, no wrap, the flag and the bound named.
+#[test]
+fn flags_and_their_products_are_bounded_before_anything_starts() {
+    let home = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (vec!["--warmup", "4294967295"], "--warmup"),
+        (vec!["--slow", "4294967296:5"], "link 4294967296"),
+        (
+            vec![
+                "--layers",
+                "64",
+                "--microbatches",
+                "256",
+                "--tokens",
+                "4096",
+                "--hidden",
+                "4096",
+            ],
+            "a stage would hold",
+        ),
+        (
+            vec!["--tokens", "65536", "--hidden", "65536"],
+            "their product at most",
+        ),
+        (
+            vec![
+                "--schedule",
+                &["1f1b"; 40].join(","),
+                "--comm",
+                "inline,offload",
+            ],
+            "cases",
+        ),
+    ] {
+        let mut all = vec!["pipeline", "--local", "2", "-q"];
+        all.extend(args.iter().copied());
+        let o = morphbench(&all, home.path());
+        let err = stderr(&o);
+        // clap refuses a flag out of its range with 2; a product is refused with 1.
+        let parse_error = says == "--warmup" || says.starts_with("link");
+        assert_eq!(
+            o.status.code(),
+            Some(if parse_error { 2 } else { 1 }),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    assert!(
+        !home.path().join("results").exists(),
+        "a refused run left a folder"
+    );
+}
+
 #[test]
 fn a_stage_that_dies_mid_run_ends_the_run_and_is_named() {
     use std::process::{Command, Stdio};
@@ -249,4 +304,51 @@ fn a_stage_that_dies_mid_run_ends_the_run_and_is_named() {
     let run = only_run(&home.path().join("results"));
     let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
     assert!(meta.contains("\"status\": \"failed\""), "{meta}");
+}
+
+/// SIGTERM to `pipeline --local` reaches every rank it started; rank 0's run folder is kept as
+/// aborted with what it had written, and nothing is left running.
+#[test]
+fn sigterm_to_a_local_pipeline_ends_every_rank_and_keeps_the_run_as_aborted() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("results");
+    let out_arg = out.to_str().unwrap().to_string();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_morphbench"))
+        .args([
+            "pipeline", "--local", "2", "--layers", "1", "--hidden", "32", "--tokens", "16",
+            "--iters", "10000", "-q", "--out", &out_arg,
+        ])
+        .env("XDG_CACHE_HOME", home.path().join("cache"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until rank 0 has its run folder (the run is under way).
+    let started = std::time::Instant::now();
+    while !std::fs::read_dir(&out).is_ok_and(|mut d| d.any(|e| e.unwrap().path().is_dir())) {
+        assert!(started.elapsed().as_secs() < 60, "the run never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "exit status {status:?}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", &out_arg])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "ranks left running: {}",
+        common::stdout(&left)
+    );
+    let run = only_run(&out);
+    let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
+    assert!(meta.contains("\"status\": \"aborted\""), "{meta}");
+    assert!(meta.contains("SIGTERM"), "{meta}");
 }

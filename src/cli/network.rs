@@ -159,11 +159,11 @@ pub struct PipelineArgs {
     pub tokens: u32,
     #[arg(long, default_value_t = 8)]
     pub microbatches: u32,
-    /// Timed iterations per case.
-    #[arg(long, default_value_t = 5)]
+    /// Timed iterations per case (1 to 10000).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub iters: u32,
-    /// Untimed iterations first.
-    #[arg(long, default_value_t = 2)]
+    /// Untimed iterations first (0 to 1000).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub warmup: u32,
     #[command(flatten)]
     pub launch: LaunchArgs,

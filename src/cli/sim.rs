@@ -111,11 +111,18 @@ pub(super) fn parse_sweep(s: &str) -> Result<SweepLink, String> {
     let (link, list) = s
         .split_once(':')
         .ok_or_else(|| format!("'{s}': expected LINK:MS[,MS...], e.g. 0:0,10,20"))?;
+    let link: usize = link
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}': link '{link}' is not a whole number"))?;
+    let most = crate::sim::model::MAX_STAGES - 2;
+    if link > most {
+        return Err(format!(
+            "'{s}': link {link} is past the last link there can be ({most})"
+        ));
+    }
     Ok(SweepLink {
-        link: link
-            .trim()
-            .parse()
-            .map_err(|_| format!("'{s}': link '{link}' is not a whole number"))?,
+        link,
         delays_ms: parse_ms_list(list)?.0,
     })
 }

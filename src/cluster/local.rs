@@ -36,7 +36,10 @@ pub fn run_local(ranks: u32, max: u32, args: &[String]) -> Result<()> {
             }
         }
         match cmd.spawn() {
-            Ok(c) => children.push((r, c)),
+            Ok(c) => {
+                crate::interrupt::child_started(c.id());
+                children.push((r, c));
+            }
             Err(e) => {
                 stop(&mut children);
                 return Err(e).context("cannot start a rank");
@@ -60,8 +63,12 @@ fn wait_all(mut running: Vec<(u32, Child)>) -> Result<Vec<String>> {
         let mut still = Vec::new();
         for (r, mut c) in running {
             match c.try_wait()? {
-                Some(status) if !status.success() => failed.push(r.to_string()),
-                Some(_) => {}
+                Some(status) => {
+                    crate::interrupt::child_ended(c.id());
+                    if !status.success() {
+                        failed.push(r.to_string());
+                    }
+                }
                 None => still.push((r, c)),
             }
         }
@@ -80,5 +87,6 @@ fn stop(children: &mut [(u32, Child)]) {
     for (_, c) in children.iter_mut() {
         let _ = c.kill();
         let _ = c.wait();
+        crate::interrupt::child_ended(c.id());
     }
 }

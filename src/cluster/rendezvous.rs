@@ -28,6 +28,9 @@ pub struct Registration {
     pub rdma_devices: Vec<String>,
 }
 
+/// How long a connection may take to register before it is refused as a stranger.
+const REGISTER_WAIT: Duration = Duration::from_secs(2);
+
 #[derive(Debug, Serialize, Deserialize)]
 enum Message {
     Register(Registration),
@@ -63,42 +66,42 @@ pub fn serve(
     };
     let mut arrived = 1;
     while arrived < me.world {
-        let (mut stream, peer) =
-            match listener.accept() {
-                Ok(c) => c,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        let missing: Vec<String> = (1..me.world)
-                            .filter(|&r| ranks[r as usize].is_none())
-                            .map(|r| r.to_string())
-                            .collect();
-                        let why =
-                            format!(
-                        "rank(s) {} of {} never arrived within {:.0} s: check that they were \
-                         launched and can reach {}",
-                        missing.join(", "),
-                        me.world,
-                        timeout.as_secs_f64(),
-                        listener.local_addr().map(|a| a.to_string()).unwrap_or_default()
-                    );
-                        return fail(&mut ranks, ClusterError::Rendezvous(why));
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-                Err(e) => {
-                    return fail(
-                        &mut ranks,
-                        ClusterError::Io(format!("the rendezvous listener failed: {e}")),
-                    )
-                }
-            };
+        // The deadline holds however many strangers keep the listener busy.
+        if Instant::now() >= deadline {
+            let missing: Vec<String> = (1..me.world)
+                .filter(|&r| ranks[r as usize].is_none())
+                .map(|r| r.to_string())
+                .collect();
+            let why = format!(
+                "rank(s) {} of {} never arrived within {:.0} s: check that they were launched \
+                 and can reach {}",
+                missing.join(", "),
+                me.world,
+                timeout.as_secs_f64(),
+                listener
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default()
+            );
+            return fail(&mut ranks, ClusterError::Rendezvous(why));
+        }
+        let (mut stream, peer) = match listener.accept() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            Err(e) => {
+                return fail(
+                    &mut ranks,
+                    ClusterError::Io(format!("the rendezvous listener failed: {e}")),
+                )
+            }
+        };
         stream.set_nonblocking(false).map_err(io)?;
-        // A peer gets a short while to register; a silent or garbled one is named and dropped.
-        let registered = receive(
-            &mut stream,
-            deadline.min(Instant::now() + Duration::from_secs(10)),
-        );
+        // A peer gets a short while to register; a silent or garbled one is refused and
+        // dropped (a rank registers at once: it connected to do so).
+        let registered = receive(&mut stream, deadline.min(Instant::now() + REGISTER_WAIT));
         let mut reg = match registered {
             Ok(Message::Register(r)) => r,
             // A stranger (a port scan, a stray HTTP request, an old client) is refused and

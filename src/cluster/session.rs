@@ -129,7 +129,7 @@ fn lead<B: Ranked>(bench: &mut B, world: &mut World, opts: &SessionOptions) -> R
         world,
         _messages: PhantomData,
     };
-    let result = bench.lead(&mut crew, &dir);
+    let result = crate::suite::catching(|| bench.lead(&mut crew, &dir));
     match &result {
         Ok(()) => {
             let _ = crew.world.broadcast(&Down::<B::Order>::Finish, true);
@@ -145,7 +145,7 @@ fn follow<B: Ranked>(bench: &mut B, world: &mut World) -> Result<()> {
         let wait = bench.patience(world);
         let order: Down<B::Order> = world.hear_root(Instant::now() + wait)?;
         let reply = match order {
-            Down::Order(o) => bench.follow(world, o),
+            Down::Order(o) => crate::suite::catching(|| bench.follow(world, o)),
             Down::Ping => {
                 world.tell_root(&Up::<B::Reply>::Pong(super::clock::now_us()))?;
                 continue;

@@ -54,6 +54,23 @@ fn point_latest_at(out: &Path, id: &str) {
     }
 }
 
+/// Rewrites the meta.json of the run in `dir` as aborted by `why` (a signal), keeping
+/// everything else it says.
+pub fn mark_aborted(dir: &Path, why: &str) -> Result<()> {
+    let path = dir.join("meta.json");
+    let mut meta: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;
+    meta["status"] = "aborted".into();
+    meta["error"] = format!("interrupted by {why}").into();
+    meta["finished_utc"] = chrono::Utc::now().to_rfc3339().into();
+    let tmp = dir.join("meta.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&meta)?)?;
+    std::fs::rename(&tmp, &path)?;
+    if let Err(e) = super::summary::write_summary(dir) {
+        tracing::warn!("{e:#}");
+    }
+    Ok(())
+}
+
 /// The run folders under `out` (those with a meta.json), oldest first.
 pub fn list_runs(out: &Path) -> Result<Vec<PathBuf>> {
     let entries = std::fs::read_dir(out).with_context(|| {
@@ -105,6 +122,7 @@ impl RunDir {
         dir.meta.run_id = dir.id.clone();
         dir.write_meta()?;
         point_latest_at(out, &dir.id);
+        crate::interrupt::opened(dir.path.clone());
         Ok(dir)
     }
 
@@ -131,6 +149,7 @@ impl RunDir {
     }
 
     pub fn finish(&mut self, result: &Result<()>) -> Result<()> {
+        crate::interrupt::closed(&self.path);
         self.meta.finished_utc = Some(chrono::Utc::now().to_rfc3339());
         match result {
             Ok(()) => self.meta.status = "complete".into(),

@@ -141,6 +141,17 @@ impl Ranked for Links {
     type Order = Order;
     type Reply = Reply;
 
+    fn validate(&self, world: &World) -> Result<()> {
+        if world.size() < 2 {
+            anyhow::bail!(
+                "links measures pairs of ranks, and a world of {} rank has none: launch 2 or \
+                 more (srun -n N, mpirun -np N, --local N)",
+                world.size()
+            );
+        }
+        Ok(())
+    }
+
     fn config(&self, world: &World) -> serde_json::Value {
         serde_json::json!({
             "links": self.opts.plan,

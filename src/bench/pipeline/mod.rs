@@ -56,8 +56,13 @@ pub struct PipelinePlan {
 
 /// The most work one run may take, checked before it starts: microbatches x stages, sizes.
 const MAX_ELEMENTS: usize = 1 << 24;
-const MAX_MICROBATCHES: u32 = 256;
+pub const MAX_MICROBATCHES: u32 = 256;
 const MAX_LAYERS: u32 = 64;
+const MAX_WARMUP: u32 = 1000;
+/// The most cases one run may hold (schedules x comm modes x delays).
+const MAX_CASES: usize = 64;
+/// The most memory one stage's buffers may take (checked before any rank starts).
+const MAX_STAGE_BYTES: u64 = 2 << 30;
 /// Relative error of the weight gradients against f64 that still verifies: per dot product
 /// f32 rounding grows about sqrt(K) * 2^-24 (the GEMM check's bound is 1e-5 sqrt(K)), the
 /// layernorm backward scales errors by 1/std (about 1 here), and L layers and N microbatches
@@ -85,6 +90,28 @@ impl PipelinePlan {
         }
         if self.iters == 0 || self.iters > 10_000 {
             return Err(format!("--iters {}: give 1 to 10000", self.iters));
+        }
+        if self.warmup > MAX_WARMUP {
+            return Err(format!("--warmup {}: give 0 to {MAX_WARMUP}", self.warmup));
+        }
+        if self.cases.len() > MAX_CASES {
+            return Err(format!(
+                "{} cases (schedules x comm modes x --slow delays): give at most {MAX_CASES}",
+                self.cases.len()
+            ));
+        }
+        let bytes = s.stage_bytes();
+        if bytes > MAX_STAGE_BYTES {
+            return Err(format!(
+                "--layers {} --microbatches {} --tokens {} --hidden {}: a stage would hold {} \
+                 on its GPU, over the {} a stage may take; make one of them smaller",
+                s.layers,
+                s.microbatches,
+                s.tokens,
+                s.hidden,
+                crate::units::human_bytes(bytes),
+                crate::units::human_bytes(MAX_STAGE_BYTES)
+            ));
         }
         for c in &self.cases {
             c.schedule.parse::<Schedule>()?;

@@ -31,6 +31,17 @@ impl Shape {
     pub fn elements(&self) -> usize {
         self.tokens as usize * self.hidden as usize
     }
+
+    /// Bytes of a stage's buffers (`Stage::new`'s allocations): per microbatch its input, dy
+    /// and dx, and per layer and microbatch y, dz and a layer's dy (activation-sized) and rstd
+    /// (a float per token); per layer the weights and their gradient; the staging copy and z.
+    pub fn stage_bytes(&self) -> u64 {
+        let (l, n) = (self.layers as u64, self.microbatches as u64);
+        let e = self.elements() as u64;
+        let h = self.hidden as u64;
+        let floats = e * (3 * n + 2) + l * n * (3 * e + self.tokens as u64) + l * 2 * h * h;
+        4 * floats
+    }
 }
 
 /// Deterministic pseudo-random values in [-1, 1) (splitmix64), so every rank can make any

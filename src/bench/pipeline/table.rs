@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::export::csv::CsvTable;
+use crate::export::csv::{CsvTable, Line};
 
 /// `pipeline.csv`: one row per schedule, comm mode and delay.
 pub struct PipelineTable;
@@ -84,4 +84,24 @@ impl CsvTable for TimelineTable {
     const WITH_STATS: bool = false;
     type Params = TimelineRow;
     type Figures = NoFigures;
+
+    /// Stages and microbatches a pipeline run can have (a chart is sized by them), ops that end
+    /// after they start.
+    fn check(line: &Line<Self>) -> Result<(), (&'static str, String)> {
+        let p = &line.params;
+        let most_stages = crate::cluster::launch::MAX_WORLD;
+        if p.stage >= most_stages {
+            return Err(("stage", format!("stages are 0 to {}", most_stages - 1)));
+        }
+        if p.microbatch >= super::MAX_MICROBATCHES {
+            return Err((
+                "microbatch",
+                format!("microbatches are 0 to {}", super::MAX_MICROBATCHES - 1),
+            ));
+        }
+        if !(p.end_ms >= p.start_ms && p.queue_end_ms >= p.end_ms) {
+            return Err(("end_ms", "an op ends before it starts".into()));
+        }
+        Ok(())
+    }
 }

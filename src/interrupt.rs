@@ -1,0 +1,84 @@
+//! Ctrl-C and SIGTERM: nothing is lost and nothing is left behind. Every run folder open in
+//! this process is finished as `aborted` (its rows so far stay, meta.json says so), every rank
+//! this process started (`--local`) is ended, and the process exits with 128 + the signal, as
+//! a shell expects.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, Once};
+
+static OPEN_RUNS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+static INSTALL: Once = Once::new();
+
+/// Starts the thread that waits for SIGINT and SIGTERM (once per process).
+pub fn install() {
+    INSTALL.call_once(|| {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+            tracing::warn!("cannot watch for Ctrl-C: an interrupted run stays marked running");
+            return;
+        };
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                // Held until the process exits: a run that fails because of the signal (its
+                // ranks ended) cannot finish itself as failed over the abort.
+                let runs = lock(&OPEN_RUNS);
+                stop_children();
+                abort_open_runs(&runs, sig);
+                std::process::exit(128 + sig);
+            }
+        });
+    });
+}
+
+/// A run folder now open (its meta.json is rewritten as aborted on a signal).
+pub fn opened(path: PathBuf) {
+    install();
+    lock(&OPEN_RUNS).push(path);
+}
+
+/// A run folder finished: a signal no longer touches it.
+pub fn closed(path: &std::path::Path) {
+    lock(&OPEN_RUNS).retain(|p| p != path);
+}
+
+/// A rank this process started: a signal ends it too.
+pub fn child_started(pid: u32) {
+    install();
+    lock(&CHILDREN).push(pid);
+}
+
+pub fn child_ended(pid: u32) {
+    lock(&CHILDREN).retain(|&p| p != pid);
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn stop_children() {
+    for &pid in lock(&CHILDREN).iter() {
+        // SIGTERM first: a rank that is itself a run's rank 0 finishes its folder as aborted.
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+    }
+}
+
+fn abort_open_runs(runs: &[PathBuf], sig: i32) {
+    let name = if sig == signal_hook::consts::SIGINT {
+        "SIGINT (Ctrl-C)"
+    } else {
+        "SIGTERM"
+    };
+    for dir in runs {
+        if let Err(e) = crate::export::run_dir::mark_aborted(dir, name) {
+            eprintln!("cannot mark {} aborted: {e:#}", dir.display());
+        } else {
+            eprintln!(
+                "interrupted by {name}: {} kept with the rows written so far (status aborted)",
+                dir.display()
+            );
+        }
+    }
+}
