@@ -63,9 +63,22 @@ fn three_ranks_measure_every_link_once() {
         assert!(ok, "rank {r}: {err}");
     }
     let run = only_run(&home.path().join("results"));
-    let (h, rows) = read_csv(&run.join("links.csv"));
-    // 3 pairs x 2 sizes x (ping-pong, each way).
+    let (h, all) = read_csv(&run.join("links.csv"));
+    // 3 pairs x 2 sizes x (ping-pong, each way) in the rounds; a suspect pair measured again
+    // alone adds its 6 rows as `retest`.
+    let (rows, retests): (Vec<_>, Vec<_>) = all
+        .into_iter()
+        .partition(|r| &r[col(&h, "round")] != "retest");
     assert_eq!(rows.len(), 18);
+    assert_eq!(retests.len() % 6, 0);
+    for r in &rows {
+        let round: u32 = r[col(&h, "round")].parse().unwrap();
+        assert!((1..=3).contains(&round), "{round}");
+        // A row stays flagged only with a retest that confirmed it.
+        if &r[col(&h, "flagged")] == "true" {
+            assert_eq!(&r[col(&h, "confirmed")], "true");
+        }
+    }
     let pairs: std::collections::BTreeSet<(String, String)> = rows
         .iter()
         .map(|r| {

@@ -259,6 +259,10 @@ impl Checked for PeakTable {
 /// is compared with a baseline of the same ranks (the same launch on the same nodes).
 impl Checked for crate::bench::links::tables::LinksTable {
     fn figure(line: &Line<Self>) -> Option<Figure> {
+        // A retest measures a suspect again; the matrix's own row is the link's figure.
+        if crate::bench::links::tables::is_retest(line) {
+            return None;
+        }
         let s = line.stats();
         let mut fig = match line.figures.gbps {
             Some(x) if line.params.direction != "pingpong" => {

@@ -335,6 +335,7 @@ pub(crate) fn links(run: &Loaded, out: &mut Vec<Headline>) {
     let Some(t) = run.table::<LinksTable>() else {
         return;
     };
+    let t = &crate::bench::links::tables::matrix_rows(t);
     let mut transports: Vec<&str> = t.iter().map(|l| l.params.transport.as_str()).collect();
     transports.sort();
     transports.dedup();

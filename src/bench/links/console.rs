@@ -83,16 +83,22 @@ fn print_grid(n: usize, cell: impl Fn(u32, u32) -> Option<(String, bool)>) {
     println!("       (* flagged)");
 }
 
-/// The flagged links, one line per pair with its worst slowdown.
-pub(super) fn print_flagged(lines: &[Line<LinksTable>], flagged: usize) {
-    let worst = tables::worst_flagged(lines);
+/// The flagged links (each confirmed by its retest), one line per pair with its worst
+/// slowdown in the matrix.
+pub(super) fn print_flagged(lines: &[Line<LinksTable>]) {
+    let matrix = tables::matrix_rows(lines);
+    let worst = tables::worst_flagged(&matrix);
     if worst.is_empty() {
         println!("links: none flagged");
         return;
     }
-    println!("FLAGGED links ({} rows):", flagged);
+    let rows = matrix
+        .iter()
+        .filter(|l| l.figures.flagged == Some(true))
+        .count();
+    println!("FLAGGED links, confirmed by a retest alone ({rows} rows):");
     for ((a, b), i) in worst {
-        let l = &lines[i];
+        let l = &matrix[i];
         println!(
             "  r{a}-r{b} ({} -> {}): {:.2}x the baseline ({} {} {}, p50 {:.1} µs)",
             l.params.src_host,
@@ -102,6 +108,32 @@ pub(super) fn print_flagged(lines: &[Line<LinksTable>], flagged: usize) {
             human_bytes(l.params.bytes),
             l.params.direction,
             l.stats().p50_us
+        );
+    }
+}
+
+/// The links the rounds flagged that their retest did not confirm: noise, not blamed.
+pub(super) fn print_noisy(lines: &[Line<LinksTable>]) {
+    println!("noisy, not blamed (slow in their round, not when measured again alone):");
+    for l in lines
+        .iter()
+        .filter(|l| !tables::is_retest(l) && l.figures.confirmed == Some(false))
+    {
+        let alone = lines
+            .iter()
+            .filter(|t| {
+                tables::is_retest(t) && t.lead.case == format!("{}_{}", l.lead.case, tables::RETEST)
+            })
+            .find_map(|t| t.figures.slowdown);
+        println!(
+            "  r{}-r{} ({} {} {}): {:.2}x in its round, {} alone",
+            l.params.src_rank,
+            l.params.dst_rank,
+            l.params.transport,
+            human_bytes(l.params.bytes),
+            l.params.direction,
+            l.figures.slowdown.unwrap_or(0.0),
+            alone.map_or("-".into(), |x| format!("{x:.2}x"))
         );
     }
 }

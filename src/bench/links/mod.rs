@@ -49,6 +49,8 @@ pub enum Order {
     Fingerprint,
     /// Play round r's pairs listed (all of the round's, or a wave of them).
     Round(u32, Vec<(u32, u32)>),
+    /// Measure this suspect pair again, on its own (r tells the pair's connection apart).
+    Retest(u32, (u32, u32)),
 }
 
 /// The others' replies.
@@ -213,6 +215,19 @@ impl Ranked for Links {
                     .map(Reply::Round)
                     .map_err(anyhow::Error::msg)
             }
+            Order::Retest(r, (a, b)) => {
+                let p = self
+                    .plan
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("rank 0 sent a retest before the plan"))?;
+                if !(a < b && b < world.size()) {
+                    return Err(anyhow!("rank 0 sent a retest of no pair: {a}-{b}"));
+                }
+                PairContext::of(world, &self.opts)
+                    .and_then(|c| c.play(p, r, &[(a, b)]))
+                    .map(Reply::Round)
+                    .map_err(anyhow::Error::msg)
+            }
         }
     }
 
@@ -289,11 +304,10 @@ impl PairContext {
     }
 }
 
-/// Rank 0: every round (in waves of `--concurrent` pairs), its own pair played in a thread
-/// while it hears the others, so a rank that dies anywhere ends the run at once. The rows are
-/// written as they come, then judged and written again.
+/// Rank 0: every round (in waves of `--concurrent` pairs), the rows written as they come; then
+/// every suspect link (flagged by the rounds) measured again on its own, and kept flagged only
+/// if that confirms it; then the judged rows written again.
 fn play_rounds(crew: &mut Crew<Order, Reply>, opts: &LinksOptions, dir: &RunDir) -> Result<()> {
-    let plan = &opts.plan;
     let schedule = rounds(crew.world().size());
     let mut sink: CsvSink<LinksTable> = dir.table()?;
     let mut lines: Vec<Line<LinksTable>> = Vec::new();
@@ -313,33 +327,44 @@ fn play_rounds(crew: &mut Crew<Order, Reply>, opts: &LinksOptions, dir: &RunDir)
             );
         }
         for active in waves {
-            crew.order_all(Order::Round(r as u32, active.clone()))?;
-            let ctx = PairContext::of(crew.world(), opts).map_err(anyhow::Error::msg)?;
-            let round_plan = plan.clone();
-            let mine = std::thread::spawn(move || ctx.play(&round_plan, r as u32, &active));
-            let replies = crew.hear_all(Instant::now() + plan.pair_bound())?;
-            let mut measured = mine
-                .join()
-                .map_err(|_| anyhow!("rank 0's pair panicked"))?
-                .map_err(|e| anyhow!("{e}"))?;
-            for reply in replies {
-                match reply {
-                    Reply::Round(m) => measured.extend(m),
-                    _ => return Err(anyhow!("a rank answered a round out of turn")),
-                }
-            }
-            for m in measured {
-                let line = link_line(crew.world(), &dir.id, &m);
+            let order = Order::Round(r as u32, active.clone());
+            for m in play_wave(crew, opts, order, r as u32, &active)? {
+                let line = link_line(crew.world(), &dir.id, &m, &(r + 1).to_string());
                 sink.write(&line)?;
                 lines.push(line);
             }
         }
     }
-    let flagged = tables::judge_links(&mut lines);
+    tables::judge_links(&mut lines);
+    let suspects: Vec<(u32, u32)> = tables::worst_flagged(&lines).into_keys().collect();
+    let mut retests = Vec::new();
+    for (k, &pair) in suspects.iter().enumerate() {
+        if !quiet {
+            println!(
+                "retest {}/{}: {}-{} alone",
+                k + 1,
+                suspects.len(),
+                pair.0,
+                pair.1
+            );
+        }
+        // Round numbers past the schedule's tell a retest's connection apart.
+        let r = (schedule.len() + k) as u32;
+        for m in play_wave(crew, opts, Order::Retest(r, pair), r, &[pair])? {
+            let line = link_line(crew.world(), &dir.id, &m, tables::RETEST);
+            sink.write(&line)?;
+            retests.push(line);
+        }
+    }
+    let (_, noisy) = tables::confirm(&mut lines, retests);
     rewrite(&dir.path, &lines)?;
     if !quiet {
-        console::print_matrices(crew.world(), &lines);
-        console::print_flagged(&lines, flagged);
+        let matrix = tables::matrix_rows(&lines);
+        console::print_matrices(crew.world(), &matrix);
+        console::print_flagged(&lines);
+        if noisy > 0 {
+            console::print_noisy(&lines);
+        }
         println!(
             "links: {} rows in {:.1} s -> {}",
             lines.len(),
@@ -350,7 +375,35 @@ fn play_rounds(crew: &mut Crew<Order, Reply>, opts: &LinksOptions, dir: &RunDir)
     Ok(())
 }
 
-fn link_line(world: &World, run_id: &str, m: &Measured) -> Line<LinksTable> {
+/// Rank 0: one wave of pairs (`order` sent to every rank), its own pair played in a thread
+/// while it hears the others, so a rank that dies anywhere ends the run at once.
+fn play_wave(
+    crew: &mut Crew<Order, Reply>,
+    opts: &LinksOptions,
+    order: Order,
+    round: u32,
+    active: &[(u32, u32)],
+) -> Result<Vec<Measured>> {
+    crew.order_all(order)?;
+    let ctx = PairContext::of(crew.world(), opts).map_err(anyhow::Error::msg)?;
+    let (plan, active) = (opts.plan.clone(), active.to_vec());
+    let bound = plan.pair_bound();
+    let mine = std::thread::spawn(move || ctx.play(&plan, round, &active));
+    let replies = crew.hear_all(Instant::now() + bound)?;
+    let mut measured = mine
+        .join()
+        .map_err(|_| anyhow!("rank 0's pair panicked"))?
+        .map_err(|e| anyhow!("{e}"))?;
+    for reply in replies {
+        match reply {
+            Reply::Round(m) => measured.extend(m),
+            _ => return Err(anyhow!("a rank answered a round out of turn")),
+        }
+    }
+    Ok(measured)
+}
+
+fn link_line(world: &World, run_id: &str, m: &Measured, round: &str) -> Line<LinksTable> {
     let host = |r: u32| world.roster[r as usize].hostname.clone();
     let params = LinkParams {
         src_rank: m.src,
@@ -367,14 +420,14 @@ fn link_line(world: &World, run_id: &str, m: &Measured) -> Line<LinksTable> {
         flagged: None,
         intra_node: params.src_host == params.dst_host,
         verified: true,
+        round: Some(round.to_string()),
+        confirmed: None,
     };
-    Line::new(
-        run_id,
-        tables::link_case(&params),
-        params,
-        Some(&m.summary),
-        figures,
-    )
+    let case = match round {
+        tables::RETEST => format!("{}_{}", tables::link_case(&params), tables::RETEST),
+        _ => tables::link_case(&params),
+    };
+    Line::new(run_id, case, params, Some(&m.summary), figures)
 }
 
 /// Replaces links.csv with the judged rows, atomically (a crash leaves the unjudged file).

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::export::csv::{CsvTable, Line};
 
 /// `links.csv`: one row per link, transport, size and kind of test.
+#[derive(Debug, Clone)]
 pub struct LinksTable;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -34,6 +35,12 @@ pub struct LinkFigures {
     /// Every message arrived whole and in order (sequence-stamped; perftest's pattern check
     /// for RDMA).
     pub verified: bool,
+    /// The matching round the row was measured in (from 1), or `retest`: a suspect link
+    /// measured again on its own.
+    pub round: Option<String>,
+    /// For a row flagged in the rounds: whether its retest confirmed it (a row stays flagged
+    /// only then). Empty for rows never suspected.
+    pub confirmed: Option<bool>,
 }
 
 impl CsvTable for LinksTable {
@@ -41,6 +48,20 @@ impl CsvTable for LinksTable {
     const WITH_STATS: bool = true;
     type Params = LinkParams;
     type Figures = LinkFigures;
+    const ADDED: &'static [&'static str] = &["round", "confirmed"];
+}
+
+/// The `round` of a retest row.
+pub const RETEST: &str = "retest";
+
+/// Whether a row is a retest (not one of the matrix's own measurements).
+pub fn is_retest(l: &Line<LinksTable>) -> bool {
+    l.figures.round.as_deref() == Some(RETEST)
+}
+
+/// The rows of the matrix itself, retests left out (for the matrices, charts and headlines).
+pub fn matrix_rows(rows: &[Line<LinksTable>]) -> Vec<Line<LinksTable>> {
+    rows.iter().filter(|l| !is_retest(l)).cloned().collect()
 }
 
 /// `nodes.csv`: each rank's fingerprint, one row per metric.
@@ -102,20 +123,65 @@ pub fn worst_flagged(rows: &[Line<LinksTable>]) -> std::collections::BTreeMap<(u
     worst
 }
 
+/// The group a link row is judged in: transport, size, direction, locality.
+fn group_of(l: &Line<LinksTable>) -> (String, u64, String, bool) {
+    (
+        l.params.transport.clone(),
+        l.params.bytes,
+        l.params.direction.clone(),
+        l.figures.intra_node,
+    )
+}
+
+/// Whether two rows are the same test of the same link.
+fn same_test(a: &Line<LinksTable>, b: &Line<LinksTable>) -> bool {
+    (a.params.src_rank, a.params.dst_rank) == (b.params.src_rank, b.params.dst_rank)
+        && group_of(a) == group_of(b)
+}
+
+/// After the retests: each retest row is judged in its group of matrix rows, standing in for
+/// the row of its own test; a row flagged in the rounds stays flagged only if its retest is
+/// flagged too (`confirmed`). The retest rows are appended. Returns (confirmed, not confirmed).
+pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>) -> (usize, usize) {
+    let (mut confirmed, mut noisy) = (0, 0);
+    for mut t in retests {
+        let group: Vec<usize> = (0..rows.len())
+            .filter(|&i| !is_retest(&rows[i]) && group_of(&rows[i]) == group_of(&t))
+            .collect();
+        let Some(pos) = group.iter().position(|&i| same_test(&rows[i], &t)) else {
+            rows.push(t);
+            continue;
+        };
+        let (mut times, mut tails): (Vec<f64>, Vec<f64>) = group
+            .iter()
+            .map(|&i| (rows[i].stats().p50_us, rows[i].stats().p99_us))
+            .unzip();
+        (times[pos], tails[pos]) = (t.stats().p50_us, t.stats().p99_us);
+        let v = super::flag::judge(&times, &tails)[pos];
+        t.figures.slowdown = Some(crate::export::csv::round(v.slowdown, 3));
+        t.figures.flagged = Some(v.flagged);
+        t.figures.confirmed = Some(v.flagged);
+        let original = &mut rows[group[pos]];
+        if original.figures.flagged == Some(true) {
+            original.figures.confirmed = Some(v.flagged);
+            original.figures.flagged = Some(v.flagged);
+            if v.flagged {
+                confirmed += 1;
+            } else {
+                noisy += 1;
+            }
+        }
+        rows.push(t);
+    }
+    (confirmed, noisy)
+}
+
 /// Fills `slowdown` and `flagged` of every row, judging each group (transport, size,
 /// direction, locality) apart. Returns the number flagged.
 pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
-    let key = |l: &Line<LinksTable>| {
-        (
-            l.params.transport.clone(),
-            l.params.bytes,
-            l.params.direction.clone(),
-            l.figures.intra_node,
-        )
-    };
     judge_groups(
         rows,
-        key,
+        group_of,
         |l| (l.stats().p50_us, l.stats().p99_us),
         |l, v| {
             l.figures.slowdown = Some(crate::export::csv::round(v.slowdown, 3));
@@ -162,4 +228,68 @@ fn judge_groups<R, K: PartialEq>(
         }
     }
     flagged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::Summary;
+
+    /// A ping-pong row of link a-b whose samples sit around `us`.
+    fn row(a: u32, b: u32, us: f64, round: &str) -> Line<LinksTable> {
+        let s = Summary::of(&[us * 0.98, us, us * 1.02]).unwrap();
+        let params = LinkParams {
+            src_rank: a,
+            dst_rank: b,
+            src_host: format!("h{a}"),
+            dst_host: format!("h{b}"),
+            transport: "tcp".into(),
+            bytes: 8,
+            direction: "pingpong".into(),
+        };
+        let figures = LinkFigures {
+            round: Some(round.into()),
+            verified: true,
+            ..Default::default()
+        };
+        let case = match round {
+            RETEST => format!("{}_{RETEST}", link_case(&params)),
+            _ => link_case(&params),
+        };
+        Line::new("run", case, params, Some(&s), figures)
+    }
+
+    #[test]
+    fn a_suspect_stays_flagged_only_when_its_retest_confirms_it() {
+        // Six links at 10 µs; 0-3 and 1-2 at 30 µs in their rounds.
+        let mut rows = vec![
+            row(0, 1, 10.0, "1"),
+            row(2, 3, 30.0, "1"),
+            row(0, 2, 10.0, "2"),
+            row(1, 3, 10.0, "2"),
+            row(0, 3, 30.0, "3"),
+            row(1, 2, 10.5, "3"),
+        ];
+        judge_links(&mut rows);
+        let flagged: Vec<String> = rows
+            .iter()
+            .filter(|l| l.figures.flagged == Some(true))
+            .map(|l| l.lead.case.clone())
+            .collect();
+        assert_eq!(flagged.len(), 2, "{flagged:?}");
+        // Alone, 2-3 is fast (noise in its round); 0-3 is still slow.
+        let (confirmed, noisy) = confirm(
+            &mut rows,
+            vec![row(2, 3, 10.2, RETEST), row(0, 3, 31.0, RETEST)],
+        );
+        assert_eq!((confirmed, noisy), (1, 1));
+        let of = |case: &str| rows.iter().find(|l| l.lead.case == case).unwrap();
+        assert_eq!(of("r2-r3_tcp_8_pingpong").figures.flagged, Some(false));
+        assert_eq!(of("r2-r3_tcp_8_pingpong").figures.confirmed, Some(false));
+        assert_eq!(of("r0-r3_tcp_8_pingpong").figures.flagged, Some(true));
+        assert_eq!(of("r0-r3_tcp_8_pingpong").figures.confirmed, Some(true));
+        assert_eq!(of("r0-r1_tcp_8_pingpong").figures.confirmed, None);
+        assert_eq!(rows.iter().filter(|l| is_retest(l)).count(), 2);
+        assert_eq!(matrix_rows(&rows).len(), 6);
+    }
 }

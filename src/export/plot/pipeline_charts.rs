@@ -199,6 +199,8 @@ pub(crate) fn links_charts(run: &Loaded) -> Vec<Named> {
     let Some(rows) = run.table::<LinksTable>() else {
         return Vec::new();
     };
+    // The matrix itself: a retest's row would overwrite its link's cell.
+    let rows = &crate::bench::links::tables::matrix_rows(rows);
     let n = rows
         .iter()
         .map(|l| l.params.src_rank.max(l.params.dst_rank) as usize + 1)
