@@ -18,14 +18,20 @@ fn main() -> ExitCode {
     init_logging(cli.global.quiet, cli.global.verbose);
     use_all_cores_for_cpu_baseline();
     // `check` tells a verdict (exit 1) apart from an error (exit 2), as diff and grep do.
-    let error_code = match cli.command {
+    let error_code: u8 = match cli.command {
         Command::Check(_) => 2,
         _ => 1,
     };
+    let json = cli.global.json;
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
+            // With --json, standard output is one JSON document whatever happens.
+            if json {
+                let doc = serde_json::json!({ "error": format!("{e:#}"), "exit_code": error_code });
+                println!("{doc}");
+            }
             ExitCode::from(error_code)
         }
     }
@@ -55,9 +61,16 @@ fn check(
         json: g.json,
     };
     let (passed, written) = morphbench::check::run(&opts)?;
+    // The verdict is given (and with --json printed with its exit code): a report that cannot
+    // be redrawn is a warning, never a change of the exit code.
     for dir in written {
         if dir.join("meta.json").exists() {
-            plot(&dir, Format::Both, &[], true)?;
+            if let Err(e) = plot(&dir, Format::Both, &[], true) {
+                eprintln!(
+                    "warning: the report of {} was not redrawn: {e:#}",
+                    dir.display()
+                );
+            }
         }
     }
     Ok(if passed {
@@ -94,8 +107,14 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             }
             print_summary(&dir.path, g.json)
         }
-        Command::Plot(a) => plot(&a.run_dir, a.format, &a.compare, g.quiet),
-        Command::Runs(a) => morphbench::export::report::print_runs(&a.dir),
+        Command::Plot(a) => {
+            let outcome = plot(&a.run_dir, a.format, &a.compare, g.quiet || g.json)?;
+            if g.json {
+                println!("{}", serde_json::to_string_pretty(&outcome)?);
+            }
+            Ok(())
+        }
+        Command::Runs(a) => morphbench::export::report::print_runs(&a.dir, g.json),
         Command::Check(_) => unreachable!("handled in run"),
         Command::D2h(a) => {
             let d2h = a.plan().map_err(anyhow::Error::msg)?;
@@ -153,9 +172,11 @@ fn sim_command(
     a: &morphbench::cli::SimArgs,
     g: &morphbench::cli::GlobalArgs,
 ) -> anyhow::Result<()> {
+    // With --json, standard output carries the summary alone.
+    let quiet = g.quiet || g.json;
     let mut cfg = a.config()?;
     let links = match &a.from {
-        Some(dir) if dir.join("links.csv").exists() => Some(sim_links(a, &mut cfg, dir, g.quiet)?),
+        Some(dir) if dir.join("links.csv").exists() => Some(sim_links(a, &mut cfg, dir, quiet)?),
         Some(dir) if a.place => anyhow::bail!(
             "--place needs a links run: {} has no links.csv (run `morphbench links`)",
             dir.display()
@@ -168,7 +189,7 @@ fn sim_command(
         .filter(|d| links.is_none() || d.join("kernels.csv").exists())
     {
         let cal = calibrate_from(dir, a.layers_per_stage)?;
-        if !g.quiet {
+        if !quiet {
             println!("{}", cal.note);
         }
         // Values given by flag or scenario file win over the calibration, and it says so.
@@ -183,7 +204,7 @@ fn sim_command(
         .filter(|(_, set)| *set)
         .map(|(name, _)| *name)
         .collect();
-        if !g.quiet && !given.is_empty() {
+        if !quiet && !given.is_empty() {
             println!("given, so not calibrated: {}", given.join(", "));
         }
         let one = |x: f64| Some(OneOrMany::One(x));
@@ -202,7 +223,7 @@ fn sim_command(
     };
     let plan = SimPlan::build(&cfg, trace.as_deref()).map_err(anyhow::Error::msg)?;
     if let (Some(costs), true) = (&links, a.place) {
-        place(costs, &plan, g.quiet)?;
+        place(costs, &plan, quiet)?;
     }
     let timelines = match a.timeline.as_deref() {
         Some("none") => Vec::new(),
@@ -287,6 +308,9 @@ fn place(costs: &LinkCosts, plan: &SimPlan, quiet: bool) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     };
+    if quiet {
+        return Ok(());
+    }
     println!("placement of {n} ranks into stages ({how}), predicted iteration time:");
     println!(
         "  {:<10} {:<24} {:>12}   {:<24} {:>12} {:>8}",
@@ -303,10 +327,8 @@ fn place(costs: &LinkCosts, plan: &SimPlan, quiet: bool) -> anyhow::Result<()> {
             p.launcher_ms / p.best_ms
         );
     }
-    if !quiet {
-        for p in &found {
-            println!("  best {} links: {}", p.schedule, costs.describe(&p.best));
-        }
+    for p in &found {
+        println!("  best {} links: {}", p.schedule, costs.describe(&p.best));
     }
     Ok(())
 }
@@ -343,7 +365,7 @@ fn plot(
     format: Format,
     compare: &[std::path::PathBuf],
     quiet: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<morphbench::export::plot::PlotOutcome> {
     for d in std::iter::once(dir).chain(compare.iter().map(|p| p.as_path())) {
         let has_run = d.join("meta.json").exists()
             || std::fs::read_dir(d).is_ok_and(|mut it| {
@@ -370,7 +392,7 @@ fn plot(
         println!("report  {}", dir.join("report.md").display());
         println!("report  {}", dir.join("report.html").display());
     }
-    Ok(())
+    Ok(outcome)
 }
 
 fn init_logging(quiet: bool, verbose: u8) {

@@ -67,7 +67,8 @@ impl LaunchArgs {
                 rdma_devices,
             },
             out: g.out.clone(),
-            quiet: g.quiet,
+            // With --json, standard output carries the summary alone.
+            quiet: g.quiet || g.json,
         }
     }
 }

@@ -221,6 +221,29 @@ fn html(p: &Page) -> Result<String> {
     Ok(html)
 }
 
+/// One run as `runs --json` lists it.
+fn run_entry(dir: &Path) -> serde_json::Value {
+    let (label, headline, error) = match Loaded::load(dir) {
+        Ok(run) => {
+            let first = headlines(&run)
+                .into_iter()
+                .find(|h| h.value.is_some())
+                .map(|h| format!("{}: {}", h.what, h.text));
+            (run.label, first, None)
+        }
+        Err(e) => (RunLabel::of(dir), None, Some(e.to_string())),
+    };
+    serde_json::json!({
+        "run": dir.file_name().unwrap_or_default().to_string_lossy(),
+        "path": dir,
+        "status": label.status,
+        "started_utc": label.started_utc,
+        "adapter": label.adapter_name(),
+        "headline": headline,
+        "unreadable": error,
+    })
+}
+
 /// A row whose own samples vary more than this (stddev / mean) is named as noisy.
 pub const NOISY_CV: f64 = 0.10;
 /// The most noisy rows a caution names one by one.
@@ -319,8 +342,13 @@ fn check_cells(l: &Line<CheckTable>) -> Vec<String> {
 
 /// `morphbench runs`: one line per run folder under `out`, oldest first: id, status (complete,
 /// failed, or partial for a run that never finished), start date, adapter, main headline.
-pub fn print_runs(out: &Path) -> Result<()> {
+pub fn print_runs(out: &Path, json: bool) -> Result<()> {
     let runs = super::run_dir::list_runs(out)?;
+    if json {
+        let list: Vec<serde_json::Value> = runs.iter().map(|dir| run_entry(dir)).collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
     let mut text = String::new();
     if runs.is_empty() {
         writeln!(text, "no runs in {}", out.display())?;
