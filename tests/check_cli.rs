@@ -11,8 +11,8 @@ use morphbench::check::{against_baseline, collect, Policy, RunFigures, Verdict};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-/// One real kernels run that kept every sample.
-fn real_run(home: &Path) -> PathBuf {
+/// One real kernels run that kept every sample (the caller holds `MEASURING`).
+fn real_run_alone(home: &Path) -> PathBuf {
     let args = [
         "kernels",
         "--gemm",
@@ -22,7 +22,7 @@ fn real_run(home: &Path) -> PathBuf {
         "--iters",
         "30",
     ];
-    measure(home, "results", &args)
+    measure_alone(home, "results", &args)
 }
 
 /// The tests of this file measure one at a time: two benches sharing the cores would make
@@ -30,8 +30,8 @@ fn real_run(home: &Path) -> PathBuf {
 static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs a bench with every sample kept, into its own `out` folder; returns the run folder.
-fn measure(home: &Path, out: &str, args: &[&str]) -> PathBuf {
-    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+/// The caller holds `MEASURING`.
+fn measure_alone(home: &Path, out: &str, args: &[&str]) -> PathBuf {
     let out = home.join(out);
     let mut all = args.to_vec();
     all.extend(["--raw", "--quiet", "--out", out.to_str().unwrap()]);
@@ -105,9 +105,30 @@ fn steadiest(run: &Path) -> (String, String, String) {
     )
 }
 
-/// A copy of `run` whose row (`case`, `timer`) took 20% longer in every sample.
-fn regressed(run: &Path, to: &Path, case: &str, timer: &str, rate: &str) {
+/// A copy of `run` as another run (`id`) of the same node: its run id replaced in every file,
+/// and every time scaled by `factor` (1 + a small jitter: a real rerun never measures the
+/// same figures to the digit, and check refuses a copy of a run as a second run).
+fn rerun(run: &Path, to: &Path, id: &str, factor: f64) {
     copy_dir(run, to);
+    let old = morphbench::check::collect(run).unwrap().run_id;
+    for f in ["kernels.csv", "kernels_samples.csv", "meta.json"] {
+        let text = std::fs::read_to_string(to.join(f)).unwrap();
+        std::fs::write(to.join(f), text.replace(&old, id)).unwrap();
+    }
+    let all = |_: &[String], _: &csv::StringRecord| true;
+    let times = ["mean_us", "min_us", "p50_us", "p90_us", "p99_us", "max_us"];
+    scale(&to.join("kernels.csv"), &all, &times, factor);
+    scale(
+        &to.join("kernels_samples.csv"),
+        &all,
+        &["sample_us"],
+        factor,
+    );
+}
+
+/// A rerun of `run` whose row (`case`, `timer`) took 20% longer in every sample.
+fn regressed(run: &Path, to: &Path, case: &str, timer: &str, rate: &str) {
+    rerun(run, to, "regressed", 1.0);
     let (c, t) = (case.to_string(), timer.to_string());
     let pick = move |h: &[String], r: &csv::StringRecord| {
         r[col(h, "case")] == *c && r[col(h, "timer")] == *t
@@ -131,17 +152,39 @@ fn regressed(run: &Path, to: &Path, case: &str, timer: &str, rate: &str) {
 
 #[test]
 fn an_injected_regression_fails_on_exactly_that_figure() {
+    // Everything here (measuring, and the checks and plots that load the cores) keeps off the
+    // other tests' measurements.
+    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let home = tempfile::tempdir().unwrap();
-    let run = real_run(home.path());
+    let run = real_run_alone(home.path());
     let (case, timer, rate) = steadiest(&run);
     let reg = home.path().join("regressed");
     regressed(&run, &reg, &case, &timer, &rate);
 
-    // The run against itself: every figure passes, exit 0.
+    // The run against itself, or against a copy of itself in another folder, compares
+    // nothing: refused with exit 2.
+    let copy = home.path().join("copy");
+    copy_dir(&run, &copy);
+    for other in [&run, &copy] {
+        let o = morphbench(
+            &[
+                "check",
+                run.to_str().unwrap(),
+                "--baseline",
+                other.to_str().unwrap(),
+            ],
+            home.path(),
+        );
+        assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+        assert!(stderr(&o).contains("are the same run"), "{}", stderr(&o));
+    }
+    // A rerun of the node (its own id, its figures within 1%) passes, exit 0.
+    let again = home.path().join("again");
+    rerun(&run, &again, "again", 1.003);
     let o = morphbench(
         &[
             "check",
-            run.to_str().unwrap(),
+            again.to_str().unwrap(),
             "--baseline",
             run.to_str().unwrap(),
         ],
@@ -213,20 +256,71 @@ fn an_injected_regression_fails_on_exactly_that_figure() {
     let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(doc["ignored"], 1);
     assert_eq!(doc["fail"], 0);
+    assert_eq!(doc["exit_code"], 0);
+
+    // A misspelt bench in a policy is named with the closest bench.
+    std::fs::write(&policy, "[bench.kernel]\nfail_pct = 20\n").unwrap();
+    let o = morphbench(
+        &[
+            "check",
+            reg.to_str().unwrap(),
+            "--baseline",
+            run.to_str().unwrap(),
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("did you mean kernels"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A check.csv with a verdict check never gives is refused on read, naming the column.
+    let damaged = home.path().join("damaged");
+    copy_dir(&reg, &damaged);
+    let text = std::fs::read_to_string(damaged.join("check.csv")).unwrap();
+    let maybe = text.replacen(",PASS,", ",MAYBE,", 1);
+    assert_ne!(maybe, text, "a PASS row to damage");
+    std::fs::write(damaged.join("check.csv"), maybe).unwrap();
+    let o = morphbench(&["plot", damaged.to_str().unwrap()], home.path());
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("verdict"), "{}", stderr(&o));
+
+    // Runs of other benches share no figure: nothing to compare, refused.
+    let d2h = measure_alone(
+        home.path(),
+        "d2h",
+        &["d2h", "--sizes", "4K", "--iters", "5"],
+    );
+    let o = morphbench(
+        &[
+            "check",
+            run.to_str().unwrap(),
+            "--baseline",
+            d2h.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nothing to compare"), "{}", stderr(&o));
 
     // --fleet over four copies and the regressed one names the regressed node.
     let mut fleet = vec![reg.to_str().unwrap().to_string()];
     for i in 0..4 {
         let d = home.path().join(format!("node{i}"));
-        copy_dir(&run, &d);
-        // Each copy is its own run: a run_id of its own in every table.
-        for f in ["kernels.csv", "kernels_samples.csv", "meta.json"] {
-            let text = std::fs::read_to_string(d.join(f)).unwrap();
-            let id = morphbench::check::collect(&run).unwrap().run_id;
-            std::fs::write(d.join(f), text.replace(&id, &format!("node{i}"))).unwrap();
-        }
+        rerun(&run, &d, &format!("node{i}"), 1.0 + 0.002 * (i + 1) as f64);
         fleet.push(d.to_str().unwrap().to_string());
     }
+    // The same run three times is no fleet: refused.
+    let o = morphbench(
+        &["check", "--fleet", &fleet[1], &fleet[1], &fleet[2]],
+        home.path(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("are the same run"), "{}", stderr(&o));
     let mut args: Vec<&str> = vec![
         "check",
         "--fleet",
@@ -322,6 +416,18 @@ fn bad_input_exits_2_naming_the_problem() {
     );
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("fail_pct"), "{}", stderr(&o));
+    // A meta.json that is a link to an endless device is refused, not read for ever.
+    let zero = h.join("zero");
+    std::fs::create_dir_all(&zero).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", zero.join("meta.json")).unwrap();
+    let z = zero.to_str().unwrap();
+    let o = morphbench(&["check", z, "--baseline", z], h);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+    let o = morphbench(&["runs", h.to_str().unwrap(), "--json"], h);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(listed.as_array().is_some(), "{listed}");
 }
 
 /// A synthetic run of the same node: every figure's samples drawn again, with replacement,
@@ -340,13 +446,15 @@ fn resampled(real: &RunFigures, rng: &mut SmallRng, id: &str) -> RunFigures {
 #[test]
 fn same_distribution_gives_no_false_alarm_in_99_of_100_trials() {
     let home = tempfile::tempdir().unwrap();
-    let mut real = collect(&real_run(home.path())).unwrap();
-    let d2h = measure(
+    let alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut real = collect(&real_run_alone(home.path())).unwrap();
+    let d2h = measure_alone(
         home.path(),
         "d2h",
         &["d2h", "--sizes", "4K,64K,4M,32M", "--iters", "20"],
     );
     real.figures.extend(collect(&d2h).unwrap().figures);
+    drop(alone);
     let policy = Policy::default();
     let raw = Policy::parse("max_cv = 1000").unwrap();
     let (mut trials_with_fail, mut fails, mut raw_fails, mut figures) = (0, 0, 0, 0);

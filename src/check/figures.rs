@@ -349,6 +349,12 @@ pub fn collect(dir: &Path) -> Result<RunFigures> {
         }
     }
     let label = RunLabel::of(dir);
+    if let Some(problem) = &label.meta_problem {
+        anyhow::bail!(
+            "{problem}: the run folder's meta.json is damaged, so its adapter and host are \
+             unknown; give an intact run folder"
+        );
+    }
     if figures.is_empty() {
         anyhow::bail!(
             "{} holds no measured figures ({}): give a run folder of a run that measured \

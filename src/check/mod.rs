@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 pub use self::figures::{collect, Better, Figure, Key, RunFigures};
 pub use self::policy::{Policy, Thresholds};
@@ -380,6 +380,49 @@ pub struct CheckOptions {
     pub json: bool,
 }
 
+/// Refuses a check that would compare nothing: a run against itself or a copy of itself, a
+/// fleet with a member twice (by run id or by content), or runs that share no figure.
+fn refuse_empty_comparisons(runs: &[RunFigures], bases: &[RunFigures]) -> Result<()> {
+    let same = |a: &RunFigures, b: &RunFigures| {
+        a.run_id == b.run_id || format!("{:?}", a.figures) == format!("{:?}", b.figures)
+    };
+    let all: Vec<&RunFigures> = runs.iter().chain(bases).collect();
+    for (i, a) in all.iter().enumerate() {
+        if let Some(b) = all[i + 1..].iter().find(|b| same(a, b)) {
+            anyhow::bail!(
+                "{} and {} are the same run ({}): a run compared with itself passes whatever it \
+                 measured; give runs of different nodes or moments",
+                a.dir.display(),
+                b.dir.display(),
+                if a.run_id == b.run_id {
+                    format!("run id {}", a.run_id)
+                } else {
+                    "identical figures".to_string()
+                }
+            );
+        }
+    }
+    for base in bases {
+        let run = &runs[0];
+        if !run.figures.keys().any(|k| base.figures.contains_key(k)) {
+            let benches = |r: &RunFigures| {
+                let b: std::collections::BTreeSet<&str> =
+                    r.figures.keys().map(|k| k.bench.as_str()).collect();
+                b.into_iter().collect::<Vec<_>>().join(", ")
+            };
+            anyhow::bail!(
+                "nothing to compare: {} measured {} and the baseline {} measured {}; give a \
+                 baseline of the same benches and sizes",
+                run.run_id,
+                benches(run),
+                base.run_id,
+                benches(base)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs the check; returns whether it passed (no FAIL, and no WARN with `warn_exit`) and the
 /// folders whose check.csv was written (their reports are refreshed by the caller).
 pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
@@ -409,13 +452,19 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
         .iter()
         .map(|d| collect(d))
         .collect::<Result<_>>()?;
+    let bases: Vec<RunFigures> = opts
+        .baseline
+        .iter()
+        .map(|d| collect(d))
+        .collect::<Result<_>>()?;
+    refuse_empty_comparisons(&runs, &bases)?;
     let (report, title) = match opts.baseline.as_slice() {
         [] => {
             let title = format!("check a fleet of {} runs", runs.len());
             (against_fleet(&runs, &policy)?, title)
         }
-        [b] => {
-            let base = collect(b)?;
+        [_] => {
+            let base = &bases[0];
             let title = format!(
                 "check {} ({}) against baseline {} ({})",
                 runs[0].run_id,
@@ -423,10 +472,9 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
                 base.run_id,
                 base.label.short()
             );
-            (against_baseline(&base, &runs[0], &policy), title)
+            (against_baseline(base, &runs[0], &policy), title)
         }
-        many => {
-            let bases: Vec<RunFigures> = many.iter().map(|d| collect(d)).collect::<Result<_>>()?;
+        _ => {
             let title = format!(
                 "check {} ({}) against {} baseline runs ({})",
                 runs[0].run_id,
@@ -447,8 +495,14 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
     let mut written = Vec::new();
     match &opts.out {
         Some(dir) => {
-            std::fs::create_dir_all(dir)?;
-            table::write(&dir.join("check.csv"), &report.outcomes)?;
+            let cannot = || {
+                format!(
+                    "cannot write the check to {}: give a writable folder with --check-out",
+                    dir.display()
+                )
+            };
+            std::fs::create_dir_all(dir).with_context(cannot)?;
+            table::write(&dir.join("check.csv"), &report.outcomes).with_context(cannot)?;
         }
         None => {
             for run in &runs {

@@ -85,6 +85,35 @@ impl Thresholds {
     }
 }
 
+/// The thresholds a section may set.
+const KEYS: &[&str] = &[
+    "fail_pct", "warn_pct", "alpha", "z", "max_cv", "min_n", "ignore",
+];
+
+/// The candidate nearest `name` by edit distance, if it is near enough to be a typo.
+pub fn closest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let here = row[j + 1];
+                row[j + 1] = (prev + (ca != *cb) as usize).min(row[j] + 1).min(here + 1);
+                prev = here;
+            }
+        }
+        row[b.len()]
+    }
+    candidates
+        .iter()
+        .map(|c| (distance(name, c), *c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 3))
+        .min()
+        .map(|(_, c)| c)
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PolicyFile {
@@ -118,12 +147,37 @@ impl Policy {
 
     pub fn parse(text: &str) -> Result<Policy> {
         let file: PolicyFile = toml::from_str(text).map_err(|e| {
+            let hint = e
+                .message()
+                .strip_prefix("unknown field `")
+                .and_then(|r| r.split_once('`'))
+                .and_then(|(name, _)| closest(name, &KEYS.iter().chain(["bench", "figure"].iter()).copied().collect::<Vec<_>>()))
+                .map_or(String::new(), |c| format!(" (did you mean {c}?)"));
             anyhow::anyhow!(
-                "{}: the keys are fail_pct, warn_pct, alpha, z, max_cv, min_n and ignore, at the top level or \
+                "{}{hint}: the keys are fail_pct, warn_pct, alpha, z, max_cv, min_n and ignore, at the top level or \
                  under [bench.NAME] or [figure.\"BENCH: CASE\"]",
                 e.message()
             )
         })?;
+        let benches: Vec<&'static str> = crate::tables::tables()
+            .iter()
+            .filter(|t| t.figures.is_some())
+            .map(|t| t.name)
+            .collect();
+        let figure_benches = file
+            .figure
+            .keys()
+            .map(|k| k.split(':').next().unwrap_or("").trim());
+        for name in file.bench.keys().map(String::as_str).chain(figure_benches) {
+            if !benches.contains(&name) {
+                anyhow::bail!(
+                    "no bench is called {name:?}{}: the benches check judges are {}",
+                    closest(name, &benches)
+                        .map_or(String::new(), |c| format!(" (did you mean {c}?)")),
+                    benches.join(", ")
+                );
+            }
+        }
         let top = Overrides {
             fail_pct: file.fail_pct,
             warn_pct: file.warn_pct,

@@ -51,6 +51,15 @@ impl CsvTable for CheckTable {
     const WITH_STATS: bool = false;
     type Params = CheckParams;
     type Figures = CheckFigures;
+
+    /// A verdict is one of the three `check` gives.
+    fn check(line: &Line<Self>) -> Result<(), (&'static str, String)> {
+        let v = line.figures.verdict.as_str();
+        if !["PASS", "WARN", "FAIL"].contains(&v) {
+            return Err(("verdict", "a verdict is PASS, WARN or FAIL".into()));
+        }
+        Ok(())
+    }
 }
 
 /// Writes `outcomes` to `path` (replacing an earlier check of the same run).

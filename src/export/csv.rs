@@ -313,15 +313,8 @@ pub fn read_table<T: CsvTable>(path: &Path) -> Result<Vec<Line<T>>, DataError> {
         path: path.to_path_buf(),
         reason,
     };
-    let size = std::fs::metadata(path)
-        .map_err(|e| unreadable(e.to_string()))?
-        .len();
-    if size > MAX_TABLE_BYTES {
-        return Err(unreadable(format!(
-            "{size} bytes is over the {MAX_TABLE_BYTES}-byte cap of a table that is read back"
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| unreadable(e.to_string()))?;
+    let bytes = super::read_capped(path, MAX_TABLE_BYTES).map_err(unreadable)?;
+    let text = String::from_utf8(bytes).map_err(|e| unreadable(e.to_string()))?;
     if text.trim().is_empty() {
         return Err(DataError::Empty {
             path: path.to_path_buf(),

@@ -316,7 +316,7 @@ pub const MAX_CASES: usize = 10_000;
 pub const MAX_SIM_OPS: u64 = 250_000_000;
 /// Runs the adaptive planner makes per case: 18 candidate plans, the two delay-free runs its
 /// static candidates replay, and the winner once more.
-const ADAPTIVE_RUNS: u64 = 22;
+pub(crate) const ADAPTIVE_RUNS: u64 = 22;
 /// The most rows `sim_timeline.csv` gets in one run; later cases get none (and it says so).
 pub const MAX_TIMELINE_ROWS: usize = 500_000;
 

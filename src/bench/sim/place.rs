@@ -100,7 +100,10 @@ impl LinkCosts {
         }
         let mut hosts = vec![String::new(); ranks];
         let mut points: BTreeMap<(usize, usize), Vec<(f64, f64)>> = BTreeMap::new();
-        for l in rows.iter().filter(|l| l.params.transport == transport) {
+        // The matrix's rows: a retest measures a suspect link again, it is not another sample.
+        for l in rows.iter().filter(|l| {
+            l.params.transport == transport && !crate::bench::links::tables::is_retest(l)
+        }) {
             let (s, d) = (l.params.src_rank as usize, l.params.dst_rank as usize);
             hosts[s] = l.params.src_host.clone();
             hosts[d] = l.params.dst_host.clone();
@@ -122,6 +125,14 @@ impl LinkCosts {
             .flat_map(|a| (a + 1..ranks).map(move |b| (a, b)))
             .find(|&(a, b)| fits[a][b].is_none());
         if let Some((a, b)) = missing {
+            if let Some(pts) = points.get(&(a, b)) {
+                return Err(anyhow!(
+                    "{}: the {transport} ping-pong rows of ranks {a} and {b} hold no usable time \
+                     (bytes, p50 µs: {pts:?}; every p50 must be above 0): the links run's \
+                     timing is broken; run links again",
+                    dir.display()
+                ));
+            }
             return Err(anyhow!(
                 "{}: no {transport} ping-pong rows for ranks {a} and {b}; placement needs every \
                  pair (run links to the end)",
@@ -188,6 +199,9 @@ pub struct Placement {
 /// The search: exhaustive up to [`EXHAUSTIVE_UP_TO`] ranks; above, each rank in turn starts a
 /// nearest-neighbour chain over the fitted costs, and the best chain is improved by swapping
 /// pairs of positions while the simulator says it helps.
+/// The most passes of pairwise swaps the heuristic search makes.
+const MAX_SWAP_PASSES: u64 = 20;
+
 pub fn place(
     costs: &LinkCosts,
     base: &Scenario,
@@ -219,6 +233,33 @@ pub fn place(
     };
     let launcher: Vec<usize> = (0..n).collect();
     let exhaustive = n <= EXHAUSTIVE_UP_TO;
+    // The search's cost, bounded before it starts: orders judged x ops simulated per order.
+    let orders: u64 = if exhaustive {
+        (1..=n as u64).product()
+    } else {
+        n as u64 + MAX_SWAP_PASSES * (n * (n - 1) / 2) as u64
+    };
+    let per_order: u64 = schedules
+        .iter()
+        .map(|s| {
+            let runs = if matches!(s, Schedule::Adaptive) {
+                super::ADAPTIVE_RUNS
+            } else {
+                1
+            };
+            runs * (n * base.microbatches * 3) as u64
+        })
+        .sum();
+    let ops = orders.saturating_mul(per_order);
+    if ops > super::MAX_SIM_OPS {
+        return Err(anyhow!(
+            "--place would simulate about {ops} ops ({orders} orders of {n} ranks, {} \
+             microbatches), over the cap of {}: give fewer --microbatches (the best order is \
+             found the same way with fewer)",
+            base.microbatches,
+            super::MAX_SIM_OPS
+        ));
+    }
     let mut out = Vec::new();
     for s in schedules {
         let launcher_ms = time(&launcher, s)?;
@@ -241,9 +282,10 @@ pub fn place(
                     (best, best_ms) = (chain, t);
                 }
             }
-            let mut improved = true;
-            while improved {
+            let (mut improved, mut passes) = (true, 0);
+            while improved && passes < MAX_SWAP_PASSES {
                 improved = false;
+                passes += 1;
                 for i in 0..n {
                     for j in i + 1..n {
                         let mut o = best.clone();

@@ -21,14 +21,26 @@ pub struct RunLabel {
     /// Benches that ran on a busy machine, each (bench, warning) (meta.json's
     /// `notes.host_load`).
     pub busy: Vec<(String, String)>,
+    /// Why meta.json could not be read, when the folder has one that is damaged (not a
+    /// regular file, too large, not JSON).
+    pub meta_problem: Option<String>,
 }
 
 impl RunLabel {
     pub fn of(dir: &Path) -> RunLabel {
-        let meta: serde_json::Value = std::fs::read(dir.join("meta.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
+        let path = dir.join("meta.json");
+        let read = match path.symlink_metadata() {
+            Err(_) => Ok(serde_json::Value::Null),
+            Ok(_) => super::super::read_capped(&path, super::super::MAX_META_BYTES)
+                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())),
+        };
+        let (meta, meta_problem) = match read {
+            Ok(m) => (m, None),
+            Err(e) => (
+                serde_json::Value::Null,
+                Some(format!("{}: {e}", path.display())),
+            ),
+        };
         let text = |v: &serde_json::Value| v.as_str().map(String::from);
         RunLabel {
             run_id: text(&meta["run_id"]),
@@ -57,6 +69,7 @@ impl RunLabel {
                         .collect()
                 })
                 .unwrap_or_default(),
+            meta_problem,
         }
     }
 

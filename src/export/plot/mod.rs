@@ -134,6 +134,7 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
             None => {}
         }
     }
+    outcome.skipped.extend(links_heatmaps_skipped(&runs[0]));
     for (name, about, chart) in charts {
         let n = chart.elements();
         if n > charts::MAX_ELEMENTS {

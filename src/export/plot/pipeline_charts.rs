@@ -206,7 +206,7 @@ pub(crate) fn links_charts(run: &Loaded) -> Vec<Named> {
         .map(|l| l.params.src_rank.max(l.params.dst_rank) as usize + 1)
         .max()
         .unwrap_or(0);
-    if !(2..=256).contains(&n) {
+    if !(2..=MAX_HEATMAP_RANKS).contains(&n) {
         return Vec::new();
     }
     let mut names = vec![String::new(); n];
@@ -301,4 +301,22 @@ pub(crate) fn links_charts(run: &Loaded) -> Vec<Named> {
         }
     }
     out
+}
+
+/// The most ranks a links heatmap draws.
+pub(crate) const MAX_HEATMAP_RANKS: usize = 256;
+
+/// Why a links run's heatmaps were not drawn, when it has too many ranks for them.
+pub(crate) fn links_heatmaps_skipped(run: &Loaded) -> Option<String> {
+    let rows = run.table::<LinksTable>()?;
+    let n = rows
+        .iter()
+        .map(|l| l.params.src_rank.max(l.params.dst_rank) as usize + 1)
+        .max()?;
+    (n > MAX_HEATMAP_RANKS).then(|| {
+        format!(
+            "links heatmaps: {n} ranks, over the {MAX_HEATMAP_RANKS} a heatmap draws (links.csv \
+             holds every link)"
+        )
+    })
 }
