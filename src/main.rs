@@ -273,7 +273,11 @@ fn sim_links(
         cfg.slow.extend(
             slow.into_iter()
                 .filter(|(_, d)| *d > 0.0)
-                .map(|(link, delay_ms)| morphbench::bench::sim::SlowLink { link, delay_ms }),
+                // To the µs: what a ping-pong's p50 supports, and what a label can show.
+                .map(|(link, delay_ms)| morphbench::bench::sim::SlowLink {
+                    link,
+                    delay_ms: (delay_ms * 1e3).round() / 1e3,
+                }),
         );
     }
     if !quiet {

@@ -382,6 +382,30 @@ mod tests {
             assert_eq!(roster.len(), 2);
             assert_eq!(peer.join().unwrap().unwrap(), roster);
         }
+        // A stranger that sends a valid header, then a byte every 300 ms, is cut off: rank 0
+        // still ends at its own deadline.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let drip = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            let _ = s.write_all(&[&MAGIC[..], &100u32.to_be_bytes()].concat());
+            for _ in 0..40 {
+                std::thread::sleep(Duration::from_millis(300));
+                if s.write_all(b" ").is_err() {
+                    break;
+                }
+            }
+        });
+        let started = Instant::now();
+        let e = serve(&listener, reg(0, 2), Duration::from_secs(3)).unwrap_err();
+        assert!(e.to_string().contains("never arrived"), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        drop(listener);
+        drip.join().unwrap();
         // No rank 0 at all.
         let free = TcpListener::bind("127.0.0.1:0")
             .unwrap()
