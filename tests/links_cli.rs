@@ -171,3 +171,49 @@ fn a_rank_that_dies_mid_run_ends_the_run_and_is_named() {
     let (h, _rows) = read_csv(&run.join("links.csv"));
     assert!(h.contains(&"flagged".to_string()));
 }
+
+/// A rank stopped mid-run (SIGSTOP: alive, silent) is named by its silence within a few seconds,
+/// far inside `--timeout-s`, and the run is failed with the rows so far.
+#[test]
+fn a_stopped_rank_is_named_within_seconds() {
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let slow = [
+        "--sizes",
+        "8,64K",
+        "--budget-ms",
+        "1500",
+        "--iters",
+        "1000000",
+        "--timeout-s",
+        "30",
+    ];
+    let mut ranks: Vec<Child> = (0..3)
+        .map(|r| rank(home.path(), r, 3, port, &slow))
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut victim = ranks.remove(2);
+    let signal = |sig: &str| {
+        Command::new("kill")
+            .args([sig, &victim.id().to_string()])
+            .status()
+            .unwrap()
+    };
+    assert!(signal("-STOP").success());
+    let stopped = Instant::now();
+    let mut rest = ranks.into_iter();
+    let (ok, err) = finish(rest.next().unwrap());
+    let took = stopped.elapsed();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert!(!ok);
+    assert!(
+        err.contains("rank 2 (") && err.contains("stopped answering"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    let _ = finish(rest.next().unwrap());
+    let run = only_run(&home.path().join("results"));
+    let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
+    assert!(meta.contains("\"status\": \"failed\""), "{meta}");
+}

@@ -40,6 +40,54 @@ pub enum Up<R> {
     Pong(f64),
     /// This rank cannot go on, with why.
     Failed(String),
+    /// Still at work on the order (every [`super::world::HEARTBEAT`]).
+    Alive,
+}
+
+fn is_heartbeat<R>(m: &Up<R>) -> bool {
+    matches!(m, Up::Alive)
+}
+
+/// Sends [`Up::Alive`] to rank 0 every heartbeat until dropped, so a rank that is stopped or
+/// hung while it works is told apart from one that is slow.
+struct Heartbeat {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    fn start<R: Serialize>(world: &World) -> Heartbeat {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let thread = world.root_stream().map(|mut s| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let step = Duration::from_millis(50);
+                let mut waited = Duration::ZERO;
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(step);
+                    waited += step;
+                    if waited >= super::world::HEARTBEAT {
+                        waited = Duration::ZERO;
+                        if super::frame::send(&mut s, &Up::<R>::Alive).is_err() {
+                            return;
+                        }
+                    }
+                }
+            })
+        });
+        Heartbeat { stop, thread }
+    }
+}
+
+impl Drop for Heartbeat {
+    /// Stops and joins the thread: every heartbeat is on the wire before the reply is.
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Where and how a multi-rank run happens, whatever it measures.
@@ -145,7 +193,10 @@ fn follow<B: Ranked>(bench: &mut B, world: &mut World) -> Result<()> {
         let wait = bench.patience(world);
         let order: Down<B::Order> = world.hear_root(Instant::now() + wait)?;
         let reply = match order {
-            Down::Order(o) => crate::suite::catching(|| bench.follow(world, o)),
+            Down::Order(o) => {
+                let _alive = Heartbeat::start::<B::Reply>(world);
+                crate::suite::catching(|| bench.follow(world, o))
+            }
             Down::Ping => {
                 world.tell_root(&Up::<B::Reply>::Pong(super::clock::now_us()))?;
                 continue;
@@ -208,11 +259,12 @@ where
         ranks: &[u32],
         deadline: Instant,
     ) -> Result<Vec<(u32, R)>, ClusterError> {
-        let replies = self
-            .world
-            .gather(ranks, deadline, |r: &Result<Up<R>, ClusterError>| {
-                matches!(r, Err(_) | Ok(Up::Failed(_)))
-            });
+        let replies = self.world.gather(
+            ranks,
+            deadline,
+            is_heartbeat::<R>,
+            |r: &Result<Up<R>, ClusterError>| matches!(r, Err(_) | Ok(Up::Failed(_))),
+        );
         settle(self.world, ranks, replies)
     }
 
@@ -233,7 +285,12 @@ where
         self.world.send_to(rank, &Down::<O>::Ping)?;
         let reply = self
             .world
-            .gather(&[rank], Instant::now() + wait, |_: &Result<Up<R>, _>| false)
+            .gather(
+                &[rank],
+                Instant::now() + wait,
+                is_heartbeat::<R>,
+                |_: &Result<Up<R>, _>| false,
+            )
             .pop()
             .flatten();
         let t1 = super::clock::now_us();
@@ -282,6 +339,13 @@ fn settle<R>(
             whos: dead,
             news: reported.map(|r| r.to_string()),
         });
+    }
+    // A stopped rank next: its peers' reports are only the news of it.
+    if let Some(Some(Err(e))) = replies
+        .iter()
+        .find(|r| matches!(r, Some(Err(ClusterError::Silent { .. }))))
+    {
+        return Err(e.clone());
     }
     if let Some(r) = reported {
         return Err(r);

@@ -16,6 +16,27 @@ use super::rendezvous::{self, Registration};
 
 /// How long rank 0 still listens after the first failure, to name the dead rank.
 pub const GRACE: Duration = Duration::from_millis(300);
+/// How often a rank at work on an order tells rank 0 it is alive.
+pub const HEARTBEAT: Duration = Duration::from_millis(500);
+/// How long rank 0 waits for a word (a heartbeat or the reply) from a rank at work before it
+/// takes it for stopped.
+pub const SILENCE: Duration = Duration::from_secs(3);
+
+/// The next message that is not a heartbeat, by `deadline`; silence for [`SILENCE`] is a
+/// timeout even before it.
+fn hear_through_heartbeats<M: DeserializeOwned>(
+    s: &mut TcpStream,
+    deadline: Instant,
+    alive: fn(&M) -> bool,
+) -> Result<M, super::error::WireError> {
+    loop {
+        let until = deadline.min(Instant::now() + SILENCE);
+        let m: M = frame::receive(s, until)?;
+        if !alive(&m) {
+            return Ok(m);
+        }
+    }
+}
 
 /// How much longer than rank 0's wait a rank waits for the roster.
 const ROSTER_SLACK: Duration = Duration::from_secs(5);
@@ -207,10 +228,15 @@ impl World {
     /// `failed`, the others get [`GRACE`] more (a death is often reported by its peer first)
     /// and the ones still silent are left out (None). After that the run must end: a reader
     /// left behind may take the next message.
+    ///
+    /// A message for which `alive` is true is a heartbeat: it is skipped, and a rank that sends
+    /// neither one nor its reply for [`SILENCE`] is named as stopped (SIGSTOP, a hung host)
+    /// long before `deadline`.
     pub fn gather<M>(
         &mut self,
         ranks: &[u32],
         deadline: Instant,
+        alive: fn(&M) -> bool,
         failed: impl Fn(&Result<M, ClusterError>) -> bool,
     ) -> Vec<Option<Result<M, ClusterError>>>
     where
@@ -228,7 +254,7 @@ impl World {
             let tx = tx.clone();
             std::thread::spawn(move || {
                 let m = match stream {
-                    Ok(mut s) => frame::receive(&mut s, deadline).map_err(|e| {
+                    Ok(mut s) => hear_through_heartbeats(&mut s, deadline, alive).map_err(|e| {
                         ClusterError::from_wire(who, e, "its connection to rank 0 closed")
                     }),
                     Err(e) => Err(ClusterError::Io(format!("{who}: {e}"))),
@@ -264,6 +290,14 @@ impl World {
             who,
             how: format!("cannot reach it: {e}"),
         })
+    }
+
+    /// Any other rank: a second handle on the connection to rank 0 (for heartbeats).
+    pub fn root_stream(&self) -> Option<TcpStream> {
+        match &self.control {
+            Control::Leaf(s) => s.try_clone().ok(),
+            Control::Root(_) => None,
+        }
     }
 
     /// Any other rank: the next message from rank 0, by `deadline`.
