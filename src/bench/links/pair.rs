@@ -133,14 +133,45 @@ fn header(op: u8, count: u32, bytes: u64) -> [u8; 16] {
     h
 }
 
-fn io_err(what: &str, e: std::io::Error) -> String {
+/// `protocol!("...", args)`: a [`PairError::Protocol`] with a formatted message.
+macro_rules! protocol {
+    ($($t:tt)*) => { PairError::Protocol(format!($($t)*)) };
+}
+pub(crate) use protocol;
+
+/// What went wrong on a link between two ranks, by kind: the runner tells a peer that left
+/// from one that went silent from one that sent something else.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PairError {
+    #[error("the peer closed the link during {0}")]
+    Closed(String),
+    #[error("the peer stopped answering during {0}")]
+    Silent(String),
+    /// It sent something the test did not expect (a stranger, a wrong round, a bad stamp).
+    #[error("{0}")]
+    Protocol(String),
+}
+
+impl From<String> for PairError {
+    fn from(s: String) -> Self {
+        PairError::Protocol(s)
+    }
+}
+
+impl From<&str> for PairError {
+    fn from(s: &str) -> Self {
+        PairError::Protocol(s.to_string())
+    }
+}
+
+fn io_err(what: &str, e: std::io::Error) -> PairError {
     use std::io::ErrorKind::*;
     match e.kind() {
         UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe => {
-            format!("the peer closed the link during {what}")
+            PairError::Closed(what.to_string())
         }
-        WouldBlock | TimedOut => format!("the peer stopped answering during {what}"),
-        _ => format!("{what}: {e}"),
+        WouldBlock | TimedOut => PairError::Silent(what.to_string()),
+        _ => PairError::Protocol(format!("{what}: {e}")),
     }
 }
 
@@ -154,7 +185,7 @@ fn stamp(msg: &mut [u8], seq: u64) {
     }
 }
 
-fn check_stamp(msg: &[u8], seq: u64, what: &str) -> Result<(), String> {
+fn check_stamp(msg: &[u8], seq: u64, what: &str) -> Result<(), PairError> {
     // No allocation: this runs for every message inside the timed stream.
     let k = msg.len().min(8);
     let ok =
@@ -162,7 +193,7 @@ fn check_stamp(msg: &[u8], seq: u64, what: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
+        Err(protocol!(
             "{what}: message {seq} arrived out of order, repeated or corrupted"
         ))
     }
@@ -185,10 +216,11 @@ fn sized_batch(bytes: u64, k0: u32, us: f64) -> u32 {
 }
 
 /// Every read and write bounded by `io`; small messages sent at once.
-fn configure(s: &TcpStream, io: Duration) -> Result<(), String> {
+fn configure(s: &TcpStream, io: Duration) -> Result<(), PairError> {
     s.set_read_timeout(Some(io)).map_err(|e| e.to_string())?;
     s.set_write_timeout(Some(io)).map_err(|e| e.to_string())?;
-    s.set_nodelay(true).map_err(|e| e.to_string())
+    s.set_nodelay(true)
+        .map_err(|e| PairError::Protocol(e.to_string()))
 }
 
 /// The driver's side of the pair: `me` connects to `peer` and measures everything in `plan`.
@@ -200,7 +232,7 @@ pub fn drive(
     peer: u32,
     round: u32,
     choice: &crate::rdma::DeviceChoice,
-) -> Result<Vec<Measured>, String> {
+) -> Result<Vec<Measured>, PairError> {
     let io = plan.io();
     let target: std::net::SocketAddr = addr
         .parse()
@@ -239,7 +271,7 @@ pub fn serve(
     peer: u32,
     round: u32,
     choice: &crate::rdma::DeviceChoice,
-) -> Result<Vec<Measured>, String> {
+) -> Result<Vec<Measured>, PairError> {
     let io = plan.io();
     let deadline = Instant::now() + io;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -248,11 +280,14 @@ pub fn serve(
             Ok((s, _)) => break s,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
-                    return Err(format!("it never connected within {} s", plan.io_timeout_s));
+                    return Err(protocol!(
+                        "it never connected within {} s",
+                        plan.io_timeout_s
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
-            Err(e) => return Err(format!("the data listener failed: {e}")),
+            Err(e) => return Err(protocol!("the data listener failed: {e}")),
         }
     };
     s.set_nonblocking(false).map_err(|e| e.to_string())?;
@@ -265,7 +300,7 @@ pub fn serve(
         return Err("something that is not a morphbench rank connected to the link".into());
     }
     if (word(4), word(8), word(12)) != (peer, me, round) {
-        return Err(format!(
+        return Err(protocol!(
             "rank {} connected for rank {} in round {}, expected rank {peer} in round {round}",
             word(4),
             word(8),
@@ -282,8 +317,8 @@ pub fn serve(
     Ok(out)
 }
 
-fn summary(samples: &[f64]) -> Result<Summary, String> {
-    Summary::of(samples).ok_or_else(|| "no valid samples".to_string())
+fn summary(samples: &[f64]) -> Result<Summary, PairError> {
+    Summary::of(samples).ok_or_else(|| PairError::from("no valid samples"))
 }
 
 /// Whether a test has enough: `iters` samples, or MIN_SAMPLES and its budget spent.
@@ -310,10 +345,10 @@ fn tcp_tests(
     bytes: u64,
     server: u32,
     me: u32,
-) -> Result<Vec<Measured>, String> {
+) -> Result<Vec<Measured>, PairError> {
     let n = bytes as usize;
     let mut out = Vec::new();
-    let row = |src, dst, direction: &str, samples: &[f64], gbps| -> Result<Measured, String> {
+    let row = |src, dst, direction: &str, samples: &[f64], gbps| -> Result<Measured, PairError> {
         Ok(Measured {
             transport: TransportKind::Tcp,
             src,
@@ -329,7 +364,7 @@ fn tcp_tests(
     let mut echo = vec![0u8; n];
     let warm = if bytes < 1 << 20 { 5 } else { 1 };
     let mut seq = 0u64;
-    let mut pings = |s: &mut TcpStream, count: u32, keep: &mut Vec<f64>| -> Result<(), String> {
+    let mut pings = |s: &mut TcpStream, count: u32, keep: &mut Vec<f64>| -> Result<(), PairError> {
         s.write_all(&header(OP_PING, count, bytes))
             .map_err(|e| io_err("a ping-pong", e))?;
         for _ in 0..count {
@@ -368,7 +403,7 @@ fn tcp_tests(
 
 /// The server's TCP side: answers headers until the driver moves on (END, or the next
 /// transport's first bytes are not a TCP header, which cannot happen: END always comes).
-fn tcp_answer(s: &mut TcpStream, plan: &PairPlan) -> Result<(), String> {
+fn tcp_answer(s: &mut TcpStream, plan: &PairPlan) -> Result<(), PairError> {
     let (mut buf, mut msg) = (Vec::new(), Vec::new());
     loop {
         let mut h = [0u8; 16];
@@ -381,12 +416,12 @@ fn tcp_answer(s: &mut TcpStream, plan: &PairPlan) -> Result<(), String> {
         }
         // Bounded before anything is allocated: a size of the plan, a count within the cap.
         if !plan.sizes.contains(&bytes) || count == 0 || count > MAX_COUNT || op > OP_BOTH {
-            return Err(format!(
+            return Err(protocol!(
                 "the peer sent a header outside the plan (op {op}, {count} x {bytes} B)"
             ));
         }
         if op != OP_PING && count > max_batch(bytes) {
-            return Err(format!(
+            return Err(protocol!(
                 "the peer announced a stream batch of {count} x {bytes} B, over the {}",
                 max_batch(bytes)
             ));
@@ -433,7 +468,7 @@ mod rdma {
         peer: u32,
         driver: bool,
         choice: &DeviceChoice,
-    ) -> Result<Vec<Measured>, String> {
+    ) -> Result<Vec<Measured>, PairError> {
         let e = |e: crate::rdma::RdmaError| format!("RDMA: {e}");
         let stream = s.try_clone().map_err(|e| e.to_string())?;
         let mut oob = OobChannel::from_stream(stream, plan.io()).map_err(e)?;

@@ -10,7 +10,11 @@ pub(super) const WRITE_CHUNK: usize = 128 << 10;
 
 /// Writes `count` stamped messages of `msg.len()` bytes (the buffer is the caller's, so no
 /// batch pays for allocating and faulting in a fresh one).
-pub(super) fn write_messages(s: &mut TcpStream, count: u32, msg: &mut [u8]) -> Result<(), String> {
+pub(super) fn write_messages(
+    s: &mut TcpStream,
+    count: u32,
+    msg: &mut [u8],
+) -> Result<(), PairError> {
     for seq in 0..count as u64 {
         stamp(msg, seq);
         for part in msg.chunks(WRITE_CHUNK) {
@@ -27,7 +31,7 @@ pub(super) fn read_messages(
     count: u32,
     n: usize,
     buf: &mut Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), PairError> {
     let per_read = (BATCH_BYTES as usize / n).max(1);
     let mut seq = 0u64;
     while seq < count as u64 {
@@ -48,7 +52,7 @@ pub(super) fn both_ways(
     count: u32,
     msg: &mut Vec<u8>,
     buf: &mut Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), PairError> {
     let n = msg.len();
     let mut w = s.try_clone().map_err(|e| e.to_string())?;
     let mut out = std::mem::take(msg);
@@ -64,11 +68,11 @@ pub(super) fn both_ways(
     read.and(wrote)
 }
 
-pub(super) fn read_ack(s: &mut TcpStream) -> Result<(), String> {
+pub(super) fn read_ack(s: &mut TcpStream) -> Result<(), PairError> {
     let mut a = [0u8; 1];
     s.read_exact(&mut a).map_err(|e| io_err("a stream", e))?;
     if a[0] != ACK {
-        return Err(format!("the peer acknowledged a stream with {:#x}", a[0]));
+        return Err(protocol!("the peer acknowledged a stream with {:#x}", a[0]));
     }
     Ok(())
 }
@@ -81,10 +85,10 @@ pub(super) fn tcp_stream(
     plan: &PairPlan,
     op: u8,
     bytes: u64,
-) -> Result<(Vec<f64>, f64), String> {
+) -> Result<(Vec<f64>, f64), PairError> {
     let n = bytes as usize;
     let (mut buf, mut msg) = (Vec::new(), vec![0u8; n]);
-    let mut one = |s: &mut TcpStream, k: u32| -> Result<f64, String> {
+    let mut one = |s: &mut TcpStream, k: u32| -> Result<f64, PairError> {
         let t0 = Instant::now();
         s.write_all(&header(op, k, bytes))
             .map_err(|e| io_err("a stream", e))?;

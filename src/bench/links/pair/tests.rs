@@ -61,6 +61,8 @@ fn a_stranger_or_a_wrong_round_is_refused() {
             std::thread::sleep(Duration::from_millis(200));
         });
         let e = serve(&listener, &plan(), 0, 1, 0, &choice).unwrap_err();
+        assert!(matches!(e, PairError::Protocol(_)), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.contains("not a morphbench rank") || e.contains("expected rank 1 in round 0"),
             "{e}"
@@ -82,7 +84,9 @@ fn a_header_outside_the_plan_is_refused_before_allocating() {
         std::thread::sleep(Duration::from_millis(200));
     });
     let choice = crate::rdma::DeviceChoice::default();
-    let e = serve(&listener, &plan(), 0, 1, 0, &choice).unwrap_err();
+    let e = serve(&listener, &plan(), 0, 1, 0, &choice)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("outside the plan"), "{e}");
     peer.join().unwrap();
 }
