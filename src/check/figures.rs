@@ -55,7 +55,7 @@ impl Better {
 }
 
 /// One figure of one run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Figure {
     /// The column compared (`gflops`, `gbps`, `p50_us`, ...).
     pub column: &'static str,

@@ -383,9 +383,7 @@ pub struct CheckOptions {
 /// Refuses a check that would compare nothing: a run against itself or a copy of itself, a
 /// fleet with a member twice (by run id or by content), or runs that share no figure.
 fn refuse_empty_comparisons(runs: &[RunFigures], bases: &[RunFigures]) -> Result<()> {
-    let same = |a: &RunFigures, b: &RunFigures| {
-        a.run_id == b.run_id || format!("{:?}", a.figures) == format!("{:?}", b.figures)
-    };
+    let same = |a: &RunFigures, b: &RunFigures| a.run_id == b.run_id || a.figures == b.figures;
     let all: Vec<&RunFigures> = runs.iter().chain(bases).collect();
     for (i, a) in all.iter().enumerate() {
         if let Some(b) = all[i + 1..].iter().find(|b| same(a, b)) {

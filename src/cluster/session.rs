@@ -49,41 +49,37 @@ fn is_heartbeat<R>(m: &Up<R>) -> bool {
 }
 
 /// Sends [`Up::Alive`] to rank 0 every heartbeat until dropped, so a rank that is stopped or
-/// hung while it works is told apart from one that is slow.
+/// hung while it works is told apart from one that is slow. The thread sleeps on a channel: it
+/// wakes once a heartbeat (not in between, beside timed work) and at once when dropped.
 struct Heartbeat {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Heartbeat {
     fn start<R: Serialize>(world: &World) -> Heartbeat {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let thread = world.root_stream().map(|mut s| {
-            let stop = stop.clone();
             std::thread::spawn(move || {
-                let step = Duration::from_millis(50);
-                let mut waited = Duration::ZERO;
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(step);
-                    waited += step;
-                    if waited >= super::world::HEARTBEAT {
-                        waited = Duration::ZERO;
-                        if super::frame::send(&mut s, &Up::<R>::Alive).is_err() {
-                            return;
-                        }
+                use std::sync::mpsc::RecvTimeoutError::Timeout;
+                while let Err(Timeout) = stopped.recv_timeout(super::world::HEARTBEAT) {
+                    if super::frame::send(&mut s, &Up::<R>::Alive).is_err() {
+                        return;
                     }
                 }
             })
         });
-        Heartbeat { stop, thread }
+        Heartbeat {
+            stop: Some(stop),
+            thread,
+        }
     }
 }
 
 impl Drop for Heartbeat {
     /// Stops and joins the thread: every heartbeat is on the wire before the reply is.
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -221,9 +221,10 @@ fn html(p: &Page) -> Result<String> {
     Ok(html)
 }
 
-/// One run as `runs --json` lists it.
-fn run_entry(dir: &Path) -> serde_json::Value {
-    let (label, headline, error) = match Loaded::load(dir) {
+/// A run's label, its first headline with a value, and why its tables did not load (if so):
+/// what `runs` lists, as a table or as JSON.
+fn first_headline(dir: &Path) -> (RunLabel, Option<String>, Option<String>) {
+    match Loaded::load(dir) {
         Ok(run) => {
             let first = headlines(&run)
                 .into_iter()
@@ -232,7 +233,12 @@ fn run_entry(dir: &Path) -> serde_json::Value {
             (run.label, first, None)
         }
         Err(e) => (RunLabel::of(dir), None, Some(e.to_string())),
-    };
+    }
+}
+
+/// One run as `runs --json` lists it.
+fn run_entry(dir: &Path) -> serde_json::Value {
+    let (label, headline, error) = first_headline(dir);
     serde_json::json!({
         "run": dir.file_name().unwrap_or_default().to_string_lossy(),
         "path": dir,
@@ -360,15 +366,10 @@ pub fn print_runs(out: &Path, json: bool) -> Result<()> {
         )?;
     }
     for dir in runs {
-        let (label, headline) = match Loaded::load(&dir) {
-            Ok(run) => {
-                let first = headlines(&run)
-                    .into_iter()
-                    .find(|h| h.value.is_some())
-                    .map(|h| format!("{}: {}", h.what, h.text));
-                (run.label, first.unwrap_or_else(|| "-".into()))
-            }
-            Err(e) => (RunLabel::of(&dir), format!("unreadable: {e}")),
+        let (label, headline, unreadable) = first_headline(&dir);
+        let headline = match unreadable {
+            Some(e) => format!("unreadable: {e}"),
+            None => headline.unwrap_or_else(|| "-".into()),
         };
         let status = match label.status.as_str() {
             "running" => "partial",

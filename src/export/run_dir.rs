@@ -54,6 +54,15 @@ fn point_latest_at(out: &Path, id: &str) {
     }
 }
 
+/// Replaces `dir/meta.json` atomically (a crash leaves the old one whole).
+fn write_meta_json(dir: &Path, meta: &impl serde::Serialize) -> Result<()> {
+    let tmp = dir.join("meta.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(meta)?)
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, dir.join("meta.json"))?;
+    Ok(())
+}
+
 /// Rewrites the meta.json of the run in `dir` as aborted by `why` (a signal), keeping
 /// everything else it says.
 pub fn mark_aborted(dir: &Path, why: &str) -> Result<()> {
@@ -62,9 +71,7 @@ pub fn mark_aborted(dir: &Path, why: &str) -> Result<()> {
     meta["status"] = "aborted".into();
     meta["error"] = format!("interrupted by {why}").into();
     meta["finished_utc"] = chrono::Utc::now().to_rfc3339().into();
-    let tmp = dir.join("meta.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&meta)?)?;
-    std::fs::rename(&tmp, &path)?;
+    write_meta_json(dir, &meta)?;
     if let Err(e) = super::summary::write_summary(dir) {
         tracing::warn!("{e:#}");
     }
@@ -140,12 +147,7 @@ impl RunDir {
     }
 
     pub fn write_meta(&self) -> Result<()> {
-        let path = self.path.join("meta.json");
-        let tmp = self.path.join("meta.json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&self.meta)?)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path)?;
-        Ok(())
+        write_meta_json(&self.path, &self.meta)
     }
 
     pub fn finish(&mut self, result: &Result<()>) -> Result<()> {
