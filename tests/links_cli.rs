@@ -65,12 +65,28 @@ fn three_ranks_measure_every_link_once() {
     let run = only_run(&home.path().join("results"));
     let (h, all) = read_csv(&run.join("links.csv"));
     // 3 pairs x 2 sizes x (ping-pong, each way) in the rounds; a suspect pair measured again
-    // alone adds its 6 rows as `retest`.
+    // alone, at the sizes of its suspect rows, adds 3 rows per size as `retest`.
     let (rows, retests): (Vec<_>, Vec<_>) = all
         .into_iter()
         .partition(|r| &r[col(&h, "round")] != "retest");
     assert_eq!(rows.len(), 18);
-    assert_eq!(retests.len() % 6, 0);
+    assert_eq!(retests.len() % 3, 0);
+    let key = |r: &csv::StringRecord| {
+        let (a, b) = (&r[col(&h, "src_rank")], &r[col(&h, "dst_rank")]);
+        (
+            a.min(b).to_string(),
+            a.max(b).to_string(),
+            r[col(&h, "bytes")].to_string(),
+        )
+    };
+    for t in &retests {
+        // Only a suspect's sizes are measured again: its pair has a judged row at that size.
+        assert!(
+            rows.iter()
+                .any(|r| key(r) == key(t) && !r[col(&h, "confirmed")].is_empty()),
+            "a retest of no suspect: {t:?}"
+        );
+    }
     for r in &rows {
         let round: u32 = r[col(&h, "round")].parse().unwrap();
         assert!((1..=3).contains(&round), "{round}");
@@ -216,4 +232,90 @@ fn a_stopped_rank_is_named_within_seconds() {
     let run = only_run(&home.path().join("results"));
     let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
     assert!(meta.contains("\"status\": \"failed\""), "{meta}");
+}
+
+#[test]
+fn json_under_local_is_one_document_whether_the_ranks_succeed_or_fail() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("out");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["links", "--json", "--no-fingerprint", "--sizes", "8"];
+        args.extend_from_slice(&["--budget-ms", "20", "--out", out.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        common::morphbench(&args, home.path())
+    };
+    // A world of one fails on rank 0 and in the launcher: one document, the launcher's, with
+    // rank 0's reason in it and the process's exit code.
+    let o = run(&["--local", "1"]);
+    let text = common::stdout(&o);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("stdout is one JSON document");
+    assert_eq!(
+        v["exit_code"].as_i64(),
+        o.status.code().map(i64::from),
+        "{text}"
+    );
+    assert!(
+        v["error"].as_str().unwrap().contains("a world of 1 rank"),
+        "{text}"
+    );
+    // Two ranks succeed: rank 0's summary is the document.
+    let o = run(&["--local", "2"]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let text = common::stdout(&o);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("stdout is one JSON document");
+    assert_eq!(v["status"], "complete", "{text}");
+}
+
+#[test]
+fn four_ranks_started_by_torchrun_variables_alone_measure_every_link() {
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let out = home.path().join("results");
+    let ranks: Vec<Child> = (0..4u32)
+        .map(|r| {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_morphbench"));
+            c.args(["links", "--out", out.to_str().unwrap(), "-q"])
+                .args(["--sizes", "8", "--iters", "20", "--budget-ms", "20"])
+                .current_dir(home.path())
+                .env("HOME", home.path())
+                // Only torchrun's variables: no other launcher, no rendezvous flag.
+                .env("RANK", r.to_string())
+                .env("WORLD_SIZE", "4")
+                .env("LOCAL_RANK", r.to_string())
+                .env("LOCAL_WORLD_SIZE", "4")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, _) in std::env::vars() {
+                let other = ["SLURM_", "OMPI_", "PMI_", "MORPHBENCH_", "TORCHELASTIC_"];
+                if other.iter().any(|p| k.starts_with(p)) || k == "JOB_COMPLETION_INDEX" {
+                    c.env_remove(&k);
+                }
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    for (r, c) in ranks.into_iter().enumerate() {
+        let (ok, err) = finish(c);
+        assert!(ok, "rank {r}: {err}");
+    }
+    let run = only_run(&out);
+    let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
+    assert!(meta.contains("\"launcher\": \"torchrun\""), "{meta}");
+    let (h, rows) = read_csv(&run.join("links.csv"));
+    let pairs: std::collections::BTreeSet<(String, String)> = rows
+        .iter()
+        .filter(|r| &r[col(&h, "round")] != "retest")
+        .map(|r| {
+            let (a, b) = (&r[col(&h, "src_rank")], &r[col(&h, "dst_rank")]);
+            (a.min(b).to_string(), a.max(b).to_string())
+        })
+        .collect();
+    assert_eq!(pairs.len(), 6, "{pairs:?}");
+    // Each rank's fingerprint carries the local rank torchrun gave it.
+    let (h, nodes) = read_csv(&run.join("nodes.csv"));
+    for n in &nodes {
+        assert_eq!(&n[col(&h, "local_rank")], &n[col(&h, "rank")], "{n:?}");
+    }
 }

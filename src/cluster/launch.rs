@@ -1,7 +1,10 @@
 //! Who am I in a multi-rank run? Rank and world size from the launcher, the way nccl-tests and
 //! torchrun read them: explicit `--rank R --world N`, Slurm (`SLURM_PROCID`, `SLURM_NTASKS`,
 //! `SLURM_LOCALID`, `SLURM_STEP_NODELIST`), Open MPI (`OMPI_COMM_WORLD_RANK`, `_SIZE`,
-//! `_LOCAL_RANK`) or PMI (`PMI_RANK`, `PMI_SIZE`); and where rank 0 waits for the others
+//! `_LOCAL_RANK`), PMI (`PMI_RANK`, `PMI_SIZE`), torchrun (`RANK`, `WORLD_SIZE`,
+//! `LOCAL_RANK`, `LOCAL_WORLD_SIZE`) or, when none of these is set, a Kubernetes Indexed Job
+//! (`JOB_COMPLETION_INDEX`, with `WORLD_SIZE` from the manifest: the pod's index is its rank
+//! only when nothing inside the pod launched ranks); and where rank 0 waits for the others
 //! (`--rendezvous HOST:PORT`, else `MORPHBENCH_RENDEZVOUS`, else `MASTER_ADDR`/`MASTER_PORT`,
 //! else the first host of the Slurm step's node list). The multi-rank commands (`links`,
 //! `pipeline`) are built on this (issue 14).
@@ -26,6 +29,8 @@ pub enum Launcher {
     Slurm,
     OpenMpi,
     Pmi,
+    Torchrun,
+    Kubernetes,
 }
 
 impl fmt::Display for Launcher {
@@ -35,6 +40,8 @@ impl fmt::Display for Launcher {
             Launcher::Slurm => "Slurm",
             Launcher::OpenMpi => "Open MPI",
             Launcher::Pmi => "PMI",
+            Launcher::Torchrun => "torchrun",
+            Launcher::Kubernetes => "Kubernetes Indexed Job",
         })
     }
 }
@@ -47,26 +54,87 @@ pub struct Launch {
     pub world: u32,
     /// The rank among those on this host, when the launcher says.
     pub local_rank: Option<u32>,
+    /// How many ranks share this host, when the launcher says (torchrun's LOCAL_WORLD_SIZE,
+    /// Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE).
+    pub local_world: Option<u32>,
     /// The hosts of the run, when the launcher says (Slurm's node list, expanded).
     pub nodes: Vec<String>,
 }
 
-/// The variables each launcher sets: (rank, world size, local rank).
-const LAUNCHERS: &[(Launcher, &str, &str, Option<&str>)] = &[
-    (
-        Launcher::Slurm,
-        "SLURM_PROCID",
-        "SLURM_NTASKS",
-        Some("SLURM_LOCALID"),
-    ),
-    (
-        Launcher::OpenMpi,
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        Some("OMPI_COMM_WORLD_LOCAL_RANK"),
-    ),
-    (Launcher::Pmi, "PMI_RANK", "PMI_SIZE", None),
+/// The variables one launcher sets.
+struct Vars {
+    launcher: Launcher,
+    rank: &'static str,
+    world: &'static str,
+    local_rank: Option<&'static str>,
+    local_world: Option<&'static str>,
+}
+
+/// The launchers that start ranks, in order of precedence (an earlier one that agrees wins).
+const LAUNCHERS: &[Vars] = &[
+    Vars {
+        launcher: Launcher::Slurm,
+        rank: "SLURM_PROCID",
+        world: "SLURM_NTASKS",
+        local_rank: Some("SLURM_LOCALID"),
+        local_world: None,
+    },
+    Vars {
+        launcher: Launcher::OpenMpi,
+        rank: "OMPI_COMM_WORLD_RANK",
+        world: "OMPI_COMM_WORLD_SIZE",
+        local_rank: Some("OMPI_COMM_WORLD_LOCAL_RANK"),
+        local_world: Some("OMPI_COMM_WORLD_LOCAL_SIZE"),
+    },
+    Vars {
+        launcher: Launcher::Pmi,
+        rank: "PMI_RANK",
+        world: "PMI_SIZE",
+        local_rank: None,
+        local_world: None,
+    },
+    Vars {
+        launcher: Launcher::Torchrun,
+        rank: "RANK",
+        world: "WORLD_SIZE",
+        local_rank: Some("LOCAL_RANK"),
+        local_world: Some("LOCAL_WORLD_SIZE"),
+    },
 ];
+
+/// A Kubernetes Indexed Job's pod: read only when no launcher above is set, since a launcher
+/// inside the pod (torchrun with 8 ranks a pod) numbers ranks its own way.
+const INDEXED_JOB: Vars = Vars {
+    launcher: Launcher::Kubernetes,
+    rank: "JOB_COMPLETION_INDEX",
+    world: "WORLD_SIZE",
+    local_rank: None,
+    local_world: None,
+};
+
+/// One launcher's reading.
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    launcher: Launcher,
+    rank: u32,
+    world: u32,
+    local_rank: Option<u32>,
+    local_world: Option<u32>,
+}
+
+fn read_vars(env: &dyn Fn(&str) -> Option<String>, v: &Vars) -> Result<Option<Found>, LaunchError> {
+    let (Some(rank), Some(world)) = (number(env, v.rank)?, number(env, v.world)?) else {
+        return Ok(None);
+    };
+    let optional = |var: Option<&str>| var.map_or(Ok(None), |var| number(env, var));
+    Ok(Some(Found {
+        launcher: v.launcher,
+        rank,
+        world,
+        local_rank: optional(v.local_rank)?,
+        local_world: optional(v.local_world)?,
+    }))
+}
 
 fn number(env: &dyn Fn(&str) -> Option<String>, var: &str) -> Result<Option<u32>, LaunchError> {
     match env(var) {
@@ -90,38 +158,49 @@ pub fn detect(
         }
         None => Vec::new(),
     };
-    let mut found: Vec<(Launcher, u32, u32, Option<u32>)> = Vec::new();
-    for &(launcher, rank_var, size_var, local_var) in LAUNCHERS {
-        let (Some(rank), Some(world)) = (number(env, rank_var)?, number(env, size_var)?) else {
-            continue;
-        };
-        let local = match local_var {
-            Some(v) => number(env, v)?,
-            None => None,
-        };
-        found.push((launcher, rank, world, local));
+    let mut found: Vec<Found> = Vec::new();
+    for v in LAUNCHERS {
+        found.extend(read_vars(env, v)?);
     }
-    let (launcher, rank, world, local_rank) = match explicit {
-        Some((rank, world)) => (Launcher::Explicit, rank, world, None),
+    if found.is_empty() {
+        found.extend(read_vars(env, &INDEXED_JOB)?);
+    }
+    let explicit = explicit.map(|(rank, world)| Found {
+        launcher: Launcher::Explicit,
+        rank,
+        world,
+        local_rank: None,
+        local_world: None,
+    });
+    let Found {
+        launcher,
+        rank,
+        world,
+        local_rank,
+        local_world,
+    } = match explicit {
+        Some(f) => f,
         None => match found.as_slice() {
             [] => {
                 return Err(
-                    "no rank: run under srun or mpirun, or give --rank R --world N \
-                            (and --rendezvous HOST:PORT)"
+                    "no rank: run under srun, mpirun or torchrun (or in a Kubernetes Indexed \
+                     Job with WORLD_SIZE set), or give --rank R --world N (and --rendezvous \
+                     HOST:PORT)"
                         .into(),
                 )
             }
             [first, rest @ ..] => {
-                if let Some(other) = rest.iter().find(|o| (o.1, o.2) != (first.1, first.2)) {
+                let agrees = |o: &&Found| (o.rank, o.world) == (first.rank, first.world);
+                if let Some(other) = rest.iter().find(|o| !agrees(o)) {
                     return Err(launch_err!(
                         "{} says rank {} of {} but {} says rank {} of {}: run under one \
                          launcher, or give --rank and --world",
-                        first.0,
-                        first.1,
-                        first.2,
-                        other.0,
-                        other.1,
-                        other.2
+                        first.launcher,
+                        first.rank,
+                        first.world,
+                        other.launcher,
+                        other.rank,
+                        other.world
                     ));
                 }
                 *first
@@ -143,6 +222,7 @@ pub fn detect(
         rank,
         world,
         local_rank,
+        local_world,
         nodes,
     })
 }
@@ -198,6 +278,19 @@ pub fn rendezvous(
                 })?,
             None => DEFAULT_PORT,
         };
+        // Under torchrun the agent's own store listens on MASTER_PORT: rank 0 takes the next.
+        if env("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            let next = port.checked_add(1).ok_or_else(|| {
+                launch_err!(
+                    "MASTER_PORT={port}: torchrun's store has it, and there is no port after it"
+                )
+            })?;
+            return Ok((
+                addr.trim().to_string(),
+                next,
+                "MASTER_ADDR (MASTER_PORT + 1 under torchrun)",
+            ));
+        }
         return Ok((addr.trim().to_string(), port, "MASTER_ADDR"));
     }
     match nodes.first() {
@@ -399,6 +492,60 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("--rank"));
+    }
+
+    #[test]
+    fn torchrun_and_indexed_jobs_are_launchers() {
+        let torch = env(&[
+            ("RANK", "5"),
+            ("WORLD_SIZE", "16"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "n1"),
+            ("MASTER_PORT", "29500"),
+        ]);
+        let l = detect(None, &torch).unwrap();
+        assert_eq!(
+            (l.launcher, l.rank, l.world, l.local_rank, l.local_world),
+            (Launcher::Torchrun, 5, 16, Some(1), Some(4))
+        );
+        let pod = env(&[("JOB_COMPLETION_INDEX", "3"), ("WORLD_SIZE", "8")]);
+        let l = detect(None, &pod).unwrap();
+        assert_eq!((l.launcher, l.rank, l.world), (Launcher::Kubernetes, 3, 8));
+        // torchrun inside an Indexed Job's pod numbers the ranks: the pod's index is not one.
+        let nested = env(&[
+            ("JOB_COMPLETION_INDEX", "1"),
+            ("RANK", "9"),
+            ("WORLD_SIZE", "16"),
+            ("LOCAL_RANK", "1"),
+        ]);
+        let l = detect(None, &nested).unwrap();
+        assert_eq!((l.launcher, l.rank), (Launcher::Torchrun, 9));
+        // A pod index without a world size is no launcher; a garbled one is named.
+        assert!(detect(None, &env(&[("JOB_COMPLETION_INDEX", "1")])).is_err());
+        let e = detect(
+            None,
+            &env(&[("JOB_COMPLETION_INDEX", "x"), ("WORLD_SIZE", "2")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("JOB_COMPLETION_INDEX"), "{e}");
+        // Slurm and torchrun that disagree are named, both.
+        let both = env(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "2"),
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+        ]);
+        let e = detect(None, &both).unwrap_err().to_string();
+        assert!(e.contains("Slurm") && e.contains("torchrun"), "{e}");
+        // Under torchrun's agent store, rank 0 listens on the port after MASTER_PORT.
+        let agent = env(&[
+            ("MASTER_ADDR", "n1"),
+            ("MASTER_PORT", "29500"),
+            ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+        ]);
+        assert_eq!(rendezvous(None, &agent, &[]).unwrap().1, 29501);
     }
 
     #[test]

@@ -20,6 +20,10 @@ pub fn run_local(ranks: u32, max: u32, args: &[String]) -> Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = (cores / ranks as usize).max(1).to_string();
     let quiet = args.iter().any(|a| a == "-q" || a == "--quiet");
+    // With --json this launcher's standard output is the one document: rank 0's is held back
+    // and passed on only if every rank succeeds (a failed run's document is the launcher's).
+    let json = args.iter().any(|a| a == "--json");
+    let mut held: Option<std::thread::JoinHandle<Vec<u8>>> = None;
     let mut children = Vec::new();
     for r in 0..ranks {
         let mut cmd = Command::new(&exe);
@@ -29,6 +33,9 @@ pub fn run_local(ranks: u32, max: u32, args: &[String]) -> Result<()> {
         if std::env::var_os("LP_NUM_THREADS").is_none() {
             cmd.env("LP_NUM_THREADS", &threads);
         }
+        if r == 0 && json {
+            cmd.stdout(Stdio::piped());
+        }
         if r > 0 {
             cmd.stdout(Stdio::null());
             if !quiet {
@@ -36,8 +43,15 @@ pub fn run_local(ranks: u32, max: u32, args: &[String]) -> Result<()> {
             }
         }
         match cmd.spawn() {
-            Ok(c) => {
+            Ok(mut c) => {
                 crate::interrupt::child_started(c.id());
+                if let Some(mut out) = c.stdout.take() {
+                    held = Some(std::thread::spawn(move || {
+                        let mut doc = Vec::new();
+                        let _ = std::io::Read::read_to_end(&mut out, &mut doc);
+                        doc
+                    }));
+                }
                 children.push((r, c));
             }
             Err(e) => {
@@ -47,12 +61,23 @@ pub fn run_local(ranks: u32, max: u32, args: &[String]) -> Result<()> {
         }
     }
     let failed = wait_all(children)?;
+    let doc = held
+        .map(|t| t.join().unwrap_or_default())
+        .unwrap_or_default();
     if !failed.is_empty() {
-        bail!(
-            "rank(s) {} failed (their errors are above)",
-            failed.join(", ")
-        );
+        let first = serde_json::from_slice::<serde_json::Value>(&doc)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string));
+        match first {
+            Some(e) => bail!("rank(s) {} failed; rank 0: {e}", failed.join(", ")),
+            None => bail!(
+                "rank(s) {} failed (their errors are above)",
+                failed.join(", ")
+            ),
+        }
     }
+    use std::io::Write;
+    std::io::stdout().write_all(&doc)?;
     Ok(())
 }
 

@@ -161,6 +161,19 @@ impl World {
         self.launch.world
     }
 
+    /// This rank's place among the ranks on its host: the launcher's local rank, else its
+    /// index among the roster's ranks with its host name (ranks started by hand or `--local`).
+    pub fn local_rank(&self) -> u32 {
+        self.launch.local_rank.unwrap_or_else(|| {
+            let me = self.rank();
+            let host = self.roster.get(me as usize).map(|r| r.hostname.as_str());
+            self.roster
+                .iter()
+                .filter(|r| r.rank < me && Some(r.hostname.as_str()) == host)
+                .count() as u32
+        })
+    }
+
     /// "rank 3 (gpu04)", for messages.
     pub fn describe(&self, rank: u32) -> String {
         match self.roster.get(rank as usize) {

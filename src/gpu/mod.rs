@@ -256,7 +256,40 @@ pub fn pick_adapter(wanted: &str, names: &[String]) -> Result<usize, GpuError> {
     }
 }
 
+/// The adapter of the `local_rank`-th rank on a host, among adapters in [`enumerate`]'s order
+/// given by their kind (device type, backend): the local rank modulo the adapters of the best
+/// one's kind, so the ranks of an 8-GPU node take one GPU each and a CPU driver or a second
+/// backend's view of the same GPU is never one of them.
+pub fn adapter_for_local_rank<K: PartialEq>(kinds: &[K], local_rank: u32) -> Option<usize> {
+    let best = kinds.first()?;
+    let fit: Vec<usize> = (0..kinds.len()).filter(|&i| kinds[i] == *best).collect();
+    Some(fit[local_rank as usize % fit.len()])
+}
+
 impl Gpu {
+    /// Opens the adapter for the `local_rank`-th rank on this host: `wanted` when given (an
+    /// index or part of a name), else [`adapter_for_local_rank`].
+    pub fn open_local(
+        backend: BackendChoice,
+        wanted: Option<&str>,
+        local_rank: u32,
+    ) -> Result<Gpu, GpuError> {
+        if wanted.is_some() {
+            return Gpu::open(backend, wanted);
+        }
+        let kinds: Vec<(String, wgpu::Backend)> = enumerate(backend)
+            .iter()
+            .map(|a| {
+                let info = a.get_info();
+                (format!("{:?}", info.device_type), info.backend)
+            })
+            .collect();
+        match adapter_for_local_rank(&kinds, local_rank) {
+            Some(i) => Gpu::open(backend, Some(&i.to_string())),
+            None => Gpu::open(backend, None),
+        }
+    }
+
     /// Opens the adapter named by `wanted` (an index or a name substring; best one if `None`).
     pub fn open(backend: BackendChoice, wanted: Option<&str>) -> Result<Gpu, GpuError> {
         let adapters = enumerate(backend);
@@ -429,6 +462,22 @@ impl Gpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_local_rank_takes_its_own_adapter_of_the_best_kind() {
+        // Eight GPUs under Vulkan, the same eight under GL, and a CPU driver.
+        let mut kinds = vec![("gpu", "vk"); 8];
+        kinds.extend(vec![("gpu", "gl"); 8]);
+        kinds.push(("cpu", "vk"));
+        let picked: Vec<usize> = (0..8)
+            .map(|r| adapter_for_local_rank(&kinds, r).unwrap())
+            .collect();
+        assert_eq!(picked, (0..8).collect::<Vec<_>>());
+        // More ranks than GPUs share them in turn; one adapter serves every rank.
+        assert_eq!(adapter_for_local_rank(&kinds, 9), Some(1));
+        assert_eq!(adapter_for_local_rank(&[("cpu", "vk")], 3), Some(0));
+        assert_eq!(adapter_for_local_rank::<u8>(&[], 0), None);
+    }
 
     #[test]
     fn adapters_are_picked_by_index_or_by_one_name() {

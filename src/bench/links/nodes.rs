@@ -29,8 +29,12 @@ const WARMUP: usize = 3;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeSample {
     pub rank: u32,
+    /// Its place among the ranks on its host, which picks its adapter.
+    pub local_rank: u32,
     pub host: HostInfo,
     pub adapter: Option<String>,
+    /// The adapter's index in `morphbench info`'s list.
+    pub adapter_index: Option<usize>,
     /// µs per GEMM, host-timed submit to done; None without a GPU.
     pub gemm: Option<Summary>,
     /// µs per D2H copy and map of D2H_BYTES.
@@ -40,13 +44,15 @@ pub struct NodeSample {
 }
 
 /// Samples this node: host facts always; the GPU ones when `gpu` is there.
-pub fn fingerprint(rank: u32, gpu: Option<&Gpu>) -> Result<NodeSample, String> {
+pub fn fingerprint(rank: u32, local_rank: u32, gpu: Option<&Gpu>) -> Result<NodeSample, String> {
     let host = HostInfo::probe();
     let Some(gpu) = gpu else {
         return Ok(NodeSample {
             rank,
+            local_rank,
             host,
             adapter: None,
+            adapter_index: None,
             gemm: None,
             d2h: None,
             note: Some("no GPU adapter".into()),
@@ -57,8 +63,10 @@ pub fn fingerprint(rank: u32, gpu: Option<&Gpu>) -> Result<NodeSample, String> {
     let d2h = sample_d2h(gpu).map_err(|e| format!("the node's D2H sample: {e}"))?;
     Ok(NodeSample {
         rank,
+        local_rank,
         host,
         adapter,
+        adapter_index: Some(gpu.report.index),
         gemm: Some(gemm),
         d2h: Some(d2h),
         note: None,

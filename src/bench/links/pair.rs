@@ -93,6 +93,31 @@ impl PairPlan {
         Ok(())
     }
 
+    /// The part of this plan that retests `rows` (each a transport, as links.csv names it,
+    /// and a size): those transports at those sizes, the rest of the plan as it is.
+    pub fn part(&self, rows: &[(String, u64)]) -> PairPlan {
+        let has = |t: &TransportKind| rows.iter().any(|(name, _)| *name == t.to_string());
+        let sized = |b: &u64| rows.iter().any(|(_, s)| s == b);
+        PairPlan {
+            transports: self.transports.iter().copied().filter(has).collect(),
+            sizes: self.sizes.iter().copied().filter(sized).collect(),
+            ..self.clone()
+        }
+    }
+
+    /// Whether `self` asks for nothing `plan` does not (a follower's check of a retest).
+    pub fn is_part_of(&self, plan: &PairPlan) -> bool {
+        !self.transports.is_empty()
+            && !self.sizes.is_empty()
+            && self.transports.iter().all(|t| plan.transports.contains(t))
+            && self.sizes.iter().all(|s| plan.sizes.contains(s))
+            && PairPlan {
+                transports: plan.transports.clone(),
+                sizes: plan.sizes.clone(),
+                ..self.clone()
+            } == *plan
+    }
+
     /// The tests one transport runs per size: ping-pong, each way, and both ways.
     fn kinds(&self) -> usize {
         3 + self.bidir as usize

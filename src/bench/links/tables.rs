@@ -79,6 +79,11 @@ pub struct NodeParams {
     pub logical_cores: usize,
     pub memory_gib: Option<f64>,
     pub kernel: String,
+    /// The rank's place among the ranks on its host, which picks its adapter (local rank
+    /// modulo the adapters of the best kind, unless --adapter names one).
+    pub local_rank: Option<u32>,
+    /// The adapter's index in `morphbench info`'s list.
+    pub adapter_index: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -95,6 +100,7 @@ impl CsvTable for NodesTable {
     const WITH_STATS: bool = true;
     type Params = NodeParams;
     type Figures = NodeFigures;
+    const ADDED: &'static [&'static str] = &["local_rank", "adapter_index"];
 }
 
 /// The case name of a link row: `r0-r3_tcp_65536_oneway`.
@@ -121,6 +127,42 @@ pub fn worst_flagged(rows: &[Line<LinksTable>]) -> std::collections::BTreeMap<(u
         }
     }
     worst
+}
+
+/// The suspects of a retest pass: each pair (lower rank, higher rank) with the (transport,
+/// size) of its rows still flagged. In a later pass (`again`), only rows whose latest retest
+/// was not clearly slow (under `clearly` times the baseline, or slower by less than
+/// `clearly_us`) are suspects still; a clearly slow row is confirmed by one retest.
+pub fn suspects(
+    rows: &[Line<LinksTable>],
+    again: bool,
+    clearly: f64,
+    clearly_us: f64,
+) -> std::collections::BTreeMap<(u32, u32), Vec<(String, u64)>> {
+    let mut out: std::collections::BTreeMap<(u32, u32), Vec<(String, u64)>> = Default::default();
+    for l in rows
+        .iter()
+        .filter(|l| !is_retest(l) && l.figures.flagged == Some(true))
+    {
+        if again {
+            let latest = rows.iter().rev().find(|t| is_retest(t) && same_test(t, l));
+            let clear = latest.is_some_and(|t| {
+                let s = t.figures.slowdown.unwrap_or(1.0);
+                let excess = t.stats().p50_us * (1.0 - 1.0 / s.max(1.0));
+                s >= clearly && excess >= clearly_us
+            });
+            if clear {
+                continue;
+            }
+        }
+        let (a, b) = (l.params.src_rank, l.params.dst_rank);
+        let test = (l.params.transport.clone(), l.params.bytes);
+        let entry = out.entry((a.min(b), a.max(b))).or_default();
+        if !entry.contains(&test) {
+            entry.push(test);
+        }
+    }
+    out
 }
 
 /// The group a link row is judged in: transport, size, direction, locality.
@@ -291,5 +333,39 @@ mod tests {
         assert_eq!(of("r0-r1_tcp_8_pingpong").figures.confirmed, None);
         assert_eq!(rows.iter().filter(|l| is_retest(l)).count(), 2);
         assert_eq!(matrix_rows(&rows).len(), 6);
+    }
+
+    #[test]
+    fn a_later_pass_retests_only_rows_that_could_still_be_noise() {
+        // 0-3 is 3x slow at 8 B (could be a shared host's scheduling), 1-2 is 100x slow by
+        // milliseconds (beyond it).
+        let mut rows = vec![
+            row(0, 1, 10.0, "1"),
+            row(2, 3, 10.0, "1"),
+            row(0, 2, 10.0, "2"),
+            row(1, 3, 10.0, "2"),
+            row(0, 3, 30.0, "3"),
+            row(1, 2, 1000.0, "3"),
+        ];
+        judge_links(&mut rows);
+        let first = suspects(&rows, false, 10.0, 500.0);
+        let tcp8 = vec![("tcp".to_string(), 8)];
+        assert_eq!(first.get(&(0, 3)), Some(&tcp8));
+        assert_eq!(first.get(&(1, 2)), Some(&tcp8));
+        assert_eq!(first.len(), 2);
+        confirm(
+            &mut rows,
+            vec![row(0, 3, 31.0, RETEST), row(1, 2, 990.0, RETEST)],
+        );
+        // Both confirmed once; only 0-3 needs another retest.
+        let again = suspects(&rows, true, 10.0, 500.0);
+        assert_eq!(again.keys().copied().collect::<Vec<_>>(), [(0, 3)]);
+        // A second retest that is fast clears it for good.
+        let (_, cleared) = confirm(&mut rows, vec![row(0, 3, 10.1, RETEST)]);
+        assert_eq!(cleared, 1);
+        assert!(suspects(&rows, true, 10.0, 500.0).is_empty());
+        let of = |case: &str| rows.iter().find(|l| l.lead.case == case).unwrap();
+        assert_eq!(of("r0-r3_tcp_8_pingpong").figures.flagged, Some(false));
+        assert_eq!(of("r1-r2_tcp_8_pingpong").figures.flagged, Some(true));
     }
 }

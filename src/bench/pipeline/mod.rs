@@ -218,8 +218,8 @@ impl Ranked for Pipeline {
             .map_err(anyhow::Error::msg)
     }
 
-    fn prepare(&mut self, _world: &World) -> Result<Option<serde_json::Value>> {
-        let gpu = open_device(&self.opts, self.opts.plan.transport)?;
+    fn prepare(&mut self, world: &World) -> Result<Option<serde_json::Value>> {
+        let gpu = open_device(&self.opts, self.opts.plan.transport, world.local_rank())?;
         let report = serde_json::to_value(&gpu.report).ok();
         self.gpu = Some(gpu);
         Ok(report)
@@ -249,7 +249,7 @@ impl Ranked for Pipeline {
     fn follow(&mut self, world: &World, order: Order) -> Result<Reply> {
         match (order, self.follower.as_mut()) {
             (Order::Plan(plan), None) => {
-                let gpu = open_device(&self.opts, plan.transport)?;
+                let gpu = open_device(&self.opts, plan.transport, world.local_rank())?;
                 let stage = Stage::new(gpu, plan.shape, world.rank(), world.size())?;
                 self.follower = Some(Follower {
                     plan,
@@ -296,10 +296,15 @@ impl Ranked for Pipeline {
     }
 }
 
-/// What every rank needs before it can be a stage: the transport and its GPU.
-fn open_device(opts: &PipelineOptions, transport: TransportKind) -> Result<Gpu> {
+/// What every rank needs before it can be a stage: the transport and its GPU (its own, by its
+/// local rank, unless --adapter names one).
+fn open_device(opts: &PipelineOptions, transport: TransportKind, local_rank: u32) -> Result<Gpu> {
     crate::transport::factory::check_available(transport, &opts.rdma)?;
-    Ok(Gpu::open(opts.backend, opts.adapter.as_deref())?)
+    Ok(Gpu::open_local(
+        opts.backend,
+        opts.adapter.as_deref(),
+        local_rank,
+    )?)
 }
 
 /// The link to one neighbour, if the stage has one there.

@@ -102,3 +102,27 @@ fn stamps_catch_reordering() {
     assert!(check_stamp(&tiny, 258, "t").is_ok());
     assert!(check_stamp(&tiny, 257, "t").is_err());
 }
+
+#[test]
+fn a_retest_plan_is_a_part_of_the_plan_and_nothing_else_is() {
+    let plan = PairPlan {
+        transports: vec![TransportKind::Tcp],
+        sizes: vec![8, 65536, 4 << 20],
+        iters: 100,
+        budget_ms: 250,
+        bidir: false,
+        io_timeout_s: 30,
+    };
+    let part = plan.part(&[("tcp".into(), 65536), ("tcp".into(), 8)]);
+    assert_eq!(part.sizes, [8, 65536]);
+    assert_eq!(part.transports, [TransportKind::Tcp]);
+    assert!(part.is_part_of(&plan));
+    // A size, a transport or a budget the plan does not have is refused.
+    let mut odd = part.clone();
+    odd.sizes.push(3);
+    assert!(!odd.is_part_of(&plan));
+    let mut odd = part.clone();
+    odd.budget_ms = 60_000;
+    assert!(!odd.is_part_of(&plan));
+    assert!(!plan.part(&[("rdma".into(), 8)]).is_part_of(&plan));
+}
