@@ -1,5 +1,6 @@
 //! What `links` prints: the rank-by-rank matrices, the flagged links and the nodes.
 
+use super::blame::SlowNode;
 use super::nodes::{self, NodeSample};
 use super::tables::{self, LinksTable, NodesTable};
 use crate::cluster::world::World;
@@ -83,18 +84,36 @@ fn print_grid(n: usize, cell: impl Fn(u32, u32) -> Option<(String, bool)>) {
     println!("       (* flagged)");
 }
 
-/// The flagged links (each confirmed by its retest), one line per pair with its worst
-/// slowdown in the matrix.
-pub(super) fn print_flagged(lines: &[Line<LinksTable>]) {
+/// The nodes the links blame, one line each.
+pub(super) fn print_slow_nodes(world: &World, blamed: &[SlowNode]) {
+    for b in blamed {
+        println!(
+            "SLOW NODE: {} (rank {}): {}/{} links slow, median slowdown {:.0}x",
+            world.roster[b.rank as usize].hostname, b.rank, b.slow, b.measured, b.median_slowdown
+        );
+    }
+}
+
+/// The flagged links (each confirmed by its retest) that no slow node explains, one line per
+/// pair with its worst slowdown in the matrix.
+pub(super) fn print_flagged(lines: &[Line<LinksTable>], blamed: &[SlowNode]) {
     let matrix = tables::matrix_rows(lines);
-    let worst = tables::worst_flagged(&matrix);
-    if worst.is_empty() {
+    let explained = |a: u32, b: u32| blamed.iter().any(|n| n.rank == a || n.rank == b);
+    let mut worst = tables::worst_flagged(&matrix);
+    let all = worst.len();
+    worst.retain(|&(a, b), _| !explained(a, b));
+    if all == 0 {
         println!("links: none flagged");
+        return;
+    }
+    if worst.is_empty() {
+        println!("links: every flagged link is a slow node's ({all} links)");
         return;
     }
     let rows = matrix
         .iter()
         .filter(|l| l.figures.flagged == Some(true))
+        .filter(|l| !explained(l.params.src_rank, l.params.dst_rank))
         .count();
     println!("FLAGGED links, confirmed by a retest alone ({rows} rows):");
     for ((a, b), i) in worst {

@@ -3,6 +3,7 @@
 //! node fingerprinted; slow links and nodes flagged. A [`Ranked`] bench: rank 0 leads the
 //! rounds and writes links.csv and nodes.csv; the other ranks measure and report to it.
 
+pub mod blame;
 mod console;
 pub mod flag;
 pub mod nodes;
@@ -190,10 +191,15 @@ impl Ranked for Links {
         let plan = self.opts.plan.clone();
         crew.order_all(Order::Plan(plan.clone()))?;
         crew.hear_all(Instant::now() + Duration::from_secs(60))?;
-        if self.opts.fingerprint {
-            fingerprint_all(crew, &self.opts, dir)?;
+        let nodes = match self.opts.fingerprint {
+            true => fingerprint_all(crew, &self.opts, dir)?,
+            false => Vec::new(),
+        };
+        let blamed = play_rounds(crew, &self.opts, dir)?;
+        if !nodes.is_empty() {
+            rewrite(&dir.path, &with_verdicts(nodes, &blamed))?;
         }
-        play_rounds(crew, &self.opts, dir)
+        Ok(())
     }
 
     fn follow(&mut self, world: &World, order: Order) -> Result<Reply> {
@@ -324,8 +330,13 @@ impl PairContext {
 
 /// Rank 0: every round (in waves of `--concurrent` pairs), the rows written as they come; then
 /// every suspect link (flagged by the rounds) measured again on its own, and kept flagged only
-/// if that confirms it; then the judged rows written again.
-fn play_rounds(crew: &mut Crew<Order, Reply>, opts: &LinksOptions, dir: &RunDir) -> Result<()> {
+/// if that confirms it; then the judged rows written again. Returns the nodes the confirmed
+/// links blame.
+fn play_rounds(
+    crew: &mut Crew<Order, Reply>,
+    opts: &LinksOptions,
+    dir: &RunDir,
+) -> Result<Vec<blame::SlowNode>> {
     let schedule = rounds(crew.world().size());
     let mut sink: CsvSink<LinksTable> = dir.table()?;
     let mut lines: Vec<Line<LinksTable>> = Vec::new();
@@ -363,10 +374,12 @@ fn play_rounds(crew: &mut Crew<Order, Reply>, opts: &LinksOptions, dir: &RunDir)
         schedule.len() as u32,
     )?;
     rewrite(&dir.path, &lines)?;
+    let blamed = blame::slow_nodes(&tables::link_verdicts(&lines));
     if !quiet {
         let matrix = tables::matrix_rows(&lines);
         console::print_matrices(crew.world(), &matrix);
-        console::print_flagged(&lines);
+        console::print_slow_nodes(crew.world(), &blamed);
+        console::print_flagged(&lines, &blamed);
         if noisy > 0 {
             console::print_noisy(&lines);
         }
@@ -377,7 +390,7 @@ fn play_rounds(crew: &mut Crew<Order, Reply>, opts: &LinksOptions, dir: &RunDir)
             dir.path.join("links.csv").display()
         );
     }
-    Ok(())
+    Ok(blamed)
 }
 
 /// Rank 0: every suspect row (flagged by the rounds) measured again with its pair alone, at
@@ -488,22 +501,45 @@ fn link_line(world: &World, run_id: &str, m: &Measured, round: &str) -> Line<Lin
     Line::new(run_id, case, params, Some(&m.summary), figures)
 }
 
-/// Replaces links.csv with the judged rows, atomically (a crash leaves the unjudged file).
-fn rewrite(dir: &Path, lines: &[Line<LinksTable>]) -> Result<()> {
-    let tmp = dir.join(".links.csv.tmp");
+/// Replaces a table with its judged rows, atomically (a crash leaves the unjudged file).
+fn rewrite<T: crate::export::csv::CsvTable>(dir: &Path, lines: &[Line<T>]) -> Result<()> {
+    let tmp = dir.join(format!(".{}.csv.tmp", T::NAME));
     {
-        let mut sink = CsvSink::<LinksTable>::create(&tmp)?;
+        let mut sink = CsvSink::<T>::create(&tmp)?;
         for l in lines {
             sink.write(l)?;
         }
     }
-    std::fs::rename(&tmp, dir.join("links.csv"))?;
+    std::fs::rename(&tmp, dir.join(format!("{}.csv", T::NAME)))?;
     Ok(())
 }
 
+/// Each node's verdict on its rows of nodes.csv: `slow` when its links blame it or one of its
+/// own samples is flagged, else `ok`.
+fn with_verdicts(
+    mut nodes: Vec<Line<NodesTable>>,
+    blamed: &[blame::SlowNode],
+) -> Vec<Line<NodesTable>> {
+    let slow_sample: Vec<u32> = nodes
+        .iter()
+        .filter(|l| l.figures.flagged == Some(true))
+        .map(|l| l.params.rank)
+        .collect();
+    for l in &mut nodes {
+        let r = l.params.rank;
+        let slow = slow_sample.contains(&r) || blamed.iter().any(|b| b.rank == r);
+        l.figures.verdict = Some(if slow { "slow" } else { "ok" }.to_string());
+    }
+    nodes
+}
+
 /// Rank 0: every node's fingerprint, ranks of one host in turns, judged and written to
-/// nodes.csv.
-fn fingerprint_all(crew: &mut Crew<Order, Reply>, opts: &LinksOptions, dir: &RunDir) -> Result<()> {
+/// nodes.csv (and returned, for the verdicts at the end).
+fn fingerprint_all(
+    crew: &mut Crew<Order, Reply>,
+    opts: &LinksOptions,
+    dir: &RunDir,
+) -> Result<Vec<Line<NodesTable>>> {
     let mut samples: Vec<NodeSample> = Vec::new();
     for turn in fingerprint_turns(crew.world()) {
         let others: Vec<u32> = turn.iter().copied().filter(|&r| r != 0).collect();
@@ -530,7 +566,7 @@ fn fingerprint_all(crew: &mut Crew<Order, Reply>, opts: &LinksOptions, dir: &Run
     if !opts.session.quiet {
         console::print_nodes(&samples, &lines, flagged);
     }
-    Ok(())
+    Ok(lines)
 }
 
 fn node_lines(run_id: &str, samples: &[NodeSample]) -> Vec<Line<NodesTable>> {

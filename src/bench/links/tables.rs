@@ -93,6 +93,9 @@ pub struct NodeFigures {
     pub slowdown: Option<f64>,
     pub flagged: Option<bool>,
     pub verified: bool,
+    /// The node's verdict once the links are judged: `slow` (its links blame it, or one of
+    /// its samples is flagged) or `ok`. Empty in a run that stopped before.
+    pub verdict: Option<String>,
 }
 
 impl CsvTable for NodesTable {
@@ -100,7 +103,7 @@ impl CsvTable for NodesTable {
     const WITH_STATS: bool = true;
     type Params = NodeParams;
     type Figures = NodeFigures;
-    const ADDED: &'static [&'static str] = &["local_rank", "adapter_index"];
+    const ADDED: &'static [&'static str] = &["local_rank", "adapter_index", "verdict"];
 }
 
 /// The case name of a link row: `r0-r3_tcp_65536_oneway`.
@@ -165,6 +168,21 @@ pub fn suspects(
     out
 }
 
+/// Every link of the matrix (lower rank, higher rank) with its worst slowdown when a row of it
+/// is flagged (confirmed), for [`super::blame`].
+pub fn link_verdicts(rows: &[Line<LinksTable>]) -> super::blame::LinkVerdicts {
+    let mut out = super::blame::LinkVerdicts::new();
+    for l in rows.iter().filter(|l| !is_retest(l)) {
+        let (a, b) = (l.params.src_rank, l.params.dst_rank);
+        let e = out.entry((a.min(b), a.max(b))).or_insert(None);
+        if l.figures.flagged == Some(true) {
+            let s = l.figures.slowdown.unwrap_or(1.0);
+            *e = Some(e.map_or(s, |w: f64| w.max(s)));
+        }
+    }
+    out
+}
+
 /// The group a link row is judged in: transport, size, direction, locality.
 fn group_of(l: &Line<LinksTable>) -> (String, u64, String, bool) {
     (
@@ -183,7 +201,8 @@ fn same_test(a: &Line<LinksTable>, b: &Line<LinksTable>) -> bool {
 
 /// After the retests: each retest row is judged in its group of matrix rows, standing in for
 /// the row of its own test; a row flagged in the rounds stays flagged only if its retest is
-/// flagged too (`confirmed`). The retest rows are appended. Returns (confirmed, not confirmed).
+/// flagged too and even the retest's fastest sample is slow ([`super::flag::best_is_slow`])
+/// (`confirmed`). The retest rows are appended. Returns (confirmed, not confirmed).
 pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>) -> (usize, usize) {
     let (mut confirmed, mut noisy) = (0, 0);
     for mut t in retests {
@@ -198,16 +217,19 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
             .iter()
             .map(|&i| (rows[i].stats().p50_us, rows[i].stats().p99_us))
             .unzip();
+        let mut fastest: Vec<f64> = group.iter().map(|&i| rows[i].stats().min_us).collect();
         (times[pos], tails[pos]) = (t.stats().p50_us, t.stats().p99_us);
+        fastest[pos] = t.stats().min_us;
         let v = super::flag::judge(&times, &tails)[pos];
+        let slow = v.flagged && super::flag::best_is_slow(&fastest, pos);
         t.figures.slowdown = Some(crate::export::csv::round(v.slowdown, 3));
-        t.figures.flagged = Some(v.flagged);
-        t.figures.confirmed = Some(v.flagged);
+        t.figures.flagged = Some(slow);
+        t.figures.confirmed = Some(slow);
         let original = &mut rows[group[pos]];
         if original.figures.flagged == Some(true) {
-            original.figures.confirmed = Some(v.flagged);
-            original.figures.flagged = Some(v.flagged);
-            if v.flagged {
+            original.figures.confirmed = Some(slow);
+            original.figures.flagged = Some(slow);
+            if slow {
                 confirmed += 1;
             } else {
                 noisy += 1;
