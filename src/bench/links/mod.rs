@@ -514,20 +514,15 @@ fn rewrite<T: crate::export::csv::CsvTable>(dir: &Path, lines: &[Line<T>]) -> Re
     Ok(())
 }
 
-/// Each node's verdict on its rows of nodes.csv: `slow` when its links blame it or one of its
-/// own samples is flagged, else `ok`.
+/// Each node's verdict on its rows of nodes.csv: `slow` when its confirmed links blame it,
+/// else `ok`. A fingerprint sample's own flag stays in `flagged`: it is one short sample,
+/// never retested, and ranks that share a machine's cores sample it side by side.
 fn with_verdicts(
     mut nodes: Vec<Line<NodesTable>>,
     blamed: &[blame::SlowNode],
 ) -> Vec<Line<NodesTable>> {
-    let slow_sample: Vec<u32> = nodes
-        .iter()
-        .filter(|l| l.figures.flagged == Some(true))
-        .map(|l| l.params.rank)
-        .collect();
     for l in &mut nodes {
-        let r = l.params.rank;
-        let slow = slow_sample.contains(&r) || blamed.iter().any(|b| b.rank == r);
+        let slow = blamed.iter().any(|b| b.rank == l.params.rank);
         l.figures.verdict = Some(if slow { "slow" } else { "ok" }.to_string());
     }
     nodes

@@ -93,8 +93,8 @@ pub struct NodeFigures {
     pub slowdown: Option<f64>,
     pub flagged: Option<bool>,
     pub verified: bool,
-    /// The node's verdict once the links are judged: `slow` (its links blame it, or one of
-    /// its samples is flagged) or `ok`. Empty in a run that stopped before.
+    /// The node's verdict once the links are judged: `slow` (its confirmed links blame it) or
+    /// `ok`. Empty in a run that stopped before.
     pub verdict: Option<String>,
 }
 
