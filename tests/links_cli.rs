@@ -319,3 +319,123 @@ fn four_ranks_started_by_torchrun_variables_alone_measure_every_link() {
         assert_eq!(&n[col(&h, "local_rank")], &n[col(&h, "rank")], "{n:?}");
     }
 }
+
+/// The control plane at fleet scale, on one machine: 128 ranks on loopback, the quick pattern,
+/// the smallest tests. The run completes with every rank in 5 rounds of 64 pairs; in a second
+/// run, a rank killed once the rows have started is named and the run fails.
+#[test]
+fn a_hundred_and_twenty_eight_ranks_complete_and_a_killed_one_is_named() {
+    const N: u32 = 128;
+    let quick = [
+        "--pattern",
+        "quick",
+        "--seed",
+        "11",
+        "--sizes",
+        "8",
+        "--iters",
+        "20",
+        "--budget-ms",
+        "10",
+        "--wait-s",
+        "120",
+    ];
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let ranks: Vec<Child> = (0..N)
+        .map(|r| rank(home.path(), r, N, port, &quick))
+        .collect();
+    for (r, c) in ranks.into_iter().enumerate() {
+        let (ok, err) = finish(c);
+        assert!(ok, "rank {r}: {err}");
+    }
+    let run = only_run(&home.path().join("results"));
+    let (h, rows) = read_csv(&run.join("links.csv"));
+    let matrix: Vec<_> = rows
+        .iter()
+        .filter(|r| &r[col(&h, "round")] != "retest")
+        .collect();
+    // 5 rounds x 64 pairs x (ping-pong, each way).
+    assert_eq!(matrix.len(), 5 * 64 * 3);
+    let mut met = vec![std::collections::BTreeSet::new(); N as usize];
+    for r in &matrix {
+        let (a, b): (usize, usize) = (
+            r[col(&h, "src_rank")].parse().unwrap(),
+            r[col(&h, "dst_rank")].parse().unwrap(),
+        );
+        met[a].insert(b);
+        met[b].insert(a);
+    }
+    assert!(
+        met.iter().all(|m| m.len() >= 4),
+        "every rank met several partners"
+    );
+    let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
+    assert!(meta.contains("\"status\": \"complete\""), "{meta}");
+    assert!(
+        meta.contains("\"pattern\": \"quick\"") && meta.contains("\"seed\": 11"),
+        "{meta}"
+    );
+
+    // Again, with longer tests; rank 77 is killed once rank 0 has written rows.
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let slow = [
+        "--pattern",
+        "quick",
+        "--sizes",
+        "8",
+        "--iters",
+        "1000000",
+        "--budget-ms",
+        "400",
+        "--wait-s",
+        "120",
+    ];
+    let mut ranks: Vec<Child> = (0..N)
+        .map(|r| rank(home.path(), r, N, port, &slow))
+        .collect();
+    let out = home.path().join("results");
+    let started = Instant::now();
+    let rows_written = || {
+        std::fs::read_dir(&out)
+            .ok()
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|d| {
+                let csv = std::fs::read_to_string(d.path().join("links.csv")).unwrap_or_default();
+                csv.lines().count() > 1
+            })
+    };
+    while !rows_written() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no rows within 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut victim = ranks.remove(77);
+    victim.kill().unwrap();
+    let killed = Instant::now();
+    let _ = victim.wait();
+    let mut rest = ranks.into_iter();
+    let (ok, err) = finish(rest.next().unwrap());
+    assert!(!ok);
+    assert!(
+        err.contains("rank 77 (") && err.contains("died mid-run"),
+        "{err}"
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        killed.elapsed()
+    );
+    for c in rest {
+        let (ok, _) = finish(c);
+        assert!(!ok, "every rank exits non-zero");
+    }
+    let run = only_run(&out);
+    let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
+    assert!(meta.contains("\"status\": \"failed\""), "{meta}");
+}

@@ -103,8 +103,23 @@ pub struct LinksArgs {
     /// for the CPU that small messages are bound by.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub concurrent: Option<u32>,
+    /// Which pairs: all-pairs (every pair once, n-1 rounds), quick (5 rounds of random perfect
+    /// matchings, then retests of the suspects) or rounds:K (K random matchings, 1 to 4096).
+    /// A world of K+1 ranks or fewer is all-pairs.
+    #[arg(long, default_value = "all-pairs", value_parser = parse_pattern)]
+    pub pattern: crate::bench::links::pattern::Pattern,
+    /// The seed of the random matchings [default: drawn, and kept in meta.json].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Refuse, before anything starts, a plan estimated to run longer than this (seconds).
+    #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=604_800))]
+    pub budget_s: u64,
     #[command(flatten)]
     pub rdma: RdmaDeviceArgs,
+}
+
+fn parse_pattern(s: &str) -> Result<crate::bench::links::pattern::Pattern, String> {
+    s.parse()
 }
 
 impl LinksArgs {
@@ -129,6 +144,12 @@ impl LinksArgs {
             choice: self.rdma.choice(),
             fingerprint: !self.no_fingerprint,
             concurrent: self.concurrent.map(|c| c as usize),
+            pattern: self.pattern,
+            seed: self.seed.unwrap_or_else(|| {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+                now.map_or(0, |d| d.as_nanos() as u64) ^ u64::from(std::process::id())
+            }),
+            budget_s: self.budget_s,
             backend: g.backend,
             adapter: g.adapter.clone(),
         }

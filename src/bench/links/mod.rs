@@ -8,6 +8,7 @@ mod console;
 pub mod flag;
 pub mod nodes;
 pub mod pair;
+pub mod pattern;
 pub mod tables;
 
 use std::collections::BTreeMap;
@@ -38,6 +39,12 @@ pub struct LinksOptions {
     pub fingerprint: bool,
     /// The most pairs measured at once within a round (None: all of the round's).
     pub concurrent: Option<usize>,
+    /// Which pairs, in which rounds (rank 0's).
+    pub pattern: pattern::Pattern,
+    /// The seed of the random matchings (in meta.json).
+    pub seed: u64,
+    /// A plan estimated to take longer than this is refused before it starts.
+    pub budget_s: u64,
     pub backend: BackendChoice,
     pub adapter: Option<String>,
 }
@@ -61,28 +68,6 @@ pub enum Reply {
     Ready,
     Node(Box<NodeSample>),
     Round(Vec<Measured>),
-}
-
-/// The rounds of a round-robin tournament (the circle method): every pair of `n` ranks meets
-/// exactly once, and no rank plays twice in a round. Odd `n` gives each rank one bye.
-pub fn rounds(n: u32) -> Vec<Vec<(u32, u32)>> {
-    if n < 2 {
-        return Vec::new();
-    }
-    let m = n + n % 2;
-    (0..m - 1)
-        .map(|r| {
-            let mut pairs = vec![(r, m - 1)];
-            for k in 1..m / 2 {
-                pairs.push(((r + k) % (m - 1), (r + m - 1 - k) % (m - 1)));
-            }
-            pairs
-                .into_iter()
-                .filter(|&(a, b)| a < n && b < n)
-                .map(|(a, b)| (a.min(b), a.max(b)))
-                .collect()
-        })
-        .collect()
 }
 
 fn partner(round: &[(u32, u32)], me: u32) -> Option<u32> {
@@ -152,6 +137,19 @@ struct Links {
     plan: Option<PairPlan>,
 }
 
+impl Links {
+    fn concurrency(&self) -> usize {
+        self.opts.concurrent.unwrap_or(usize::MAX).max(1)
+    }
+
+    /// Rank 0's rounds and about how long they take.
+    fn plan_rounds(&self, n: u32) -> (Vec<Vec<(u32, u32)>>, Duration) {
+        let schedule = pattern::schedule(self.opts.pattern, n, self.opts.seed);
+        let took = pattern::estimate(&self.opts.plan, &schedule, self.concurrency());
+        (schedule, took)
+    }
+}
+
 impl Ranked for Links {
     type Order = Order;
     type Reply = Reply;
@@ -164,6 +162,30 @@ impl Ranked for Links {
                 world.size()
             );
         }
+        if world.rank() == 0 {
+            let (schedule, took) = self.plan_rounds(world.size());
+            let limit = Duration::from_secs(self.opts.budget_s);
+            if took > limit {
+                let pairs: usize = schedule.iter().map(Vec::len).sum();
+                let cheaper = match self.opts.pattern {
+                    pattern::Pattern::Quick => "fewer --sizes or a smaller --budget-ms".into(),
+                    _ => {
+                        let q = pattern::schedule(pattern::Pattern::Quick, world.size(), 0);
+                        let t = pattern::estimate(&self.opts.plan, &q, self.concurrency());
+                        format!("--pattern quick (about {:.0} s)", t.as_secs_f64())
+                    }
+                };
+                anyhow::bail!(
+                    "links: {} on {} ranks is {pairs} pairs in {} rounds, about {:.0} s, over \
+                     --budget-s {}: use {cheaper}, or raise --budget-s",
+                    self.opts.pattern,
+                    world.size(),
+                    schedule.len(),
+                    took.as_secs_f64(),
+                    self.opts.budget_s
+                );
+            }
+        }
         Ok(())
     }
 
@@ -174,6 +196,9 @@ impl Ranked for Links {
             "rendezvous_from": world.rendezvous_from,
             "roster": world.roster,
             "fingerprint": self.opts.fingerprint,
+            "pattern": self.opts.pattern.to_string(),
+            "seed": self.opts.seed,
+            "budget_s": self.opts.budget_s,
         })
     }
 
@@ -195,7 +220,20 @@ impl Ranked for Links {
             true => fingerprint_all(crew, &self.opts, dir)?,
             false => Vec::new(),
         };
-        let blamed = play_rounds(crew, &self.opts, dir)?;
+        let (schedule, took) = self.plan_rounds(crew.world().size());
+        if !self.opts.session.quiet {
+            let pairs: usize = schedule.iter().map(Vec::len).sum();
+            println!(
+                "plan: {} (seed {}): {pairs} pairs in {} rounds, about {:.0} s before retests \
+                 (--budget-s {})",
+                self.opts.pattern,
+                self.opts.seed,
+                schedule.len(),
+                took.as_secs_f64(),
+                self.opts.budget_s
+            );
+        }
+        let blamed = play_rounds(crew, &self.opts, dir, &schedule)?;
         if !nodes.is_empty() {
             rewrite(&dir.path, &with_verdicts(nodes, &blamed))?;
         }
@@ -221,11 +259,9 @@ impl Ranked for Links {
                     .plan
                     .as_ref()
                     .ok_or_else(|| anyhow!("rank 0 sent a round before the plan"))?;
-                let schedule = rounds(world.size());
-                let known = schedule.get(r as usize);
-                if !known.is_some_and(|pairs| active.iter().all(|a| pairs.contains(a))) {
+                if !pattern::is_round(&active, world.size()) {
                     return Err(anyhow!(
-                        "rank 0 sent round {r} with pairs not in it: {active:?}"
+                        "rank 0 sent round {r} with pairs that are not a round: {active:?}"
                     ));
                 }
                 PairContext::of(world, &self.opts)
@@ -336,8 +372,8 @@ fn play_rounds(
     crew: &mut Crew<Order, Reply>,
     opts: &LinksOptions,
     dir: &RunDir,
+    schedule: &[Vec<(u32, u32)>],
 ) -> Result<Vec<blame::SlowNode>> {
-    let schedule = rounds(crew.world().size());
     let mut sink: CsvSink<LinksTable> = dir.table()?;
     let mut lines: Vec<Line<LinksTable>> = Vec::new();
     let started = Instant::now();
@@ -615,27 +651,4 @@ fn node_lines(run_id: &str, samples: &[NodeSample]) -> Vec<Line<NodesTable>> {
         }
     }
     lines
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_tournament_meets_every_pair_once_and_no_rank_twice_a_round() {
-        for n in 1..=9u32 {
-            let rs = rounds(n);
-            let mut seen = std::collections::BTreeSet::new();
-            for round in &rs {
-                let mut busy = std::collections::BTreeSet::new();
-                for &(a, b) in round {
-                    assert!(a < b && b < n);
-                    assert!(busy.insert(a) && busy.insert(b), "n={n} {round:?}");
-                    assert!(seen.insert((a, b)), "n={n}: {a}-{b} twice");
-                }
-            }
-            assert_eq!(seen.len() as u32, n * n.saturating_sub(1) / 2, "n={n}");
-            assert_eq!(rs.len() as u32, if n < 2 { 0 } else { n - 1 + n % 2 });
-        }
-    }
 }

@@ -123,10 +123,15 @@ impl PairPlan {
         3 + self.bidir as usize
     }
 
+    /// The tests one pair runs.
+    pub fn tests(&self) -> usize {
+        self.transports.len() * self.sizes.len() * self.kinds()
+    }
+
     /// An upper bound on one pair's time, for rank 0's wait: every test runs its budget, and
     /// its last sample may take up to the I/O limit.
     pub fn pair_bound(&self) -> Duration {
-        let tests = (self.transports.len() * self.sizes.len() * self.kinds()) as u64;
+        let tests = self.tests() as u64;
         Duration::from_millis(tests * (self.budget_ms * 2 + self.io_timeout_s * 1000))
             + Duration::from_secs(10)
     }
