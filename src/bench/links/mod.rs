@@ -5,13 +5,13 @@
 
 pub mod blame;
 mod console;
+mod fingerprint;
 pub mod flag;
 pub mod nodes;
 pub mod pair;
 pub mod pattern;
 pub mod tables;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -22,11 +22,11 @@ use crate::cluster::world::World;
 use crate::cluster::{run_ranked, Crew, Ranked, SessionOptions};
 use crate::export::csv::{sig4, CsvSink, Line};
 use crate::export::run_dir::RunDir;
-use crate::gpu::{BackendChoice, Gpu};
+use crate::gpu::BackendChoice;
 use crate::rdma::DeviceChoice;
 use nodes::NodeSample;
 use pair::{Measured, PairPlan};
-use tables::{LinkFigures, LinkParams, LinksTable, NodeFigures, NodeParams, NodesTable};
+use tables::{LinkFigures, LinkParams, LinksTable};
 
 /// Everything one rank needs to take part.
 #[derive(Debug, Clone)]
@@ -78,24 +78,6 @@ fn partner(round: &[(u32, u32)], me: u32) -> Option<u32> {
     })
 }
 
-/// Ranks grouped in turns: the i-th rank of every host in turn i, so ranks sharing a host
-/// (and its device) never sample at once.
-fn fingerprint_turns(world: &World) -> Vec<Vec<u32>> {
-    let mut per_host: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
-    for r in &world.roster {
-        per_host.entry(&r.hostname).or_default().push(r.rank);
-    }
-    let most = per_host.values().map(Vec::len).max().unwrap_or(0);
-    (0..most)
-        .map(|i| {
-            per_host
-                .values()
-                .filter_map(|v| v.get(i).copied())
-                .collect()
-        })
-        .collect()
-}
-
 /// The most retests of a suspect row: it stays flagged only if every one confirms it.
 const RETEST_PASSES: usize = 3;
 /// A row whose retest is this many times its group's baseline, and slower by at least
@@ -108,7 +90,7 @@ const CLEARLY_SLOW: f64 = 10.0;
 const CLEARLY_SLOWER_US: f64 = 1000.0;
 
 /// How long any rank waits for one fingerprint.
-const FINGERPRINT_WAIT: Duration = Duration::from_secs(120);
+pub(crate) const FINGERPRINT_WAIT: Duration = Duration::from_secs(120);
 
 /// Runs this rank's part. Rank 0 returns its run folder; the others return None.
 pub fn run(opts: &LinksOptions) -> Result<Option<PathBuf>> {
@@ -203,7 +185,9 @@ impl Ranked for Links {
     }
 
     fn banner(&self, world: &World) -> String {
-        let hosts = fingerprint_turns(world).first().map_or(0, Vec::len);
+        let hosts = fingerprint::fingerprint_turns(world)
+            .first()
+            .map_or(0, Vec::len);
         format!(
             "links: {} ranks on {hosts} host{} ({})",
             world.size(),
@@ -217,7 +201,7 @@ impl Ranked for Links {
         crew.order_all(Order::Plan(plan.clone()))?;
         crew.hear_all(Instant::now() + Duration::from_secs(60))?;
         let nodes = match self.opts.fingerprint {
-            true => fingerprint_all(crew, &self.opts, dir)?,
+            true => fingerprint::fingerprint_all(crew, &self.opts, dir)?,
             false => Vec::new(),
         };
         let (schedule, took) = self.plan_rounds(crew.world().size());
@@ -235,7 +219,7 @@ impl Ranked for Links {
         }
         let blamed = play_rounds(crew, &self.opts, dir, &schedule)?;
         if !nodes.is_empty() {
-            rewrite(&dir.path, &with_verdicts(nodes, &blamed))?;
+            rewrite(&dir.path, &fingerprint::with_verdicts(nodes, &blamed))?;
         }
         Ok(())
     }
@@ -251,7 +235,7 @@ impl Ranked for Links {
                 self.plan = Some(p);
                 Ok(Reply::Ready)
             }
-            Order::Fingerprint => sample_node(world, &self.opts)
+            Order::Fingerprint => fingerprint::sample_node(world, &self.opts)
                 .map(|s| Reply::Node(Box::new(s)))
                 .map_err(anyhow::Error::msg),
             Order::Round(r, active) => {
@@ -295,23 +279,6 @@ impl Ranked for Links {
             p.pair_bound() * 2 + FINGERPRINT_WAIT * world.size()
         })
     }
-}
-
-fn open_gpu(opts: &LinksOptions, local_rank: u32) -> (Option<Gpu>, Option<String>) {
-    match Gpu::open_local(opts.backend, opts.adapter.as_deref(), local_rank) {
-        Ok(g) => (Some(g), None),
-        Err(e) => (None, Some(e.to_string())),
-    }
-}
-
-fn sample_node(world: &World, opts: &LinksOptions) -> Result<NodeSample, String> {
-    let local_rank = world.local_rank();
-    let (gpu, why) = open_gpu(opts, local_rank);
-    let mut s = nodes::fingerprint(world.rank(), local_rank, gpu.as_ref())?;
-    if let Some(why) = why {
-        s.note = Some(why);
-    }
-    Ok(s)
 }
 
 /// What a rank needs to play its pairs, owned, so rank 0 can play in a thread while it
@@ -548,107 +515,4 @@ fn rewrite<T: crate::export::csv::CsvTable>(dir: &Path, lines: &[Line<T>]) -> Re
     }
     std::fs::rename(&tmp, dir.join(format!("{}.csv", T::NAME)))?;
     Ok(())
-}
-
-/// Each node's verdict on its rows of nodes.csv: `slow` when its confirmed links blame it,
-/// else `ok`. A fingerprint sample's own flag stays in `flagged`: it is one short sample,
-/// never retested, and ranks that share a machine's cores sample it side by side.
-fn with_verdicts(
-    mut nodes: Vec<Line<NodesTable>>,
-    blamed: &[blame::SlowNode],
-) -> Vec<Line<NodesTable>> {
-    for l in &mut nodes {
-        let slow = blamed.iter().any(|b| b.rank == l.params.rank);
-        l.figures.verdict = Some(if slow { "slow" } else { "ok" }.to_string());
-    }
-    nodes
-}
-
-/// Rank 0: every node's fingerprint, ranks of one host in turns, judged and written to
-/// nodes.csv (and returned, for the verdicts at the end).
-fn fingerprint_all(
-    crew: &mut Crew<Order, Reply>,
-    opts: &LinksOptions,
-    dir: &RunDir,
-) -> Result<Vec<Line<NodesTable>>> {
-    let mut samples: Vec<NodeSample> = Vec::new();
-    for turn in fingerprint_turns(crew.world()) {
-        let others: Vec<u32> = turn.iter().copied().filter(|&r| r != 0).collect();
-        for &r in &others {
-            crew.order(r, Order::Fingerprint)?;
-        }
-        if turn.contains(&0) {
-            samples.push(sample_node(crew.world(), opts).map_err(|e| anyhow!("rank 0: {e}"))?);
-        }
-        for (rank, reply) in crew.hear(&others, Instant::now() + FINGERPRINT_WAIT)? {
-            match reply {
-                Reply::Node(s) if s.rank == rank => samples.push(*s),
-                _ => return Err(crew.out_of_turn(rank, "a fingerprint").into()),
-            }
-        }
-    }
-    samples.sort_by_key(|s| s.rank);
-    let mut lines = node_lines(&dir.id, &samples);
-    let flagged = tables::judge_nodes(&mut lines);
-    let mut sink: CsvSink<NodesTable> = dir.table()?;
-    for l in &lines {
-        sink.write(l)?;
-    }
-    if !opts.session.quiet {
-        console::print_nodes(&samples, &lines, flagged);
-    }
-    Ok(lines)
-}
-
-fn node_lines(run_id: &str, samples: &[NodeSample]) -> Vec<Line<NodesTable>> {
-    let mut lines = Vec::new();
-    for s in samples {
-        let params = |metric: &str, size: String| NodeParams {
-            rank: s.rank,
-            host: s.host.hostname.clone(),
-            adapter: s.adapter.clone().unwrap_or_default(),
-            local_rank: Some(s.local_rank),
-            adapter_index: s.adapter_index,
-            metric: metric.into(),
-            size,
-            cpu_model: s.host.cpu_model.clone(),
-            logical_cores: s.host.logical_cores,
-            memory_gib: s
-                .host
-                .memory_bytes
-                .map(|b| crate::export::csv::round(b as f64 / (1u64 << 30) as f64, 2)),
-            kernel: s.host.kernel.clone(),
-        };
-        if let Some(g) = &s.gemm {
-            let p = params("gemm", nodes::GEMM.to_string());
-            let figures = NodeFigures {
-                gflops: Some(sig4(nodes::GEMM.flops() / g.p50 / 1e3)),
-                verified: true,
-                ..Default::default()
-            };
-            lines.push(Line::new(
-                run_id,
-                format!("r{}_gemm", s.rank),
-                p,
-                Some(g),
-                figures,
-            ));
-        }
-        if let Some(d) = &s.d2h {
-            let p = params("d2h", nodes::D2H_BYTES.to_string());
-            let figures = NodeFigures {
-                gbps: Some(sig4(nodes::D2H_BYTES as f64 / d.p50 / 1e3)),
-                verified: true,
-                ..Default::default()
-            };
-            lines.push(Line::new(
-                run_id,
-                format!("r{}_d2h", s.rank),
-                p,
-                Some(d),
-                figures,
-            ));
-        }
-    }
-    lines
 }
