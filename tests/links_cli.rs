@@ -439,3 +439,66 @@ fn a_hundred_and_twenty_eight_ranks_complete_and_a_killed_one_is_named() {
     let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
     assert!(meta.contains("\"status\": \"failed\""), "{meta}");
 }
+
+#[test]
+fn a_topology_file_classes_every_link_and_a_broken_one_is_refused_before_it_starts() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("out");
+    let host = common::stdout(&Command::new("hostname").output().unwrap());
+    let good = home.path().join("topology.conf");
+    std::fs::write(
+        &good,
+        format!(
+            "SwitchName=leaf0 Nodes={}\nSwitchName=spine Switches=leaf0\n",
+            host.trim()
+        ),
+    )
+    .unwrap();
+    let bad = home.path().join("bad.conf");
+    std::fs::write(
+        &bad,
+        "SwitchName=leaf0 Nodes=a\nSwitchName=spine Switches=leaf9\n",
+    )
+    .unwrap();
+    let run = |file: &Path| {
+        let mut args = vec!["links", "--local", "2", "--no-fingerprint", "--sizes", "8"];
+        args.extend_from_slice(&["--budget-ms", "20", "--out", out.to_str().unwrap()]);
+        args.extend_from_slice(&["--topology", file.to_str().unwrap()]);
+        common::morphbench(&args, home.path())
+    };
+    let o = run(&bad);
+    assert_eq!(o.status.code(), Some(1), "{}", common::stderr(&o));
+    let err = common::stderr(&o);
+    assert!(
+        err.contains("line 2: switch spine names leaf9, not defined"),
+        "{err}"
+    );
+    assert!(
+        !out.exists()
+            || std::fs::read_dir(&out).unwrap().all(|d| {
+                let meta = d.unwrap().path().join("meta.json");
+                !std::fs::read_to_string(meta)
+                    .unwrap_or_default()
+                    .contains("\"complete\"")
+            })
+    );
+    let o = run(&good);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let run_dir = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|d| d.unwrap().path())
+        .find(|p| {
+            std::fs::read_to_string(p.join("meta.json")).is_ok_and(|m| m.contains("\"complete\""))
+        })
+        .expect("a complete run");
+    let (h, rows) = read_csv(&run_dir.join("links.csv"));
+    assert!(!rows.is_empty());
+    // Both ranks on this host: the link is within the node.
+    assert!(
+        rows.iter()
+            .all(|r| &r[col(&h, "hop_class")] == "intra-node"),
+        "{rows:?}"
+    );
+    let meta = std::fs::read_to_string(run_dir.join("meta.json")).unwrap();
+    assert!(meta.contains("topology.conf"), "{meta}");
+}

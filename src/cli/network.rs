@@ -114,6 +114,10 @@ pub struct LinksArgs {
     /// Refuse, before anything starts, a plan estimated to run longer than this (seconds).
     #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=604_800))]
     pub budget_s: u64,
+    /// A Slurm topology.conf (SwitchName=... Nodes=... / Switches=...): each link is judged
+    /// against links with as many switches between their hosts (same leaf, across leaves).
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub rdma: RdmaDeviceArgs,
 }
@@ -150,6 +154,7 @@ impl LinksArgs {
                 now.map_or(0, |d| d.as_nanos() as u64) ^ u64::from(std::process::id())
             }),
             budget_s: self.budget_s,
+            topology: self.topology.clone(),
             backend: g.backend,
             adapter: g.adapter.clone(),
         }

@@ -154,7 +154,7 @@ pub fn detect(
 ) -> Result<Launch, LaunchError> {
     let nodes = match env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST")) {
         Some(list) => {
-            expand_hostlist(&list).map_err(|e| launch_err!("SLURM_STEP_NODELIST: {e}"))?
+            super::hostlist::expand(&list).map_err(|e| launch_err!("SLURM_STEP_NODELIST: {e}"))?
         }
         None => Vec::new(),
     };
@@ -303,109 +303,6 @@ pub fn rendezvous(
     }
 }
 
-/// Expands a Slurm hostlist expression such as `gpu[01-04,07],login1` into host names, keeping
-/// zero padding (`gpu01`..`gpu04`, `gpu07`). Several bracket groups in one name multiply out
-/// (`r[1-2]n[1-2]`: r1n1, r1n2, r2n1, r2n2).
-pub fn expand_hostlist(list: &str) -> Result<Vec<String>, LaunchError> {
-    let mut out = Vec::new();
-    for name in split_top_level(list)? {
-        let name = name.trim();
-        if name.is_empty() {
-            continue;
-        }
-        let mut partial = vec![String::new()];
-        let mut rest = name;
-        while !rest.is_empty() {
-            match rest.find('[') {
-                None => {
-                    partial.iter_mut().for_each(|p| p.push_str(rest));
-                    rest = "";
-                }
-                Some(open) => {
-                    let close = rest[open..]
-                        .find(']')
-                        .map(|c| open + c)
-                        .ok_or_else(|| launch_err!("{name:?}: an unclosed '['"))?;
-                    let prefix = &rest[..open];
-                    let items = expand_ranges(&rest[open + 1..close])
-                        .map_err(|e| launch_err!("{name:?}: {e}"))?;
-                    if partial.len() * items.len() > MAX_HOSTS {
-                        return Err(launch_err!("{name:?}: more than {MAX_HOSTS} hosts"));
-                    }
-                    partial = partial
-                        .iter()
-                        .flat_map(|p| items.iter().map(move |i| format!("{p}{prefix}{i}")))
-                        .collect();
-                    rest = &rest[close + 1..];
-                }
-            }
-        }
-        out.extend(partial);
-        if out.len() > MAX_HOSTS {
-            return Err(launch_err!("more than {MAX_HOSTS} hosts"));
-        }
-    }
-    if out.is_empty() {
-        return Err("an empty node list".into());
-    }
-    Ok(out)
-}
-
-/// Splits at commas outside brackets.
-fn split_top_level(list: &str) -> Result<Vec<&str>, LaunchError> {
-    let (mut depth, mut start, mut parts) = (0i32, 0, Vec::new());
-    for (i, c) in list.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth -= 1,
-            ',' if depth == 0 => {
-                parts.push(&list[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-        if !(0..=1).contains(&depth) {
-            return Err(launch_err!("{list:?}: unbalanced or nested brackets"));
-        }
-    }
-    if depth != 0 {
-        return Err(launch_err!("{list:?}: an unclosed '['"));
-    }
-    parts.push(&list[start..]);
-    Ok(parts)
-}
-
-/// `01-04,07` into `01 02 03 04 07`, keeping the width of a zero-padded lower bound.
-fn expand_ranges(spec: &str) -> Result<Vec<String>, LaunchError> {
-    let mut out = Vec::new();
-    for part in spec.split(',') {
-        let part = part.trim();
-        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        let bad = || launch_err!("'{part}' is not a number or a range such as 01-04");
-        if lo.is_empty() || !lo.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad());
-        }
-        if hi.is_empty() || !hi.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad());
-        }
-        let (a, b): (u64, u64) = (
-            lo.parse().map_err(|_| bad())?,
-            hi.parse().map_err(|_| bad())?,
-        );
-        if b < a {
-            return Err(launch_err!(
-                "'{part}' counts down: write the lower bound first"
-            ));
-        }
-        if b - a >= MAX_HOSTS as u64 || out.len() + (b - a) as usize >= MAX_HOSTS {
-            return Err(launch_err!("'{part}': more than {MAX_HOSTS} hosts"));
-        }
-        let width = if lo.starts_with('0') { lo.len() } else { 0 };
-        out.extend((a..=b).map(|n| format!("{n:0width$}")));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,33 +314,6 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k: &str| map.get(k).cloned()
-    }
-
-    #[test]
-    fn hostlists_expand_with_their_padding() {
-        let h = |s: &str| expand_hostlist(s).unwrap();
-        assert_eq!(
-            h("gpu[01-04,07]"),
-            ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07"]
-        );
-        assert_eq!(h("n[8-10]"), ["n8", "n9", "n10"]);
-        assert_eq!(h("a,b[1-2],c"), ["a", "b1", "b2", "c"]);
-        assert_eq!(
-            h("r[1-2]n[1-2]-ib"),
-            ["r1n1-ib", "r1n2-ib", "r2n1-ib", "r2n2-ib"]
-        );
-        assert_eq!(h("vm"), ["vm"]);
-        for (bad, why) in [
-            ("gpu[01-04", "unclosed"),
-            ("gpu[04-01]", "counts down"),
-            ("gpu[a-b]", "not a number"),
-            ("gpu[[1]]", "nested"),
-            ("n[0-99999999]", "more than"),
-            ("", "empty"),
-        ] {
-            let e = expand_hostlist(bad).unwrap_err().to_string();
-            assert!(e.contains(why), "{bad}: {e}");
-        }
     }
 
     #[test]

@@ -7,10 +7,12 @@
 pub mod clock;
 pub mod error;
 pub mod frame;
+pub mod hostlist;
 pub mod launch;
 pub mod local;
 pub mod rendezvous;
 pub mod session;
+pub mod topology;
 pub mod world;
 
 pub use error::{ClusterError, LaunchError, Who, WireError};

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::topology::Topology;
 use crate::cluster::world::World;
 use crate::cluster::{run_ranked, Crew, Ranked, SessionOptions};
 use crate::export::csv::{sig4, CsvSink, Line};
@@ -45,6 +46,8 @@ pub struct LinksOptions {
     pub seed: u64,
     /// A plan estimated to take longer than this is refused before it starts.
     pub budget_s: u64,
+    /// A Slurm topology.conf: links are judged within their hop class (rank 0 reads it).
+    pub topology: Option<std::path::PathBuf>,
     pub backend: BackendChoice,
     pub adapter: Option<String>,
 }
@@ -109,6 +112,7 @@ pub fn run(opts: &LinksOptions) -> Result<Option<PathBuf>> {
     let mut bench = Links {
         opts: opts.clone(),
         plan: None,
+        topology: std::cell::OnceCell::new(),
     };
     run_ranked(&mut bench, &opts.session)
 }
@@ -117,11 +121,38 @@ pub fn run(opts: &LinksOptions) -> Result<Option<PathBuf>> {
 struct Links {
     opts: LinksOptions,
     plan: Option<PairPlan>,
+    /// Rank 0's `--topology`, read when the world is checked.
+    topology: std::cell::OnceCell<Topology>,
 }
 
 impl Links {
     fn concurrency(&self) -> usize {
         self.opts.concurrent.unwrap_or(usize::MAX).max(1)
+    }
+
+    /// Rank 0: reads `--topology` and says which hosts of the world it does not list (their
+    /// links are judged as `unlisted`).
+    fn read_topology(&self, world: &World) -> Result<()> {
+        let Some(path) = &self.opts.topology else {
+            return Ok(());
+        };
+        let t = Topology::load(path).map_err(|e| {
+            anyhow!("{e}: give --topology a Slurm topology.conf (SwitchName=... Nodes=...)")
+        })?;
+        let mut missing: Vec<String> = (0..world.size())
+            .map(|r| world.roster[r as usize].hostname.clone())
+            .filter(|h| !t.knows(h))
+            .collect();
+        missing.dedup();
+        if !missing.is_empty() {
+            eprintln!(
+                "warning: {} does not list {}: their links are judged apart, as `unlisted`",
+                path.display(),
+                crate::cluster::hostlist::compress(&missing)
+            );
+        }
+        let _ = self.topology.set(t);
+        Ok(())
     }
 
     /// Rank 0's rounds and about how long they take.
@@ -145,6 +176,7 @@ impl Ranked for Links {
             );
         }
         if world.rank() == 0 {
+            self.read_topology(world)?;
             let (schedule, took) = self.plan_rounds(world.size());
             let limit = Duration::from_secs(self.opts.budget_s);
             if took > limit {
@@ -181,6 +213,7 @@ impl Ranked for Links {
             "pattern": self.opts.pattern.to_string(),
             "seed": self.opts.seed,
             "budget_s": self.opts.budget_s,
+            "topology": self.opts.topology,
         })
     }
 
@@ -217,7 +250,7 @@ impl Ranked for Links {
                 self.opts.budget_s
             );
         }
-        let blamed = play_rounds(crew, &self.opts, dir, &schedule)?;
+        let blamed = play_rounds(crew, &self.opts, self.topology.get(), dir, &schedule)?;
         if !nodes.is_empty() {
             rewrite(&dir.path, &fingerprint::with_verdicts(nodes, &blamed))?;
         }
@@ -338,6 +371,7 @@ impl PairContext {
 fn play_rounds(
     crew: &mut Crew<Order, Reply>,
     opts: &LinksOptions,
+    hops: Option<&Topology>,
     dir: &RunDir,
     schedule: &[Vec<(u32, u32)>],
 ) -> Result<Vec<blame::SlowNode>> {
@@ -361,7 +395,7 @@ fn play_rounds(
         for active in waves {
             let order = Order::Round(r as u32, active.clone());
             for m in play_wave(crew, opts, &opts.plan, order, r as u32, &active)? {
-                let line = link_line(crew.world(), &dir.id, &m, &(r + 1).to_string());
+                let line = link_line(crew.world(), hops, &dir.id, &m, &(r + 1).to_string());
                 sink.write(&line)?;
                 lines.push(line);
             }
@@ -371,6 +405,7 @@ fn play_rounds(
     let noisy = retest_suspects(
         crew,
         opts,
+        hops,
         dir,
         &mut sink,
         &mut lines,
@@ -404,6 +439,7 @@ fn play_rounds(
 fn retest_suspects(
     crew: &mut Crew<Order, Reply>,
     opts: &LinksOptions,
+    hops: Option<&Topology>,
     dir: &RunDir,
     sink: &mut CsvSink<LinksTable>,
     lines: &mut Vec<Line<LinksTable>>,
@@ -438,7 +474,7 @@ fn retest_suspects(
             next_round += 1;
             let order = Order::Retest(r, pair, part.clone());
             for m in play_wave(crew, opts, &part, order, r, &[pair])? {
-                let line = link_line(crew.world(), &dir.id, &m, tables::RETEST);
+                let line = link_line(crew.world(), hops, &dir.id, &m, tables::RETEST);
                 sink.write(&line)?;
                 retests.push(line);
             }
@@ -477,7 +513,13 @@ fn play_wave(
     Ok(measured)
 }
 
-fn link_line(world: &World, run_id: &str, m: &Measured, round: &str) -> Line<LinksTable> {
+fn link_line(
+    world: &World,
+    hops: Option<&Topology>,
+    run_id: &str,
+    m: &Measured,
+    round: &str,
+) -> Line<LinksTable> {
     let host = |r: u32| world.roster[r as usize].hostname.clone();
     let params = LinkParams {
         src_rank: m.src,
@@ -496,6 +538,7 @@ fn link_line(world: &World, run_id: &str, m: &Measured, round: &str) -> Line<Lin
         verified: true,
         round: Some(round.to_string()),
         confirmed: None,
+        hop_class: hops.map(|t| t.hop_class(&params.src_host, &params.dst_host)),
     };
     let case = match round {
         tables::RETEST => format!("{}_{}", tables::link_case(&params), tables::RETEST),

@@ -41,6 +41,9 @@ pub struct LinkFigures {
     /// For a row flagged in the rounds: whether its retest confirmed it (a row stays flagged
     /// only then). Empty for rows never suspected.
     pub confirmed: Option<bool>,
+    /// With `--topology`: the switches between the two hosts (`same-leaf`, `3-switches`,
+    /// `unlisted`...); a row is judged against rows of its own class. Empty without a file.
+    pub hop_class: Option<String>,
 }
 
 impl CsvTable for LinksTable {
@@ -48,7 +51,7 @@ impl CsvTable for LinksTable {
     const WITH_STATS: bool = true;
     type Params = LinkParams;
     type Figures = LinkFigures;
-    const ADDED: &'static [&'static str] = &["round", "confirmed"];
+    const ADDED: &'static [&'static str] = &["round", "confirmed", "hop_class"];
 }
 
 /// The `round` of a retest row.
@@ -183,13 +186,14 @@ pub fn link_verdicts(rows: &[Line<LinksTable>]) -> super::blame::LinkVerdicts {
     out
 }
 
-/// The group a link row is judged in: transport, size, direction, locality.
-fn group_of(l: &Line<LinksTable>) -> (String, u64, String, bool) {
+/// The group a link row is judged in: transport, size, direction, locality and hop class.
+fn group_of(l: &Line<LinksTable>) -> (String, u64, String, bool, Option<String>) {
     (
         l.params.transport.clone(),
         l.params.bytes,
         l.params.direction.clone(),
         l.figures.intra_node,
+        l.figures.hop_class.clone(),
     )
 }
 
@@ -241,7 +245,7 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
 }
 
 /// Fills `slowdown` and `flagged` of every row, judging each group (transport, size,
-/// direction, locality) apart. Returns the number flagged.
+/// direction, locality, hop class) apart. Returns the number flagged.
 pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
     judge_groups(
         rows,
@@ -389,5 +393,53 @@ mod tests {
         let of = |case: &str| rows.iter().find(|l| l.lead.case == case).unwrap();
         assert_eq!(of("r0-r3_tcp_8_pingpong").figures.flagged, Some(false));
         assert_eq!(of("r1-r2_tcp_8_pingpong").figures.flagged, Some(true));
+    }
+
+    #[test]
+    fn with_a_topology_a_longer_path_is_judged_against_its_own_class() {
+        // Hosts 0-5 under leaf0, 6-7 under leaf1: links across leaves take 2x as long, and
+        // 1-7 (across) is 4x slow beside them.
+        let t = crate::cluster::topology::Topology::parse(
+            "SwitchName=leaf0 Nodes=h[0-5]\nSwitchName=leaf1 Nodes=h[6-7]\n\
+             SwitchName=spine Switches=leaf[0-1]",
+        )
+        .unwrap();
+        let matrix = |hops: Option<&crate::cluster::topology::Topology>| {
+            let mut rows = Vec::new();
+            for a in 0..8u32 {
+                for b in a + 1..8 {
+                    let across = (a < 6) != (b < 6);
+                    let us = match (a, b) {
+                        (1, 7) => 80.0,
+                        _ if across => 20.0,
+                        _ => 10.0,
+                    };
+                    let mut l = row(a, b, us, "1");
+                    l.figures.hop_class =
+                        hops.map(|t| t.hop_class(&format!("h{a}"), &format!("h{b}")));
+                    rows.push(l);
+                }
+            }
+            judge_links(&mut rows);
+            let flagged: Vec<(u32, u32)> = rows
+                .iter()
+                .filter(|l| l.figures.flagged == Some(true))
+                .map(|l| (l.params.src_rank, l.params.dst_rank))
+                .collect();
+            (rows, flagged)
+        };
+        // One class: every healthy link across the spine looks slow.
+        let (_, flat) = matrix(None);
+        assert_eq!(flat.len(), 12, "{flat:?}");
+        // By hop class: only the slow one.
+        let (rows, by_class) = matrix(Some(&t));
+        assert_eq!(by_class, [(1, 7)]);
+        let class = |a, b| {
+            rows.iter()
+                .find(|l| (l.params.src_rank, l.params.dst_rank) == (a, b))
+                .and_then(|l| l.figures.hop_class.clone())
+        };
+        assert_eq!(class(0, 1).as_deref(), Some("same-leaf"));
+        assert_eq!(class(0, 6).as_deref(), Some("3-switches"));
     }
 }
