@@ -19,7 +19,7 @@ fn main() -> ExitCode {
     use_all_cores_for_cpu_baseline();
     // `check` tells a verdict (exit 1) apart from an error (exit 2), as diff and grep do.
     let error_code: u8 = match cli.command {
-        Command::Check(_) => 2,
+        Command::Check(_) | Command::Fleet(_) => 2,
         _ => 1,
     };
     let json = cli.global.json;
@@ -40,6 +40,9 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Check(a) = &cli.command {
         return check(a, &cli.global);
+    }
+    if let Command::Fleet(a) = &cli.command {
+        return fleet(a, &cli.global);
     }
     run_command(cli).map(|()| ExitCode::SUCCESS)
 }
@@ -80,6 +83,31 @@ fn check(
     })
 }
 
+/// `morphbench fleet`: rank 0's exit code is the gate's verdict (0 pass, 1 a node failed);
+/// an error is 2.
+fn fleet(
+    a: &morphbench::cli::FleetArgs,
+    g: &morphbench::cli::GlobalArgs,
+) -> anyhow::Result<ExitCode> {
+    if let Some(ranks) = a.launch.spawn_local() {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let max = morphbench::cluster::launch::MAX_LOCAL;
+        return morphbench::cluster::local::run_local_gate(ranks, max, &args).map(ExitCode::from);
+    }
+    let Some(outcome) = morphbench::bench::fleet::run(&a.options(g))? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    if !g.quiet && !g.json {
+        if let Err(e) = plot(&outcome.dir, Format::Both, &[], true) {
+            eprintln!("warning: the fleet's report was not drawn: {e:#}");
+        }
+    }
+    if g.json {
+        println!("{}", serde_json::to_string_pretty(&outcome.summary)?);
+    }
+    Ok(ExitCode::from(outcome.exit_code))
+}
+
 fn run_command(cli: Cli) -> anyhow::Result<()> {
     let g = &cli.global;
     // One bench from its subcommand, run into its own run folder.
@@ -115,7 +143,21 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Runs(a) => morphbench::export::report::print_runs(&a.dir, g.json),
-        Command::Check(_) => unreachable!("handled in run"),
+        Command::Check(_) | Command::Fleet(_) => unreachable!("handled in run"),
+        Command::Baseline(a) => {
+            let b = morphbench::bench::fleet::baseline::Baseline::from_run(&a.run_dir)?;
+            b.write(&a.output)?;
+            if !g.quiet {
+                let figures: usize = b.sku.iter().map(|s| s.figure.len()).sum();
+                println!(
+                    "baseline: {figures} figures of {} adapter/driver pair(s) from run {} -> {}",
+                    b.sku.len(),
+                    b.from_run,
+                    a.output.display()
+                );
+            }
+            Ok(())
+        }
         Command::D2h(a) => {
             let d2h = a.plan().map_err(anyhow::Error::msg)?;
             let config = serde_json::to_value(&d2h)?;

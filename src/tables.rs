@@ -10,6 +10,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use crate::bench::d2h::D2hTable;
+use crate::bench::fleet::table::FleetTable;
 use crate::bench::hol::HolTable;
 use crate::bench::kernels::KernelsTable;
 use crate::bench::links::tables::{LinksTable, NodesTable};
@@ -135,6 +136,7 @@ pub fn tables() -> Vec<Table> {
             .headlines(hl::pipeline)
             .charts(OfFirst(plot::pipeline_charts)),
         Table::of::<PipelineTimelineTable>(),
+        Table::of::<FleetTable>(),
     ]
 }
 

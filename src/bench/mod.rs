@@ -3,11 +3,13 @@
 //! orchestrator (`suite`) runs any of them without knowing their insides.
 
 pub mod d2h;
+pub mod fleet;
 pub mod hol;
 pub mod kernels;
 pub mod links;
 pub mod peak;
 pub mod pipeline;
+pub mod probe;
 pub mod rdma;
 pub mod sim;
 

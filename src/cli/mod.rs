@@ -168,6 +168,27 @@ only, different adapters or drivers). --fleet: a figure is an outlier when its m
 against the fleet's median exceeds z (3.5) and it is off by warn_pct."
     )]
     Check(CheckArgs),
+    /// A bring-up gate on every rank of a job (srun, mpirun, torchrun, a Kubernetes Indexed
+    /// Job; one rank per GPU): inventory and verified tests, each node judged against the fleet
+    /// (and a baseline); writes fleet.csv and drain.txt; exits 1 when a node fails.
+    #[command(
+        after_help = "Exit codes: 0 every node PASS (WARNs allowed), 1 some node FAIL, 2 the gate could not run.\n\n\
+Examples:\n  srun -N 16 --ntasks-per-node 8 morphbench fleet --level quick\n  \
+morphbench fleet --local 4 --level quick --json\n  \
+morphbench baseline results/FLEET_RUN -o h200.toml && srun -N 64 morphbench fleet --baseline h200.toml\n\n\
+Levels: quick (memcpy, GEMM, D2H, H2D; at most 60 s a rank), standard (longer and larger, 5 min),\n\
+extended (20 min). Ranks of one machine take turns on what they share (memory, CPU; all of a CPU\n\
+driver's work); machines run side by side. A figure fails at 1.35x slower than the fleet's healthy\n\
+level (lower median, MAD z > 3.5, at least 3 nodes of its adapter) or below the baseline's\n\
+expected x (1 - tolerance). A busy node (other processes on its machine) is a WARN."
+    )]
+    Fleet(Box<FleetArgs>),
+    /// Write a fleet baseline (each figure's expected value and tolerance per adapter and
+    /// driver) from a healthy fleet run, for `fleet --baseline`.
+    #[command(
+        after_help = "Examples:\n  morphbench baseline results/FLEET_RUN -o bench-configs/baseline-h200.toml"
+    )]
+    Baseline(BaselineArgs),
 }
 
 #[derive(Debug, Args)]

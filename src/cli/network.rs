@@ -351,3 +351,37 @@ impl RdmaArgs {
         }
     }
 }
+
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// How deep: quick (about a minute a rank), standard (5 minutes), extended (20 minutes).
+    #[arg(long, value_enum, default_value = "quick")]
+    pub level: crate::bench::fleet::checks::Level,
+    /// Expected values per adapter and driver (`morphbench baseline FLEET_RUN -o FILE`).
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
+}
+
+impl FleetArgs {
+    pub fn options(&self, g: &GlobalArgs) -> crate::bench::fleet::FleetOptions {
+        crate::bench::fleet::FleetOptions {
+            session: self.launch.session(g, Vec::new()),
+            level: self.level,
+            baseline: self.baseline.clone(),
+            backend: g.backend,
+            adapter: g.adapter.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct BaselineArgs {
+    /// A fleet run folder (healthy nodes: only those that passed every test are used).
+    #[arg(value_name = "FLEET_RUN")]
+    pub run_dir: std::path::PathBuf,
+    /// Where to write the baseline (TOML).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: std::path::PathBuf,
+}

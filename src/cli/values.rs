@@ -4,6 +4,7 @@
 use clap::builder::PossibleValue;
 use clap::ValueEnum;
 
+use crate::bench::fleet::checks::Level;
 use crate::bench::hol::Mode;
 use crate::bench::pipeline::exec::Comm;
 use crate::export::plot::charts::Format;
@@ -27,6 +28,12 @@ macro_rules! value_enum {
         }
     };
 }
+
+value_enum!(Level {
+    Level::Quick => "quick": "inventory, memcpy, GEMM, D2H, H2D: at most 60 s a rank",
+    Level::Standard => "standard": "longer and larger: at most 5 minutes a rank",
+    Level::Extended => "extended": "the largest sizes: at most 20 minutes a rank",
+});
 
 value_enum!(BackendChoice {
     BackendChoice::Auto => "auto",
@@ -81,5 +88,6 @@ mod tests {
         check::<Mode>();
         check::<Comm>();
         check::<CommModel>();
+        check::<Level>();
     }
 }

@@ -10,6 +10,71 @@ use anyhow::{bail, Context, Result};
 /// included: a process that has `--rank` is a rank, not a launcher). Each gets its share of
 /// the cores for a CPU driver (LP_NUM_THREADS); ranks above 0 are quiet.
 pub fn run_local(ranks: u32, max: u32, args: &[String]) -> Result<()> {
+    let (children, held) = spawn(ranks, max, args)?;
+    let failed = wait_all(children)?;
+    let doc = held
+        .map(|t| t.join().unwrap_or_default())
+        .unwrap_or_default();
+    if !failed.is_empty() {
+        bail_with(&failed, &doc)?;
+    }
+    use std::io::Write;
+    std::io::stdout().write_all(&doc)?;
+    Ok(())
+}
+
+/// As [`run_local`] for a gate (`fleet`), whose rank 0 judges every rank and whose exit code is
+/// its verdict: a rank that fails does not end the others (rank 0 names it), and once rank 0
+/// has ended, with 0 (all pass) or 1 (a node failed), the others get a few seconds and its
+/// code is returned. Any other end of rank 0 is an error.
+pub fn run_local_gate(ranks: u32, max: u32, args: &[String]) -> Result<u8> {
+    let (mut children, held) = spawn(ranks, max, args)?;
+    let mut root = children.remove(0).1;
+    let status = root.wait()?;
+    crate::interrupt::child_ended(root.id());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        let mut all_done = true;
+        for (_, c) in children.iter_mut() {
+            all_done &= c.try_wait()?.is_some();
+        }
+        if all_done {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop(&mut children);
+    let doc = held
+        .map(|t| t.join().unwrap_or_default())
+        .unwrap_or_default();
+    match status.code() {
+        Some(code @ (0 | 1)) => {
+            use std::io::Write;
+            std::io::stdout().write_all(&doc)?;
+            Ok(code as u8)
+        }
+        _ => bail_with(&["0".to_string()], &doc).map(|()| 2),
+    }
+}
+
+/// The error of a failed local run, with rank 0's reason when its document has one.
+fn bail_with(failed: &[String], doc: &[u8]) -> Result<()> {
+    let first = serde_json::from_slice::<serde_json::Value>(doc)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string));
+    match first {
+        Some(e) => bail!("rank(s) {} failed; rank 0: {e}", failed.join(", ")),
+        None => bail!(
+            "rank(s) {} failed (their errors are above)",
+            failed.join(", ")
+        ),
+    }
+}
+
+type Held = Option<std::thread::JoinHandle<Vec<u8>>>;
+
+/// Starts the ranks, rank 0 first; with --json rank 0's standard output is held.
+fn spawn(ranks: u32, max: u32, args: &[String]) -> Result<(Vec<(u32, Child)>, Held)> {
     if !(1..=max).contains(&ranks) {
         bail!("--local {ranks}: give 1 to {max} ranks");
     }
@@ -60,25 +125,7 @@ pub fn run_local(ranks: u32, max: u32, args: &[String]) -> Result<()> {
             }
         }
     }
-    let failed = wait_all(children)?;
-    let doc = held
-        .map(|t| t.join().unwrap_or_default())
-        .unwrap_or_default();
-    if !failed.is_empty() {
-        let first = serde_json::from_slice::<serde_json::Value>(&doc)
-            .ok()
-            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string));
-        match first {
-            Some(e) => bail!("rank(s) {} failed; rank 0: {e}", failed.join(", ")),
-            None => bail!(
-                "rank(s) {} failed (their errors are above)",
-                failed.join(", ")
-            ),
-        }
-    }
-    use std::io::Write;
-    std::io::stdout().write_all(&doc)?;
-    Ok(())
+    Ok((children, held))
 }
 
 /// Waits for every child; once one fails, the others get half a second and are ended.

@@ -264,6 +264,40 @@ where
         settle(self.world, ranks, replies)
     }
 
+    /// One reply from each of `ranks` by `deadline`, each rank on its own: one that dies,
+    /// stops, fails or does not answer is that rank's error, and the others' replies still
+    /// count (a gate that must judge every node). A rank that failed must not be heard again:
+    /// its reader may still take its next message.
+    pub fn hear_each(
+        &mut self,
+        ranks: &[u32],
+        deadline: Instant,
+    ) -> Vec<(u32, Result<R, ClusterError>)> {
+        let replies = self.world.gather(
+            ranks,
+            deadline,
+            is_heartbeat::<R>,
+            |_: &Result<Up<R>, _>| false,
+        );
+        ranks
+            .iter()
+            .zip(replies)
+            .map(|(&rank, r)| {
+                let who = self.world.who(rank);
+                let heard = match r {
+                    Some(Ok(Up::Reply(m))) => Ok(m),
+                    Some(Ok(Up::Failed(message))) => Err(ClusterError::Reported { who, message }),
+                    Some(Ok(_)) => Err(ClusterError::Protocol(format!(
+                        "{who} answered out of turn"
+                    ))),
+                    Some(Err(e)) => Err(e),
+                    None => Err(ClusterError::NoAnswer { who }),
+                };
+                (rank, heard)
+            })
+            .collect()
+    }
+
     /// One reply from every other rank by `deadline`, in rank order.
     pub fn hear_all(&mut self, deadline: Instant) -> Result<Vec<R>, ClusterError> {
         let others = self.others();

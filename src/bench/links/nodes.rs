@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::kernels::gemm::{GemmKernel, GemmSize, GEMM_VARIANTS};
-use crate::gpu::kernels::{find_variant, run_once, GpuKernel};
+use crate::bench::probe;
+use crate::gpu::kernels::gemm::GemmSize;
 use crate::gpu::Gpu;
 use crate::host::HostInfo;
 use crate::stats::Summary;
@@ -18,12 +18,8 @@ pub const GEMM: GemmSize = GemmSize {
     n: 256,
     k: 256,
 };
-/// The portable variant (workgroup tiles, no optional features).
-const GEMM_VARIANT: &str = "tiled64";
 pub const D2H_BYTES: u64 = 1 << 20;
 const ITERS: usize = 20;
-/// Untimed runs first: page faults and first-use costs stay out of the samples.
-const WARMUP: usize = 3;
 
 /// One rank's fingerprint, as it reports it to rank 0.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -73,45 +69,18 @@ pub fn fingerprint(rank: u32, local_rank: u32, gpu: Option<&Gpu>) -> Result<Node
     })
 }
 
-fn sample_gemm(gpu: &Gpu) -> Result<Summary, String> {
-    let variant = find_variant(GEMM_VARIANTS, GEMM_VARIANT).expect("a built-in variant");
-    let kernel = GemmKernel::new(gpu, variant, GEMM).map_err(|e| e.to_string())?;
-    // Verified against the f64 reference (output poisoned first) before any timing.
-    kernel.verify().map_err(|e| e.to_string())?;
-    let mut us = Vec::with_capacity(ITERS);
-    for i in 0..WARMUP + ITERS {
-        let t0 = Instant::now();
-        run_once(gpu, &kernel).map_err(|e| e.to_string())?;
-        if i >= WARMUP {
-            us.push(t0.elapsed().as_secs_f64() * 1e6);
-        }
+/// The fingerprint's probes have no deadline of their own: rank 0 bounds each turn.
+fn budget() -> probe::Budget {
+    probe::Budget {
+        iters: ITERS,
+        deadline: Instant::now() + std::time::Duration::from_secs(3600),
     }
-    Summary::of(&us).ok_or_else(|| "no samples".into())
+}
+
+fn sample_gemm(gpu: &Gpu) -> Result<Summary, String> {
+    probe::gemm(gpu, GEMM, budget()).map(|p| p.summary)
 }
 
 fn sample_d2h(gpu: &Gpu) -> Result<Summary, String> {
-    let n = D2H_BYTES as usize;
-    let pattern: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
-    let device = gpu.storage_from("fingerprint d2h", &pattern);
-    let staging = gpu.staging("fingerprint staging", D2H_BYTES, wgpu::MapMode::Read);
-    let mut host = vec![0u8; n];
-    let mut us = Vec::with_capacity(ITERS);
-    for i in 0..WARMUP + ITERS {
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(&device, 0, &staging, 0, D2H_BYTES);
-        let t0 = Instant::now();
-        let idx = gpu.queue.submit([enc.finish()]);
-        gpu.wait(idx.clone()).map_err(|e| e.to_string())?;
-        gpu.map_read_into(&staging, &mut host, Some(idx))
-            .map_err(|e| e.to_string())?;
-        let t = t0.elapsed().as_secs_f64() * 1e6;
-        if i == 0 {
-            if host != pattern {
-                return Err("the copy delivered wrong bytes".into());
-            }
-        } else if i >= WARMUP {
-            us.push(t);
-        }
-    }
-    Summary::of(&us).ok_or_else(|| "no samples".into())
+    probe::d2h(gpu, D2H_BYTES, budget()).map(|p| p.summary)
 }

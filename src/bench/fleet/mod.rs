@@ -1,0 +1,338 @@
+//! `morphbench fleet`: a bring-up gate over every rank of a job (one per GPU). Each rank
+//! reports its inventory, then runs its level's tests (each with its own deadline); ranks
+//! that share a machine take turns on what they share. Rank 0 judges every figure against the
+//! fleet (and a baseline, when given), writes fleet.csv, each rank's run under `ranks/`,
+//! `drain.txt` with the failed hosts, and ends with an exit code a scheduler can act on: 0 all
+//! pass, 1 some node fails, 2 the gate could not run. A rank that dies, stops or does not
+//! answer is a FAIL with why; the others' rows are written all the same.
+
+pub mod baseline;
+pub mod checks;
+mod report;
+pub mod table;
+pub mod verdict;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::world::World;
+use crate::cluster::{run_ranked, ClusterError, Crew, Ranked, SessionOptions};
+use crate::export::run_dir::RunDir;
+use crate::gpu::{BackendChoice, Gpu};
+use baseline::Baseline;
+use checks::{Batch, Inventory, Level, TestSpec};
+use verdict::RankOutcome;
+
+pub use report::Outcome;
+
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    pub session: SessionOptions,
+    pub level: Level,
+    /// Expected values per SKU (`morphbench baseline`), read by rank 0.
+    pub baseline: Option<PathBuf>,
+    pub backend: BackendChoice,
+    pub adapter: Option<String>,
+}
+
+/// How long a rank may take to open its adapter and report what it is.
+const INVENTORY_WAIT: Duration = Duration::from_secs(60);
+
+/// Rank 0's orders.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Order {
+    /// Open the adapter (by local rank) and say what this rank is.
+    Inventory,
+    /// Run these tests, in order, each until its samples or its deadline.
+    Run(Vec<TestSpec>),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Reply {
+    Inventory(Box<Inventory>),
+    Batch(Box<Batch>),
+}
+
+/// Runs the gate on this rank. Rank 0 returns the outcome (its folder, its exit code and its
+/// summary); the others return None.
+pub fn run(opts: &FleetOptions) -> Result<Option<Outcome>> {
+    let mut bench = Fleet {
+        opts: opts.clone(),
+        baseline: None,
+        gpu: None,
+        outcome: None,
+    };
+    run_ranked(&mut bench, &opts.session)?;
+    Ok(bench.outcome)
+}
+
+struct Fleet {
+    opts: FleetOptions,
+    baseline: Option<Baseline>,
+    /// This rank's adapter, opened on the inventory order.
+    gpu: Option<Result<Gpu, String>>,
+    outcome: Option<Outcome>,
+}
+
+impl Fleet {
+    fn inventory(&mut self, world: &World) -> Inventory {
+        let local = world.local_rank();
+        let (backend, adapter) = (self.opts.backend, self.opts.adapter.clone());
+        let gpu = self.gpu.get_or_insert_with(|| {
+            Gpu::open_local(backend, adapter.as_deref(), local).map_err(|e| e.to_string())
+        });
+        checks::inventory(world.rank(), local, gpu.as_ref().map_err(String::as_str))
+    }
+
+    fn my_gpu(&self) -> Option<&Gpu> {
+        self.gpu.as_ref().and_then(|g| g.as_ref().ok())
+    }
+}
+
+impl Ranked for Fleet {
+    type Order = Order;
+    type Reply = Reply;
+
+    fn prepare(&mut self, _world: &World) -> Result<Option<serde_json::Value>> {
+        if let Some(path) = &self.opts.baseline {
+            self.baseline = Some(Baseline::load(path)?);
+        }
+        Ok(None)
+    }
+
+    fn config(&self, world: &World) -> serde_json::Value {
+        serde_json::json!({
+            "level": self.opts.level.to_string(),
+            "tests": self.opts.level.tests(),
+            "baseline": self.opts.baseline,
+            "launcher": world.launch.launcher.to_string(),
+            "roster": world.roster,
+        })
+    }
+
+    fn banner(&self, world: &World) -> String {
+        let hosts: std::collections::BTreeSet<&str> =
+            world.roster.iter().map(|r| r.hostname.as_str()).collect();
+        format!(
+            "fleet {}: {} rank{} on {} host{} ({})",
+            self.opts.level,
+            world.size(),
+            if world.size() == 1 { "" } else { "s" },
+            hosts.len(),
+            if hosts.len() == 1 { "" } else { "s" },
+            world.launch.launcher
+        )
+    }
+
+    fn lead(&mut self, crew: &mut Crew<Order, Reply>, dir: &RunDir) -> Result<()> {
+        let started = Instant::now();
+        let world = crew.world();
+        let mut ranks: Vec<RankOutcome> = (0..world.size())
+            .map(|r| RankOutcome {
+                rank: r,
+                host: world.roster[r as usize].hostname.clone(),
+                inventory: None,
+                batches: Vec::new(),
+                failure: None,
+            })
+            .collect();
+        let mine = self.inventory(crew.world());
+        ranks[0].inventory = Some(mine);
+        let others = crew.others();
+        let heard = order_and_hear(
+            crew,
+            &mut ranks,
+            &others,
+            |_| Order::Inventory,
+            INVENTORY_WAIT,
+        );
+        for (r, reply) in heard {
+            match reply {
+                Reply::Inventory(i) if i.rank == r => ranks[r as usize].inventory = Some(*i),
+                _ => ranks[r as usize].failure = Some("answered the inventory out of turn".into()),
+            }
+        }
+        let steps = plan(&ranks, self.opts.level);
+        let bound = steps.iter().map(step_bound).sum::<Duration>() + INVENTORY_WAIT;
+        if !self.opts.session.quiet {
+            println!(
+                "{}",
+                report::plan_line(&ranks, &steps, self.opts.level, bound)
+            );
+        }
+        for step in &steps {
+            self.play_step(crew, &mut ranks, step);
+        }
+        let outcome = report::write(
+            dir,
+            &ranks,
+            self.opts.level,
+            self.baseline.as_ref(),
+            started.elapsed(),
+            self.opts.session.quiet,
+        )?;
+        self.outcome = Some(outcome);
+        Ok(())
+    }
+
+    fn follow(&mut self, world: &World, order: Order) -> Result<Reply> {
+        match order {
+            Order::Inventory => Ok(Reply::Inventory(Box::new(self.inventory(world)))),
+            Order::Run(tests) => {
+                if tests.len() > 16
+                    || tests
+                        .iter()
+                        .any(|t| !(0.0..=3600.0).contains(&t.deadline_s))
+                {
+                    anyhow::bail!("rank 0 sent a batch this gate never plans: {tests:?}");
+                }
+                Ok(Reply::Batch(Box::new(checks::run_batch(
+                    self.my_gpu(),
+                    &tests,
+                ))))
+            }
+        }
+    }
+
+    fn patience(&self, world: &World) -> Duration {
+        // A follower waits through every other rank's turns.
+        checks::batch_bound(&self.opts.level.tests()) * world.size() + INVENTORY_WAIT * 2
+    }
+}
+
+impl Fleet {
+    /// One step of the plan: its ranks' batches at once, rank 0's own in a thread beside the
+    /// others'; each rank's reply or failure recorded on its own.
+    fn play_step(&self, crew: &mut Crew<Order, Reply>, ranks: &mut [RankOutcome], step: &Step) {
+        let tests: BTreeMap<u32, Vec<TestSpec>> = step
+            .iter()
+            .filter(|(r, _)| ranks[*r as usize].failure.is_none())
+            .cloned()
+            .collect();
+        let wait = step_bound(step);
+        let others: Vec<u32> = tests.keys().copied().filter(|&r| r != 0).collect();
+        let gpu = self.my_gpu();
+        let (mine, heard) = std::thread::scope(|s| {
+            let own = tests
+                .get(&0)
+                .map(|t| s.spawn(move || checks::run_batch(gpu, t)));
+            let heard = order_and_hear(
+                crew,
+                ranks,
+                &others,
+                |r| Order::Run(tests[&r].clone()),
+                wait,
+            );
+            (own.map(|h| h.join()), heard)
+        });
+        match mine {
+            Some(Ok(b)) => ranks[0].batches.push(b),
+            Some(Err(_)) => ranks[0].failure = Some("rank 0's tests panicked".into()),
+            None => {}
+        }
+        for (r, reply) in heard {
+            match reply {
+                Reply::Batch(b) => ranks[r as usize].batches.push(*b),
+                _ => ranks[r as usize].failure = Some("answered a test out of turn".into()),
+            }
+        }
+    }
+}
+
+/// Sends each of `to` its order and hears each reply by `wait`; a rank that cannot be
+/// reached, dies, stops or does not answer gets its failure, and the replies of the rest are
+/// returned.
+fn order_and_hear(
+    crew: &mut Crew<Order, Reply>,
+    ranks: &mut [RankOutcome],
+    to: &[u32],
+    order: impl Fn(u32) -> Order,
+    wait: Duration,
+) -> Vec<(u32, Reply)> {
+    let mut sent = Vec::new();
+    let able: Vec<u32> = to
+        .iter()
+        .copied()
+        .filter(|&r| ranks[r as usize].failure.is_none())
+        .collect();
+    for r in able {
+        match crew.order(r, order(r)) {
+            Ok(()) => sent.push(r),
+            Err(e) => ranks[r as usize].failure = Some(e.to_string()),
+        }
+    }
+    let mut replies = Vec::new();
+    for (r, heard) in crew.hear_each(&sent, Instant::now() + wait) {
+        match heard {
+            Ok(reply) => replies.push((r, reply)),
+            Err(ClusterError::NoAnswer { .. }) => {
+                ranks[r as usize].failure =
+                    Some(format!("no answer within {:.0} s", wait.as_secs_f64()))
+            }
+            Err(e) => ranks[r as usize].failure = Some(e.to_string()),
+        }
+    }
+    replies
+}
+
+/// One step: the ranks that run at once, each with its tests.
+type Step = Vec<(u32, Vec<TestSpec>)>;
+
+/// How long rank 0 waits for a step: its longest batch and the margin.
+fn step_bound(step: &Step) -> Duration {
+    step.iter()
+        .map(|(_, t)| checks::batch_bound(t))
+        .max()
+        .unwrap_or_default()
+}
+
+/// The steps of the gate. First every rank's tests that need only its own GPU, all at once
+/// (a GEMM on an adapter of its own); then the tests that load what a machine's ranks share
+/// (memory, CPU; everything on a CPU driver), in turns: turn i holds the i-th rank of every
+/// machine, so machines run side by side and ranks of one machine one after another.
+fn plan(ranks: &[RankOutcome], level: Level) -> Vec<Step> {
+    let tests = level.tests();
+    let able: Vec<&RankOutcome> = ranks
+        .iter()
+        .filter(|o| o.failure.is_none() && o.inventory.is_some())
+        .collect();
+    let split = |o: &RankOutcome, shared: bool| -> Vec<TestSpec> {
+        let cpu = o.inventory.as_ref().is_some_and(Inventory::cpu_adapter);
+        tests
+            .iter()
+            .copied()
+            .filter(|t| t.kind.shares_host(cpu) == shared)
+            .collect()
+    };
+    let mut steps = Vec::new();
+    let alone: Step = able
+        .iter()
+        .map(|o| (o.rank, split(o, false)))
+        .filter(|(_, t)| !t.is_empty())
+        .collect();
+    if !alone.is_empty() {
+        steps.push(alone);
+    }
+    let mut per_machine: BTreeMap<&str, Vec<&RankOutcome>> = BTreeMap::new();
+    for o in &able {
+        let id = o.inventory.as_ref().map_or("", |i| i.machine_id.as_str());
+        per_machine.entry(id).or_default().push(o);
+    }
+    let turns = per_machine.values().map(Vec::len).max().unwrap_or(0);
+    for i in 0..turns {
+        let turn: Step = per_machine
+            .values()
+            .filter_map(|v| v.get(i))
+            .map(|o| (o.rank, split(o, true)))
+            .filter(|(_, t)| !t.is_empty())
+            .collect();
+        if !turn.is_empty() {
+            steps.push(turn);
+        }
+    }
+    steps
+}

@@ -1,0 +1,211 @@
+//! What the gate leaves: fleet.csv, each rank's run under `ranks/`, `drain.txt` (the failed
+//! hosts as a Slurm hostlist), `fleet.json` (the summary `--json` prints), and the console's
+//! table of nodes with the `scontrol` line an operator would run.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::baseline::Baseline;
+use super::checks::Level;
+use super::table::FleetTable;
+use super::verdict::{self, RankOutcome, FAIL};
+use super::Step;
+use crate::cluster::hostlist;
+use crate::export::csv::{CsvSink, Line};
+use crate::export::run_dir::RunDir;
+
+/// The gate's result at rank 0.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub dir: PathBuf,
+    /// 0 every node passed (WARNs allowed), 1 some node failed.
+    pub exit_code: u8,
+    /// fleet.json: what `--json` prints.
+    pub summary: serde_json::Value,
+}
+
+#[derive(Debug, Serialize)]
+struct NodeSummary {
+    rank: u32,
+    host: String,
+    local_rank: Option<u32>,
+    adapter: String,
+    verdict: String,
+    busy: bool,
+    reasons: Vec<String>,
+}
+
+/// The plan, before anything runs: steps, turns and the bound on the whole gate.
+pub fn plan_line(ranks: &[RankOutcome], steps: &[Step], level: Level, bound: Duration) -> String {
+    let machines: std::collections::BTreeSet<&str> = ranks
+        .iter()
+        .filter_map(|o| o.inventory.as_ref().map(|i| i.machine_id.as_str()))
+        .collect();
+    format!(
+        "plan: {level} ({} tests a rank, at most {} s a rank) on {} rank{} and {} machine{}: {} \
+         step{} (ranks of one machine take turns on what they share); the gate ends within {:.0} s",
+        level.tests().len(),
+        super::checks::batch_bound(&level.tests()).as_secs(),
+        ranks.len(),
+        if ranks.len() == 1 { "" } else { "s" },
+        machines.len(),
+        if machines.len() == 1 { "" } else { "s" },
+        steps.len(),
+        if steps.len() == 1 { "" } else { "s" },
+        bound.as_secs_f64()
+    )
+}
+
+/// Judges and writes everything; returns the outcome.
+pub fn write(
+    dir: &RunDir,
+    ranks: &[RankOutcome],
+    level: Level,
+    baseline: Option<&Baseline>,
+    took: Duration,
+    quiet: bool,
+) -> Result<Outcome> {
+    let rows = verdict::judge(ranks, baseline);
+    let mut sink: CsvSink<FleetTable> = dir.table()?;
+    for (i, (p, f)) in rows.iter().enumerate() {
+        let case = format!("r{}_{}_{}_{i}", p.rank, p.test, p.figure);
+        sink.write(&Line::new(&dir.id, case, p.clone(), None, f.clone()))?;
+    }
+    for o in ranks {
+        let folder = dir.path.join("ranks").join(format!("r{}", o.rank));
+        std::fs::create_dir_all(&folder)?;
+        let doc = serde_json::json!({
+            "rank": o.rank,
+            "host": o.host,
+            "inventory": o.inventory,
+            "batches": o.batches,
+            "failure": o.failure,
+        });
+        std::fs::write(
+            folder.join("rank.json"),
+            serde_json::to_string_pretty(&doc)?,
+        )?;
+    }
+    let per_rank = verdict::per_rank(&rows);
+    let nodes: Vec<NodeSummary> = ranks
+        .iter()
+        .map(|o| {
+            let (v, reasons) = per_rank.get(&o.rank).cloned().unwrap_or((FAIL, vec![]));
+            NodeSummary {
+                rank: o.rank,
+                host: o.host.clone(),
+                local_rank: o.inventory.as_ref().map(|i| i.local_rank),
+                adapter: o.adapter(),
+                verdict: v.to_string(),
+                busy: o.busy(),
+                reasons,
+            }
+        })
+        .collect();
+    let mut failed_hosts: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.verdict == FAIL)
+        .map(|n| n.host.clone())
+        .collect();
+    failed_hosts.dedup();
+    let drain = hostlist::compress(&failed_hosts);
+    std::fs::write(
+        dir.path.join("drain.txt"),
+        if drain.is_empty() {
+            String::new()
+        } else {
+            format!("{drain}\n")
+        },
+    )
+    .context("cannot write drain.txt")?;
+    let exit_code = u8::from(!failed_hosts.is_empty());
+    let scontrol = (!drain.is_empty()).then(|| scontrol_line(&drain, &dir.id, &nodes));
+    let summary = serde_json::json!({
+        "run_id": dir.id,
+        "run_dir": dir.path,
+        "level": level.to_string(),
+        "ranks": ranks.len(),
+        "failed": nodes.iter().filter(|n| n.verdict == FAIL).count(),
+        "warned": nodes.iter().filter(|n| n.verdict == verdict::WARN).count(),
+        "busy": nodes.iter().filter(|n| n.busy).map(|n| n.host.clone()).collect::<Vec<_>>(),
+        "drain": drain,
+        "scontrol": scontrol,
+        "nodes": nodes,
+        "wall_s": crate::export::csv::round(took.as_secs_f64(), 1),
+        "exit_code": exit_code,
+    });
+    std::fs::write(
+        dir.path.join("fleet.json"),
+        serde_json::to_string_pretty(&summary)?,
+    )?;
+    if !quiet {
+        print_console(ranks, &nodes, &drain, scontrol.as_deref(), dir, took);
+    }
+    Ok(Outcome {
+        dir: dir.path.clone(),
+        exit_code,
+        summary,
+    })
+}
+
+/// The line an operator would run to drain the failed hosts (morphbench changes nothing).
+fn scontrol_line(drain: &str, run_id: &str, nodes: &[NodeSummary]) -> String {
+    let first = nodes
+        .iter()
+        .find(|n| n.verdict == FAIL)
+        .and_then(|n| n.reasons.iter().find(|r| r.starts_with(FAIL)))
+        .map(|r| {
+            r.trim_start_matches("FAIL ")
+                .chars()
+                .take(60)
+                .collect::<String>()
+        })
+        .unwrap_or_default()
+        .replace('"', "'");
+    format!("scontrol update NodeName={drain} State=DRAIN Reason=\"morphbench fleet {run_id}: {first}\"")
+}
+
+fn print_console(
+    ranks: &[RankOutcome],
+    nodes: &[NodeSummary],
+    drain: &str,
+    scontrol: Option<&str>,
+    dir: &RunDir,
+    took: Duration,
+) {
+    let width = nodes.iter().map(|n| n.host.len()).max().unwrap_or(4).max(4);
+    println!("rank  {:width$}  verdict  why", "host");
+    for n in nodes {
+        let why = n
+            .reasons
+            .iter()
+            .find(|r| r.starts_with(&n.verdict))
+            .cloned()
+            .unwrap_or_default();
+        println!("{:<4}  {:width$}  {:<7}  {why}", n.rank, n.host, n.verdict);
+    }
+    let mut busy: BTreeMap<&str, String> = BTreeMap::new();
+    for o in ranks.iter().filter(|o| o.busy()) {
+        busy.insert(&o.host, o.busy_reason());
+    }
+    for (host, why) in busy {
+        println!("warning: {host} was {why} during its tests: its figures are left out of the fleet's level");
+    }
+    match scontrol {
+        Some(line) => {
+            println!("drain: {drain} (drain.txt); to drain them:\n  {line}");
+        }
+        None => println!("drain: none"),
+    }
+    let failed = nodes.iter().filter(|n| n.verdict == FAIL).count();
+    println!(
+        "fleet: {failed} of {} ranks FAIL in {:.1} s -> {}",
+        nodes.len(),
+        took.as_secs_f64(),
+        dir.path.join("fleet.csv").display()
+    );
+}

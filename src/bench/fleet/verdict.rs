@@ -1,0 +1,511 @@
+//! Every rank's rows of fleet.csv with their verdicts: each figure against the fleet's other
+//! nodes of its adapter (the links' rule: slowdown over the lower median of the healthy
+//! members' times, a MAD outlier, beyond their tail; at least 3 members), against the
+//! baseline's expected value when one is given, and the inventory against the nodes of its
+//! kind. A busy rank (other processes using its machine) is left out of the fleet's level and
+//! is a WARN, not a FAIL, unless it is slower than its load can explain.
+
+use std::collections::BTreeMap;
+
+use super::baseline::Baseline;
+use super::checks::{Batch, Inventory, Measured};
+use super::table::{FleetFigures, FleetParams};
+use crate::bench::links::flag;
+
+/// The ranks (by index) with a result for one (adapter, test, figure).
+type Members<'a> = Vec<(usize, &'a Measured)>;
+
+/// A rank's whole outcome as rank 0 saw it.
+#[derive(Debug, Clone)]
+pub struct RankOutcome {
+    pub rank: u32,
+    pub host: String,
+    pub inventory: Option<Inventory>,
+    pub batches: Vec<Batch>,
+    /// Why the rank has no (or no more) results: it died, went silent, did not answer.
+    pub failure: Option<String>,
+}
+
+impl RankOutcome {
+    fn results(&self) -> impl Iterator<Item = &Measured> {
+        self.batches.iter().flat_map(|b| b.results.iter())
+    }
+    fn others_cores(&self) -> Option<f64> {
+        self.batches
+            .iter()
+            .filter_map(|b| b.others_cores)
+            .reduce(f64::max)
+    }
+    fn steal_pct(&self) -> Option<f64> {
+        self.batches
+            .iter()
+            .filter_map(|b| b.steal_pct)
+            .reduce(f64::max)
+    }
+    pub fn busy(&self) -> bool {
+        self.batches.iter().any(|b| b.busy)
+    }
+    fn cores(&self) -> usize {
+        self.batches.iter().map(|b| b.cores).max().unwrap_or(0)
+    }
+    pub fn adapter(&self) -> String {
+        self.inventory
+            .as_ref()
+            .and_then(|i| i.adapter.clone())
+            .unwrap_or_default()
+    }
+    fn driver(&self) -> String {
+        self.inventory
+            .as_ref()
+            .and_then(|i| i.driver.clone())
+            .unwrap_or_default()
+    }
+    /// The busy warning, as the single-node benches word it.
+    pub fn busy_reason(&self) -> String {
+        format!(
+            "busy: other processes used {:.1} of {} cores",
+            self.others_cores().unwrap_or(0.0),
+            self.cores()
+        )
+    }
+}
+
+pub const PASS: &str = "PASS";
+pub const WARN: &str = "WARN";
+pub const FAIL: &str = "FAIL";
+pub const SKIP: &str = "SKIP";
+
+/// Worse of two verdicts (FAIL > WARN > PASS > SKIP).
+pub fn worse(a: &str, b: &str) -> &'static str {
+    let rank = |v: &str| match v {
+        FAIL => 3,
+        WARN => 2,
+        PASS => 1,
+        _ => 0,
+    };
+    [SKIP, PASS, WARN, FAIL][rank(a).max(rank(b))]
+}
+
+/// How much slower than the fleet a busy rank's figure may be and still be put down to its
+/// load: sharing the machine with `others` cores' worth of other work, a CPU-bound test gets
+/// at worst 1 / (1 + others) of a core, so its time can grow (1 + others)-fold; twice that
+/// (scheduling, caches) and at least 4x. A figure slower still is slow, busy or not.
+pub fn explained_by_load(others: f64) -> f64 {
+    (2.0 * (1.0 + others.max(0.0))).max(4.0)
+}
+
+/// One judged row.
+pub type Row = (FleetParams, FleetFigures);
+
+fn row(o: &RankOutcome, test: &str, figure: &str) -> Row {
+    let inv = o.inventory.as_ref();
+    (
+        FleetParams {
+            rank: o.rank,
+            host: o.host.clone(),
+            local_rank: inv.map(|i| i.local_rank),
+            adapter: o.adapter(),
+            driver: o.driver(),
+            test: test.into(),
+            figure: figure.into(),
+        },
+        FleetFigures {
+            others_cores: o.others_cores(),
+            steal_pct: o.steal_pct(),
+            busy: o.busy(),
+            ..Default::default()
+        },
+    )
+}
+
+/// Every row of fleet.csv, judged, in rank order.
+pub fn judge(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
+    let mut rows = inventory_rows(ranks);
+    rows.extend(figure_rows(ranks, baseline));
+    for o in ranks {
+        if let Some(why) = &o.failure {
+            let (p, mut f) = row(o, "gate", "answer");
+            f.verdict = FAIL.into();
+            f.reason = why.clone();
+            rows.push((p, f));
+        }
+    }
+    rows.sort_by_key(|(p, _)| p.rank);
+    rows
+}
+
+/// The fields of the inventory that nodes of one adapter must agree on.
+fn inventory_fields(i: &Inventory) -> Vec<(&'static str, String, Option<f64>)> {
+    let gib = i
+        .host
+        .memory_bytes
+        .map(|b| (b as f64 / (1u64 << 30) as f64).round());
+    vec![
+        ("driver", i.driver.clone().unwrap_or_default(), None),
+        ("adapters", i.adapters.to_string(), Some(i.adapters as f64)),
+        (
+            "rdma_devices",
+            i.rdma_devices.join(" "),
+            Some(i.rdma_devices.len() as f64),
+        ),
+        ("cpu_model", i.host.cpu_model.clone(), None),
+        (
+            "logical_cores",
+            i.host.logical_cores.to_string(),
+            Some(i.host.logical_cores as f64),
+        ),
+        (
+            "memory_gib",
+            gib.map_or(String::new(), |g| g.to_string()),
+            gib,
+        ),
+    ]
+}
+
+fn inventory_rows(ranks: &[RankOutcome]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let mut by_adapter: BTreeMap<String, Vec<&RankOutcome>> = BTreeMap::new();
+    for o in ranks.iter().filter(|o| o.inventory.is_some()) {
+        by_adapter.entry(o.adapter()).or_default().push(o);
+    }
+    for o in ranks {
+        let Some(inv) = &o.inventory else { continue };
+        if let Some(e) = &inv.gpu_error {
+            let (p, mut f) = row(o, "inventory", "adapter");
+            f.verdict = FAIL.into();
+            f.reason = format!("no GPU adapter: {e}");
+            rows.push((p, f));
+            continue;
+        }
+        let peers = &by_adapter[&o.adapter()];
+        for (k, (field, text, number)) in inventory_fields(inv).into_iter().enumerate() {
+            let (p, mut f) = row(o, "inventory", field);
+            f.value = number;
+            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+            for q in peers {
+                let (_, t, _) = &inventory_fields(q.inventory.as_ref().expect("filtered"))[k];
+                *counts.entry(t.clone()).or_default() += 1;
+            }
+            let (common, n) = counts
+                .iter()
+                .max_by_key(|(_, n)| **n)
+                .map(|(t, n)| (t.clone(), *n))
+                .unwrap_or_default();
+            // An odd node is one outvoted by a strict majority of its kind.
+            if text != common && 2 * n > peers.len() {
+                f.verdict = WARN.into();
+                f.reason = format!(
+                    "{field} is {text:?} where {n} of {} nodes with this adapter have {common:?}",
+                    peers.len()
+                );
+            } else {
+                f.verdict = PASS.into();
+                f.reason = text;
+            }
+            rows.push((p, f));
+        }
+    }
+    rows
+}
+
+/// The fleet's verdict on each measured figure, then the baseline's.
+fn figure_rows(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
+    // (adapter, test, figure) -> [(rank index, result)]
+    let mut groups: BTreeMap<(String, String, String), Members> = BTreeMap::new();
+    for (i, o) in ranks.iter().enumerate() {
+        for m in o.results() {
+            let key = (o.adapter(), m.test.name().to_string(), m.figure.clone());
+            groups.entry(key).or_default().push((i, m));
+        }
+    }
+    let mut rows = Vec::new();
+    for ((_, test, figure), members) in groups {
+        let level = fleet_level(ranks, &members);
+        for &(i, m) in &members {
+            let o = &ranks[i];
+            let (p, mut f) = row(o, &test, &figure);
+            (f.value, f.unit) = (m.value, m.unit.clone());
+            judge_one(o, m, level.get(&i).copied(), &mut f);
+            if let Some(b) = baseline {
+                against_baseline(o, m, b, &mut f);
+            }
+            rows.push((p, f));
+        }
+    }
+    rows
+}
+
+/// A member's standing in its group: (slowdown, flagged, the fleet's healthy rate).
+type Standing = (f64, bool, f64);
+
+/// Judges the healthy (not busy) members with a figure against each other, and places the
+/// busy ones against the healthy level. Groups of fewer than 3 healthy members have none.
+fn fleet_level(ranks: &[RankOutcome], members: &[(usize, &Measured)]) -> BTreeMap<usize, Standing> {
+    let timed: Vec<(usize, f64, f64, f64)> = members
+        .iter()
+        .filter_map(|&(i, m)| Some((i, m.p50_us?, m.p99_us?, m.value?)))
+        .collect();
+    let healthy: Vec<&(usize, f64, f64, f64)> =
+        timed.iter().filter(|t| !ranks[t.0].busy()).collect();
+    let mut out = BTreeMap::new();
+    if healthy.len() < flag::MIN_GROUP {
+        return out;
+    }
+    let times: Vec<f64> = healthy.iter().map(|t| t.1).collect();
+    let tails: Vec<f64> = healthy.iter().map(|t| t.2).collect();
+    let base = crate::stats::robust::lower_median(&times);
+    for (t, v) in healthy.iter().zip(flag::judge(&times, &tails)) {
+        out.insert(t.0, (v.slowdown, v.flagged, t.3 * v.slowdown));
+    }
+    for t in timed.iter().filter(|t| ranks[t.0].busy()) {
+        let slowdown = if base > 0.0 { t.1 / base } else { 1.0 };
+        out.insert(t.0, (slowdown, false, t.3 * slowdown));
+    }
+    out
+}
+
+fn judge_one(o: &RankOutcome, m: &Measured, standing: Option<Standing>, f: &mut FleetFigures) {
+    if let Some(why) = &m.skipped {
+        f.verdict = SKIP.into();
+        f.reason = why.clone();
+        return;
+    }
+    if let Some(e) = &m.error {
+        f.verdict = FAIL.into();
+        f.reason = e.clone();
+        return;
+    }
+    let cut = if m.cut {
+        format!("; cut by its deadline after {} samples", m.n)
+    } else {
+        String::new()
+    };
+    let Some((slowdown, flagged, healthy)) = standing else {
+        f.verdict = WARN.into();
+        f.reason = format!(
+            "fewer than {} healthy nodes with this adapter: no fleet to judge by{cut}",
+            flag::MIN_GROUP
+        );
+        return;
+    };
+    f.expected = Some(crate::export::csv::sig4(healthy));
+    let versus = format!(
+        "{:.2}x the fleet's {} {}",
+        1.0 / slowdown.max(1e-9),
+        crate::export::csv::sig4(healthy),
+        m.unit
+    );
+    f.verdict = if m.cut { WARN } else { PASS }.into();
+    f.reason = format!("{versus}{cut}");
+    if o.busy() {
+        let bound = explained_by_load(o.others_cores().unwrap_or(0.0));
+        if slowdown >= bound {
+            f.verdict = FAIL.into();
+            f.reason = format!(
+                "{versus}: slower than its load explains (over {bound:.1}x); {}",
+                o.busy_reason()
+            );
+        } else {
+            f.verdict = WARN.into();
+            f.reason = format!("{}; {versus}{cut}", o.busy_reason());
+        }
+    } else if flagged {
+        f.verdict = FAIL.into();
+        f.reason = format!("{versus} (slowdown {slowdown:.2}){cut}");
+    }
+}
+
+fn against_baseline(o: &RankOutcome, m: &Measured, b: &Baseline, f: &mut FleetFigures) {
+    let (Some(value), None) = (m.value, &m.skipped) else {
+        return;
+    };
+    let Some(e) = b.expected(&o.adapter(), &o.driver(), m.test.name(), &m.figure) else {
+        f.reason
+            .push_str("; no baseline for this adapter and driver");
+        return;
+    };
+    f.expected = Some(e.expected);
+    let floor = e.expected * (1.0 - e.tolerance);
+    let says = format!(
+        "measured {} {} against the baseline's {} ± {:.0}%",
+        value,
+        m.unit,
+        e.expected,
+        100.0 * e.tolerance
+    );
+    if value >= floor {
+        f.reason = format!("{says}; {}", f.reason);
+        return;
+    }
+    // Within two tolerances below, a WARN (a healthy node's drift on a shared machine); beyond,
+    // a FAIL, unless the node was busy and its load explains it.
+    let slowdown = e.expected / value.max(1e-12);
+    let far = value < e.expected * (1.0 - 2.0 * e.tolerance);
+    let explained = o.busy() && slowdown < explained_by_load(o.others_cores().unwrap_or(0.0));
+    let verdict = if far && !explained { FAIL } else { WARN };
+    f.verdict = worse(&f.verdict, verdict).into();
+    f.reason = format!("{says} ({:.2}x); {}", value / e.expected, f.reason);
+}
+
+/// Each rank's verdict (the worst of its rows) and its reasons (the rows that are not PASS).
+pub fn per_rank(rows: &[Row]) -> BTreeMap<u32, (&'static str, Vec<String>)> {
+    let mut out: BTreeMap<u32, (&'static str, Vec<String>)> = BTreeMap::new();
+    for (p, f) in rows {
+        let e = out.entry(p.rank).or_insert((SKIP, Vec::new()));
+        e.0 = worse(e.0, &f.verdict);
+        if f.verdict == FAIL || f.verdict == WARN {
+            e.1.push(format!(
+                "{} {} {}: {}",
+                f.verdict, p.test, p.figure, f.reason
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::fleet::checks::TestKind;
+
+    fn outcome(rank: u32, gemm_us: f64, others: f64, memory_gib: u64) -> RankOutcome {
+        let host = crate::host::HostInfo {
+            hostname: format!("n{rank:02}"),
+            cpu_model: "cpu".into(),
+            logical_cores: 8,
+            memory_bytes: Some(memory_gib << 30),
+            os: "linux".into(),
+            kernel: "6".into(),
+        };
+        let inventory = Inventory {
+            rank,
+            local_rank: 0,
+            machine_id: format!("m{rank}"),
+            host,
+            adapter: Some("gpu".into()),
+            adapter_index: Some(0),
+            driver: Some("d1".into()),
+            backend: Some("Vulkan".into()),
+            device_type: Some("DiscreteGpu".into()),
+            adapters: 1,
+            rdma_devices: vec![],
+            gpu_error: None,
+        };
+        let gemm = Measured {
+            test: TestKind::Gemm,
+            figure: "gflops".into(),
+            unit: "GFLOP/s".into(),
+            value: Some(1e6 / gemm_us),
+            p50_us: Some(gemm_us),
+            p99_us: Some(gemm_us * 1.05),
+            n: 20,
+            cut: false,
+            error: None,
+            skipped: None,
+        };
+        RankOutcome {
+            rank,
+            host: format!("n{rank:02}"),
+            inventory: Some(inventory),
+            batches: vec![Batch {
+                results: vec![gemm],
+                others_cores: Some(others),
+                steal_pct: Some(0.0),
+                busy: others > crate::host_load::BUSY_OTHER_CORES,
+                cores: 8,
+            }],
+            failure: None,
+        }
+    }
+
+    fn verdict_of(rows: &[Row], rank: u32, test: &str, figure: &str) -> (String, String) {
+        let (_, f) = rows
+            .iter()
+            .find(|(p, _)| p.rank == rank && p.test == test && p.figure == figure)
+            .unwrap_or_else(|| panic!("no {test} {figure} row for rank {rank}"));
+        (f.verdict.clone(), f.reason.clone())
+    }
+
+    #[test]
+    fn a_slow_node_fails_a_busy_one_warns_and_a_silent_one_is_named() {
+        let mut ranks = vec![
+            outcome(0, 100.0, 0.0, 512),
+            outcome(1, 210.0, 0.0, 512),
+            outcome(2, 101.0, 0.0, 512),
+            outcome(3, 99.0, 0.0, 256),
+            // Busy and 1.6x slow: its load explains it.
+            outcome(4, 160.0, 1.5, 512),
+            // Busy and 20x slow: slow, busy or not.
+            outcome(5, 2000.0, 1.5, 512),
+            outcome(6, 100.0, 0.0, 512),
+        ];
+        ranks[6].failure = Some("no answer within 56 s".into());
+        let rows = judge(&ranks, None);
+        assert_eq!(verdict_of(&rows, 0, "gemm", "gflops").0, PASS);
+        let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
+        assert_eq!(v, FAIL, "{why}");
+        assert!(why.contains("0.48x the fleet's"), "{why}");
+        let (v, why) = verdict_of(&rows, 4, "gemm", "gflops");
+        assert_eq!(v, WARN);
+        assert!(
+            why.starts_with("busy: other processes used 1.5 of 8 cores"),
+            "{why}"
+        );
+        let (v, why) = verdict_of(&rows, 5, "gemm", "gflops");
+        assert_eq!(v, FAIL);
+        assert!(why.contains("slower than its load explains"), "{why}");
+        let (v, why) = verdict_of(&rows, 3, "inventory", "memory_gib");
+        assert_eq!(v, WARN);
+        assert!(why.contains("memory_gib is \"256\" where 6 of 7"), "{why}");
+        assert_eq!(
+            verdict_of(&rows, 6, "gate", "answer"),
+            (FAIL.into(), "no answer within 56 s".into())
+        );
+        let per = per_rank(&rows);
+        let failed: Vec<u32> = per
+            .iter()
+            .filter(|(_, v)| v.0 == FAIL)
+            .map(|(r, _)| *r)
+            .collect();
+        assert_eq!(failed, [1, 5, 6]);
+        assert_eq!(per[&3].0, WARN);
+        assert_eq!(per[&4].0, WARN);
+    }
+
+    #[test]
+    fn a_baseline_warns_within_two_tolerances_and_fails_beyond() {
+        let ranks = vec![outcome(0, 100.0, 0.0, 512), outcome(1, 100.0, 0.0, 512)];
+        let baseline = |expected: f64| Baseline {
+            from_run: "r".into(),
+            level: "quick".into(),
+            sku: vec![super::super::baseline::Sku {
+                adapter: "gpu".into(),
+                driver: "d1".into(),
+                figure: vec![super::super::baseline::Expected {
+                    test: "gemm".into(),
+                    figure: "gflops".into(),
+                    unit: "GFLOP/s".into(),
+                    expected,
+                    tolerance: 0.1,
+                    nodes: 4,
+                }],
+            }],
+        };
+        // Measured 10000 GFLOP/s.
+        for (expected, want) in [
+            (10_500.0, WARN),
+            (11_500.0, WARN),
+            (13_000.0, FAIL),
+            (5_000.0, WARN),
+        ] {
+            let rows = judge(&ranks, Some(&baseline(expected)));
+            let (v, why) = verdict_of(&rows, 0, "gemm", "gflops");
+            // Two nodes: no fleet to judge by (a WARN) whatever the baseline says, unless it fails.
+            assert_eq!(v, want, "expected {expected}: {why}");
+            assert!(
+                why.contains(&format!("against the baseline's {expected}")),
+                "{why}"
+            );
+        }
+    }
+}

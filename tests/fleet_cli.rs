@@ -1,0 +1,202 @@
+//! `morphbench fleet` on loopback: a healthy fleet passes with an empty drain list, a rank
+//! stopped mid-gate is a FAIL named while every other rank's rows are written, and a baseline
+//! judges figures (a faster SKU's fails the slower ones, expected and measured side by side).
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{col, only_run, read_csv};
+
+/// The rows of fleet.csv as (rank, test, figure, verdict, reason).
+fn fleet_rows(run: &Path) -> Vec<(u32, String, String, String, String)> {
+    let (h, rows) = read_csv(&run.join("fleet.csv"));
+    rows.iter()
+        .map(|r| {
+            (
+                r[col(&h, "rank")].parse().unwrap(),
+                r[col(&h, "test")].to_string(),
+                r[col(&h, "figure")].to_string(),
+                r[col(&h, "verdict")].to_string(),
+                r[col(&h, "reason")].to_string(),
+            )
+        })
+        .collect()
+}
+
+fn local_fleet(home: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "fleet",
+        "--local",
+        "3",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    common::morphbench(&args, home)
+}
+
+#[test]
+fn a_healthy_fleet_passes_and_a_baseline_from_a_faster_sku_fails_its_slower_figures() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("healthy");
+    let o = local_fleet(home.path(), &out, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let doc: serde_json::Value =
+        serde_json::from_str(&common::stdout(&o)).expect("stdout is one JSON document");
+    assert_eq!(doc["exit_code"], 0, "{doc}");
+    assert_eq!(doc["drain"], "", "{doc}");
+    assert_eq!(doc["nodes"].as_array().unwrap().len(), 3);
+    let run = only_run(&out);
+    assert_eq!(std::fs::read_to_string(run.join("drain.txt")).unwrap(), "");
+    let rows = fleet_rows(&run);
+    for rank in 0..3 {
+        for test in ["memcpy", "gemm", "d2h", "h2d"] {
+            let r = rows
+                .iter()
+                .find(|r| r.0 == rank && r.1 == test)
+                .unwrap_or_else(|| panic!("rank {rank} has no {test} row: {rows:?}"));
+            assert_ne!(r.3, "FAIL", "{r:?}");
+        }
+        assert!(rows
+            .iter()
+            .any(|r| r.0 == rank && r.1 == "inventory" && r.2 == "driver"));
+        assert!(run.join(format!("ranks/r{rank}/rank.json")).exists());
+    }
+
+    // The baseline from this run: the same fleet passes against it.
+    let baseline = home.path().join("baseline.toml");
+    let b = baseline.to_str().unwrap();
+    let o = common::morphbench(&["baseline", run.to_str().unwrap(), "-o", b], home.path());
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let text = std::fs::read_to_string(&baseline).unwrap();
+    assert!(
+        text.contains("expected") && text.contains("tolerance"),
+        "{text}"
+    );
+    let again = home.path().join("again");
+    let o = local_fleet(home.path(), &again, &["--baseline", b]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stdout(&o));
+
+    // A faster SKU's baseline: every expected rate 5x: the measured figures fail, with both.
+    let faster: String = text
+        .lines()
+        .map(|l| match l.strip_prefix("expected = ") {
+            Some(v) => format!("expected = {}", v.parse::<f64>().unwrap() * 5.0),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&baseline, faster).unwrap();
+    let slower = home.path().join("slower");
+    let o = local_fleet(home.path(), &slower, &["--baseline", b]);
+    assert_eq!(o.status.code(), Some(1), "{}", common::stdout(&o));
+    let rows = fleet_rows(&only_run(&slower));
+    let gemm: Vec<_> = rows.iter().filter(|r| r.1 == "gemm").collect();
+    assert_eq!(gemm.len(), 3);
+    for r in gemm {
+        assert_eq!(r.3, "FAIL", "{r:?}");
+        assert!(
+            r.4.contains("measured") && r.4.contains("against the baseline's"),
+            "{r:?}"
+        );
+    }
+    let doc: serde_json::Value = serde_json::from_str(&common::stdout(&o)).unwrap();
+    assert!(doc["scontrol"]
+        .as_str()
+        .unwrap()
+        .starts_with("scontrol update NodeName="));
+
+    // Bad input: the gate cannot run (exit 2), naming the file.
+    let o = local_fleet(home.path(), &slower, &["--baseline", "/nonexistent/b.toml"]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    assert!(common::stderr(&o).contains("/nonexistent/b.toml"));
+    let o = common::morphbench(
+        &["baseline", home.path().to_str().unwrap(), "-o", b],
+        home.path(),
+    );
+    assert!(!o.status.success());
+    assert!(
+        common::stderr(&o).contains("is not a fleet run"),
+        "{}",
+        common::stderr(&o)
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn a_rank_stopped_mid_gate_is_a_fail_and_every_other_ranks_rows_are_written() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("results");
+    let port = free_port();
+    let started = Instant::now();
+    let mut ranks: Vec<Child> = (0..4u32)
+        .map(|r| {
+            Command::new(env!("CARGO_BIN_EXE_morphbench"))
+                .args(["fleet", "--rank", &r.to_string(), "--world", "4"])
+                .args(["--rendezvous", &format!("127.0.0.1:{port}")])
+                .args(["--out", out.to_str().unwrap(), "-q"])
+                .current_dir(home.path())
+                .env("HOME", home.path())
+                .env("LP_NUM_THREADS", "1")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Once rank 0 has its run folder, the world is formed: stop rank 2.
+    while !out.exists() || std::fs::read_dir(&out).unwrap().next().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no run folder");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stopped = ranks[2].id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &stopped])
+        .status()
+        .unwrap()
+        .success());
+    let root = ranks.remove(0).wait_with_output().unwrap();
+    let took = started.elapsed();
+    let _ = Command::new("kill").args(["-KILL", &stopped]).status();
+    for mut c in ranks {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert_eq!(
+        root.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&root.stderr)
+    );
+    // Within the quick level's bound for 4 ranks in turns on one machine.
+    assert!(took < Duration::from_secs(4 * 60), "{took:?}");
+    let run = only_run(&out);
+    let rows = fleet_rows(&run);
+    let gate: Vec<_> = rows.iter().filter(|r| r.1 == "gate").collect();
+    assert_eq!(gate.len(), 1, "{rows:?}");
+    assert_eq!((gate[0].0, gate[0].3.as_str()), (2, "FAIL"));
+    assert!(gate[0].4.contains("rank 2"), "{:?}", gate[0]);
+    for rank in [0, 1, 3] {
+        assert!(
+            rows.iter()
+                .any(|r| r.0 == rank && r.1 == "gemm" && r.3 != "FAIL"),
+            "rank {rank}: {rows:?}"
+        );
+    }
+    let host = String::from_utf8(Command::new("hostname").output().unwrap().stdout).unwrap();
+    let drain = std::fs::read_to_string(run.join("drain.txt")).unwrap();
+    assert_eq!(drain.trim(), host.trim());
+    let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
+    assert!(meta.contains("\"status\": \"complete\""), "{meta}");
+}
