@@ -63,6 +63,9 @@ pub struct Load {
     pub seconds: f64,
     /// Cores' worth of CPU that other processes used, on average.
     pub other_cores: Option<f64>,
+    /// Cores' worth of CPU every process used (this one included), and this one alone.
+    pub machine_cores: Option<f64>,
+    pub own_cores: Option<f64>,
     /// Share of the machine's CPU time the hypervisor took (steal).
     pub steal_fraction: Option<f64>,
     pub load1_before: Option<f64>,
@@ -77,11 +80,30 @@ pub struct Load {
 pub const BUSY_OTHER_CORES: f64 = 0.25;
 pub const BUSY_STEAL: f64 = 0.05;
 
+/// How much slower than its peers a figure measured on a busy machine may be and still be put
+/// down to the load: sharing the machine with `others` cores' worth of other work, a CPU-bound
+/// test gets at worst 1 / (1 + others) of a core, so its time can grow (1 + others)-fold;
+/// twice that (scheduling, caches) and at least 4x. Slower still is slow, busy or not.
+pub fn explained_by_load(others: f64) -> f64 {
+    (2.0 * (1.0 + others.max(0.0))).max(4.0)
+}
+
+/// Cores' worth of other processes' CPU a test says its machine had instead of measuring it
+/// (tests only: a busy neighbour on one rank of a world that shares one machine).
+pub const INJECT_LOAD: &str = "MORPHBENCH_INJECT_OTHER_CORES";
+
+/// The injected load, when a test sets one.
+pub fn injected() -> Option<f64> {
+    std::env::var(INJECT_LOAD).ok().and_then(|v| v.parse().ok())
+}
+
 impl Load {
     pub fn between(a: &Sample, b: &Sample) -> Load {
         let seconds = b.at.duration_since(a.at).as_secs_f64().max(1e-9);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let diff = |x: Option<f64>, y: Option<f64>| Some(y? - x?);
+        let machine_cores = diff(a.busy_s, b.busy_s).map(|c| (c / seconds).max(0.0));
+        let own_cores = diff(a.own_s, b.own_s).map(|c| (c / seconds).max(0.0));
         let other_cores = match (diff(a.busy_s, b.busy_s), diff(a.own_s, b.own_s)) {
             (Some(all), Some(own)) => Some(((all - own) / seconds).max(0.0)),
             _ => None,
@@ -95,6 +117,8 @@ impl Load {
         Load {
             seconds,
             other_cores,
+            machine_cores,
+            own_cores,
             steal_fraction,
             load1_before: a.load1,
             load1_after: b.load1,

@@ -200,3 +200,48 @@ fn a_rank_stopped_mid_gate_is_a_fail_and_every_other_ranks_rows_are_written() {
     let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
     assert!(meta.contains("\"status\": \"complete\""), "{meta}");
 }
+
+#[test]
+fn a_busy_rank_is_a_warn_not_a_fail_and_the_gate_passes() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("results");
+    let port = free_port();
+    let ranks: Vec<Child> = (0..4u32)
+        .map(|r| {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_morphbench"));
+            c.args(["fleet", "--rank", &r.to_string(), "--world", "4"])
+                .args(["--rendezvous", &format!("127.0.0.1:{port}")])
+                .args(["--out", out.to_str().unwrap(), "-q"])
+                .current_dir(home.path())
+                .env("HOME", home.path())
+                .env("LP_NUM_THREADS", "1")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            if r == 1 {
+                c.env("MORPHBENCH_INJECT_OTHER_CORES", "1.5");
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    let mut codes = Vec::new();
+    for c in ranks {
+        codes.push(c.wait_with_output().unwrap().status.code());
+    }
+    assert_eq!(codes[0], Some(0), "{codes:?}");
+    let run = only_run(&out);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("fleet.json")).unwrap()).unwrap();
+    let busy: Vec<&str> = doc["busy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(!busy.is_empty(), "{doc}");
+    let rows = fleet_rows(&run);
+    for r in rows.iter().filter(|r| r.0 == 1 && r.1 != "inventory") {
+        assert_eq!(r.3, "WARN", "{r:?}");
+        assert!(r.4.starts_with("busy: other processes used"), "{r:?}");
+    }
+    assert_eq!(std::fs::read_to_string(run.join("drain.txt")).unwrap(), "");
+}

@@ -502,3 +502,53 @@ fn a_topology_file_classes_every_link_and_a_broken_one_is_refused_before_it_star
     let meta = std::fs::read_to_string(run_dir.join("meta.json")).unwrap();
     assert!(meta.contains("topology.conf"), "{meta}");
 }
+
+/// Busy is not slow: one rank told its machine has 1.5 cores of other work (the injected load
+/// source) makes every row it is an end of busy, and the summary names it.
+#[test]
+fn a_rank_with_a_busy_machine_is_named_busy_on_every_row_it_measured() {
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let ranks: Vec<Child> = (0..4)
+        .map(|r| {
+            let mut c = rank(home.path(), r, 4, port, SMALL);
+            if r == 2 {
+                // rank() has spawned already: start rank 2 again with the load injected.
+                let _ = c.kill();
+                let _ = c.wait();
+                let out = home.path().join("results");
+                c = Command::new(env!("CARGO_BIN_EXE_morphbench"))
+                    .args(["links", "--rank", "2", "--world", "4"])
+                    .args(["--rendezvous", &format!("127.0.0.1:{port}")])
+                    .args(["--out", out.to_str().unwrap(), "--no-fingerprint", "-q"])
+                    .args(SMALL)
+                    .current_dir(home.path())
+                    .env("HOME", home.path())
+                    .env("MORPHBENCH_INJECT_OTHER_CORES", "1.5")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+            }
+            c
+        })
+        .collect();
+    let mut errs = Vec::new();
+    for (r, c) in ranks.into_iter().enumerate() {
+        let (ok, err) = finish(c);
+        assert!(ok, "rank {r}: {err}");
+        errs.push(err);
+    }
+    let run = only_run(&home.path().join("results"));
+    let (h, rows) = read_csv(&run.join("links.csv"));
+    for r in &rows {
+        let touches = &r[col(&h, "src_rank")] == "2" || &r[col(&h, "dst_rank")] == "2";
+        if touches {
+            assert_eq!(&r[col(&h, "busy")], "true", "{r:?}");
+            let others: f64 = r[col(&h, "others_cores")].parse().unwrap();
+            assert!(others >= 1.5, "{r:?}");
+        }
+    }
+    // Rank 0 (quiet) names the busy rank on standard error.
+    assert!(errs[0].contains("busy: rank 2"), "{}", errs[0]);
+}

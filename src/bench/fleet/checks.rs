@@ -151,14 +151,6 @@ impl Inventory {
     }
 }
 
-pub fn machine_id(host: &HostInfo) -> String {
-    std::fs::read_to_string("/etc/machine-id")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| host.hostname.clone())
-}
-
 pub fn inventory(rank: u32, local_rank: u32, gpu: Result<&Gpu, &str>) -> Inventory {
     let host = HostInfo::probe();
     let (adapter, index, driver, backend, device_type, gpu_error) = match gpu {
@@ -179,7 +171,7 @@ pub fn inventory(rank: u32, local_rank: u32, gpu: Result<&Gpu, &str>) -> Invento
     Inventory {
         rank,
         local_rank,
-        machine_id: machine_id(&host),
+        machine_id: crate::host::machine_id(),
         host,
         adapter,
         adapter_index: index,
@@ -225,16 +217,12 @@ pub struct Batch {
     pub cores: usize,
 }
 
-/// Cores' worth of other processes' CPU to report instead of measuring (tests only: a busy
-/// neighbour on one rank of a world that shares one machine).
-const INJECT_LOAD: &str = "MORPHBENCH_INJECT_OTHER_CORES";
-
 /// Runs `tests` on this rank, each until its samples or its deadline.
 pub fn run_batch(gpu: Option<&Gpu>, tests: &[TestSpec]) -> Batch {
     let before = host_load::Sample::now();
     let results = tests.iter().map(|t| run_test(gpu, *t)).collect();
     let load = host_load::Load::between(&before, &host_load::Sample::now());
-    let injected: Option<f64> = std::env::var(INJECT_LOAD).ok().and_then(|v| v.parse().ok());
+    let injected = host_load::injected();
     let others_cores = injected.or(load.other_cores);
     let busy = match injected {
         Some(c) => c > host_load::BUSY_OTHER_CORES,

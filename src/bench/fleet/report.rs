@@ -159,10 +159,9 @@ fn scontrol_line(drain: &str, run_id: &str, nodes: &[NodeSummary]) -> String {
         .find(|n| n.verdict == FAIL)
         .and_then(|n| n.reasons.iter().find(|r| r.starts_with(FAIL)))
         .map(|r| {
-            r.trim_start_matches("FAIL ")
-                .chars()
-                .take(60)
-                .collect::<String>()
+            let r = r.trim_start_matches("FAIL ");
+            let r = r.split(" (").next().unwrap_or(r);
+            r.chars().take(80).collect::<String>()
         })
         .unwrap_or_default()
         .replace('"', "'");

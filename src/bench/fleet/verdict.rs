@@ -11,6 +11,7 @@ use super::baseline::Baseline;
 use super::checks::{Batch, Inventory, Measured};
 use super::table::{FleetFigures, FleetParams};
 use crate::bench::links::flag;
+use crate::host_load::explained_by_load;
 
 /// The ranks (by index) with a result for one (adapter, test, figure).
 type Members<'a> = Vec<(usize, &'a Measured)>;
@@ -62,10 +63,15 @@ impl RankOutcome {
     }
     /// The busy warning, as the single-node benches word it.
     pub fn busy_reason(&self) -> String {
+        let steal = self.steal_pct().unwrap_or(0.0);
         format!(
-            "busy: other processes used {:.1} of {} cores",
+            "busy: other processes used {:.1} of {} cores{}",
             self.others_cores().unwrap_or(0.0),
-            self.cores()
+            self.cores(),
+            match steal >= 100.0 * crate::host_load::BUSY_STEAL {
+                true => format!(", the hypervisor stole {steal:.1}%"),
+                false => String::new(),
+            }
         )
     }
 }
@@ -84,14 +90,6 @@ pub fn worse(a: &str, b: &str) -> &'static str {
         _ => 0,
     };
     [SKIP, PASS, WARN, FAIL][rank(a).max(rank(b))]
-}
-
-/// How much slower than the fleet a busy rank's figure may be and still be put down to its
-/// load: sharing the machine with `others` cores' worth of other work, a CPU-bound test gets
-/// at worst 1 / (1 + others) of a core, so its time can grow (1 + others)-fold; twice that
-/// (scheduling, caches) and at least 4x. A figure slower still is slow, busy or not.
-pub fn explained_by_load(others: f64) -> f64 {
-    (2.0 * (1.0 + others.max(0.0))).max(4.0)
 }
 
 /// One judged row.
@@ -282,8 +280,12 @@ fn judge_one(o: &RankOutcome, m: &Measured, standing: Option<Standing>, f: &mut 
     };
     let Some((slowdown, flagged, healthy)) = standing else {
         f.verdict = WARN.into();
+        let busy = match o.busy() {
+            true => format!("{}; ", o.busy_reason()),
+            false => String::new(),
+        };
         f.reason = format!(
-            "fewer than {} healthy nodes with this adapter: no fleet to judge by{cut}",
+            "{busy}fewer than {} healthy nodes with this adapter: no fleet to judge by{cut}",
             flag::MIN_GROUP
         );
         return;

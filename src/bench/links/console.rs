@@ -206,3 +206,22 @@ pub(super) fn waves(waves: &[Vec<(u32, u32)>]) -> String {
         .collect::<Vec<_>>()
         .join(" | ")
 }
+
+/// One busy rank, as the single-node warning words it.
+pub(super) fn busy_line(world: &World, rank: u32, b: &super::load::Busy) -> String {
+    format!(
+        "busy: {}: other processes used {:.1} of {} cores (steal {:.1}%) while its links were \
+         measured; a slow row there is not blamed on that measurement alone",
+        world.describe(rank),
+        b.others_cores.unwrap_or(0.0),
+        b.cores,
+        b.steal_pct.unwrap_or(0.0)
+    )
+}
+
+/// A line per busy rank, last in the summary.
+pub(super) fn print_busy(world: &World, busiest: &super::load::Busiest) {
+    for (r, b) in &busiest.0 {
+        println!("{}", busy_line(world, *r, b));
+    }
+}

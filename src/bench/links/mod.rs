@@ -7,11 +7,13 @@ pub mod blame;
 mod console;
 mod fingerprint;
 pub mod flag;
+mod load;
 pub mod nodes;
 pub mod pair;
 pub mod pattern;
 pub mod tables;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -70,7 +72,8 @@ pub enum Order {
 pub enum Reply {
     Ready,
     Node(Box<NodeSample>),
-    Round(Vec<Measured>),
+    /// The rows a rank measured in a wave, and its machine's load over it.
+    Round(Vec<Measured>, load::RankLoad),
 }
 
 fn partner(round: &[(u32, u32)], me: u32) -> Option<u32> {
@@ -282,8 +285,8 @@ impl Ranked for Links {
                     ));
                 }
                 PairContext::of(world, &self.opts)
-                    .and_then(|c| c.play(p, r, &active))
-                    .map(Reply::Round)
+                    .and_then(|c| c.play_loaded(p, r, &active))
+                    .map(|(m, l)| Reply::Round(m, l))
                     .map_err(anyhow::Error::msg)
             }
             Order::Retest(r, (a, b), part) => {
@@ -300,8 +303,8 @@ impl Ranked for Links {
                     ));
                 }
                 PairContext::of(world, &self.opts)
-                    .and_then(|c| c.play(&part, r, &[(a, b)]))
-                    .map(Reply::Round)
+                    .and_then(|c| c.play_loaded(&part, r, &[(a, b)]))
+                    .map(|(m, l)| Reply::Round(m, l))
                     .map_err(anyhow::Error::msg)
             }
         }
@@ -322,6 +325,7 @@ struct PairContext {
     names: Vec<String>,
     me: u32,
     choice: DeviceChoice,
+    machine: String,
 }
 
 impl PairContext {
@@ -335,7 +339,24 @@ impl PairContext {
             names: (0..world.size()).map(|r| world.describe(r)).collect(),
             me: world.rank(),
             choice: opts.choice.clone(),
+            machine: crate::host::machine_id(),
         })
+    }
+
+    /// [`Self::play`] with this rank's machine sampled around it.
+    fn play_loaded(
+        &self,
+        plan: &PairPlan,
+        round: u32,
+        active: &[(u32, u32)],
+    ) -> Result<(Vec<Measured>, load::RankLoad), String> {
+        let before = crate::host_load::Sample::now();
+        let m = self.play(plan, round, active)?;
+        let after = crate::host_load::Sample::now();
+        Ok((
+            m,
+            load::RankLoad::between(self.me, &self.machine, &before, &after),
+        ))
     }
 
     /// This rank's pair in `round` (if it has one): the lower rank serves, the higher drives.
@@ -379,6 +400,7 @@ fn play_rounds(
     let mut lines: Vec<Line<LinksTable>> = Vec::new();
     let started = Instant::now();
     let quiet = opts.session.quiet;
+    let mut busiest = load::Busiest::default();
     for (r, round) in schedule.iter().enumerate() {
         let waves: Vec<Vec<(u32, u32)>> = round
             .chunks(opts.concurrent.unwrap_or(usize::MAX).max(1))
@@ -394,15 +416,18 @@ fn play_rounds(
         }
         for active in waves {
             let order = Order::Round(r as u32, active.clone());
-            for m in play_wave(crew, opts, &opts.plan, order, r as u32, &active)? {
-                let line = link_line(crew.world(), hops, &dir.id, &m, &(r + 1).to_string());
+            let (measured, loads) = play_wave(crew, opts, &opts.plan, order, r as u32, &active)?;
+            busiest.note(&loads);
+            for m in measured {
+                let busy = load::of_pair(&loads, m.src, m.dst);
+                let line = link_line(crew.world(), hops, &dir.id, &m, &(r + 1).to_string(), busy);
                 sink.write(&line)?;
                 lines.push(line);
             }
         }
     }
     tables::judge_links(&mut lines);
-    let noisy = retest_suspects(
+    let (noisy, retest_load) = retest_suspects(
         crew,
         opts,
         hops,
@@ -412,6 +437,12 @@ fn play_rounds(
         schedule.len() as u32,
     )?;
     rewrite(&dir.path, &lines)?;
+    busiest.merge(retest_load);
+    if quiet {
+        for (r, b) in &busiest.0 {
+            eprintln!("{}", console::busy_line(crew.world(), *r, b));
+        }
+    }
     let blamed = blame::slow_nodes(&tables::link_verdicts(&lines));
     if !quiet {
         let matrix = tables::matrix_rows(&lines);
@@ -421,6 +452,7 @@ fn play_rounds(
         if noisy > 0 {
             console::print_noisy(&lines);
         }
+        console::print_busy(crew.world(), &busiest);
         println!(
             "links: {} rows in {:.1} s -> {}",
             lines.len(),
@@ -444,8 +476,9 @@ fn retest_suspects(
     sink: &mut CsvSink<LinksTable>,
     lines: &mut Vec<Line<LinksTable>>,
     mut next_round: u32,
-) -> Result<usize> {
+) -> Result<(usize, load::Busiest)> {
     let mut noisy = 0;
+    let mut busiest = load::Busiest::default();
     for pass in 0..RETEST_PASSES {
         let suspects = tables::suspects(lines, pass > 0, CLEARLY_SLOW, CLEARLY_SLOWER_US);
         let mut retests = Vec::new();
@@ -473,19 +506,23 @@ fn retest_suspects(
             let r = next_round;
             next_round += 1;
             let order = Order::Retest(r, pair, part.clone());
-            for m in play_wave(crew, opts, &part, order, r, &[pair])? {
-                let line = link_line(crew.world(), hops, &dir.id, &m, tables::RETEST);
+            let (measured, loads) = play_wave(crew, opts, &part, order, r, &[pair])?;
+            busiest.note(&loads);
+            for m in measured {
+                let busy = load::of_pair(&loads, m.src, m.dst);
+                let line = link_line(crew.world(), hops, &dir.id, &m, tables::RETEST, busy);
                 sink.write(&line)?;
                 retests.push(line);
             }
         }
         noisy += tables::confirm(lines, retests).1;
     }
-    Ok(noisy)
+    Ok((noisy, busiest))
 }
 
 /// Rank 0: one wave of pairs (`order` sent to every rank), its own pair played in a thread
-/// while it hears the others, so a rank that dies anywhere ends the run at once.
+/// while it hears the others, so a rank that dies anywhere ends the run at once. Returns the
+/// rows and each rank's load over the wave.
 fn play_wave(
     crew: &mut Crew<Order, Reply>,
     opts: &LinksOptions,
@@ -493,24 +530,28 @@ fn play_wave(
     order: Order,
     round: u32,
     active: &[(u32, u32)],
-) -> Result<Vec<Measured>> {
+) -> Result<(Vec<Measured>, BTreeMap<u32, load::Busy>)> {
     crew.order_all(order)?;
     let ctx = PairContext::of(crew.world(), opts).map_err(anyhow::Error::msg)?;
     let (plan, active) = (plan.clone(), active.to_vec());
     let bound = plan.pair_bound();
-    let mine = std::thread::spawn(move || ctx.play(&plan, round, &active));
+    let mine = std::thread::spawn(move || ctx.play_loaded(&plan, round, &active));
     let replies = crew.hear_all(Instant::now() + bound)?;
-    let mut measured = mine
+    let (mut measured, own) = mine
         .join()
         .map_err(|_| anyhow!("rank 0's pair panicked"))?
         .map_err(|e| anyhow!("{e}"))?;
+    let mut loads = vec![own];
     for reply in replies {
         match reply {
-            Reply::Round(m) => measured.extend(m),
+            Reply::Round(m, l) => {
+                measured.extend(m);
+                loads.push(l);
+            }
             _ => return Err(anyhow!("a rank answered a round out of turn")),
         }
     }
-    Ok(measured)
+    Ok((measured, load::others_by_rank(&loads)))
 }
 
 fn link_line(
@@ -519,6 +560,7 @@ fn link_line(
     run_id: &str,
     m: &Measured,
     round: &str,
+    busy: load::Busy,
 ) -> Line<LinksTable> {
     let host = |r: u32| world.roster[r as usize].hostname.clone();
     let params = LinkParams {
@@ -539,6 +581,9 @@ fn link_line(
         round: Some(round.to_string()),
         confirmed: None,
         hop_class: hops.map(|t| t.hop_class(&params.src_host, &params.dst_host)),
+        others_cores: busy.others_cores,
+        steal_pct: busy.steal_pct,
+        busy: Some(busy.busy),
     };
     let case = match round {
         tables::RETEST => format!("{}_{}", tables::link_case(&params), tables::RETEST),

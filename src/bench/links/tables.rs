@@ -44,6 +44,12 @@ pub struct LinkFigures {
     /// With `--topology`: the switches between the two hosts (`same-leaf`, `3-switches`,
     /// `unlisted`...); a row is judged against rows of its own class. Empty without a file.
     pub hop_class: Option<String>,
+    /// CPU that other processes (not this run's ranks) used on either end's machine while the
+    /// row was measured, in cores (the larger end), and the hypervisor's steal (percent).
+    pub others_cores: Option<f64>,
+    pub steal_pct: Option<f64>,
+    /// Either end's machine was busy: a slow row is not blamed on that measurement alone.
+    pub busy: Option<bool>,
 }
 
 impl CsvTable for LinksTable {
@@ -51,7 +57,14 @@ impl CsvTable for LinksTable {
     const WITH_STATS: bool = true;
     type Params = LinkParams;
     type Figures = LinkFigures;
-    const ADDED: &'static [&'static str] = &["round", "confirmed", "hop_class"];
+    const ADDED: &'static [&'static str] = &[
+        "round",
+        "confirmed",
+        "hop_class",
+        "others_cores",
+        "steal_pct",
+        "busy",
+    ];
 }
 
 /// The `round` of a retest row.
@@ -225,7 +238,12 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
         (times[pos], tails[pos]) = (t.stats().p50_us, t.stats().p99_us);
         fastest[pos] = t.stats().min_us;
         let v = super::flag::judge(&times, &tails)[pos];
-        let slow = v.flagged && super::flag::best_is_slow(&fastest, pos);
+        let mut slow = v.flagged && super::flag::best_is_slow(&fastest, pos);
+        // Measured again while busy: slow only beyond what the load explains.
+        if t.figures.busy == Some(true) {
+            let bound = crate::host_load::explained_by_load(t.figures.others_cores.unwrap_or(0.0));
+            slow &= v.slowdown >= bound;
+        }
         t.figures.slowdown = Some(crate::export::csv::round(v.slowdown, 3));
         t.figures.flagged = Some(slow);
         t.figures.confirmed = Some(slow);
