@@ -5,6 +5,7 @@
 
 pub mod blame;
 mod console;
+mod context;
 mod fingerprint;
 pub mod flag;
 mod load;
@@ -27,6 +28,7 @@ use crate::export::csv::{sig4, CsvSink, Line};
 use crate::export::run_dir::RunDir;
 use crate::gpu::BackendChoice;
 use crate::rdma::DeviceChoice;
+use context::PairContext;
 use nodes::NodeSample;
 use pair::{Measured, PairPlan};
 use tables::{LinkFigures, LinkParams, LinksTable};
@@ -74,14 +76,6 @@ pub enum Reply {
     Node(Box<NodeSample>),
     /// The rows a rank measured in a wave, and its machine's load over it.
     Round(Vec<Measured>, load::RankLoad),
-}
-
-fn partner(round: &[(u32, u32)], me: u32) -> Option<u32> {
-    round.iter().find_map(|&(a, b)| match me {
-        _ if me == a => Some(b),
-        _ if me == b => Some(a),
-        _ => None,
-    })
 }
 
 /// The most retests of a suspect row: it stays flagged only if every one confirms it.
@@ -313,74 +307,6 @@ impl Ranked for Links {
     fn patience(&self, world: &World) -> Duration {
         self.plan.as_ref().map_or(Duration::from_secs(60), |p| {
             p.pair_bound() * 2 + FINGERPRINT_WAIT * world.size()
-        })
-    }
-}
-
-/// What a rank needs to play its pairs, owned, so rank 0 can play in a thread while it
-/// listens to the others (and stops as soon as one fails).
-struct PairContext {
-    listener: std::net::TcpListener,
-    addresses: Vec<String>,
-    names: Vec<String>,
-    me: u32,
-    choice: DeviceChoice,
-    machine: String,
-}
-
-impl PairContext {
-    fn of(world: &World, opts: &LinksOptions) -> Result<PairContext, String> {
-        Ok(PairContext {
-            listener: world
-                .data
-                .try_clone()
-                .map_err(|e| format!("the data listener: {e}"))?,
-            addresses: (0..world.size()).map(|r| world.data_address(r)).collect(),
-            names: (0..world.size()).map(|r| world.describe(r)).collect(),
-            me: world.rank(),
-            choice: opts.choice.clone(),
-            machine: crate::host::machine_id(),
-        })
-    }
-
-    /// [`Self::play`] with this rank's machine sampled around it.
-    fn play_loaded(
-        &self,
-        plan: &PairPlan,
-        round: u32,
-        active: &[(u32, u32)],
-    ) -> Result<(Vec<Measured>, load::RankLoad), String> {
-        let before = crate::host_load::Sample::now();
-        let m = self.play(plan, round, active)?;
-        let after = crate::host_load::Sample::now();
-        Ok((
-            m,
-            load::RankLoad::between(self.me, &self.machine, &before, &after),
-        ))
-    }
-
-    /// This rank's pair in `round` (if it has one): the lower rank serves, the higher drives.
-    fn play(
-        &self,
-        plan: &PairPlan,
-        round: u32,
-        active: &[(u32, u32)],
-    ) -> Result<Vec<Measured>, String> {
-        let me = self.me;
-        let Some(peer) = partner(active, me) else {
-            return Ok(Vec::new());
-        };
-        let p = peer as usize;
-        let result = if me < peer {
-            pair::serve(&self.listener, plan, me, peer, round, &self.choice)
-        } else {
-            pair::drive(&self.addresses[p], plan, me, peer, round, &self.choice)
-        };
-        result.map_err(|e| {
-            format!(
-                "the link between {} and {}: {e}",
-                self.names[me as usize], self.names[p]
-            )
         })
     }
 }

@@ -1,0 +1,83 @@
+//! What a rank needs to play its pairs of a wave, and the playing: the lower rank of a pair
+//! serves, the higher drives, and the machine's load is sampled around it.
+
+use super::pair::{Measured, PairPlan};
+use super::{load, pair, LinksOptions};
+use crate::cluster::world::World;
+use crate::rdma::DeviceChoice;
+
+/// What a rank needs to play its pairs, owned, so rank 0 can play in a thread while it
+/// listens to the others (and stops as soon as one fails).
+pub(super) struct PairContext {
+    listener: std::net::TcpListener,
+    addresses: Vec<String>,
+    names: Vec<String>,
+    me: u32,
+    choice: DeviceChoice,
+    machine: String,
+}
+
+impl PairContext {
+    pub(super) fn of(world: &World, opts: &LinksOptions) -> Result<PairContext, String> {
+        Ok(PairContext {
+            listener: world
+                .data
+                .try_clone()
+                .map_err(|e| format!("the data listener: {e}"))?,
+            addresses: (0..world.size()).map(|r| world.data_address(r)).collect(),
+            names: (0..world.size()).map(|r| world.describe(r)).collect(),
+            me: world.rank(),
+            choice: opts.choice.clone(),
+            machine: crate::host::machine_id(),
+        })
+    }
+
+    /// [`Self::play`] with this rank's machine sampled around it.
+    pub(super) fn play_loaded(
+        &self,
+        plan: &PairPlan,
+        round: u32,
+        active: &[(u32, u32)],
+    ) -> Result<(Vec<Measured>, load::RankLoad), String> {
+        let before = crate::host_load::Sample::now();
+        let m = self.play(plan, round, active)?;
+        let after = crate::host_load::Sample::now();
+        Ok((
+            m,
+            load::RankLoad::between(self.me, &self.machine, &before, &after),
+        ))
+    }
+
+    /// This rank's pair in `round` (if it has one): the lower rank serves, the higher drives.
+    fn play(
+        &self,
+        plan: &PairPlan,
+        round: u32,
+        active: &[(u32, u32)],
+    ) -> Result<Vec<Measured>, String> {
+        let me = self.me;
+        let Some(peer) = partner(active, me) else {
+            return Ok(Vec::new());
+        };
+        let p = peer as usize;
+        let result = if me < peer {
+            pair::serve(&self.listener, plan, me, peer, round, &self.choice)
+        } else {
+            pair::drive(&self.addresses[p], plan, me, peer, round, &self.choice)
+        };
+        result.map_err(|e| {
+            format!(
+                "the link between {} and {}: {e}",
+                self.names[me as usize], self.names[p]
+            )
+        })
+    }
+}
+
+fn partner(round: &[(u32, u32)], me: u32) -> Option<u32> {
+    round.iter().find_map(|&(a, b)| match me {
+        _ if me == a => Some(b),
+        _ if me == b => Some(a),
+        _ => None,
+    })
+}
