@@ -134,6 +134,22 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Starts rank `r` of a 4-rank fleet on loopback, quiet, with `vars` set.
+fn fleet_rank(home: &Path, out: &Path, port: u16, r: u32, vars: &[(&str, &str)]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_morphbench"))
+        .args(["fleet", "--rank", &r.to_string(), "--world", "4"])
+        .args(["--rendezvous", &format!("127.0.0.1:{port}")])
+        .args(["--out", out.to_str().unwrap(), "-q"])
+        .current_dir(home)
+        .env("HOME", home)
+        .env("LP_NUM_THREADS", "1")
+        .envs(vars.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn a_rank_stopped_mid_gate_is_a_fail_and_every_other_ranks_rows_are_written() {
     let home = tempfile::tempdir().unwrap();
@@ -141,19 +157,7 @@ fn a_rank_stopped_mid_gate_is_a_fail_and_every_other_ranks_rows_are_written() {
     let port = free_port();
     let started = Instant::now();
     let mut ranks: Vec<Child> = (0..4u32)
-        .map(|r| {
-            Command::new(env!("CARGO_BIN_EXE_morphbench"))
-                .args(["fleet", "--rank", &r.to_string(), "--world", "4"])
-                .args(["--rendezvous", &format!("127.0.0.1:{port}")])
-                .args(["--out", out.to_str().unwrap(), "-q"])
-                .current_dir(home.path())
-                .env("HOME", home.path())
-                .env("LP_NUM_THREADS", "1")
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+        .map(|r| fleet_rank(home.path(), &out, port, r, &[]))
         .collect();
     // Once rank 0 has its run folder, the world is formed: stop rank 2.
     while !out.exists() || std::fs::read_dir(&out).unwrap().next().is_none() {
@@ -206,21 +210,11 @@ fn a_busy_rank_is_a_warn_not_a_fail_and_the_gate_passes() {
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("results");
     let port = free_port();
+    let busy = [("MORPHBENCH_INJECT_OTHER_CORES", "1.5")];
     let ranks: Vec<Child> = (0..4u32)
         .map(|r| {
-            let mut c = Command::new(env!("CARGO_BIN_EXE_morphbench"));
-            c.args(["fleet", "--rank", &r.to_string(), "--world", "4"])
-                .args(["--rendezvous", &format!("127.0.0.1:{port}")])
-                .args(["--out", out.to_str().unwrap(), "-q"])
-                .current_dir(home.path())
-                .env("HOME", home.path())
-                .env("LP_NUM_THREADS", "1")
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped());
-            if r == 1 {
-                c.env("MORPHBENCH_INJECT_OTHER_CORES", "1.5");
-            }
-            c.spawn().unwrap()
+            let vars: &[(&str, &str)] = if r == 1 { &busy } else { &[] };
+            fleet_rank(home.path(), &out, port, r, vars)
         })
         .collect();
     let mut codes = Vec::new();

@@ -21,6 +21,18 @@ fn free_port() -> u16 {
 
 /// Starts one rank; `extra` comes after the common flags.
 fn rank(home: &Path, rank: u32, world: u32, port: u16, extra: &[&str]) -> Child {
+    rank_with_env(home, rank, world, port, extra, &[])
+}
+
+/// [`rank`] with environment variables of its own.
+fn rank_with_env(
+    home: &Path,
+    rank: u32,
+    world: u32,
+    port: u16,
+    extra: &[&str],
+    vars: &[(&str, &str)],
+) -> Child {
     let out = home.join("results");
     Command::new(env!("CARGO_BIN_EXE_morphbench"))
         .args([
@@ -35,6 +47,7 @@ fn rank(home: &Path, rank: u32, world: u32, port: u16, extra: &[&str]) -> Child 
         .args(extra)
         .current_dir(home)
         .env("HOME", home)
+        .envs(vars.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -509,28 +522,11 @@ fn a_topology_file_classes_every_link_and_a_broken_one_is_refused_before_it_star
 fn a_rank_with_a_busy_machine_is_named_busy_on_every_row_it_measured() {
     let home = tempfile::tempdir().unwrap();
     let port = free_port();
+    let busy = [("MORPHBENCH_INJECT_OTHER_CORES", "1.5")];
     let ranks: Vec<Child> = (0..4)
         .map(|r| {
-            let mut c = rank(home.path(), r, 4, port, SMALL);
-            if r == 2 {
-                // rank() has spawned already: start rank 2 again with the load injected.
-                let _ = c.kill();
-                let _ = c.wait();
-                let out = home.path().join("results");
-                c = Command::new(env!("CARGO_BIN_EXE_morphbench"))
-                    .args(["links", "--rank", "2", "--world", "4"])
-                    .args(["--rendezvous", &format!("127.0.0.1:{port}")])
-                    .args(["--out", out.to_str().unwrap(), "--no-fingerprint", "-q"])
-                    .args(SMALL)
-                    .current_dir(home.path())
-                    .env("HOME", home.path())
-                    .env("MORPHBENCH_INJECT_OTHER_CORES", "1.5")
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap();
-            }
-            c
+            let vars: &[(&str, &str)] = if r == 2 { &busy } else { &[] };
+            rank_with_env(home.path(), r, 4, port, SMALL, vars)
         })
         .collect();
     let mut errs = Vec::new();

@@ -300,11 +300,8 @@ impl Ranked for Pipeline {
 /// local rank, unless --adapter names one).
 fn open_device(opts: &PipelineOptions, transport: TransportKind, local_rank: u32) -> Result<Gpu> {
     crate::transport::factory::check_available(transport, &opts.rdma)?;
-    Ok(Gpu::open_local(
-        opts.backend,
-        opts.adapter.as_deref(),
-        local_rank,
-    )?)
+    let gpu = Gpu::open_local(opts.backend, opts.adapter.as_deref(), local_rank)?;
+    Ok(gpu)
 }
 
 /// The link to one neighbour, if the stage has one there.
