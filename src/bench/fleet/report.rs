@@ -106,12 +106,11 @@ pub fn write(
             }
         })
         .collect();
-    let mut failed_hosts: Vec<String> = nodes
+    let failed_hosts: Vec<String> = nodes
         .iter()
         .filter(|n| n.verdict == FAIL)
         .map(|n| n.host.clone())
         .collect();
-    failed_hosts.dedup();
     let drain = hostlist::compress(&failed_hosts);
     std::fs::write(
         dir.path.join("drain.txt"),

@@ -136,11 +136,10 @@ impl Links {
         let t = Topology::load(path).map_err(|e| {
             anyhow!("{e}: give --topology a Slurm topology.conf (SwitchName=... Nodes=...)")
         })?;
-        let mut missing: Vec<String> = (0..world.size())
+        let missing: Vec<String> = (0..world.size())
             .map(|r| world.roster[r as usize].hostname.clone())
             .filter(|h| !t.knows(h))
             .collect();
-        missing.dedup();
         if !missing.is_empty() {
             eprintln!(
                 "warning: {} does not list {}: their links are judged apart, as `unlisted`",
