@@ -88,6 +88,24 @@ pub fn explained_by_load(others: f64) -> f64 {
     (2.0 * (1.0 + others.max(0.0))).max(4.0)
 }
 
+/// A busy rank's warning: (its name in meta.json, `links r2`; the warning).
+pub type BusyWarning = (String, String);
+
+/// meta.json's `notes.host_load` for the busy ranks of a multi-rank run: one entry per
+/// (name, warning), where the single-node benches keep theirs, so the report's warnings and
+/// summary.json's `warnings` carry them.
+pub fn busy_notes(warnings: &[BusyWarning]) -> serde_json::Map<String, serde_json::Value> {
+    let mut notes = serde_json::Map::new();
+    if !warnings.is_empty() {
+        let entries: serde_json::Map<String, serde_json::Value> = warnings
+            .iter()
+            .map(|(name, w)| (name.clone(), serde_json::json!({ "warning": w })))
+            .collect();
+        notes.insert("host_load".into(), entries.into());
+    }
+    notes
+}
+
 /// Cores' worth of other processes' CPU a test says its machine had instead of measuring it
 /// (tests only: a busy neighbour on one rank of a world that shares one machine).
 pub const INJECT_LOAD: &str = "MORPHBENCH_INJECT_OTHER_CORES";

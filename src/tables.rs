@@ -10,6 +10,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use crate::bench::d2h::D2hTable;
+use crate::bench::fleet::cost::KeepCostTable;
 use crate::bench::fleet::table::FleetTable;
 use crate::bench::hol::HolTable;
 use crate::bench::kernels::KernelsTable;
@@ -136,7 +137,10 @@ pub fn tables() -> Vec<Table> {
             .headlines(hl::pipeline)
             .charts(OfFirst(plot::pipeline_charts)),
         Table::of::<PipelineTimelineTable>(),
-        Table::of::<FleetTable>(),
+        Table::of::<FleetTable>()
+            .headlines(hl::fleet)
+            .charts(OfFirst(plot::fleet_charts)),
+        Table::of::<KeepCostTable>(),
     ]
 }
 

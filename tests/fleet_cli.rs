@@ -103,12 +103,28 @@ fn a_healthy_fleet_passes_and_a_baseline_from_a_faster_sku_fails_its_slower_figu
             r.4.contains("measured") && r.4.contains("against the baseline's"),
             "{r:?}"
         );
+        // Failed once, measured again, failed again: only then blamed.
+        assert!(r.4.contains("its retest confirms it"), "{r:?}");
     }
     let doc: serde_json::Value = serde_json::from_str(&common::stdout(&o)).unwrap();
     assert!(doc["scontrol"]
         .as_str()
         .unwrap()
         .starts_with("scontrol update NodeName="));
+    // What keeping each failed node would cost a pipeline, 1F1B and adaptive: slower.
+    let costs = doc["keep_cost"].as_array().unwrap();
+    assert_eq!(costs.len(), 3 * 2, "{doc}");
+    assert!(
+        costs
+            .iter()
+            .all(|c| c["throughput_pct"].as_f64().unwrap() < 0.0),
+        "{doc}"
+    );
+    // The run's tables read back: its report and charts are drawn.
+    let run = only_run(&slower);
+    let o = common::morphbench(&["plot", run.to_str().unwrap()], home.path());
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    assert!(run.join("keep_cost.csv").exists());
 
     // Bad input: the gate cannot run (exit 2), naming the file.
     let o = local_fleet(home.path(), &slower, &["--baseline", "/nonexistent/b.toml"]);
@@ -238,4 +254,14 @@ fn a_busy_rank_is_a_warn_not_a_fail_and_the_gate_passes() {
         assert!(r.4.starts_with("busy: other processes used"), "{r:?}");
     }
     assert_eq!(std::fs::read_to_string(run.join("drain.txt")).unwrap(), "");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let warnings = summary["warnings"].as_array().expect("warnings").clone();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .starts_with("busy: other processes used 1.5")),
+        "{summary}"
+    );
 }

@@ -334,7 +334,7 @@ fn four_ranks_started_by_torchrun_variables_alone_measure_every_link() {
 }
 
 /// The control plane at fleet scale, on one machine: 128 ranks on loopback, the quick pattern,
-/// the smallest tests. The run completes with every rank in 5 rounds of 64 pairs; in a second
+/// the smallest tests. The run completes with every rank in 3 rounds of 64 pairs; in a second
 /// run, a rank killed once the rows have started is named and the run fails.
 #[test]
 fn a_hundred_and_twenty_eight_ranks_complete_and_a_killed_one_is_named() {
@@ -368,8 +368,8 @@ fn a_hundred_and_twenty_eight_ranks_complete_and_a_killed_one_is_named() {
         .iter()
         .filter(|r| &r[col(&h, "round")] != "retest")
         .collect();
-    // 5 rounds x 64 pairs x (ping-pong, each way).
-    assert_eq!(matrix.len(), 5 * 64 * 3);
+    // 3 rounds x 64 pairs x (ping-pong, each way).
+    assert_eq!(matrix.len(), 3 * 64 * 3);
     let mut met = vec![std::collections::BTreeSet::new(); N as usize];
     for r in &matrix {
         let (a, b): (usize, usize) = (
@@ -380,7 +380,7 @@ fn a_hundred_and_twenty_eight_ranks_complete_and_a_killed_one_is_named() {
         met[b].insert(a);
     }
     assert!(
-        met.iter().all(|m| m.len() >= 4),
+        met.iter().all(|m| m.len() >= 2),
         "every rank met several partners"
     );
     let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
@@ -545,6 +545,17 @@ fn a_rank_with_a_busy_machine_is_named_busy_on_every_row_it_measured() {
             assert!(others >= 1.5, "{r:?}");
         }
     }
-    // Rank 0 (quiet) names the busy rank on standard error.
+    // Rank 0 (quiet) names the busy rank on standard error, and summary.json (what --json
+    // prints) carries the same line.
     assert!(errs[0].contains("busy: rank 2"), "{}", errs[0]);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let warnings = summary["warnings"].as_array().expect("warnings").clone();
+    // (A host whose hypervisor steals is busy too: rank 2 is one of them, not the only one.)
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().starts_with("busy: rank 2")),
+        "{summary}"
+    );
 }

@@ -46,6 +46,10 @@ fn a_two_stage_pipeline_runs_verifies_and_predicts() {
         let predicted: f64 = r[col(&h, "predicted_ms")].parse().unwrap();
         assert!(predicted > 0.0);
         assert_eq!(&r[col(&h, "stages")], "2");
+        // Every case carries its stages' load.
+        let others: f64 = r[col(&h, "others_cores")].parse().unwrap();
+        assert!(others >= 0.0);
+        assert!(["true", "false"].contains(&&r[col(&h, "busy")]));
     }
     // zb-h1 splits backward: its timeline has W ops; 1f1b's does not.
     let (th, ops) = read_csv(&run.join("pipeline_timeline.csv"));
@@ -351,4 +355,55 @@ fn sigterm_to_a_local_pipeline_ends_every_rank_and_keeps_the_run_as_aborted() {
     let meta = std::fs::read_to_string(run.join("meta.json")).unwrap();
     assert!(meta.contains("\"status\": \"aborted\""), "{meta}");
     assert!(meta.contains("SIGTERM"), "{meta}");
+}
+
+/// Busy is not slow: with the load source injected (1.5 cores of other work on every stage's
+/// machine), every case is marked busy with that load, and a line per busy stage ends the
+/// summary and is in summary.json's warnings.
+#[test]
+fn a_busy_machine_marks_every_case_and_names_each_stage() {
+    let home = tempfile::tempdir().unwrap();
+    let args = [
+        "pipeline",
+        "--local",
+        "2",
+        "--layers",
+        "1",
+        "--hidden",
+        "32",
+        "--tokens",
+        "16",
+        "--microbatches",
+        "2",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--schedule",
+        "1f1b",
+        "--comm",
+        "inline",
+    ];
+    let o = common::morphbench_with_env(
+        &args,
+        home.path(),
+        &[("MORPHBENCH_INJECT_OTHER_CORES", "1.5")],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = common::stdout(&o);
+    assert!(
+        out.contains("busy: rank 0") && out.contains("busy: rank 1"),
+        "{out}"
+    );
+    let run = only_run(&home.path().join("results"));
+    let (h, rows) = read_csv(&run.join("pipeline.csv"));
+    for r in &rows {
+        assert_eq!(&r[col(&h, "busy")], "true", "{r:?}");
+        let others: f64 = r[col(&h, "others_cores")].parse().unwrap();
+        assert!(others >= 1.5, "{r:?}");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let warnings = summary["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 2, "{summary}");
 }

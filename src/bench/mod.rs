@@ -10,6 +10,7 @@ pub mod links;
 pub mod peak;
 pub mod pipeline;
 pub mod probe;
+pub mod rank_load;
 pub mod rdma;
 pub mod sim;
 

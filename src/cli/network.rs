@@ -103,7 +103,7 @@ pub struct LinksArgs {
     /// for the CPU that small messages are bound by.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub concurrent: Option<u32>,
-    /// Which pairs: all-pairs (every pair once, n-1 rounds), quick (5 rounds of random perfect
+    /// Which pairs: all-pairs (every pair once, n-1 rounds), quick (3 rounds of random perfect
     /// matchings, then retests of the suspects) or rounds:K (K random matchings, 1 to 4096).
     /// A world of K+1 ranks or fewer is all-pairs.
     #[arg(long, default_value = "all-pairs", value_parser = parse_pattern)]

@@ -120,6 +120,11 @@ pub trait Ranked {
     fn follow(&mut self, world: &World, order: Self::Order) -> Result<Self::Reply>;
     /// How long a follower waits for its next order before it takes rank 0 for hung.
     fn patience(&self, world: &World) -> Duration;
+    /// Rank 0, once it has led (or failed): notes for meta.json, such as the busy ranks'
+    /// warnings ([`crate::host_load::busy_notes`]), which the report and summary.json show.
+    fn notes(&self) -> serde_json::Map<String, serde_json::Value> {
+        Default::default()
+    }
 }
 
 /// Runs `bench` on this rank. Rank 0 returns its run folder; the others return None.
@@ -180,6 +185,7 @@ fn lead<B: Ranked>(bench: &mut B, world: &mut World, opts: &SessionOptions) -> R
         }
         Err(e) => abort_all(crew.world, &format!("{e:#}")),
     }
+    dir.meta.notes.extend(bench.notes());
     dir.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")))?;
     result.map(|()| dir.path.clone())
 }

@@ -493,3 +493,46 @@ pub fn headlines(run: &Loaded) -> Vec<Headline> {
     }
     out
 }
+
+/// The fleet gate: how many nodes passed, then each node that did not, with its first reason.
+pub(crate) fn fleet(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = run.table::<crate::bench::fleet::table::FleetTable>() else {
+        return;
+    };
+    use crate::bench::fleet::verdict::{worse, PASS, SKIP};
+    use std::collections::BTreeMap;
+    // rank -> (host, verdict, the first row of that verdict)
+    let mut nodes: BTreeMap<u32, (String, &'static str, usize)> = BTreeMap::new();
+    for (i, r) in t.iter().enumerate() {
+        let e = nodes
+            .entry(r.params.rank)
+            .or_insert((r.params.host.clone(), SKIP, i));
+        let v = worse(e.1, &r.figures.verdict);
+        if v != e.1 {
+            (e.1, e.2) = (v, i);
+        }
+    }
+    let passed = nodes.values().filter(|n| n.1 == PASS).count();
+    out.push(Headline {
+        bench: "fleet",
+        what: "nodes that passed the gate".into(),
+        value: Some(passed as f64),
+        unit: "nodes",
+        text: format!("{passed} of {} ranks PASS", nodes.len()),
+        source: "fleet.csv".into(),
+    });
+    for (rank, (host, verdict, i)) in nodes.into_iter().filter(|n| n.1 .1 != PASS) {
+        let r = &t[i];
+        out.push(Headline {
+            bench: "fleet",
+            what: format!("{verdict} node r{rank} {host}"),
+            value: r.figures.value,
+            unit: "",
+            text: format!(
+                "{} {}: {}",
+                r.params.test, r.params.figure, r.figures.reason
+            ),
+            source: source("fleet.csv", i),
+        });
+    }
+}

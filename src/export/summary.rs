@@ -18,7 +18,7 @@ use crate::bench::rdma::RdmaTable;
 use crate::bench::sim::SimTable;
 
 /// Bumped whenever a field of summary.json is added, removed or renamed.
-pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
+pub const SUMMARY_SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Serialize)]
 pub struct RunSummary {
@@ -32,6 +32,9 @@ pub struct RunSummary {
     pub host: Option<String>,
     pub adapter: Option<String>,
     pub headlines: Vec<Headline>,
+    /// The busy-machine warnings (meta.json's `notes.host_load`): a bench, or a rank of a
+    /// multi-rank run, measured while other processes used the machine.
+    pub warnings: Vec<String>,
     /// Per bench: its table's row count and its headline figures.
     pub benches: BTreeMap<&'static str, BenchSummary>,
     /// Why the tables could not be read, when they could not.
@@ -99,6 +102,7 @@ pub fn summarize(dir: &Path) -> RunSummary {
         host: label.host,
         adapter: label.adapter,
         headlines: heads,
+        warnings: label.busy.into_iter().map(|(_, w)| w).collect(),
         benches,
         tables_error,
     }

@@ -5,6 +5,11 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 pub fn morphbench(args: &[&str], home: &Path) -> Output {
+    morphbench_with_env(args, home, &[])
+}
+
+/// As [`morphbench`], with extra environment variables (an injected load, say).
+pub fn morphbench_with_env(args: &[&str], home: &Path, vars: &[(&str, &str)]) -> Output {
     let runtime = home.join("runtime");
     std::fs::create_dir_all(&runtime).unwrap();
     #[cfg(unix)]
@@ -20,6 +25,7 @@ pub fn morphbench(args: &[&str], home: &Path) -> Output {
         // A private variant cache, so each test probes for itself.
         .env("XDG_CACHE_HOME", home.join("cache"))
         .env("XDG_RUNTIME_DIR", runtime)
+        .envs(vars.iter().copied())
         .output()
         .expect("run morphbench")
 }

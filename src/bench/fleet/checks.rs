@@ -74,7 +74,8 @@ pub struct TestSpec {
 
 impl Level {
     /// The tests, in the order they run. Deadlines bound each test; a fast node finishes
-    /// each long before.
+    /// each long before. Each level's deadlines leave room for a retest of every test within
+    /// its node budget ([`rank_bound`]).
     pub fn tests(self) -> Vec<TestSpec> {
         let t = |kind, size, iters, deadline_s| TestSpec {
             kind,
@@ -85,20 +86,20 @@ impl Level {
         use TestKind::*;
         match self {
             Level::Quick => vec![
-                t(Memcpy, 64 << 20, 20, 5.0),
-                t(Gemm, 256, 20, 15.0),
-                t(D2h, 16 << 20, 20, 8.0),
-                t(H2d, 16 << 20, 20, 8.0),
+                t(Memcpy, 64 << 20, 20, 3.0),
+                t(Gemm, 256, 20, 9.0),
+                t(D2h, 16 << 20, 20, 4.0),
+                t(H2d, 16 << 20, 20, 4.0),
             ],
             Level::Standard => vec![
-                t(Memcpy, 256 << 20, 50, 20.0),
-                t(Gemm, 512, 50, 80.0),
+                t(Memcpy, 256 << 20, 50, 15.0),
+                t(Gemm, 512, 50, 65.0),
                 t(D2h, 64 << 20, 50, 30.0),
                 t(H2d, 64 << 20, 50, 30.0),
             ],
             Level::Extended => vec![
-                t(Memcpy, 1 << 30, 100, 60.0),
-                t(Gemm, 1024, 100, 400.0),
+                t(Memcpy, 1 << 30, 100, 50.0),
+                t(Gemm, 1024, 100, 300.0),
                 t(D2h, 256 << 20, 100, 120.0),
                 t(H2d, 256 << 20, 100, 120.0),
             ],
@@ -115,13 +116,21 @@ impl Level {
     }
 }
 
-/// Beyond a batch of tests' deadlines: opening the device, building kernels, the reply.
-pub const SETUP_MARGIN: Duration = Duration::from_secs(10);
+/// Beyond a batch of tests' deadlines: building kernels, the order and the reply.
+pub const SETUP_MARGIN: Duration = Duration::from_secs(5);
 
 /// The longest a batch of tests may take on a rank before rank 0 stops waiting for it.
 pub fn batch_bound(tests: &[TestSpec]) -> Duration {
     let s: f64 = tests.iter().map(|t| t.deadline_s).sum();
     Duration::from_secs_f64(s) + SETUP_MARGIN
+}
+
+/// The most one rank's tests may take at `level`: each test in its batch (those on its own
+/// GPU, then those in turns on its machine), and once more if every figure is retested.
+pub fn rank_bound(level: Level) -> Duration {
+    let tests = level.tests();
+    let s: f64 = tests.iter().map(|t| t.deadline_s).sum();
+    (Duration::from_secs_f64(s) + 2 * SETUP_MARGIN) * 2
 }
 
 /// What a rank is: its host, its adapter and what else a node of its kind must agree on.
@@ -303,4 +312,25 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
         Err(e) => m.error = Some(e),
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_level_with_its_retests_fits_its_node_budget() {
+        for level in [Level::Quick, Level::Standard, Level::Extended] {
+            assert!(
+                rank_bound(level) <= level.node_budget(),
+                "{level}: {:?} over {:?}",
+                rank_bound(level),
+                level.node_budget()
+            );
+            assert!(level
+                .tests()
+                .iter()
+                .all(|t| t.deadline_s > 0.0 && t.iters > 0));
+        }
+    }
 }

@@ -8,6 +8,8 @@
 
 pub mod baseline;
 pub mod checks;
+pub mod cost;
+mod inventory;
 mod report;
 pub mod table;
 pub mod verdict;
@@ -17,6 +19,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+
+use crate::host_load::BusyWarning;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::world::World;
@@ -65,6 +69,7 @@ pub fn run(opts: &FleetOptions) -> Result<Option<Outcome>> {
         baseline: None,
         gpu: None,
         outcome: None,
+        busy: Vec::new(),
     };
     run_ranked(&mut bench, &opts.session)?;
     Ok(bench.outcome)
@@ -76,6 +81,8 @@ struct Fleet {
     /// This rank's adapter, opened on the inventory order.
     gpu: Option<Result<Gpu, String>>,
     outcome: Option<Outcome>,
+    /// Rank 0: a warning per busy rank, for meta.json.
+    busy: Vec<BusyWarning>,
 }
 
 impl Fleet {
@@ -132,13 +139,7 @@ impl Ranked for Fleet {
         let started = Instant::now();
         let world = crew.world();
         let mut ranks: Vec<RankOutcome> = (0..world.size())
-            .map(|r| RankOutcome {
-                rank: r,
-                host: world.roster[r as usize].hostname.clone(),
-                inventory: None,
-                batches: Vec::new(),
-                failure: None,
-            })
+            .map(|r| RankOutcome::new(r, &world.roster[r as usize].hostname))
             .collect();
         let mine = self.inventory(crew.world());
         ranks[0].inventory = Some(mine);
@@ -156,16 +157,35 @@ impl Ranked for Fleet {
                 _ => ranks[r as usize].failure = Some("answered the inventory out of turn".into()),
             }
         }
-        let steps = plan(&ranks, self.opts.level);
-        let bound = steps.iter().map(step_bound).sum::<Duration>() + INVENTORY_WAIT;
-        if !self.opts.session.quiet {
+        let tests = self.opts.level.tests();
+        let steps = plan(&ranks, |_| tests.clone());
+        // Every figure retested at worst: the same steps again.
+        let bound = steps.iter().map(step_bound).sum::<Duration>() * 2 + INVENTORY_WAIT;
+        let quiet = self.opts.session.quiet;
+        if !quiet {
             println!(
                 "{}",
                 report::plan_line(&ranks, &steps, self.opts.level, bound)
             );
         }
         for step in &steps {
-            self.play_step(crew, &mut ranks, step);
+            self.play_step(crew, &mut ranks, step, false);
+        }
+        // Confirm before blaming: what failed is measured again, in the same turns.
+        let suspects = verdict::suspects(&ranks, self.baseline.as_ref());
+        let retests = plan(&ranks, |o| {
+            let names = suspects.get(&o.rank).cloned().unwrap_or_default();
+            tests
+                .iter()
+                .copied()
+                .filter(|t| names.iter().any(|n| n == t.kind.name()))
+                .collect()
+        });
+        if !quiet && !suspects.is_empty() {
+            println!("{}", report::retest_line(&suspects));
+        }
+        for step in &retests {
+            self.play_step(crew, &mut ranks, step, true);
         }
         let outcome = report::write(
             dir,
@@ -176,6 +196,11 @@ impl Ranked for Fleet {
             self.opts.session.quiet,
         )?;
         self.outcome = Some(outcome);
+        self.busy = ranks
+            .iter()
+            .filter(|o| o.busy())
+            .map(|o| (format!("fleet r{} {}", o.rank, o.host), o.busy_reason()))
+            .collect();
         Ok(())
     }
 
@@ -198,16 +223,31 @@ impl Ranked for Fleet {
         }
     }
 
+    fn notes(&self) -> serde_json::Map<String, serde_json::Value> {
+        crate::host_load::busy_notes(&self.busy)
+    }
+
     fn patience(&self, world: &World) -> Duration {
-        // A follower waits through every other rank's turns.
-        checks::batch_bound(&self.opts.level.tests()) * world.size() + INVENTORY_WAIT * 2
+        // A follower waits through every other rank's turns, and their retests.
+        checks::rank_bound(self.opts.level) * world.size() + INVENTORY_WAIT * 2
     }
 }
 
 impl Fleet {
     /// One step of the plan: its ranks' batches at once, rank 0's own in a thread beside the
-    /// others'; each rank's reply or failure recorded on its own.
-    fn play_step(&self, crew: &mut Crew<Order, Reply>, ranks: &mut [RankOutcome], step: &Step) {
+    /// others'; each rank's reply (kept among its retests when `retest`) or failure recorded
+    /// on its own.
+    fn play_step(
+        &self,
+        crew: &mut Crew<Order, Reply>,
+        ranks: &mut [RankOutcome],
+        step: &Step,
+        retest: bool,
+    ) {
+        let keep = |o: &mut RankOutcome, b: Batch| match retest {
+            true => o.retests.push(b),
+            false => o.batches.push(b),
+        };
         let tests: BTreeMap<u32, Vec<TestSpec>> = step
             .iter()
             .filter(|(r, _)| ranks[*r as usize].failure.is_none())
@@ -230,13 +270,13 @@ impl Fleet {
             (own.map(|h| h.join()), heard)
         });
         match mine {
-            Some(Ok(b)) => ranks[0].batches.push(b),
+            Some(Ok(b)) => keep(&mut ranks[0], b),
             Some(Err(_)) => ranks[0].failure = Some("rank 0's tests panicked".into()),
             None => {}
         }
         for (r, reply) in heard {
             match reply {
-                Reply::Batch(b) => ranks[r as usize].batches.push(*b),
+                Reply::Batch(b) => keep(&mut ranks[r as usize], *b),
                 _ => ranks[r as usize].failure = Some("answered a test out of turn".into()),
             }
         }
@@ -290,21 +330,20 @@ fn step_bound(step: &Step) -> Duration {
         .unwrap_or_default()
 }
 
-/// The steps of the gate. First every rank's tests that need only its own GPU, all at once
-/// (a GEMM on an adapter of its own); then the tests that load what a machine's ranks share
-/// (memory, CPU; everything on a CPU driver), in turns: turn i holds the i-th rank of every
-/// machine, so machines run side by side and ranks of one machine one after another.
-fn plan(ranks: &[RankOutcome], level: Level) -> Vec<Step> {
-    let tests = level.tests();
+/// The steps of the gate for each rank's `tests`. First every rank's tests that need only its
+/// own GPU, all at once (a GEMM on an adapter of its own); then the tests that load what a
+/// machine's ranks share (memory, CPU; everything on a CPU driver), in turns: turn i holds the
+/// i-th rank of every machine, so machines run side by side and ranks of one machine one after
+/// another.
+fn plan(ranks: &[RankOutcome], tests: impl Fn(&RankOutcome) -> Vec<TestSpec>) -> Vec<Step> {
     let able: Vec<&RankOutcome> = ranks
         .iter()
         .filter(|o| o.failure.is_none() && o.inventory.is_some())
         .collect();
     let split = |o: &RankOutcome, shared: bool| -> Vec<TestSpec> {
         let cpu = o.inventory.as_ref().is_some_and(Inventory::cpu_adapter);
-        tests
-            .iter()
-            .copied()
+        tests(o)
+            .into_iter()
             .filter(|t| t.kind.shares_host(cpu) == shared)
             .collect()
     };

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::baseline::Baseline;
 use super::checks::Level;
+use super::cost::{self, KeepCostTable};
 use super::table::FleetTable;
 use super::verdict::{self, RankOutcome, FAIL};
 use super::Step;
@@ -46,10 +47,10 @@ pub fn plan_line(ranks: &[RankOutcome], steps: &[Step], level: Level, bound: Dur
         .filter_map(|o| o.inventory.as_ref().map(|i| i.machine_id.as_str()))
         .collect();
     format!(
-        "plan: {level} ({} tests a rank, at most {} s a rank) on {} rank{} and {} machine{}: {} \
+        "plan: {level} ({} tests a rank, at most {} s a rank with retests) on {} rank{} and {} machine{}: {} \
          step{} (ranks of one machine take turns on what they share); the gate ends within {:.0} s",
         level.tests().len(),
-        super::checks::batch_bound(&level.tests()).as_secs(),
+        super::checks::rank_bound(level).as_secs(),
         ranks.len(),
         if ranks.len() == 1 { "" } else { "s" },
         machines.len(),
@@ -57,6 +58,18 @@ pub fn plan_line(ranks: &[RankOutcome], steps: &[Step], level: Level, bound: Dur
         steps.len(),
         if steps.len() == 1 { "" } else { "s" },
         bound.as_secs_f64()
+    )
+}
+
+/// The retests about to run: which figures of which ranks failed the first time.
+pub fn retest_line(suspects: &BTreeMap<u32, Vec<String>>) -> String {
+    let what: Vec<String> = suspects
+        .iter()
+        .map(|(r, tests)| format!("rank {r} ({})", tests.join(", ")))
+        .collect();
+    format!(
+        "retest: {} failed the first time, measured again before anything is blamed",
+        what.join(", ")
     )
 }
 
@@ -83,6 +96,7 @@ pub fn write(
             "host": o.host,
             "inventory": o.inventory,
             "batches": o.batches,
+            "retests": o.retests,
             "failure": o.failure,
         });
         std::fs::write(
@@ -123,6 +137,25 @@ pub fn write(
     .context("cannot write drain.txt")?;
     let exit_code = u8::from(!failed_hosts.is_empty());
     let scontrol = (!drain.is_empty()).then(|| scontrol_line(&drain, &dir.id, &nodes));
+    let failed: Vec<(u32, String)> = nodes
+        .iter()
+        .filter(|n| n.verdict == FAIL)
+        .map(|n| (n.rank, n.host.clone()))
+        .collect();
+    let costs = cost::estimate(&rows, &failed, ranks.len());
+    let mut sink: CsvSink<KeepCostTable> = dir.table()?;
+    for (i, (p, f)) in costs.iter().flatten().enumerate() {
+        let case = format!("r{}_{}_{i}", p.rank, p.schedule);
+        sink.write(&Line::new(&dir.id, case, p.clone(), None, f.clone()))?;
+    }
+    let keep_cost: Vec<serde_json::Value> = costs
+        .iter()
+        .flatten()
+        .map(|(p, f)| {
+            serde_json::json!({"rank": p.rank, "host": p.host, "stages": p.stages,
+            "schedule": p.schedule, "throughput_pct": f.throughput_pct})
+        })
+        .collect();
     let summary = serde_json::json!({
         "run_id": dir.id,
         "run_dir": dir.path,
@@ -134,6 +167,7 @@ pub fn write(
         "drain": drain,
         "scontrol": scontrol,
         "nodes": nodes,
+        "keep_cost": keep_cost,
         "wall_s": crate::export::csv::round(took.as_secs_f64(), 1),
         "exit_code": exit_code,
     });
@@ -143,12 +177,28 @@ pub fn write(
     )?;
     if !quiet {
         print_console(ranks, &nodes, &drain, scontrol.as_deref(), dir, took);
+        print_costs(&costs);
     }
     Ok(Outcome {
         dir: dir.path.clone(),
         exit_code,
         summary,
     })
+}
+
+/// What keeping each failed node would cost, as the simulator estimates it.
+fn print_costs(costs: &[cost::KeepCost]) {
+    let Some((p, _)) = costs.first().and_then(|c| c.first()) else {
+        return;
+    };
+    println!(
+        "cost of keeping them (the simulator: a {}-stage pipeline of this fleet's nodes, the node \
+         as stage {}, the simulator's default stage times; keep_cost.csv):",
+        p.stages, p.stage
+    );
+    for c in costs {
+        println!("  {}", cost::line(c));
+    }
 }
 
 /// The line an operator would run to drain the failed hosts (morphbench changes nothing).

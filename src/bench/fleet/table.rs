@@ -31,6 +31,8 @@ pub struct FleetFigures {
     /// PASS, WARN, FAIL or SKIP.
     pub verdict: String,
     pub reason: String,
+    /// A failed figure's value when measured again: it stays FAIL only if this fails too.
+    pub retest_value: Option<f64>,
     /// CPU that other processes used on the rank's machine during its tests, in cores.
     pub others_cores: Option<f64>,
     /// Share of the machine's CPU time taken by the hypervisor during its tests (percent).

@@ -3,7 +3,9 @@
 //! members' times, a MAD outlier, beyond their tail; at least 3 members), against the
 //! baseline's expected value when one is given, and the inventory against the nodes of its
 //! kind. A busy rank (other processes using its machine) is left out of the fleet's level and
-//! is a WARN, not a FAIL, unless it is slower than its load can explain.
+//! is a WARN, not a FAIL, unless it is slower than its load can explain. A figure that fails
+//! is measured again ([`suspects`]) and fails only if its retest, judged in its place, fails
+//! too; one that does not is a WARN (noisy, not blamed), as links confirms before it blames.
 
 use std::collections::BTreeMap;
 
@@ -13,8 +15,9 @@ use super::table::{FleetFigures, FleetParams};
 use crate::bench::links::flag;
 use crate::host_load::explained_by_load;
 
-/// The ranks (by index) with a result for one (adapter, test, figure).
-type Members<'a> = Vec<(usize, &'a Measured)>;
+/// The ranks (by index) with a result for one (adapter, test, figure), and whether the rank
+/// was busy while it measured it.
+type Members<'a> = Vec<(usize, &'a Measured, bool)>;
 
 /// A rank's whole outcome as rank 0 saw it.
 #[derive(Debug, Clone)]
@@ -23,11 +26,33 @@ pub struct RankOutcome {
     pub host: String,
     pub inventory: Option<Inventory>,
     pub batches: Vec<Batch>,
+    /// The tests measured again because they failed: [`suspects`].
+    pub retests: Vec<Batch>,
     /// Why the rank has no (or no more) results: it died, went silent, did not answer.
     pub failure: Option<String>,
 }
 
 impl RankOutcome {
+    pub fn new(rank: u32, host: &str) -> RankOutcome {
+        RankOutcome {
+            rank,
+            host: host.into(),
+            inventory: None,
+            batches: Vec::new(),
+            retests: Vec::new(),
+            failure: None,
+        }
+    }
+
+    /// The rank as its retests saw it (their results and load), when it has any.
+    fn as_retested(&self) -> Option<RankOutcome> {
+        (!self.retests.is_empty()).then(|| RankOutcome {
+            batches: self.retests.clone(),
+            retests: Vec::new(),
+            ..self.clone()
+        })
+    }
+
     fn results(&self) -> impl Iterator<Item = &Measured> {
         self.batches.iter().flat_map(|b| b.results.iter())
     }
@@ -95,7 +120,7 @@ pub fn worse(a: &str, b: &str) -> &'static str {
 /// One judged row.
 pub type Row = (FleetParams, FleetFigures);
 
-fn row(o: &RankOutcome, test: &str, figure: &str) -> Row {
+pub(super) fn row(o: &RankOutcome, test: &str, figure: &str) -> Row {
     let inv = o.inventory.as_ref();
     (
         FleetParams {
@@ -118,7 +143,7 @@ fn row(o: &RankOutcome, test: &str, figure: &str) -> Row {
 
 /// Every row of fleet.csv, judged, in rank order.
 pub fn judge(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
-    let mut rows = inventory_rows(ranks);
+    let mut rows = super::inventory::rows(ranks);
     rows.extend(figure_rows(ranks, baseline));
     for o in ranks {
         if let Some(why) = &o.failure {
@@ -132,105 +157,93 @@ pub fn judge(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
     rows
 }
 
-/// The fields of the inventory that nodes of one adapter must agree on.
-fn inventory_fields(i: &Inventory) -> Vec<(&'static str, String, Option<f64>)> {
-    let gib = i
-        .host
-        .memory_bytes
-        .map(|b| (b as f64 / (1u64 << 30) as f64).round());
-    vec![
-        ("driver", i.driver.clone().unwrap_or_default(), None),
-        ("adapters", i.adapters.to_string(), Some(i.adapters as f64)),
-        (
-            "rdma_devices",
-            i.rdma_devices.join(" "),
-            Some(i.rdma_devices.len() as f64),
-        ),
-        ("cpu_model", i.host.cpu_model.clone(), None),
-        (
-            "logical_cores",
-            i.host.logical_cores.to_string(),
-            Some(i.host.logical_cores as f64),
-        ),
-        (
-            "memory_gib",
-            gib.map_or(String::new(), |g| g.to_string()),
-            gib,
-        ),
-    ]
-}
-
-fn inventory_rows(ranks: &[RankOutcome]) -> Vec<Row> {
-    let mut rows = Vec::new();
-    let mut by_adapter: BTreeMap<String, Vec<&RankOutcome>> = BTreeMap::new();
-    for o in ranks.iter().filter(|o| o.inventory.is_some()) {
-        by_adapter.entry(o.adapter()).or_default().push(o);
-    }
-    for o in ranks {
-        let Some(inv) = &o.inventory else { continue };
-        if let Some(e) = &inv.gpu_error {
-            let (p, mut f) = row(o, "inventory", "adapter");
-            f.verdict = FAIL.into();
-            f.reason = format!("no GPU adapter: {e}");
-            rows.push((p, f));
-            continue;
-        }
-        let peers = &by_adapter[&o.adapter()];
-        for (k, (field, text, number)) in inventory_fields(inv).into_iter().enumerate() {
-            let (p, mut f) = row(o, "inventory", field);
-            f.value = number;
-            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-            for q in peers {
-                let (_, t, _) = &inventory_fields(q.inventory.as_ref().expect("filtered"))[k];
-                *counts.entry(t.clone()).or_default() += 1;
-            }
-            let (common, n) = counts
-                .iter()
-                .max_by_key(|(_, n)| **n)
-                .map(|(t, n)| (t.clone(), *n))
-                .unwrap_or_default();
-            // An odd node is one outvoted by a strict majority of its kind.
-            if text != common && 2 * n > peers.len() {
-                f.verdict = WARN.into();
-                f.reason = format!(
-                    "{field} is {text:?} where {n} of {} nodes with this adapter have {common:?}",
-                    peers.len()
-                );
-            } else {
-                f.verdict = PASS.into();
-                f.reason = text;
-            }
-            rows.push((p, f));
-        }
-    }
-    rows
-}
-
-/// The fleet's verdict on each measured figure, then the baseline's.
+/// The fleet's verdict on each measured figure, then the baseline's; a failed figure with a
+/// retest is judged again with the retest in its place.
 fn figure_rows(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
-    // (adapter, test, figure) -> [(rank index, result)]
+    let retested: Vec<Option<RankOutcome>> = ranks.iter().map(RankOutcome::as_retested).collect();
+    // (adapter, test, figure) -> [(rank index, result, busy)]
     let mut groups: BTreeMap<(String, String, String), Members> = BTreeMap::new();
     for (i, o) in ranks.iter().enumerate() {
         for m in o.results() {
             let key = (o.adapter(), m.test.name().to_string(), m.figure.clone());
-            groups.entry(key).or_default().push((i, m));
+            groups.entry(key).or_default().push((i, m, o.busy()));
         }
     }
     let mut rows = Vec::new();
     for ((_, test, figure), members) in groups {
-        let level = fleet_level(ranks, &members);
-        for &(i, m) in &members {
+        let level = fleet_level(&members);
+        for (pos, &(i, m, _)) in members.iter().enumerate() {
             let o = &ranks[i];
             let (p, mut f) = row(o, &test, &figure);
-            (f.value, f.unit) = (m.value, m.unit.clone());
-            judge_one(o, m, level.get(&i).copied(), &mut f);
-            if let Some(b) = baseline {
-                against_baseline(o, m, b, &mut f);
+            judge_figure(o, m, level.get(&i).copied(), baseline, &mut f);
+            let again = retested[i].as_ref().and_then(|r| {
+                let m2 = r
+                    .results()
+                    .find(|x| x.test == m.test && x.figure == m.figure)?;
+                Some((r, m2))
+            });
+            if let (FAIL, Some(_), Some((r, m2))) = (f.verdict.as_str(), m.value, again) {
+                let mut swapped = members.clone();
+                swapped[pos] = (i, m2, r.busy());
+                let (_, mut g) = row(r, &test, &figure);
+                judge_figure(
+                    r,
+                    m2,
+                    fleet_level(&swapped).get(&i).copied(),
+                    baseline,
+                    &mut g,
+                );
+                confirm(&mut f, &g);
             }
             rows.push((p, f));
         }
     }
     rows
+}
+
+/// One figure's verdict: the fleet's, then the baseline's.
+fn judge_figure(
+    o: &RankOutcome,
+    m: &Measured,
+    standing: Option<Standing>,
+    baseline: Option<&Baseline>,
+    f: &mut FleetFigures,
+) {
+    (f.value, f.unit) = (m.value, m.unit.clone());
+    judge_one(o, m, standing, f);
+    if let Some(b) = baseline {
+        against_baseline(o, m, b, f);
+    }
+}
+
+/// A failed figure stays FAIL only when its retest (`again`) fails too; otherwise it is a
+/// WARN, noisy and not blamed.
+fn confirm(f: &mut FleetFigures, again: &FleetFigures) {
+    f.retest_value = again.value;
+    if again.verdict == FAIL {
+        f.reason = format!("{}; its retest confirms it: {}", f.reason, again.reason);
+    } else {
+        f.verdict = WARN.into();
+        f.reason = format!(
+            "noisy, not blamed: {}, but its retest {}",
+            f.reason, again.reason
+        );
+    }
+}
+
+/// The tests to measure again on each rank: those whose figure fails against the fleet or
+/// the baseline (a failed verification or a missing adapter is not noise and is not retested).
+pub fn suspects(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> BTreeMap<u32, Vec<String>> {
+    let mut out: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for (p, f) in figure_rows(ranks, baseline) {
+        if f.verdict == FAIL && f.value.is_some() {
+            let tests = out.entry(p.rank).or_default();
+            if !tests.contains(&p.test) {
+                tests.push(p.test);
+            }
+        }
+    }
+    out
 }
 
 /// A member's standing in its group: (slowdown, flagged, the fleet's healthy rate).
@@ -238,13 +251,12 @@ type Standing = (f64, bool, f64);
 
 /// Judges the healthy (not busy) members with a figure against each other, and places the
 /// busy ones against the healthy level. Groups of fewer than 3 healthy members have none.
-fn fleet_level(ranks: &[RankOutcome], members: &[(usize, &Measured)]) -> BTreeMap<usize, Standing> {
-    let timed: Vec<(usize, f64, f64, f64)> = members
+fn fleet_level(members: &Members) -> BTreeMap<usize, Standing> {
+    let timed: Vec<(usize, f64, f64, f64, bool)> = members
         .iter()
-        .filter_map(|&(i, m)| Some((i, m.p50_us?, m.p99_us?, m.value?)))
+        .filter_map(|&(i, m, busy)| Some((i, m.p50_us?, m.p99_us?, m.value?, busy)))
         .collect();
-    let healthy: Vec<&(usize, f64, f64, f64)> =
-        timed.iter().filter(|t| !ranks[t.0].busy()).collect();
+    let healthy: Vec<&(usize, f64, f64, f64, bool)> = timed.iter().filter(|t| !t.4).collect();
     let mut out = BTreeMap::new();
     if healthy.len() < flag::MIN_GROUP {
         return out;
@@ -255,7 +267,7 @@ fn fleet_level(ranks: &[RankOutcome], members: &[(usize, &Measured)]) -> BTreeMa
     for (t, v) in healthy.iter().zip(flag::judge(&times, &tails)) {
         out.insert(t.0, (v.slowdown, v.flagged, t.3 * v.slowdown));
     }
-    for t in timed.iter().filter(|t| ranks[t.0].busy()) {
+    for t in timed.iter().filter(|t| t.4) {
         let slowdown = if base > 0.0 { t.1 / base } else { 1.0 };
         out.insert(t.0, (slowdown, false, t.3 * slowdown));
     }
@@ -416,8 +428,16 @@ mod tests {
                 busy: others > crate::host_load::BUSY_OTHER_CORES,
                 cores: 8,
             }],
+            retests: Vec::new(),
             failure: None,
         }
+    }
+
+    /// `o` with a retest of its GEMM at `gemm_us`.
+    fn retested(mut o: RankOutcome, gemm_us: f64) -> RankOutcome {
+        let again = outcome(o.rank, gemm_us, 0.0, 512);
+        o.retests = again.batches;
+        o
     }
 
     fn verdict_of(rows: &[Row], rank: u32, test: &str, figure: &str) -> (String, String) {
@@ -472,6 +492,45 @@ mod tests {
         assert_eq!(failed, [1, 5, 6]);
         assert_eq!(per[&3].0, WARN);
         assert_eq!(per[&4].0, WARN);
+    }
+
+    #[test]
+    fn a_failed_figure_is_retested_and_fails_only_when_the_retest_confirms_it() {
+        let fleet = |r1: RankOutcome, r2: RankOutcome| {
+            vec![
+                outcome(0, 100.0, 0.0, 512),
+                r1,
+                r2,
+                outcome(3, 99.0, 0.0, 512),
+                outcome(4, 101.0, 0.0, 512),
+            ]
+        };
+        // Before any retest: both slow ranks are suspects, the healthy ones are not.
+        let first = fleet(outcome(1, 180.0, 0.0, 512), outcome(2, 140.0, 0.0, 512));
+        let s = suspects(&first, None);
+        assert_eq!(s.keys().copied().collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(s[&1], ["gemm"]);
+        // Rank 1 is slow again; rank 2 was noise.
+        let ranks = fleet(
+            retested(outcome(1, 180.0, 0.0, 512), 185.0),
+            retested(outcome(2, 140.0, 0.0, 512), 102.0),
+        );
+        let rows = judge(&ranks, None);
+        let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
+        assert_eq!(v, FAIL, "{why}");
+        assert!(why.contains("its retest confirms it: 0.55x"), "{why}");
+        let (v, why) = verdict_of(&rows, 2, "gemm", "gflops");
+        assert_eq!(v, WARN, "{why}");
+        assert!(why.starts_with("noisy, not blamed: 0.7"), "{why}");
+        let retest_value = |rank| {
+            rows.iter()
+                .find(|(p, _)| p.rank == rank && p.test == "gemm")
+                .and_then(|(_, f)| f.retest_value)
+        };
+        assert_eq!(retest_value(2), Some(1e6 / 102.0));
+        assert_eq!(retest_value(0), None);
+        let per = per_rank(&rows);
+        assert_eq!((per[&1].0, per[&2].0, per[&0].0), (FAIL, WARN, PASS));
     }
 
     #[test]

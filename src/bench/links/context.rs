@@ -2,7 +2,8 @@
 //! serves, the higher drives, and the machine's load is sampled around it.
 
 use super::pair::{Measured, PairPlan};
-use super::{load, pair, LinksOptions};
+use super::{pair, LinksOptions};
+use crate::bench::rank_load as load;
 use crate::cluster::world::World;
 use crate::rdma::DeviceChoice;
 

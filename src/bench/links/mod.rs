@@ -8,7 +8,6 @@ mod console;
 mod context;
 mod fingerprint;
 pub mod flag;
-mod load;
 pub mod nodes;
 pub mod pair;
 pub mod pattern;
@@ -21,12 +20,14 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::bench::rank_load as load;
 use crate::cluster::topology::Topology;
 use crate::cluster::world::World;
 use crate::cluster::{run_ranked, Crew, Ranked, SessionOptions};
 use crate::export::csv::{sig4, CsvSink, Line};
 use crate::export::run_dir::RunDir;
 use crate::gpu::BackendChoice;
+use crate::host_load::BusyWarning;
 use crate::rdma::DeviceChoice;
 use context::PairContext;
 use nodes::NodeSample;
@@ -110,6 +111,7 @@ pub fn run(opts: &LinksOptions) -> Result<Option<PathBuf>> {
         opts: opts.clone(),
         plan: None,
         topology: std::cell::OnceCell::new(),
+        busy: Vec::new(),
     };
     run_ranked(&mut bench, &opts.session)
 }
@@ -120,6 +122,8 @@ struct Links {
     plan: Option<PairPlan>,
     /// Rank 0's `--topology`, read when the world is checked.
     topology: std::cell::OnceCell<Topology>,
+    /// Rank 0: a warning per busy rank, for meta.json.
+    busy: Vec<BusyWarning>,
 }
 
 impl Links {
@@ -246,7 +250,8 @@ impl Ranked for Links {
                 self.opts.budget_s
             );
         }
-        let blamed = play_rounds(crew, &self.opts, self.topology.get(), dir, &schedule)?;
+        let (blamed, busy) = play_rounds(crew, &self.opts, self.topology.get(), dir, &schedule)?;
+        self.busy = busy;
         if !nodes.is_empty() {
             rewrite(&dir.path, &fingerprint::with_verdicts(nodes, &blamed))?;
         }
@@ -303,6 +308,10 @@ impl Ranked for Links {
         }
     }
 
+    fn notes(&self) -> serde_json::Map<String, serde_json::Value> {
+        crate::host_load::busy_notes(&self.busy)
+    }
+
     fn patience(&self, world: &World) -> Duration {
         self.plan.as_ref().map_or(Duration::from_secs(60), |p| {
             p.pair_bound() * 2 + FINGERPRINT_WAIT * world.size()
@@ -313,14 +322,14 @@ impl Ranked for Links {
 /// Rank 0: every round (in waves of `--concurrent` pairs), the rows written as they come; then
 /// every suspect link (flagged by the rounds) measured again on its own, and kept flagged only
 /// if that confirms it; then the judged rows written again. Returns the nodes the confirmed
-/// links blame.
+/// links blame, and a warning per busy rank (named `links rN`).
 fn play_rounds(
     crew: &mut Crew<Order, Reply>,
     opts: &LinksOptions,
     hops: Option<&Topology>,
     dir: &RunDir,
     schedule: &[Vec<(u32, u32)>],
-) -> Result<Vec<blame::SlowNode>> {
+) -> Result<(Vec<blame::SlowNode>, Vec<BusyWarning>)> {
     let mut sink: CsvSink<LinksTable> = dir.table()?;
     let mut lines: Vec<Line<LinksTable>> = Vec::new();
     let started = Instant::now();
@@ -368,6 +377,16 @@ fn play_rounds(
             eprintln!("{}", console::busy_line(crew.world(), *r, b));
         }
     }
+    let busy = busiest
+        .0
+        .iter()
+        .map(|(r, b)| {
+            (
+                format!("links r{r}"),
+                console::busy_line(crew.world(), *r, b),
+            )
+        })
+        .collect();
     let blamed = blame::slow_nodes(&tables::link_verdicts(&lines));
     if !quiet {
         let matrix = tables::matrix_rows(&lines);
@@ -385,7 +404,7 @@ fn play_rounds(
             dir.path.join("links.csv").display()
         );
     }
-    Ok(blamed)
+    Ok((blamed, busy))
 }
 
 /// Rank 0: every suspect row (flagged by the rounds) measured again with its pair alone, at

@@ -68,6 +68,9 @@ pub struct StageTimes {
     /// `Some(width)` when the ops' start and end are the GPU's timestamps mapped onto the
     /// host clock, `width` µs being how far the mapping could be off; `None`: host clock.
     pub gpu_clock: Option<f64>,
+    /// The stage's machine over the iteration (busy is not slow).
+    #[serde(default)]
+    pub load: Option<crate::bench::rank_load::RankLoad>,
 }
 
 /// Puts each op's GPU (start, end) onto the host clock, in place of the host's times taken
@@ -178,6 +181,7 @@ pub fn run_iteration(
 ) -> Result<StageTimes, String> {
     let s = stage.index;
     let e = |x: anyhow::Error| format!("stage {s}: {x:#}");
+    let before = crate::host_load::Sample::now();
     stage.zero_grads().map_err(e)?;
     stage.start_timing();
     let mut times = StageTimes::default();
@@ -274,6 +278,11 @@ pub fn run_iteration(
     if let Some(spans) = stage.gpu_spans(times.ops.len()).map_err(e)? {
         times.gpu_clock = map_gpu_spans(&mut times.ops, &spans);
     }
+    let machine = crate::host::machine_id();
+    let after = crate::host_load::Sample::now();
+    times.load = Some(crate::bench::rank_load::RankLoad::between(
+        s, &machine, &before, &after,
+    ));
     Ok(times)
 }
 

@@ -25,7 +25,8 @@ use crate::cluster::world::{World, WorldOptions};
 use crate::cluster::{run_ranked, Crew, Ranked, SessionOptions};
 use crate::export::run_dir::RunDir;
 use crate::gpu::{BackendChoice, Gpu};
-use crate::sim::{OpKind, Run, Schedule};
+use crate::host_load::BusyWarning;
+use crate::sim::{OpKind, Schedule};
 use crate::stats::Summary;
 use crate::transport::TransportKind;
 use comm::{Link, ACT, GRAD};
@@ -187,6 +188,7 @@ pub fn run(opts: &PipelineOptions) -> Result<Option<PathBuf>> {
         opts: opts.clone(),
         gpu: None,
         follower: None,
+        busy: Vec::new(),
     };
     run_ranked(&mut bench, &opts.session)
 }
@@ -196,6 +198,8 @@ struct Pipeline {
     opts: PipelineOptions,
     gpu: Option<Gpu>,
     follower: Option<Follower>,
+    /// Rank 0: a warning per busy stage, for meta.json.
+    busy: Vec<BusyWarning>,
 }
 
 /// A follower's stage, its links once connected, and the case it runs.
@@ -243,7 +247,11 @@ impl Ranked for Pipeline {
             .gpu
             .take()
             .ok_or_else(|| anyhow!("rank 0 has no GPU"))?;
-        lead(crew, gpu, &self.opts, dir)
+        lead(crew, gpu, &self.opts, dir, &mut self.busy)
+    }
+
+    fn notes(&self) -> serde_json::Map<String, serde_json::Value> {
+        crate::host_load::busy_notes(&self.busy)
     }
 
     fn follow(&mut self, world: &World, order: Order) -> Result<Reply> {
@@ -405,6 +413,7 @@ fn lead(
     gpu: Gpu,
     opts: &PipelineOptions,
     dir: &RunDir,
+    busy: &mut Vec<BusyWarning>,
 ) -> Result<()> {
     let plan = &opts.plan;
     let stage = Stage::new(gpu, plan.shape, 0, crew.world().size())?;
@@ -452,7 +461,8 @@ fn lead(
         .map(|c| predict::plan_case(c, &cals, &plan.shape))
         .collect::<Result<_>>()?;
     let measured = run_rounds(crew, &mut rig, plan, &planned, opts.session.quiet)?;
-    write_all(dir, plan, &planned, measured, opts.session.quiet)
+    let quiet = opts.session.quiet;
+    report::write_all(dir, crew.world(), (plan, &planned, measured), quiet, busy)
 }
 
 /// The cases take turns, one iteration each per round, so every case sees the machine at the
@@ -501,39 +511,6 @@ fn run_rounds(
         println!();
     }
     Ok(measured)
-}
-
-/// Every case's row, timeline and trace; fails if a case's gradients did not verify.
-fn write_all(
-    dir: &RunDir,
-    plan: &PipelinePlan,
-    planned: &[PlannedCase],
-    measured: Vec<Measured>,
-    quiet: bool,
-) -> Result<()> {
-    let mut out = report::Outputs {
-        run_id: dir.id.clone(),
-        table: dir.table()?,
-        timeline: dir.table()?,
-        traces: Vec::new(),
-        unverified: Vec::new(),
-    };
-    for ((case, pc), m) in plan.cases.iter().zip(planned).zip(measured) {
-        report::write_case(&mut out, case, pc, m, plan, quiet)?;
-    }
-    let refs: Vec<(String, &Run)> = out.traces.iter().map(|(n, r)| (n.clone(), r)).collect();
-    let trace = crate::sim::render::trace_events(&refs);
-    std::fs::write(
-        dir.path.join("pipeline_trace.json"),
-        serde_json::to_vec(&trace)?,
-    )?;
-    if !out.unverified.is_empty() {
-        bail!(
-            "{}: the weight gradients are off beyond {GRAD_TOLERANCE:.0e} against the f64 reference (grad_rel_err in pipeline.csv)",
-            out.unverified.join(", ")
-        );
-    }
-    Ok(())
 }
 
 /// Runs iteration `iter_no` of `case` on every stage and returns every stage's times on rank

@@ -243,6 +243,7 @@ mod tests {
                 send_us,
             }],
             gpu_clock: None,
+            load: None,
         };
         let s1 = StageTimes {
             ops: vec![
@@ -260,6 +261,7 @@ mod tests {
                 send_us,
             }],
             gpu_clock: None,
+            load: None,
         };
         vec![s0, s1]
     }

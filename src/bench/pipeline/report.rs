@@ -1,13 +1,20 @@
 //! What a case leaves: its row of pipeline.csv, its measured and predicted lanes of
-//! pipeline_timeline.csv, its traces and its console line.
+//! pipeline_timeline.csv, its traces and its console line; and what the run leaves: the
+//! Perfetto trace and a line per busy stage.
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 
 use super::exec::StageTimes;
 use super::predict::{measured_scenario, peak_in_flight, Measured, PlannedCase};
 use super::table::{PipelineFigures, PipelineParams, PipelineTable, TimelineRow, TimelineTable};
 use super::{Case, PipelinePlan, GRAD_TOLERANCE};
+use std::collections::BTreeMap;
+
+use crate::bench::rank_load::{others_by_rank, worst, Busiest, Busy, RankLoad};
+use crate::cluster::world::World;
 use crate::export::csv::{round, CsvSink, Line};
+use crate::export::run_dir::RunDir;
+use crate::host_load::BusyWarning;
 use crate::sim::{simulate, Policy, Run};
 use crate::stats::Summary;
 
@@ -20,6 +27,71 @@ pub(super) struct Outputs {
     pub(super) traces: Vec<(String, Run)>,
     /// The cases whose gradients did not verify.
     pub(super) unverified: Vec<String>,
+    /// Each stage's busiest case, the busy ones only.
+    pub(super) busiest: Busiest,
+}
+
+/// Every case's row, timeline and trace, and a line per busy stage (kept in `busy` for
+/// meta.json); fails if a case's gradients did not verify.
+pub(super) fn write_all(
+    dir: &RunDir,
+    world: &World,
+    (plan, planned, measured): (&PipelinePlan, &[PlannedCase], Vec<Measured>),
+    quiet: bool,
+    busy: &mut Vec<BusyWarning>,
+) -> Result<()> {
+    let mut out = Outputs {
+        run_id: dir.id.clone(),
+        table: dir.table()?,
+        timeline: dir.table()?,
+        traces: Vec::new(),
+        unverified: Vec::new(),
+        busiest: Default::default(),
+    };
+    for ((case, pc), m) in plan.cases.iter().zip(planned).zip(measured) {
+        write_case(&mut out, case, pc, m, plan, quiet)?;
+    }
+    for (r, b) in &out.busiest.0 {
+        let line = format!(
+            "busy: {}: other processes used {:.1} of {} cores (steal {:.1}%) while its stage \
+             was timed; the case's figures there are the machine's, not the pipeline's",
+            world.describe(*r),
+            b.others_cores.unwrap_or(0.0),
+            b.cores,
+            b.steal_pct.unwrap_or(0.0)
+        );
+        match quiet {
+            true => eprintln!("{line}"),
+            false => println!("{line}"),
+        }
+        busy.push((format!("pipeline r{r}"), line));
+    }
+    let refs: Vec<(String, &Run)> = out.traces.iter().map(|(n, r)| (n.clone(), r)).collect();
+    let trace = crate::sim::render::trace_events(&refs);
+    std::fs::write(
+        dir.path.join("pipeline_trace.json"),
+        serde_json::to_vec(&trace)?,
+    )?;
+    if !out.unverified.is_empty() {
+        bail!(
+            "{}: the weight gradients are off beyond {GRAD_TOLERANCE:.0e} against the f64 reference (grad_rel_err in pipeline.csv)",
+            out.unverified.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Each stage's load over a case's timed iterations (merged), as rows carry it.
+fn case_load(timed: &[Vec<StageTimes>]) -> BTreeMap<u32, Busy> {
+    let mut by_stage: BTreeMap<u32, RankLoad> = BTreeMap::new();
+    for l in timed.iter().flatten().filter_map(|t| t.load.as_ref()) {
+        let merged = match by_stage.get(&l.rank) {
+            Some(m) => m.merge(l),
+            None => l.clone(),
+        };
+        by_stage.insert(l.rank, merged);
+    }
+    others_by_rank(&by_stage.into_values().collect::<Vec<_>>())
 }
 
 /// Predicts `case` from what it measured and writes its row, its timeline and its console
@@ -67,6 +139,9 @@ pub(super) fn write_case(
     let measured_ms = s.p50 / 1e3;
     let (_, bubbles, run) = m.last.expect("at least one timed iteration");
     let peak = peak_in_flight(&pc.orders);
+    let loads = case_load(&m.timed);
+    let load = worst(&loads);
+    out.busiest.note(&loads);
     let params = PipelineParams {
         schedule: case.schedule.clone(),
         comm: case.comm.to_string(),
@@ -90,6 +165,9 @@ pub(super) fn write_case(
         op_clock: Some(op_clock(&m.timed).into()),
         stage_bubbles: Some(join(bubbles.iter().map(|b| round(*b, 4)))),
         stage_peak_activations: Some(join(peak.iter())),
+        others_cores: load.others_cores,
+        steal_pct: load.steal_pct,
+        busy: Some(load.busy),
     };
     // File-name safe: no ':' (static:1f1b, LINK:MS).
     let case_name = format!(

@@ -48,6 +48,12 @@ pub struct PipelineFigures {
     pub stage_bubbles: Option<String>,
     /// The most activations each stage held (F done, its B not yet), `;`-separated.
     pub stage_peak_activations: Option<String>,
+    /// CPU that other processes (not this run's stages) used on the busiest stage's machine
+    /// over the case's timed iterations, in cores, and the hypervisor's steal (percent).
+    pub others_cores: Option<f64>,
+    pub steal_pct: Option<f64>,
+    /// Some stage's machine was busy while the case was timed.
+    pub busy: Option<bool>,
 }
 
 impl CsvTable for PipelineTable {
@@ -55,7 +61,14 @@ impl CsvTable for PipelineTable {
     const WITH_STATS: bool = true;
     type Params = PipelineParams;
     type Figures = PipelineFigures;
-    const ADDED: &'static [&'static str] = &["op_clock", "stage_bubbles", "stage_peak_activations"];
+    const ADDED: &'static [&'static str] = &[
+        "op_clock",
+        "stage_bubbles",
+        "stage_peak_activations",
+        "others_cores",
+        "steal_pct",
+        "busy",
+    ];
     const SIGNED: &'static [&'static str] = &["error"];
 }
 

@@ -21,6 +21,10 @@ mod node_charts;
 #[allow(unused_imports)]
 pub use node_charts::*;
 
+mod fleet_charts;
+#[allow(unused_imports)]
+pub use fleet_charts::*;
+
 mod pipeline_charts;
 #[allow(unused_imports)]
 pub use pipeline_charts::*;

@@ -1,7 +1,8 @@
-//! Busy is not slow: each rank samples its machine around every wave it is ordered, and rank 0
-//! puts on each row the load of its two ends. What "other processes" used excludes this run's
-//! own ranks on the same machine (the partner of a pair on a shared machine is the
-//! measurement, not a neighbour).
+//! Busy is not slow: each rank of a multi-rank bench samples its machine around what it is
+//! ordered to measure (a wave of `links`, a case of `pipeline`), and rank 0 puts on each row
+//! the load of the ranks it involves. What "other processes" used excludes this run's own ranks
+//! on the same machine (the partner of a pair on a shared machine is the measurement, not a
+//! neighbour).
 
 use std::collections::BTreeMap;
 
@@ -27,6 +28,26 @@ pub struct RankLoad {
 }
 
 impl RankLoad {
+    /// Two looks at one rank's machine as one: their rates weighted by how long each was
+    /// (the iterations of a case, each too short alone for /proc/stat's ticks).
+    pub fn merge(&self, other: &RankLoad) -> RankLoad {
+        let (a, b) = (self.seconds, other.seconds);
+        let w = |x: Option<f64>, y: Option<f64>| match (x, y) {
+            (Some(x), Some(y)) => Some((x * a + y * b) / (a + b).max(1e-12)),
+            (x, y) => x.or(y),
+        };
+        RankLoad {
+            rank: self.rank,
+            machine: self.machine.clone(),
+            seconds: a + b,
+            machine_cores: w(self.machine_cores, other.machine_cores),
+            own_cores: w(self.own_cores, other.own_cores),
+            steal_pct: w(self.steal_pct, other.steal_pct),
+            cores: self.cores.max(other.cores),
+            injected: self.injected.or(other.injected),
+        }
+    }
+
     pub fn between(
         rank: u32,
         machine: &str,
@@ -47,6 +68,26 @@ impl RankLoad {
     }
 }
 
+/// The load a set of rows carries: the worst of the ranks', busy if any was.
+pub fn worst(by_rank: &BTreeMap<u32, Busy>) -> Busy {
+    by_rank
+        .values()
+        .fold(Busy::default(), |a, b| combine(&a, b))
+}
+
+fn combine(x: &Busy, y: &Busy) -> Busy {
+    let max = |p: Option<f64>, q: Option<f64>| match (p, q) {
+        (Some(p), Some(q)) => Some(p.max(q)),
+        (p, q) => p.or(q),
+    };
+    Busy {
+        others_cores: max(x.others_cores, y.others_cores),
+        steal_pct: max(x.steal_pct, y.steal_pct),
+        cores: x.cores.max(y.cores),
+        busy: x.busy || y.busy,
+    }
+}
+
 /// A rank's load over a wave, as rows carry it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Busy {
@@ -60,16 +101,18 @@ pub struct Busy {
 /// run on that machine used (clamped at 0), plus an injected load; busy as the single-node
 /// warning judges it (over a quarter core, or 5% steal, over a second or more).
 pub fn others_by_rank(loads: &[RankLoad]) -> BTreeMap<u32, Busy> {
+    // CPU seconds, not rates: a rank that sits a wave out looks for a millisecond, and its
+    // rate over that moment says nothing of the wave (measured: two idle ranks' rates summed
+    // to two cores and hid a CPU hog from the pair that played).
     let mut ours: BTreeMap<&str, f64> = BTreeMap::new();
     for l in loads {
-        *ours.entry(&l.machine).or_default() += l.own_cores.unwrap_or(0.0);
+        *ours.entry(&l.machine).or_default() += l.own_cores.unwrap_or(0.0) * l.seconds;
     }
     loads
         .iter()
         .map(|l| {
-            let measured = l
-                .machine_cores
-                .map(|m| (m - ours[l.machine.as_str()]).max(0.0));
+            let ours_cores = ours[l.machine.as_str()] / l.seconds.max(1e-9);
+            let measured = l.machine_cores.map(|m| (m - ours_cores).max(0.0));
             let others = match l.injected {
                 Some(i) => Some(measured.unwrap_or(0.0) + i),
                 None => measured,
@@ -116,16 +159,7 @@ pub fn of_pair(by_rank: &BTreeMap<u32, Busy>, a: u32, b: u32) -> Busy {
         by_rank.get(&a).copied().unwrap_or_default(),
         by_rank.get(&b).copied().unwrap_or_default(),
     );
-    let max = |p: Option<f64>, q: Option<f64>| match (p, q) {
-        (Some(p), Some(q)) => Some(p.max(q)),
-        (p, q) => p.or(q),
-    };
-    Busy {
-        others_cores: max(x.others_cores, y.others_cores),
-        steal_pct: max(x.steal_pct, y.steal_pct),
-        cores: x.cores.max(y.cores),
-        busy: x.busy || y.busy,
-    }
+    combine(&x, &y)
 }
 
 #[cfg(test)]
@@ -146,6 +180,21 @@ mod tests {
     }
 
     #[test]
+    fn short_looks_merge_weighted_by_their_length() {
+        let mut a = load(0, "m", 2.0, 1.0, None);
+        a.seconds = 0.6;
+        let mut b = load(0, "m", 1.0, 1.0, None);
+        b.seconds = 0.2;
+        let m = a.merge(&b);
+        assert!((m.seconds - 0.8).abs() < 1e-12);
+        assert!((m.machine_cores.unwrap() - 1.75).abs() < 1e-12, "{m:?}");
+        // Under a second together: too short to call busy.
+        assert!(!others_by_rank(std::slice::from_ref(&m))[&0].busy);
+        let long = m.merge(&m);
+        assert!(others_by_rank(&[long])[&0].busy);
+    }
+
+    #[test]
     fn a_pairs_partner_on_the_same_machine_is_not_a_neighbour() {
         // Ranks 0 and 1 ping-pong on one machine, each using most of a core: the machine's
         // 1.9 cores are theirs. Rank 2 on another machine shares it with 1.2 cores of others.
@@ -160,6 +209,11 @@ mod tests {
             "{by_rank:?}"
         );
         assert!(by_rank[&2].busy && by_rank[&2].others_cores == Some(1.2));
+        // A rank that sat the wave out looked for a moment: its busy moment is not the pair's.
+        let mut idle = load(4, "n", 2.0, 1.0, None);
+        idle.seconds = 0.002;
+        let with_idle = others_by_rank(&[load(2, "n", 1.3, 0.1, None), idle]);
+        assert_eq!(with_idle[&2].others_cores, Some(1.2), "{with_idle:?}");
         // An injected neighbour makes that rank alone busy.
         assert!(by_rank[&3].busy && by_rank[&3].others_cores == Some(1.55));
         let row = of_pair(&by_rank, 0, 2);

@@ -1,0 +1,82 @@
+//! The inventory's rows of fleet.csv: each field that nodes of one adapter must agree on
+//! (driver, adapter count, RDMA devices, CPU model, cores, memory), a WARN for the node a strict
+//! majority of its kind outvotes, and a FAIL for a rank with no adapter.
+
+use std::collections::BTreeMap;
+
+use super::checks::Inventory;
+use super::verdict::{row, RankOutcome, Row, FAIL, PASS, WARN};
+
+/// The fields of the inventory that nodes of one adapter must agree on.
+fn fields(i: &Inventory) -> Vec<(&'static str, String, Option<f64>)> {
+    let gib = i
+        .host
+        .memory_bytes
+        .map(|b| (b as f64 / (1u64 << 30) as f64).round());
+    vec![
+        ("driver", i.driver.clone().unwrap_or_default(), None),
+        ("adapters", i.adapters.to_string(), Some(i.adapters as f64)),
+        (
+            "rdma_devices",
+            i.rdma_devices.join(" "),
+            Some(i.rdma_devices.len() as f64),
+        ),
+        ("cpu_model", i.host.cpu_model.clone(), None),
+        (
+            "logical_cores",
+            i.host.logical_cores.to_string(),
+            Some(i.host.logical_cores as f64),
+        ),
+        (
+            "memory_gib",
+            gib.map_or(String::new(), |g| g.to_string()),
+            gib,
+        ),
+    ]
+}
+
+pub(super) fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let mut by_adapter: BTreeMap<String, Vec<&RankOutcome>> = BTreeMap::new();
+    for o in ranks.iter().filter(|o| o.inventory.is_some()) {
+        by_adapter.entry(o.adapter()).or_default().push(o);
+    }
+    for o in ranks {
+        let Some(inv) = &o.inventory else { continue };
+        if let Some(e) = &inv.gpu_error {
+            let (p, mut f) = row(o, "inventory", "adapter");
+            f.verdict = FAIL.into();
+            f.reason = format!("no GPU adapter: {e}");
+            rows.push((p, f));
+            continue;
+        }
+        let peers = &by_adapter[&o.adapter()];
+        for (k, (field, text, number)) in fields(inv).into_iter().enumerate() {
+            let (p, mut f) = row(o, "inventory", field);
+            f.value = number;
+            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+            for q in peers {
+                let (_, t, _) = &fields(q.inventory.as_ref().expect("filtered"))[k];
+                *counts.entry(t.clone()).or_default() += 1;
+            }
+            let (common, n) = counts
+                .iter()
+                .max_by_key(|(_, n)| **n)
+                .map(|(t, n)| (t.clone(), *n))
+                .unwrap_or_default();
+            // An odd node is one outvoted by a strict majority of its kind.
+            if text != common && 2 * n > peers.len() {
+                f.verdict = WARN.into();
+                f.reason = format!(
+                    "{field} is {text:?} where {n} of {} nodes with this adapter have {common:?}",
+                    peers.len()
+                );
+            } else {
+                f.verdict = PASS.into();
+                f.reason = text;
+            }
+            rows.push((p, f));
+        }
+    }
+    rows
+}
