@@ -265,3 +265,92 @@ fn a_busy_rank_is_a_warn_not_a_fail_and_the_gate_passes() {
         "{summary}"
     );
 }
+
+#[test]
+fn the_deeper_levels_measure_the_offload_path_the_links_and_a_real_pipeline() {
+    let home = tempfile::tempdir().unwrap();
+    // The tests standard adds to quick's (at standard's sizes), then extended's pipeline.
+    let out = home.path().join("standard");
+    let only = ["--level", "standard", "--only", "hol,links"];
+    let o = local_fleet(home.path(), &out, &only);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(&common::stdout(&o)).unwrap();
+    assert_eq!(doc["links"]["pattern"], "quick", "{doc}");
+    assert_eq!(doc["links"]["links"], 3, "{doc}");
+    assert_eq!(doc["links"]["slow_nodes"].as_array().unwrap().len(), 0);
+    let run = only_run(&out);
+    let rows = fleet_rows(&run);
+    for rank in 0..3 {
+        let hol = rows
+            .iter()
+            .find(|r| r.0 == rank && r.1 == "hol" && r.2 == "ops_per_s")
+            .unwrap_or_else(|| panic!("rank {rank} has no hol row: {rows:?}"));
+        assert_ne!(hol.3, "FAIL", "{hol:?}");
+        assert!(hol.4.contains("offload removed"), "{hol:?}");
+        let links = rows
+            .iter()
+            .find(|r| r.0 == rank && r.1 == "links" && r.2 == "gbps")
+            .unwrap_or_else(|| panic!("rank {rank} has no links row: {rows:?}"));
+        assert_eq!(links.3, "PASS", "{links:?}");
+        assert!(links.4.starts_with("2 links, none slow"), "{links:?}");
+    }
+    // --only: the GPU's own tests did not run.
+    assert!(!rows.iter().any(|r| r.1 == "gemm"), "{rows:?}");
+    let (h, links) = read_csv(&run.join("links.csv"));
+    let pairs: std::collections::BTreeSet<(String, String)> = links
+        .iter()
+        .map(|r| {
+            (
+                r[col(&h, "src_rank")].to_string(),
+                r[col(&h, "dst_rank")].to_string(),
+            )
+        })
+        .collect();
+    assert!(pairs.len() >= 3, "{pairs:?}");
+
+    let out = home.path().join("extended");
+    let o = local_fleet(
+        home.path(),
+        &out,
+        &["--level", "extended", "--only", "pipeline"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(&common::stdout(&o)).unwrap();
+    let cases = doc["pipeline"].as_array().expect("pipeline cases");
+    assert_eq!(cases.len(), 2, "{doc}");
+    assert!(cases.iter().all(|c| c["verified"] == true), "{doc}");
+    let run = only_run(&out);
+    assert!(run.join("pipeline.csv").exists());
+    let rows = fleet_rows(&run);
+    for rank in 0..3 {
+        for figure in ["1f1b_offload_ms", "adaptive_offload_ms"] {
+            let p = rows
+                .iter()
+                .find(|r| r.0 == rank && r.1 == "pipeline" && r.2 == figure)
+                .unwrap_or_else(|| panic!("rank {rank} has no {figure} row: {rows:?}"));
+            assert_eq!(p.3, "PASS", "{p:?}");
+            assert!(p.4.contains("a real 3-stage pipeline"), "{p:?}");
+            assert!(p.4.contains("gradients verified"), "{p:?}");
+        }
+    }
+
+    // A test the level does not have, or no test at all: the gate cannot run (exit 2).
+    for (only, says) in [
+        (
+            ["--level", "quick", "--only", "links"],
+            "not a test of --level quick",
+        ),
+        (
+            ["--level", "standard", "--only", "pipeline"],
+            "it runs at extended",
+        ),
+        (
+            ["--level", "standard", "--only", "nccl"],
+            "--only nccl: no such test",
+        ),
+    ] {
+        let o = local_fleet(home.path(), &out, &only);
+        assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+        assert!(common::stderr(&o).contains(says), "{}", common::stderr(&o));
+    }
+}

@@ -157,6 +157,8 @@ impl LinksArgs {
             topology: self.topology.clone(),
             backend: g.backend,
             adapter: g.adapter.clone(),
+            machines: None,
+            deadline_s: None,
         }
     }
 }
@@ -360,6 +362,10 @@ pub struct FleetArgs {
     /// Expected values per adapter and driver (`morphbench baseline FLEET_RUN -o FILE`).
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<std::path::PathBuf>,
+    /// Only these of the level's tests (memcpy, gemm, d2h, h2d, hol, links), such as
+    /// `--only links` on a fleet whose GPUs were just judged.
+    #[arg(long, value_delimiter = ',', value_name = "TESTS")]
+    pub only: Option<Vec<String>>,
     #[command(flatten)]
     pub launch: LaunchArgs,
 }
@@ -369,6 +375,7 @@ impl FleetArgs {
         crate::bench::fleet::FleetOptions {
             session: self.launch.session(g, Vec::new()),
             level: self.level,
+            only: self.only.clone(),
             baseline: self.baseline.clone(),
             backend: g.backend,
             adapter: g.adapter.clone(),

@@ -119,6 +119,18 @@ impl ClusterError {
         }
     }
 
+    /// The ranks this error is about: the dead, or the one that went silent, sent garbage or
+    /// reported a failure (none for the others).
+    pub fn culprits(&self) -> Vec<u32> {
+        match self {
+            ClusterError::NoAnswer { who }
+            | ClusterError::Silent { who }
+            | ClusterError::Garbled { who, .. }
+            | ClusterError::Reported { who, .. } => vec![who.rank],
+            _ => self.dead_ranks(),
+        }
+    }
+
     /// A read from `who` that failed, as the error it means.
     pub fn from_wire(who: Who, fault: WireError, closed_how: &str) -> ClusterError {
         match fault {

@@ -340,6 +340,17 @@ where
         }
     }
 
+    /// A crew for a bench led inside this one (the fleet gate leads `links`): its orders and
+    /// replies go over the same links. This bench's `Order` and `Reply` must hold the inner
+    /// bench's as `#[serde(untagged)]` variants, with variant names of their own, so what the
+    /// inner crew sends is what a follower of this bench reads, and the other way round.
+    pub fn nested<O2, R2>(&mut self) -> Crew<'_, O2, R2> {
+        Crew {
+            world: self.world,
+            _messages: PhantomData,
+        }
+    }
+
     /// A reply that is not the one the lead waits for.
     pub fn out_of_turn(&self, rank: u32, what: &str) -> ClusterError {
         ClusterError::Protocol(format!(

@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::bench::hol::{Delays, HolPlan, Mode};
+use crate::bench::links::pair::PairPlan;
+use crate::bench::links::pattern::Pattern;
 use crate::bench::probe::{self, Budget, Probed};
 use crate::gpu::kernels::gemm::GemmSize;
 use crate::gpu::Gpu;
@@ -43,6 +46,9 @@ pub enum TestKind {
     D2h,
     /// Host-to-device copy through a mapped staging buffer.
     H2d,
+    /// A pipeline stage's stream with its sends on a delayed link offloaded to the host
+    /// (the offload path: a device-to-host copy, a host thread's send), against inline.
+    Hol,
 }
 
 impl TestKind {
@@ -52,6 +58,7 @@ impl TestKind {
             TestKind::Gemm => "gemm",
             TestKind::D2h => "d2h",
             TestKind::H2d => "h2d",
+            TestKind::Hol => "hol",
         }
     }
 
@@ -63,7 +70,8 @@ impl TestKind {
     }
 }
 
-/// One test as planned: its size (bytes, or the GEMM's edge), samples and deadline.
+/// One test as planned: its size (bytes, the GEMM's edge, or the HoL stream's tokens and
+/// hidden size), samples and deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TestSpec {
     pub kind: TestKind,
@@ -92,18 +100,49 @@ impl Level {
                 t(H2d, 16 << 20, 20, 4.0),
             ],
             Level::Standard => vec![
-                t(Memcpy, 256 << 20, 50, 15.0),
-                t(Gemm, 512, 50, 65.0),
-                t(D2h, 64 << 20, 50, 30.0),
-                t(H2d, 64 << 20, 50, 30.0),
+                t(Memcpy, 256 << 20, 50, 12.0),
+                t(Gemm, 512, 50, 45.0),
+                t(D2h, 64 << 20, 50, 22.0),
+                t(H2d, 64 << 20, 50, 22.0),
+                t(Hol, 256, 10, 15.0),
             ],
             Level::Extended => vec![
-                t(Memcpy, 1 << 30, 100, 50.0),
-                t(Gemm, 1024, 100, 300.0),
-                t(D2h, 256 << 20, 100, 120.0),
-                t(H2d, 256 << 20, 100, 120.0),
+                t(Memcpy, 1 << 30, 100, 40.0),
+                t(Gemm, 1024, 100, 200.0),
+                t(D2h, 256 << 20, 100, 80.0),
+                t(H2d, 256 << 20, 100, 80.0),
+                t(Hol, 512, 20, 55.0),
             ],
         }
+    }
+
+    /// The links between the ranks, at levels that measure them ([`LinksSpec`]).
+    pub fn links(self) -> Option<LinksSpec> {
+        let (pattern, deadline_s) = match self {
+            Level::Quick => return None,
+            Level::Standard => (Pattern::Quick, 30.0),
+            // All pairs when they fit the deadline, else as many random rounds as do.
+            Level::Extended => (Pattern::AllPairs, 150.0),
+        };
+        Some(LinksSpec {
+            pattern,
+            plan: PairPlan {
+                transports: vec![crate::transport::TransportKind::Tcp],
+                sizes: vec![8, LINK_BANDWIDTH_BYTES],
+                iters: 1000,
+                budget_ms: 200,
+                bidir: false,
+                io_timeout_s: 20,
+            },
+            deadline_s,
+        })
+    }
+
+    /// The time allowed the short real pipeline, at the level that runs one (extended): its
+    /// stages' setup, calibration, a warm-up and 3 timed iterations of 2 cases, on small
+    /// shapes; its links' timeouts bound a stage that stops.
+    pub fn pipeline(self) -> Option<Duration> {
+        (self == Level::Extended).then_some(Duration::from_secs(100))
     }
 
     /// The most a node may take at this level (the budget per node).
@@ -126,11 +165,71 @@ pub fn batch_bound(tests: &[TestSpec]) -> Duration {
 }
 
 /// The most one rank's tests may take at `level`: each test in its batch (those on its own
-/// GPU, then those in turns on its machine), and once more if every figure is retested.
-pub fn rank_bound(level: Level) -> Duration {
-    let tests = level.tests();
+/// GPU, then those in turns on its machine), and once more if every figure is retested; then
+/// the links' rounds and their retests.
+pub fn rank_bound(
+    tests: &[TestSpec],
+    links: Option<&LinksSpec>,
+    pipeline: Option<Duration>,
+) -> Duration {
     let s: f64 = tests.iter().map(|t| t.deadline_s).sum();
-    (Duration::from_secs_f64(s) + 2 * SETUP_MARGIN) * 2
+    let links = links.map_or(Duration::ZERO, LinksSpec::allowance);
+    (Duration::from_secs_f64(s) + 2 * SETUP_MARGIN) * 2 + links + pipeline.unwrap_or_default()
+}
+
+/// Every test's name, as `--only` takes them.
+pub const TEST_NAMES: [&str; 7] = ["memcpy", "gemm", "d2h", "h2d", "hol", "links", "pipeline"];
+
+/// Checks `--only`: each name a test of `level`.
+pub fn check_only(level: Level, only: &[String]) -> Result<(), String> {
+    for name in only {
+        let at_level = level.tests().iter().any(|t| t.kind.name() == name)
+            || (name == "links" && level.links().is_some())
+            || (name == "pipeline" && level.pipeline().is_some());
+        if at_level {
+            continue;
+        }
+        return Err(match TEST_NAMES.contains(&name.as_str()) {
+            true => format!(
+                "--only {name}: {name} is not a test of --level {level}; it runs at {}",
+                match name.as_str() {
+                    "pipeline" => "extended",
+                    "hol" | "links" => "standard and extended",
+                    _ => "every level",
+                }
+            ),
+            false => format!(
+                "--only {name}: no such test; give some of {}",
+                TEST_NAMES.join(",")
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The gate's links: a pattern, what each pair measures (TCP latency at 8 B and bandwidth at
+/// 1 MiB: the control plane's and a pipeline's activations' view of the path), and the
+/// deadline after which no more rounds start.
+#[derive(Debug, Clone)]
+pub struct LinksSpec {
+    pub pattern: Pattern,
+    pub plan: PairPlan,
+    pub deadline_s: f64,
+}
+
+/// The gate's links' bandwidth size: an activation's order of size.
+pub const LINK_BANDWIDTH_BYTES: u64 = 1 << 20;
+
+/// Suspect links measured again, pair by pair, after the rounds (a few, on a healthy fleet).
+const LINK_RETESTS: u32 = 4;
+
+impl LinksSpec {
+    /// The rounds' deadline, a round that started just before it, and [`LINK_RETESTS`]
+    /// suspects' retests (each at most its pair's tests).
+    pub fn allowance(&self) -> Duration {
+        let pair = self.plan.tests() as u32 * Duration::from_millis(self.plan.budget_ms + 20);
+        Duration::from_secs_f64(self.deadline_s) + pair * (1 + LINK_RETESTS) + SETUP_MARGIN
+    }
 }
 
 /// What a rank is: its host, its adapter and what else a node of its kind must agree on.
@@ -214,6 +313,9 @@ pub struct Measured {
     pub error: Option<String>,
     /// Not run, with why (SKIP).
     pub skipped: Option<String>,
+    /// What else the test saw, for the row's reason (the stall offload removed).
+    #[serde(default)]
+    pub note: Option<String>,
 }
 
 /// A batch of tests on one rank, with the host's load around them.
@@ -251,6 +353,7 @@ pub fn run_batch(gpu: Option<&Gpu>, tests: &[TestSpec]) -> Batch {
 fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
     let (figure, unit) = match t.kind {
         TestKind::Gemm => ("gflops", "GFLOP/s"),
+        TestKind::Hol => ("ops_per_s", "op/s"),
         _ => ("gbps", "GB/s"),
     };
     let mut m = Measured {
@@ -264,6 +367,7 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
         cut: false,
         error: None,
         skipped: None,
+        note: None,
     };
     let budget = Budget {
         iters: t.iters,
@@ -289,11 +393,16 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
         n: edge,
         k: edge,
     };
+    if let (TestKind::Hol, Some(g)) = (t.kind, gpu) {
+        hol_test(g, t, budget, &mut m);
+        return m;
+    }
     let probed: Result<Probed, String> = match (t.kind, gpu) {
         (TestKind::Memcpy, _) => probe::memcpy(t.size, budget),
         (TestKind::Gemm, Some(g)) => probe::gemm(g, gemm, budget),
         (TestKind::D2h, Some(g)) => probe::d2h(g, t.size, budget),
         (TestKind::H2d, Some(g)) => probe::h2d(g, t.size, budget),
+        (TestKind::Hol, Some(_)) => unreachable!("run above"),
         (_, None) => Err("no GPU adapter".into()),
     };
     match probed {
@@ -314,6 +423,46 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
     m
 }
 
+/// The HoL test's stream: a transformer layer's GEMM and layernorm at `size` tokens and hidden
+/// size, 12 ops, a send of the activation after every 2, each on a 12.5 Gbit/s link delayed
+/// 5 ms, offloaded through TCP on loopback.
+fn hol_plan(size: u32) -> HolPlan {
+    HolPlan {
+        tokens: size,
+        hidden: size,
+        ops: 12,
+        every: vec![2],
+        delays: Delays::Sweep(vec![5.0]),
+        modes: vec![Mode::Inline, Mode::Offload],
+        reps: 1,
+        ..HolPlan::default()
+    }
+}
+
+/// The figure is the offloaded stream's compute rate (ops per second of its makespan): a node
+/// whose offload path is slow (its copies, its host thread, its loopback) computes fewer ops
+/// while its sends are on the wire. The reason keeps the stall offload removed.
+fn hol_test(gpu: &Gpu, t: TestSpec, budget: Budget, m: &mut Measured) {
+    match crate::bench::hol::probe(gpu, &hol_plan(t.size as u32), budget.iters, budget.deadline) {
+        Ok(p) => {
+            m.value = Some(crate::export::csv::sig4(
+                f64::from(p.ops) * 1e6 / p.offload.p50,
+            ));
+            m.p50_us = Some(p.offload.p50);
+            m.p99_us = Some(p.offload.p99);
+            m.n = p.offload.n;
+            m.cut = p.cut;
+            m.note = Some(format!(
+                "offload removed {:.0}% of inline's stall (inline {:.0} µs a stream, offload {:.0} µs)",
+                100.0 * p.stall_removed,
+                p.inline.p50,
+                p.offload.p50
+            ));
+        }
+        Err(e) => m.error = Some(format!("{e:#}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,10 +470,10 @@ mod tests {
     #[test]
     fn every_level_with_its_retests_fits_its_node_budget() {
         for level in [Level::Quick, Level::Standard, Level::Extended] {
+            let bound = rank_bound(&level.tests(), level.links().as_ref(), level.pipeline());
             assert!(
-                rank_bound(level) <= level.node_budget(),
-                "{level}: {:?} over {:?}",
-                rank_bound(level),
+                bound <= level.node_budget(),
+                "{level}: {bound:?} over {:?}",
                 level.node_budget()
             );
             assert!(level
@@ -332,5 +481,18 @@ mod tests {
                 .iter()
                 .all(|t| t.deadline_s > 0.0 && t.iters > 0));
         }
+    }
+
+    #[test]
+    fn only_takes_the_levels_tests_and_names_the_others() {
+        let only = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(check_only(Level::Standard, &only(&["hol", "links"])).is_ok());
+        let e = check_only(Level::Quick, &only(&["links"])).unwrap_err();
+        assert!(e.contains("not a test of --level quick"), "{e}");
+        let e = check_only(Level::Extended, &only(&["gemm", "nccl"])).unwrap_err();
+        assert!(
+            e.contains("--only nccl: no such test; give some of memcpy,"),
+            "{e}"
+        );
     }
 }

@@ -4,7 +4,9 @@
 //! middle stage, against the same pipeline of healthy nodes, under 1F1B and adaptive. Each
 //! failed figure slows what it stands for in the model: a slow GEMM the stage's compute (F, B
 //! and W), a slow copy (memcpy, D2H, H2D) the host staging of the stage's sends (the offload
-//! path's device-to-host copy, as extra time on its links).
+//! path's device-to-host copy, as extra time on its links). A confirmed slow link between two
+//! healthy nodes is the pipeline's middle link, each send over it late by what the link took
+//! beyond a healthy one at the links' largest size (an activation of that size).
 
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +19,8 @@ pub const MAX_STAGES: usize = 8;
 /// The simulator's default stage times (ms) and its offload copy.
 const STAGE_MS: f64 = 10.0;
 const D2H_MS: f64 = 0.5;
+/// The size of a send whose time the links' GB/s gives (the gate's links' largest size).
+const LINK_BYTES: f64 = super::checks::LINK_BANDWIDTH_BYTES as f64;
 /// Microbatches per stage, as a pipeline is usually fed.
 const MICROBATCHES_PER_STAGE: usize = 2;
 
@@ -24,8 +28,12 @@ pub struct KeepCostTable;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct KeepCostParams {
+    /// The node's rank (a link's lower end).
     pub rank: u32,
+    /// The node's host, or a link's two hosts (`a-b`).
     pub host: String,
+    /// `node` or `link`.
+    pub kind: String,
     /// Stages of the modelled pipeline, and the node's (from 0).
     pub stages: usize,
     pub stage: usize,
@@ -34,9 +42,12 @@ pub struct KeepCostParams {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct KeepCostFigures {
-    /// How much slower the node's compute and its host staging were than expected.
+    /// How much slower the node's compute and its host staging were than expected (1 for a
+    /// link).
     pub compute_slowdown: f64,
     pub staging_slowdown: f64,
+    /// What each send over the slow link (a node's: over its links) pays on top, in ms.
+    pub link_extra_ms: f64,
     pub healthy_ms: f64,
     pub kept_ms: f64,
     /// The throughput change from keeping it, in percent (negative: slower).
@@ -54,11 +65,12 @@ impl CsvTable for KeepCostTable {
 /// One failed node's estimate, a row per schedule.
 pub type KeepCost = Vec<(KeepCostParams, KeepCostFigures)>;
 
-/// How much slower than expected a failed node's compute and staging were, from its rows:
-/// the worst FAIL of each kind (expected over measured); None when no figure of it failed
-/// with a value (a node that did not answer has no estimate).
-fn slowdowns(rows: &[Row], rank: u32) -> Option<(f64, f64)> {
-    let (mut compute, mut staging, mut any) = (1.0f64, 1.0f64, false);
+/// How much slower than expected a failed node's compute, staging and links were, from its
+/// rows: the worst FAIL of each kind (expected over measured; for links, the extra time of a
+/// [`LINK_BYTES`] send at the measured rate); None when no figure of it failed with a value (a
+/// node that did not answer has no estimate).
+fn slowdowns(rows: &[Row], rank: u32) -> Option<Kept> {
+    let (mut compute, mut staging, mut sends, mut any) = (1.0f64, 1.0f64, 0.0f64, false);
     for (p, f) in rows
         .iter()
         .filter(|(p, f)| p.rank == rank && f.verdict == FAIL)
@@ -72,24 +84,55 @@ fn slowdowns(rows: &[Row], rank: u32) -> Option<(f64, f64)> {
         match p.test.as_str() {
             "gemm" => compute = compute.max(e / v),
             "memcpy" | "d2h" | "h2d" => staging = staging.max(e / v),
+            // GB/s is bytes per ns: ms = bytes / (GB/s) / 1e6.
+            "links" => sends = sends.max((LINK_BYTES / v - LINK_BYTES / e) / 1e6),
             _ => continue,
         }
         any = true;
     }
-    any.then_some((compute, staging))
+    any.then_some(Kept {
+        compute,
+        staging,
+        sends_extra_ms: sends,
+        link_extra_ms: 0.0,
+    })
 }
 
-/// The pipeline with the node at `stage` slowed by `compute` and `staging`.
-fn scenario(stages: usize, stage: usize, compute: f64, staging: f64) -> Option<Scenario> {
+/// What is slow in a kept pipeline: its node at `stage` (compute and staging slowdowns) and
+/// the link after `stage` (extra ms a send).
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    compute: f64,
+    staging: f64,
+    /// Extra ms on each of the node's sends (its links blamed on it).
+    sends_extra_ms: f64,
+    /// Extra ms on each send over the link after `stage`.
+    link_extra_ms: f64,
+}
+
+const HEALTHY: Kept = Kept {
+    compute: 1.0,
+    staging: 1.0,
+    sends_extra_ms: 0.0,
+    link_extra_ms: 0.0,
+};
+
+/// The pipeline with the node at `stage` slowed by `compute` and `staging`, and the link
+/// after it by `link_extra_ms`.
+fn scenario(stages: usize, stage: usize, kept: Kept) -> Option<Scenario> {
     let mut times = vec![STAGE_MS; stages];
-    times[stage] *= compute;
-    // Its sends (to either neighbour) pay the slower copy.
-    let extra = (staging - 1.0) * D2H_MS;
-    let slow: Vec<(usize, f64)> = [stage.checked_sub(1), (stage + 1 < stages).then_some(stage)]
+    times[stage] *= kept.compute;
+    // Its sends (to either neighbour) pay the slower copy, and its slow links.
+    let extra = (kept.staging - 1.0) * D2H_MS + kept.sends_extra_ms;
+    let mut slow: Vec<(usize, f64)> = [stage.checked_sub(1), (stage + 1 < stages).then_some(stage)]
         .into_iter()
         .flatten()
         .map(|l| (l, extra))
         .collect();
+    if kept.link_extra_ms > 0.0 && stage + 1 < stages {
+        slow.push((stage, kept.link_extra_ms));
+    }
+    slow.retain(|(_, ms)| *ms > 0.0);
     Scenario::new(
         stages,
         MICROBATCHES_PER_STAGE * stages,
@@ -106,56 +149,79 @@ fn scenario(stages: usize, stage: usize, compute: f64, staging: f64) -> Option<S
 
 /// The estimate for every failed node with a measured slowdown, in rank order.
 pub fn estimate(rows: &[Row], failed: &[(u32, String)], world: usize) -> Vec<KeepCost> {
+    failed
+        .iter()
+        .filter_map(|(rank, host)| {
+            let kept = slowdowns(rows, *rank)?;
+            cost_of((*rank, host, "node"), kept, world)
+        })
+        .collect()
+}
+
+/// The estimate for each confirmed slow link no node explains (`links`: lower rank, both
+/// hosts, extra µs a send).
+pub fn estimate_links(links: &[(u32, String, f64)], world: usize) -> Vec<KeepCost> {
+    links
+        .iter()
+        .filter_map(|(rank, hosts, extra_us)| {
+            let kept = Kept {
+                link_extra_ms: extra_us / 1e3,
+                ..HEALTHY
+            };
+            cost_of((*rank, hosts, "link"), kept, world)
+        })
+        .collect()
+}
+
+/// One kept node's or link's rows: 1F1B and adaptive, kept against healthy.
+fn cost_of((rank, host, kind): (u32, &str, &str), kept: Kept, world: usize) -> Option<KeepCost> {
     let stages = world.clamp(2, MAX_STAGES);
-    let stage = stages / 2;
-    let mut out = Vec::new();
-    for (rank, host) in failed {
-        let Some((compute, staging)) = slowdowns(rows, *rank) else {
+    // The node in the middle; a link between the two middle stages.
+    let stage = match kind {
+        "link" => (stages - 1) / 2,
+        _ => stages / 2,
+    };
+    let healthy = scenario(stages, stage, HEALTHY)?;
+    let slowed = scenario(stages, stage, kept)?;
+    let mut cost = Vec::new();
+    for schedule in [Schedule::OneFOneB, Schedule::Adaptive] {
+        let time = |sc: &Scenario| {
+            evaluate(&schedule, sc, default_mem_limit(sc))
+                .ok()
+                .map(|(_, run)| run.iteration_ms)
+        };
+        let (Some(h), Some(k)) = (time(&healthy), time(&slowed)) else {
             continue;
         };
-        let (Some(healthy), Some(kept)) = (
-            scenario(stages, stage, 1.0, 1.0),
-            scenario(stages, stage, compute, staging),
-        ) else {
-            continue;
-        };
-        let mut cost = Vec::new();
-        for schedule in [Schedule::OneFOneB, Schedule::Adaptive] {
-            let time = |sc: &Scenario| {
-                evaluate(&schedule, sc, default_mem_limit(sc))
-                    .ok()
-                    .map(|(_, run)| run.iteration_ms)
-            };
-            let (Some(h), Some(k)) = (time(&healthy), time(&kept)) else {
-                continue;
-            };
-            cost.push((
-                KeepCostParams {
-                    rank: *rank,
-                    host: host.clone(),
-                    stages,
-                    stage,
-                    schedule: schedule.to_string(),
-                },
-                KeepCostFigures {
-                    compute_slowdown: round(compute, 3),
-                    staging_slowdown: round(staging, 3),
-                    healthy_ms: round(h, 3),
-                    kept_ms: round(k, 3),
-                    throughput_pct: round(100.0 * (h / k - 1.0), 1),
-                },
-            ));
-        }
-        if !cost.is_empty() {
-            out.push(cost);
-        }
+        cost.push((
+            KeepCostParams {
+                rank,
+                host: host.to_string(),
+                kind: kind.to_string(),
+                stages,
+                stage,
+                schedule: schedule.to_string(),
+            },
+            KeepCostFigures {
+                compute_slowdown: round(kept.compute, 3),
+                staging_slowdown: round(kept.staging, 3),
+                link_extra_ms: round(kept.link_extra_ms + kept.sends_extra_ms, 3),
+                healthy_ms: round(h, 3),
+                kept_ms: round(k, 3),
+                throughput_pct: round(100.0 * (h / k - 1.0), 1),
+            },
+        ));
     }
-    out
+    (!cost.is_empty()).then_some(cost)
 }
 
 /// "keeping node07: -38% throughput with 1f1b, -11% with adaptive".
 pub fn line(cost: &KeepCost) -> String {
-    let host = cost.first().map_or("", |(p, _)| p.host.as_str());
+    let host = match cost.first() {
+        Some((p, _)) if p.kind == "link" => format!("the link {}", p.host),
+        Some((p, _)) => p.host.clone(),
+        None => String::new(),
+    };
     let parts: Vec<String> = cost
         .iter()
         .map(|(p, f)| format!("{:+.0}% throughput with {}", f.throughput_pct, p.schedule))
@@ -217,5 +283,39 @@ mod tests {
         assert!(pct(copy, "1f1b") <= 0.0);
         assert!(line(half).starts_with("keeping n1: -"), "{}", line(half));
         assert!(line(half).contains("throughput with adaptive"));
+    }
+
+    #[test]
+    fn a_slow_link_costs_1f1b_more_than_adaptive_and_more_when_slower() {
+        let costs = estimate_links(
+            &[(0, "a-b".into(), 20_000.0), (2, "c-d".into(), 2_000.0)],
+            4,
+        );
+        assert_eq!(costs.len(), 2);
+        let pct = |c: &KeepCost, s: &str| {
+            c.iter()
+                .find(|(p, _)| p.schedule == s)
+                .map(|(_, f)| f.throughput_pct)
+                .unwrap()
+        };
+        let (bad, mild) = (&costs[0], &costs[1]);
+        assert_eq!(bad[0].0.kind, "link");
+        assert_eq!(bad[0].1.link_extra_ms, 20.0);
+        assert!(pct(bad, "1f1b") < pct(mild, "1f1b"), "{bad:?} {mild:?}");
+        assert!(pct(bad, "1f1b") < -10.0, "{bad:?}");
+        // PipeMorph's point: the adaptive schedule absorbs part of a slow link.
+        assert!(pct(bad, "adaptive") > pct(bad, "1f1b"), "{bad:?}");
+    }
+
+    #[test]
+    fn a_node_the_links_blame_pays_for_its_sends() {
+        // 12.5 MB/s against the fleet's 1 GB/s: a 1 MiB send is about 83 ms late.
+        let rows = vec![failed_row(5, "links", 0.0125, 1.0)];
+        let costs = estimate(&rows, &[(5, "n5".into())], 4);
+        assert_eq!(costs.len(), 1);
+        let (p, f) = &costs[0][0];
+        assert_eq!(p.kind, "node");
+        assert!((82.0..84.0).contains(&f.link_extra_ms), "{f:?}");
+        assert!(f.throughput_pct < -10.0, "{f:?}");
     }
 }

@@ -10,6 +10,8 @@ pub mod baseline;
 pub mod checks;
 pub mod cost;
 mod inventory;
+pub mod network;
+mod pipeline;
 mod report;
 pub mod table;
 pub mod verdict;
@@ -23,12 +25,16 @@ use anyhow::Result;
 use crate::host_load::BusyWarning;
 use serde::{Deserialize, Serialize};
 
+use crate::bench::links::{self, Links};
+use crate::bench::pipeline::Pipeline;
 use crate::cluster::world::World;
 use crate::cluster::{run_ranked, ClusterError, Crew, Ranked, SessionOptions};
 use crate::export::run_dir::RunDir;
 use crate::gpu::{BackendChoice, Gpu};
 use baseline::Baseline;
 use checks::{Batch, Inventory, Level, TestSpec};
+use network::LinksResult;
+use pipeline::PipelineResult;
 use verdict::RankOutcome;
 
 pub use report::Outcome;
@@ -37,18 +43,59 @@ pub use report::Outcome;
 pub struct FleetOptions {
     pub session: SessionOptions,
     pub level: Level,
+    /// Only these of the level's tests (`--only`; [`checks::TEST_NAMES`]).
+    pub only: Option<Vec<String>>,
     /// Expected values per SKU (`morphbench baseline`), read by rank 0.
     pub baseline: Option<PathBuf>,
     pub backend: BackendChoice,
     pub adapter: Option<String>,
 }
 
+impl FleetOptions {
+    fn selected(&self, name: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|n| n == name))
+    }
+
+    /// The level's tests that run.
+    pub fn tests(&self) -> Vec<TestSpec> {
+        let mut tests = self.level.tests();
+        tests.retain(|t| self.selected(t.kind.name()));
+        tests
+    }
+
+    /// The level's links, when they run.
+    pub fn links(&self) -> Option<checks::LinksSpec> {
+        self.level.links().filter(|_| self.selected("links"))
+    }
+
+    /// The time allowed the level's pipeline, when it runs.
+    pub fn pipeline(&self) -> Option<Duration> {
+        self.level.pipeline().filter(|_| self.selected("pipeline"))
+    }
+
+    /// The most one rank may take ([`checks::rank_bound`]).
+    pub fn rank_bound(&self) -> Duration {
+        checks::rank_bound(&self.tests(), self.links().as_ref(), self.pipeline())
+    }
+}
+
 /// How long a rank may take to open its adapter and report what it is.
 const INVENTORY_WAIT: Duration = Duration::from_secs(60);
 
-/// Rank 0's orders.
+/// Rank 0's orders: the gate's own, or those of the `links` it leads inside its session
+/// (untagged, so they travel as links' own do: [`Crew::nested`]).
 #[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
 pub enum Order {
+    Gate(GateOrder),
+    Links(links::Order),
+    Pipeline(crate::bench::pipeline::Order),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum GateOrder {
     /// Open the adapter (by local rank) and say what this rank is.
     Inventory,
     /// Run these tests, in order, each until its samples or its deadline.
@@ -56,7 +103,15 @@ pub enum Order {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
 pub enum Reply {
+    Gate(GateReply),
+    Links(links::Reply),
+    Pipeline(crate::bench::pipeline::Reply),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum GateReply {
     Inventory(Box<Inventory>),
     Batch(Box<Batch>),
 }
@@ -64,12 +119,17 @@ pub enum Reply {
 /// Runs the gate on this rank. Rank 0 returns the outcome (its folder, its exit code and its
 /// summary); the others return None.
 pub fn run(opts: &FleetOptions) -> Result<Option<Outcome>> {
+    if let Some(only) = &opts.only {
+        checks::check_only(opts.level, only).map_err(anyhow::Error::msg)?;
+    }
     let mut bench = Fleet {
         opts: opts.clone(),
         baseline: None,
         gpu: None,
         outcome: None,
         busy: Vec::new(),
+        links: None,
+        pipeline: None,
     };
     run_ranked(&mut bench, &opts.session)?;
     Ok(bench.outcome)
@@ -83,6 +143,11 @@ struct Fleet {
     outcome: Option<Outcome>,
     /// Rank 0: a warning per busy rank, for meta.json.
     busy: Vec<BusyWarning>,
+    /// The links between the ranks, at levels that measure them: rank 0 leads them; the
+    /// others follow their orders.
+    links: Option<Links>,
+    /// The short real pipeline, at the level that runs one.
+    pipeline: Option<Pipeline>,
 }
 
 impl Fleet {
@@ -98,6 +163,129 @@ impl Fleet {
     fn my_gpu(&self) -> Option<&Gpu> {
         self.gpu.as_ref().and_then(|g| g.as_ref().ok())
     }
+
+    /// This level's links bench on this rank (`machines`: rank 0's, from the inventory).
+    fn links_bench(&mut self, machines: Vec<String>) -> Option<&mut Links> {
+        let spec = self.opts.links()?;
+        let gpu = (self.opts.backend, self.opts.adapter.clone());
+        let opts = &self.opts.session;
+        Some(
+            self.links
+                .get_or_insert_with(|| Links::new(network::options(&spec, opts, machines, gpu))),
+        )
+    }
+
+    /// This level's pipeline bench on this rank.
+    fn pipeline_bench(&mut self, stages: usize) -> Option<&mut Pipeline> {
+        self.opts.pipeline()?;
+        let gpu = (self.opts.backend, self.opts.adapter.clone());
+        let opts = &self.opts.session;
+        Some(
+            self.pipeline
+                .get_or_insert_with(|| Pipeline::new(pipeline::options(stages, opts, gpu))),
+        )
+    }
+
+    /// Rank 0: the level's short real pipeline, every rank a stage, once the links are in. A
+    /// rank already lost skips it; a rank lost during it is named.
+    fn lead_pipeline(
+        &mut self,
+        crew: &mut Crew<Order, Reply>,
+        ranks: &mut [RankOutcome],
+        dir: &RunDir,
+    ) -> PipelineResult {
+        if self.opts.pipeline().is_none() {
+            return PipelineResult::None;
+        }
+        if let Some(why) = lost_or_alone(ranks, "the pipeline") {
+            return PipelineResult::Skipped(why);
+        }
+        if ranks.len() > pipeline::MAX_STAGES {
+            return PipelineResult::Skipped(format!(
+                "a pipeline of {} stages is not short: run `morphbench pipeline` on up to {} \
+                 nodes that passed",
+                ranks.len(),
+                pipeline::MAX_STAGES
+            ));
+        }
+        let Some(bench) = self.pipeline_bench(ranks.len()) else {
+            return PipelineResult::None;
+        };
+        let world = crew.world();
+        let led = bench
+            .validate(world)
+            .and_then(|()| bench.prepare(world).map(|_| ()))
+            .and_then(|()| bench.lead(&mut crew.nested(), dir));
+        let (busy, rows) = (bench.busy().to_vec(), bench.rows().to_vec());
+        self.busy.extend(busy);
+        match led {
+            Ok(()) => PipelineResult::Done(rows),
+            Err(e) => PipelineResult::Failed(blame_lost(ranks, &e, "during the pipeline")),
+        }
+    }
+
+    /// Rank 0: the level's links, once every rank's own tests are in. A rank already lost
+    /// skips them (links needs every rank); a rank lost during them is named and the rows so
+    /// far stay in links.csv.
+    fn lead_links(
+        &mut self,
+        crew: &mut Crew<Order, Reply>,
+        ranks: &mut [RankOutcome],
+        dir: &RunDir,
+    ) -> LinksResult {
+        if self.opts.links().is_none() {
+            return LinksResult::None;
+        }
+        if let Some(why) = lost_or_alone(ranks, "links") {
+            return LinksResult::Skipped(why);
+        }
+        let machines = ranks
+            .iter()
+            .map(|o| {
+                o.inventory
+                    .as_ref()
+                    .map_or(String::new(), |i| i.machine_id.clone())
+            })
+            .collect();
+        let Some(bench) = self.links_bench(machines) else {
+            return LinksResult::None;
+        };
+        let led = bench.lead(&mut crew.nested(), dir);
+        let (busy, outcome) = (bench.busy().to_vec(), bench.outcome().cloned());
+        self.busy.extend(busy);
+        match (led, outcome) {
+            (Ok(()), Some(out)) => LinksResult::Done(Box::new(out)),
+            (Ok(()), None) => LinksResult::Failed("links left no outcome".into()),
+            (Err(e), _) => LinksResult::Failed(blame_lost(ranks, &e, "during the links")),
+        }
+    }
+}
+
+/// Why a bench that needs every rank (links, the pipeline) cannot run, if it cannot.
+fn lost_or_alone(ranks: &[RankOutcome], what: &str) -> Option<String> {
+    if ranks.len() < 2 {
+        return Some(format!("one rank: no {what} to run"));
+    }
+    let lost = ranks.iter().find(|o| o.failure.is_some())?;
+    Some(format!(
+        "not run: {what} needs every rank, and rank {} was lost",
+        lost.rank
+    ))
+}
+
+/// A nested bench's error: the ranks it names (dead, silent, failed) get it as their failure;
+/// returns it as text.
+fn blame_lost(ranks: &mut [RankOutcome], e: &anyhow::Error, when: &str) -> String {
+    let culprits = e
+        .downcast_ref::<ClusterError>()
+        .map(ClusterError::culprits)
+        .unwrap_or_default();
+    for r in culprits {
+        if let Some(o) = ranks.get_mut(r as usize) {
+            o.failure = Some(format!("{when}: {e:#}"));
+        }
+    }
+    format!("{e:#}")
 }
 
 impl Ranked for Fleet {
@@ -114,7 +302,10 @@ impl Ranked for Fleet {
     fn config(&self, world: &World) -> serde_json::Value {
         serde_json::json!({
             "level": self.opts.level.to_string(),
-            "tests": self.opts.level.tests(),
+            "tests": self.opts.tests(),
+            "links": self.opts.links().map(|l| serde_json::json!({
+                "pattern": l.pattern.to_string(), "plan": l.plan, "deadline_s": l.deadline_s,
+            })),
             "baseline": self.opts.baseline,
             "launcher": world.launch.launcher.to_string(),
             "roster": world.roster,
@@ -148,25 +339,28 @@ impl Ranked for Fleet {
             crew,
             &mut ranks,
             &others,
-            |_| Order::Inventory,
+            |_| Order::Gate(GateOrder::Inventory),
             INVENTORY_WAIT,
         );
         for (r, reply) in heard {
             match reply {
-                Reply::Inventory(i) if i.rank == r => ranks[r as usize].inventory = Some(*i),
+                Reply::Gate(GateReply::Inventory(i)) if i.rank == r => {
+                    ranks[r as usize].inventory = Some(*i)
+                }
                 _ => ranks[r as usize].failure = Some("answered the inventory out of turn".into()),
             }
         }
-        let tests = self.opts.level.tests();
+        let tests = self.opts.tests();
         let steps = plan(&ranks, |_| tests.clone());
         // Every figure retested at worst: the same steps again.
-        let bound = steps.iter().map(step_bound).sum::<Duration>() * 2 + INVENTORY_WAIT;
+        let links = self.opts.links().map_or(Duration::ZERO, |l| l.allowance());
+        let bound = steps.iter().map(step_bound).sum::<Duration>() * 2
+            + links
+            + self.opts.pipeline().unwrap_or_default()
+            + INVENTORY_WAIT;
         let quiet = self.opts.session.quiet;
         if !quiet {
-            println!(
-                "{}",
-                report::plan_line(&ranks, &steps, self.opts.level, bound)
-            );
+            println!("{}", report::plan_line(&ranks, &steps, &self.opts, bound));
         }
         for step in &steps {
             self.play_step(crew, &mut ranks, step, false);
@@ -187,27 +381,47 @@ impl Ranked for Fleet {
         for step in &retests {
             self.play_step(crew, &mut ranks, step, true);
         }
+        let links = self.lead_links(crew, &mut ranks, dir);
+        let pipeline = self.lead_pipeline(crew, &mut ranks, dir);
         let outcome = report::write(
             dir,
-            &ranks,
+            (&ranks, &links, &pipeline),
             self.opts.level,
             self.baseline.as_ref(),
             started.elapsed(),
             self.opts.session.quiet,
         )?;
         self.outcome = Some(outcome);
-        self.busy = ranks
-            .iter()
-            .filter(|o| o.busy())
-            .map(|o| (format!("fleet r{} {}", o.rank, o.host), o.busy_reason()))
-            .collect();
+        self.busy.extend(
+            ranks
+                .iter()
+                .filter(|o| o.busy())
+                .map(|o| (format!("fleet r{} {}", o.rank, o.host), o.busy_reason())),
+        );
         Ok(())
     }
 
     fn follow(&mut self, world: &World, order: Order) -> Result<Reply> {
+        let order = match order {
+            Order::Gate(o) => o,
+            Order::Links(o) => {
+                let bench = self.links_bench(Vec::new()).ok_or_else(|| {
+                    anyhow::anyhow!("rank 0 sent a links order at a level without links")
+                })?;
+                return bench.follow(world, o).map(Reply::Links);
+            }
+            Order::Pipeline(o) => {
+                let bench = self.pipeline_bench(world.size() as usize).ok_or_else(|| {
+                    anyhow::anyhow!("rank 0 sent a pipeline order at a level without one")
+                })?;
+                return bench.follow(world, o).map(Reply::Pipeline);
+            }
+        };
         match order {
-            Order::Inventory => Ok(Reply::Inventory(Box::new(self.inventory(world)))),
-            Order::Run(tests) => {
+            GateOrder::Inventory => Ok(Reply::Gate(GateReply::Inventory(Box::new(
+                self.inventory(world),
+            )))),
+            GateOrder::Run(tests) => {
                 if tests.len() > 16
                     || tests
                         .iter()
@@ -215,10 +429,8 @@ impl Ranked for Fleet {
                 {
                     anyhow::bail!("rank 0 sent a batch this gate never plans: {tests:?}");
                 }
-                Ok(Reply::Batch(Box::new(checks::run_batch(
-                    self.my_gpu(),
-                    &tests,
-                ))))
+                let batch = checks::run_batch(self.my_gpu(), &tests);
+                Ok(Reply::Gate(GateReply::Batch(Box::new(batch))))
             }
         }
     }
@@ -229,7 +441,7 @@ impl Ranked for Fleet {
 
     fn patience(&self, world: &World) -> Duration {
         // A follower waits through every other rank's turns, and their retests.
-        checks::rank_bound(self.opts.level) * world.size() + INVENTORY_WAIT * 2
+        self.opts.rank_bound() * world.size() + INVENTORY_WAIT * 2
     }
 }
 
@@ -264,7 +476,7 @@ impl Fleet {
                 crew,
                 ranks,
                 &others,
-                |r| Order::Run(tests[&r].clone()),
+                |r| Order::Gate(GateOrder::Run(tests[&r].clone())),
                 wait,
             );
             (own.map(|h| h.join()), heard)
@@ -276,7 +488,7 @@ impl Fleet {
         }
         for (r, reply) in heard {
             match reply {
-                Reply::Batch(b) => keep(&mut ranks[r as usize], *b),
+                Reply::Gate(GateReply::Batch(b)) => keep(&mut ranks[r as usize], *b),
                 _ => ranks[r as usize].failure = Some("answered a test out of turn".into()),
             }
         }
@@ -374,4 +586,38 @@ fn plan(ranks: &[RankOutcome], tests: impl Fn(&RankOutcome) -> Vec<TestSpec>) ->
         }
     }
     steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::pipeline::Order as PipelineOrder;
+
+    /// The orders travel untagged: each must read back as its own bench's, whatever the
+    /// others' variants are called (links and the pipeline both have a `Plan`).
+    #[test]
+    fn every_order_reads_back_as_its_own_benchs() {
+        let back = |o: &Order| -> Order {
+            serde_json::from_str(&serde_json::to_string(o).unwrap()).unwrap()
+        };
+        let pair_plan = Level::Standard.links().unwrap().plan;
+        let cases = [
+            Order::Gate(GateOrder::Inventory),
+            Order::Gate(GateOrder::Run(Level::Quick.tests())),
+            Order::Links(links::Order::Plan(pair_plan)),
+            Order::Links(links::Order::Round(2, vec![(0, 1)])),
+            Order::Pipeline(PipelineOrder::Plan(pipeline::plan(4))),
+            Order::Pipeline(PipelineOrder::Iter(3)),
+            Order::Pipeline(PipelineOrder::Verify),
+        ];
+        for o in &cases {
+            let same = matches!(
+                (o, back(o)),
+                (Order::Gate(_), Order::Gate(_))
+                    | (Order::Links(_), Order::Links(_))
+                    | (Order::Pipeline(_), Order::Pipeline(_))
+            );
+            assert!(same, "{o:?} read back as another bench's");
+        }
+    }
 }

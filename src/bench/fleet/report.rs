@@ -12,6 +12,8 @@ use serde::Serialize;
 use super::baseline::Baseline;
 use super::checks::Level;
 use super::cost::{self, KeepCostTable};
+use super::network::{self, LinksResult};
+use super::pipeline::{self, PipelineResult};
 use super::table::FleetTable;
 use super::verdict::{self, RankOutcome, FAIL};
 use super::Step;
@@ -41,22 +43,37 @@ struct NodeSummary {
 }
 
 /// The plan, before anything runs: steps, turns and the bound on the whole gate.
-pub fn plan_line(ranks: &[RankOutcome], steps: &[Step], level: Level, bound: Duration) -> String {
+pub fn plan_line(
+    ranks: &[RankOutcome],
+    steps: &[Step],
+    opts: &super::FleetOptions,
+    bound: Duration,
+) -> String {
     let machines: std::collections::BTreeSet<&str> = ranks
         .iter()
         .filter_map(|o| o.inventory.as_ref().map(|i| i.machine_id.as_str()))
         .collect();
     format!(
-        "plan: {level} ({} tests a rank, at most {} s a rank with retests) on {} rank{} and {} machine{}: {} \
-         step{} (ranks of one machine take turns on what they share); the gate ends within {:.0} s",
-        level.tests().len(),
-        super::checks::rank_bound(level).as_secs(),
+        "plan: {} ({} tests a rank{}, at most {} s a rank with retests) on {} rank{} and {} machine{}: {} \
+         step{} (ranks of one machine take turns on what they share){}{}; the gate ends within {:.0} s",
+        opts.level,
+        opts.tests().len(),
+        if opts.only.is_some() { ", --only" } else { "" },
+        opts.rank_bound().as_secs(),
         ranks.len(),
         if ranks.len() == 1 { "" } else { "s" },
         machines.len(),
         if machines.len() == 1 { "" } else { "s" },
         steps.len(),
         if steps.len() == 1 { "" } else { "s" },
+        match opts.links() {
+            Some(l) => format!(", then links ({}, {:.0} s of rounds)", l.pattern, l.deadline_s),
+            None => String::new(),
+        },
+        match opts.pipeline() {
+            Some(d) => format!(", then a short pipeline ({} s)", d.as_secs()),
+            None => String::new(),
+        },
         bound.as_secs_f64()
     )
 }
@@ -76,13 +93,16 @@ pub fn retest_line(suspects: &BTreeMap<u32, Vec<String>>) -> String {
 /// Judges and writes everything; returns the outcome.
 pub fn write(
     dir: &RunDir,
-    ranks: &[RankOutcome],
+    (ranks, links, pipe): (&[RankOutcome], &LinksResult, &PipelineResult),
     level: Level,
     baseline: Option<&Baseline>,
     took: Duration,
     quiet: bool,
 ) -> Result<Outcome> {
-    let rows = verdict::judge(ranks, baseline);
+    let mut rows = verdict::judge(ranks, baseline);
+    rows.extend(network::rows(ranks, links));
+    rows.extend(pipeline::rows(ranks, pipe));
+    rows.sort_by_key(|(p, _)| p.rank);
     let mut sink: CsvSink<FleetTable> = dir.table()?;
     for (i, (p, f)) in rows.iter().enumerate() {
         let case = format!("r{}_{}_{}_{i}", p.rank, p.test, p.figure);
@@ -142,7 +162,8 @@ pub fn write(
         .filter(|n| n.verdict == FAIL)
         .map(|n| (n.rank, n.host.clone()))
         .collect();
-    let costs = cost::estimate(&rows, &failed, ranks.len());
+    let mut costs = cost::estimate(&rows, &failed, ranks.len());
+    costs.extend(cost::estimate_links(&slow_links(ranks, links), ranks.len()));
     let mut sink: CsvSink<KeepCostTable> = dir.table()?;
     for (i, (p, f)) in costs.iter().flatten().enumerate() {
         let case = format!("r{}_{}_{i}", p.rank, p.schedule);
@@ -152,8 +173,8 @@ pub fn write(
         .iter()
         .flatten()
         .map(|(p, f)| {
-            serde_json::json!({"rank": p.rank, "host": p.host, "stages": p.stages,
-            "schedule": p.schedule, "throughput_pct": f.throughput_pct})
+            serde_json::json!({"rank": p.rank, "host": p.host, "kind": p.kind,
+            "stages": p.stages, "schedule": p.schedule, "throughput_pct": f.throughput_pct})
         })
         .collect();
     let summary = serde_json::json!({
@@ -168,6 +189,8 @@ pub fn write(
         "scontrol": scontrol,
         "nodes": nodes,
         "keep_cost": keep_cost,
+        "links": links_summary(ranks, links),
+        "pipeline": pipeline_summary(pipe),
         "wall_s": crate::export::csv::round(took.as_secs_f64(), 1),
         "exit_code": exit_code,
     });
@@ -184,6 +207,56 @@ pub fn write(
         exit_code,
         summary,
     })
+}
+
+/// The confirmed slow links no node explains, as (lower rank, `hostA-hostB`, extra µs a send).
+fn slow_links(ranks: &[RankOutcome], links: &LinksResult) -> Vec<(u32, String, f64)> {
+    let LinksResult::Done(out) = links else {
+        return Vec::new();
+    };
+    let host = |r: u32| ranks.get(r as usize).map_or("?", |o| o.host.as_str());
+    out.slow_links
+        .iter()
+        .filter_map(|l| Some((l.a, format!("{}-{}", host(l.a), host(l.b)), l.extra_us?)))
+        .collect()
+}
+
+/// fleet.json's `pipeline`: each case's measured and predicted iteration, and the check.
+fn pipeline_summary(pipe: &PipelineResult) -> serde_json::Value {
+    match pipe {
+        PipelineResult::None => serde_json::Value::Null,
+        PipelineResult::Skipped(why) => serde_json::json!({ "skipped": why }),
+        PipelineResult::Failed(why) => serde_json::json!({ "failed": why }),
+        PipelineResult::Done(cases) => cases
+            .iter()
+            .map(|(p, f)| {
+                serde_json::json!({"schedule": p.schedule, "comm": p.comm, "stages": p.stages,
+                    "iteration_ms": f.iteration_ms, "predicted_ms": f.predicted_ms,
+                    "verified": f.verified})
+            })
+            .collect(),
+    }
+}
+
+/// fleet.json's `links`: the pattern, the rounds, what was slow.
+fn links_summary(ranks: &[RankOutcome], links: &LinksResult) -> serde_json::Value {
+    let host = |r: u32| ranks.get(r as usize).map_or("?", |o| o.host.as_str());
+    match links {
+        LinksResult::None => serde_json::Value::Null,
+        LinksResult::Skipped(why) => serde_json::json!({ "skipped": why }),
+        LinksResult::Failed(why) => serde_json::json!({ "failed": why }),
+        LinksResult::Done(out) => serde_json::json!({
+            "pattern": out.pattern,
+            "rounds": out.rounds,
+            "rounds_cut": out.rounds_cut,
+            "links": out.links.len(),
+            "slow_nodes": out.slow_nodes.iter().map(|n| host(n.rank)).collect::<Vec<_>>(),
+            "slow_links": out.slow_links.iter()
+                .map(|l| serde_json::json!({"a": host(l.a), "b": host(l.b),
+                    "slowdown": crate::export::csv::round(l.slowdown, 2)}))
+                .collect::<Vec<_>>(),
+        }),
+    }
 }
 
 /// What keeping each failed node would cost, as the simulator estimates it.

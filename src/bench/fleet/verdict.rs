@@ -214,6 +214,9 @@ fn judge_figure(
     if let Some(b) = baseline {
         against_baseline(o, m, b, f);
     }
+    if let Some(note) = &m.note {
+        f.reason = format!("{}; {note}", f.reason);
+    }
 }
 
 /// A failed figure stays FAIL only when its retest (`again`) fails too; otherwise it is a
@@ -416,6 +419,7 @@ mod tests {
             cut: false,
             error: None,
             skipped: None,
+            note: None,
         };
         RankOutcome {
             rank,

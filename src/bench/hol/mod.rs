@@ -280,3 +280,101 @@ fn run_point(
     };
     Ok((summary, st.mean))
 }
+
+/// What the fleet gate measures of a node's offload path ([`probe`]).
+#[derive(Debug, Clone)]
+pub struct HolProbe {
+    /// µs per repetition of the stream with its transfers offloaded, and done inline.
+    pub offload: crate::stats::Summary,
+    pub inline: crate::stats::Summary,
+    /// The share of inline's head-of-line stall that offload removed.
+    pub stall_removed: f64,
+    /// Compute ops in one repetition.
+    pub ops: u32,
+    /// The deadline cut it (its samples are kept).
+    pub cut: bool,
+}
+
+/// The gate's HoL test: the plan's stream (kernels verified first) with a transfer after every
+/// `every` ops on a link delayed by the plan's first delay, done inline (a stand-in holding
+/// the queue) and offloaded (copied to host, sent by a host thread), in turn, until `iters`
+/// repetitions of each or the deadline. Every repetition must compute the first one's final
+/// activation, and every offloaded payload must arrive.
+pub fn probe(
+    gpu: &Gpu,
+    plan: &HolPlan,
+    iters: usize,
+    deadline: std::time::Instant,
+) -> Result<HolProbe> {
+    plan.validate().map_err(|e| anyhow!("hol: {e}"))?;
+    check_available(plan.transport, &plan.rdma)?;
+    if !gpu.has_timestamps() {
+        bail!(
+            "adapter '{}' has no timestamp queries inside passes",
+            gpu.report.name
+        );
+    }
+    let (every, bytes) = (plan.every[0], plan.activation_bytes());
+    gpu.check_binding("hol activation", bytes)?;
+    let stream = stream::build_stream(gpu, plan)?;
+    let standin = StandIn::calibrate(gpu, &stream.act_c)?;
+    let ctx = Ctx {
+        gpu,
+        plan,
+        stream: &stream,
+        standin: Some(&standin),
+    };
+    let delays = plan
+        .delay_cases(every)
+        .into_iter()
+        .next()
+        .map(|(_, d)| d)
+        .context("hol: the plan has no delay")?;
+    run_rep(&ctx, Mode::None, every, bytes, &vec![0.0; delays.len()])?;
+    let wire_us = bytes as f64 / (plan.link_gbps * 1e3);
+    let asked: Vec<f64> = delays.iter().map(|d| wire_us + d * 1e3).collect();
+    let (mut inline, mut offload) = (Aggregate::default(), Aggregate::default());
+    let mut reference: Option<Vec<u8>> = None;
+    let mut reps = 0;
+    let mut cut = false;
+    while reps < iters {
+        if std::time::Instant::now() >= deadline {
+            cut = true;
+            break;
+        }
+        for (mode, agg) in [(Mode::Inline, &mut inline), (Mode::Offload, &mut offload)] {
+            let rep = run_rep(&ctx, mode, every, bytes, &delays)?;
+            if let Some(sink) = &rep.sink {
+                ensure!(
+                    sink.payloads == plan.transfers(every) as u64,
+                    "hol: offloaded payloads did not all arrive at the sink"
+                );
+            }
+            match &reference {
+                None => reference = Some(rep.output.clone()),
+                Some(r) => ensure!(
+                    r == &rep.output,
+                    "hol: {mode} computed a different final activation than the first run"
+                ),
+            }
+            agg.add(mode, &rep, &asked);
+        }
+        reps += 1;
+    }
+    ensure!(
+        reps >= crate::bench::probe::MIN_SAMPLES,
+        "cut by its deadline after {reps} repetitions (fewer than {})",
+        crate::bench::probe::MIN_SAMPLES
+    );
+    let inline_stall = inline.stall()?.mean;
+    Ok(HolProbe {
+        offload: offload.makespan()?,
+        inline: inline.makespan()?,
+        stall_removed: match inline_stall > 0.0 {
+            true => 1.0 - offload.stall()?.mean / inline_stall,
+            false => 0.0,
+        },
+        ops: plan.ops,
+        cut,
+    })
+}

@@ -9,6 +9,7 @@ mod context;
 mod fingerprint;
 pub mod flag;
 pub mod nodes;
+pub mod outcome;
 pub mod pair;
 pub mod pattern;
 pub mod tables;
@@ -31,6 +32,7 @@ use crate::host_load::BusyWarning;
 use crate::rdma::DeviceChoice;
 use context::PairContext;
 use nodes::NodeSample;
+use outcome::LinksOutcome;
 use pair::{Measured, PairPlan};
 use tables::{LinkFigures, LinkParams, LinksTable};
 
@@ -55,6 +57,12 @@ pub struct LinksOptions {
     pub topology: Option<std::path::PathBuf>,
     pub backend: BackendChoice,
     pub adapter: Option<String>,
+    /// Each rank's machine, when rank 0 knows them (the fleet gate's inventory): a wave holds
+    /// no machine twice ([`pattern::waves`]).
+    pub machines: Option<Vec<String>>,
+    /// Stop starting rounds this many seconds in (the gate's deadline for links): the rows
+    /// so far are kept, and their suspects still retested.
+    pub deadline_s: Option<f64>,
 }
 
 /// Rank 0's orders.
@@ -107,26 +115,52 @@ pub fn run(opts: &LinksOptions) -> Result<Option<PathBuf>> {
             )
         })?;
     }
-    let mut bench = Links {
-        opts: opts.clone(),
-        plan: None,
-        topology: std::cell::OnceCell::new(),
-        busy: Vec::new(),
-    };
-    run_ranked(&mut bench, &opts.session)
+    run_ranked(&mut Links::new(opts.clone()), &opts.session)
 }
 
 /// The links bench on one rank: its options and, on a follower, rank 0's plan once heard.
-struct Links {
+/// Another bench may lead it inside its own session (the fleet gate, through
+/// [`Crew::nested`]) and read what it found from [`Links::outcome`].
+pub struct Links {
     opts: LinksOptions,
     plan: Option<PairPlan>,
     /// Rank 0's `--topology`, read when the world is checked.
     topology: std::cell::OnceCell<Topology>,
     /// Rank 0: a warning per busy rank, for meta.json.
     busy: Vec<BusyWarning>,
+    /// Rank 0, once it has led.
+    outcome: Option<LinksOutcome>,
 }
 
 impl Links {
+    pub fn new(opts: LinksOptions) -> Links {
+        Links {
+            opts,
+            plan: None,
+            topology: std::cell::OnceCell::new(),
+            busy: Vec::new(),
+            outcome: None,
+        }
+    }
+
+    /// Rank 0, once it has led: what the links found.
+    pub fn outcome(&self) -> Option<&LinksOutcome> {
+        self.outcome.as_ref()
+    }
+
+    /// Rank 0: the busy ranks' warnings.
+    pub fn busy(&self) -> &[BusyWarning] {
+        &self.busy
+    }
+
+    /// Rank 0's rounds and about how long they take.
+    pub fn plan_rounds(&self, n: u32) -> (Vec<Vec<(u32, u32)>>, Duration) {
+        let schedule = pattern::schedule(self.opts.pattern, n, self.opts.seed);
+        let machines = self.opts.machines.as_deref();
+        let took = pattern::estimate(&self.opts.plan, &schedule, self.concurrency(), machines);
+        (schedule, took)
+    }
+
     fn concurrency(&self) -> usize {
         self.opts.concurrent.unwrap_or(usize::MAX).max(1)
     }
@@ -154,13 +188,6 @@ impl Links {
         let _ = self.topology.set(t);
         Ok(())
     }
-
-    /// Rank 0's rounds and about how long they take.
-    fn plan_rounds(&self, n: u32) -> (Vec<Vec<(u32, u32)>>, Duration) {
-        let schedule = pattern::schedule(self.opts.pattern, n, self.opts.seed);
-        let took = pattern::estimate(&self.opts.plan, &schedule, self.concurrency());
-        (schedule, took)
-    }
 }
 
 impl Ranked for Links {
@@ -185,7 +212,8 @@ impl Ranked for Links {
                     pattern::Pattern::Quick => "fewer --sizes or a smaller --budget-ms".into(),
                     _ => {
                         let q = pattern::schedule(pattern::Pattern::Quick, world.size(), 0);
-                        let t = pattern::estimate(&self.opts.plan, &q, self.concurrency());
+                        let m = self.opts.machines.as_deref();
+                        let t = pattern::estimate(&self.opts.plan, &q, self.concurrency(), m);
                         format!("--pattern quick (about {:.0} s)", t.as_secs_f64())
                     }
                 };
@@ -250,11 +278,15 @@ impl Ranked for Links {
                 self.opts.budget_s
             );
         }
-        let (blamed, busy) = play_rounds(crew, &self.opts, self.topology.get(), dir, &schedule)?;
+        let (outcome, busy) = play_rounds(crew, &self.opts, self.topology.get(), dir, &schedule)?;
         self.busy = busy;
         if !nodes.is_empty() {
-            rewrite(&dir.path, &fingerprint::with_verdicts(nodes, &blamed))?;
+            rewrite(
+                &dir.path,
+                &fingerprint::with_verdicts(nodes, &outcome.slow_nodes),
+            )?;
         }
+        self.outcome = Some(outcome);
         Ok(())
     }
 
@@ -321,25 +353,38 @@ impl Ranked for Links {
 
 /// Rank 0: every round (in waves of `--concurrent` pairs), the rows written as they come; then
 /// every suspect link (flagged by the rounds) measured again on its own, and kept flagged only
-/// if that confirms it; then the judged rows written again. Returns the nodes the confirmed
-/// links blame, and a warning per busy rank (named `links rN`).
+/// if that confirms it; then the judged rows written again. Rounds stop at the deadline, when
+/// there is one. Returns what the links found (the nodes the confirmed links blame), and a
+/// warning per busy rank (named `links rN`).
 fn play_rounds(
     crew: &mut Crew<Order, Reply>,
     opts: &LinksOptions,
     hops: Option<&Topology>,
     dir: &RunDir,
     schedule: &[Vec<(u32, u32)>],
-) -> Result<(Vec<blame::SlowNode>, Vec<BusyWarning>)> {
+) -> Result<(LinksOutcome, Vec<BusyWarning>)> {
     let mut sink: CsvSink<LinksTable> = dir.table()?;
     let mut lines: Vec<Line<LinksTable>> = Vec::new();
     let started = Instant::now();
     let quiet = opts.session.quiet;
     let mut busiest = load::Busiest::default();
+    let deadline = opts
+        .deadline_s
+        .map(|s| started + Duration::from_secs_f64(s));
+    let mut played = 0;
     for (r, round) in schedule.iter().enumerate() {
-        let waves: Vec<Vec<(u32, u32)>> = round
-            .chunks(opts.concurrent.unwrap_or(usize::MAX).max(1))
-            .map(<[_]>::to_vec)
-            .collect();
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            if !quiet {
+                println!(
+                    "links: deadline reached after {r} of {} rounds; the rest are cut",
+                    schedule.len()
+                );
+            }
+            break;
+        }
+        played += 1;
+        let concurrent = opts.concurrent.unwrap_or(usize::MAX);
+        let waves = pattern::waves(round, concurrent, opts.machines.as_deref());
         if !quiet {
             println!(
                 "round {}/{}: {}",
@@ -387,12 +432,18 @@ fn play_rounds(
             )
         })
         .collect();
-    let blamed = blame::slow_nodes(&tables::link_verdicts(&lines));
+    let outcome = LinksOutcome::of(
+        &lines,
+        opts.pattern.to_string(),
+        schedule.len(),
+        schedule.len() - played,
+    );
+    let blamed = &outcome.slow_nodes;
     if !quiet {
         let matrix = tables::matrix_rows(&lines);
         console::print_matrices(crew.world(), &matrix);
-        console::print_slow_nodes(crew.world(), &blamed);
-        console::print_flagged(&lines, &blamed);
+        console::print_slow_nodes(crew.world(), blamed);
+        console::print_flagged(&lines, blamed);
         if noisy > 0 {
             console::print_noisy(&lines);
         }
@@ -404,7 +455,7 @@ fn play_rounds(
             dir.path.join("links.csv").display()
         );
     }
-    Ok((blamed, busy))
+    Ok((outcome, busy))
 }
 
 /// Rank 0: every suspect row (flagged by the rounds) measured again with its pair alone, at

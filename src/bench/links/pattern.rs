@@ -126,14 +126,47 @@ pub fn is_round(pairs: &[(u32, u32)], n: u32) -> bool {
         .all(|&(a, b)| a < b && b < n && busy.insert(a) && busy.insert(b))
 }
 
+/// A round split into waves played one after another: at most `concurrent` pairs a wave,
+/// and, when the ranks' machines are known (`machines[rank]`), no machine in two pairs of a
+/// wave, so pairs on one machine's cores take turns (the fleet gate's fair turns) while
+/// pairs on different machines run at once.
+pub fn waves(
+    round: &[(u32, u32)],
+    concurrent: usize,
+    machines: Option<&[String]>,
+) -> Vec<Vec<(u32, u32)>> {
+    let concurrent = concurrent.max(1);
+    let machine = |r: u32| machines.and_then(|m| m.get(r as usize));
+    let mut out: Vec<Vec<(u32, u32)>> = Vec::new();
+    for &(a, b) in round {
+        let fits = |w: &Vec<(u32, u32)>| {
+            w.len() < concurrent
+                && w.iter().all(|&(c, d)| {
+                    let (ours, theirs) = ([machine(a), machine(b)], [machine(c), machine(d)]);
+                    ours.iter().all(|m| m.is_none() || !theirs.contains(m))
+                })
+        };
+        match out.iter_mut().find(|w| fits(w)) {
+            Some(w) => w.push((a, b)),
+            None => out.push(vec![(a, b)]),
+        }
+    }
+    out
+}
+
 /// About how long the rounds take: a pair's tests each run about their budget (RDMA its
-/// iterations, taken as the same), pairs of a wave at once, waves of `concurrent` pairs one
-/// after another. Retests come on top (a few suspects' sizes).
-pub fn estimate(plan: &PairPlan, rounds: &[Vec<(u32, u32)>], concurrent: usize) -> Duration {
+/// iterations, taken as the same), pairs of a wave at once, the waves ([`waves`]) one after
+/// another. Retests come on top (a few suspects' sizes).
+pub fn estimate(
+    plan: &PairPlan,
+    rounds: &[Vec<(u32, u32)>],
+    concurrent: usize,
+    machines: Option<&[String]>,
+) -> Duration {
     let per_pair = Duration::from_millis(plan.tests() as u64 * (plan.budget_ms + 20));
     let waves: usize = rounds
         .iter()
-        .map(|r| r.len().div_ceil(concurrent.max(1)))
+        .map(|r| waves(r, concurrent, machines).len())
         .sum();
     per_pair * waves as u32
 }
@@ -141,6 +174,22 @@ pub fn estimate(plan: &PairPlan, rounds: &[Vec<(u32, u32)>], concurrent: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waves_keep_a_machine_to_one_pair_and_to_the_concurrency() {
+        let round = [(0, 1), (2, 3), (4, 5), (6, 7)];
+        assert_eq!(waves(&round, usize::MAX, None), [round.to_vec()]);
+        assert_eq!(waves(&round, 3, None).len(), 2);
+        // Ranks 0-3 on machine a, 4-7 on machines b and c: a's pairs take turns.
+        let m: Vec<String> = ["a", "a", "a", "a", "b", "b", "c", "c"]
+            .map(String::from)
+            .to_vec();
+        let w = waves(&round, usize::MAX, Some(&m));
+        assert_eq!(w, [vec![(0, 1), (4, 5), (6, 7)], vec![(2, 3)]]);
+        // Every host on one machine (the virtual cluster): one pair at a time.
+        let one = vec!["x".to_string(); 8];
+        assert_eq!(waves(&round, usize::MAX, Some(&one)).len(), 4);
+    }
 
     #[test]
     fn the_tournament_meets_every_pair_once_and_no_rank_twice_a_round() {

@@ -184,22 +184,43 @@ pub const MAX_LOCAL_STAGES: u32 = 16;
 
 /// Runs this rank's part; rank 0 returns its run folder.
 pub fn run(opts: &PipelineOptions) -> Result<Option<PathBuf>> {
-    let mut bench = Pipeline {
-        opts: opts.clone(),
-        gpu: None,
-        follower: None,
-        busy: Vec::new(),
-    };
-    run_ranked(&mut bench, &opts.session)
+    run_ranked(&mut Pipeline::new(opts.clone()), &opts.session)
 }
 
+pub use report::CaseRow;
+
 /// The pipeline on one rank: rank 0's GPU until it becomes a stage, a follower's stage.
-struct Pipeline {
+/// Another bench may lead it inside its own session (the fleet gate, through
+/// [`Crew::nested`]: `validate`, `prepare`, then `lead`) and read its rows from
+/// [`Pipeline::rows`].
+pub struct Pipeline {
     opts: PipelineOptions,
     gpu: Option<Gpu>,
     follower: Option<Follower>,
     /// Rank 0: a warning per busy stage, for meta.json.
     busy: Vec<BusyWarning>,
+    /// Rank 0, once it has led: each case's row of pipeline.csv.
+    rows: Vec<CaseRow>,
+}
+
+impl Pipeline {
+    pub fn new(opts: PipelineOptions) -> Pipeline {
+        Pipeline {
+            opts,
+            gpu: None,
+            follower: None,
+            busy: Vec::new(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn rows(&self) -> &[CaseRow] {
+        &self.rows
+    }
+
+    pub fn busy(&self) -> &[BusyWarning] {
+        &self.busy
+    }
 }
 
 /// A follower's stage, its links once connected, and the case it runs.
@@ -247,7 +268,8 @@ impl Ranked for Pipeline {
             .gpu
             .take()
             .ok_or_else(|| anyhow!("rank 0 has no GPU"))?;
-        lead(crew, gpu, &self.opts, dir, &mut self.busy)
+        self.rows = lead(crew, gpu, &self.opts, dir, &mut self.busy)?;
+        Ok(())
     }
 
     fn notes(&self) -> serde_json::Map<String, serde_json::Value> {
@@ -414,7 +436,7 @@ fn lead(
     opts: &PipelineOptions,
     dir: &RunDir,
     busy: &mut Vec<BusyWarning>,
-) -> Result<()> {
+) -> Result<Vec<CaseRow>> {
     let plan = &opts.plan;
     let stage = Stage::new(gpu, plan.shape, 0, crew.world().size())?;
     let long = Instant::now() + Duration::from_secs(600);

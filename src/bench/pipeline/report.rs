@@ -29,7 +29,12 @@ pub(super) struct Outputs {
     pub(super) unverified: Vec<String>,
     /// Each stage's busiest case, the busy ones only.
     pub(super) busiest: Busiest,
+    /// Every case's row, for a bench that leads the pipeline (the fleet gate).
+    pub(super) rows: Vec<CaseRow>,
 }
+
+/// One case's row of pipeline.csv.
+pub type CaseRow = (PipelineParams, PipelineFigures);
 
 /// Every case's row, timeline and trace, and a line per busy stage (kept in `busy` for
 /// meta.json); fails if a case's gradients did not verify.
@@ -39,7 +44,7 @@ pub(super) fn write_all(
     (plan, planned, measured): (&PipelinePlan, &[PlannedCase], Vec<Measured>),
     quiet: bool,
     busy: &mut Vec<BusyWarning>,
-) -> Result<()> {
+) -> Result<Vec<CaseRow>> {
     let mut out = Outputs {
         run_id: dir.id.clone(),
         table: dir.table()?,
@@ -47,6 +52,7 @@ pub(super) fn write_all(
         traces: Vec::new(),
         unverified: Vec::new(),
         busiest: Default::default(),
+        rows: Vec::new(),
     };
     for ((case, pc), m) in plan.cases.iter().zip(planned).zip(measured) {
         write_case(&mut out, case, pc, m, plan, quiet)?;
@@ -78,7 +84,7 @@ pub(super) fn write_all(
             out.unverified.join(", ")
         );
     }
-    Ok(())
+    Ok(out.rows)
 }
 
 /// Each stage's load over a case's timed iterations (merged), as rows carry it.
@@ -189,6 +195,7 @@ pub(super) fn write_case(
             if verified { "" } else { "  NOT VERIFIED" }
         );
     }
+    out.rows.push((params.clone(), figures.clone()));
     out.table.write(&Line::new(
         &out.run_id,
         case_name.clone(),

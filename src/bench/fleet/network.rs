@@ -1,0 +1,251 @@
+//! The gate's links: `links` led inside the gate's session once every rank's own tests are in
+//! (standard: `quick`, 3 random partners each; extended: all pairs, or as many random rounds
+//! as the deadline allows), pairs on one machine in turns, suspects retested before anything
+//! is blamed. Its outcome becomes each rank's `links gbps` row of fleet.csv: a node the
+//! confirmed links blame FAILs; a confirmed slow link between two nodes the links do not
+//! blame is a WARN on both ends (draining either would not mend the path between them).
+
+use std::collections::BTreeMap;
+
+use super::checks::LinksSpec;
+use super::verdict::{row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
+use crate::bench::links::outcome::LinksOutcome;
+use crate::bench::links::pattern::{self, Pattern, QUICK_ROUNDS};
+use crate::bench::links::LinksOptions;
+use crate::cluster::SessionOptions;
+use crate::export::csv::sig4;
+use crate::gpu::BackendChoice;
+use crate::stats::robust::median;
+
+/// How the gate's links went.
+#[derive(Debug, Clone)]
+pub enum LinksResult {
+    /// Not at this level.
+    None,
+    /// Not run, with why (one rank, or a rank already lost).
+    Skipped(String),
+    /// Cut short by a rank that died, stopped or failed: why.
+    Failed(String),
+    Done(Box<LinksOutcome>),
+}
+
+/// The links bench's options for the gate: the level's plan, `machines[rank]` for the turns,
+/// and the pattern (extended: all pairs if they fit the deadline, else the most random rounds
+/// that do, at least `quick`'s).
+pub fn options(
+    spec: &LinksSpec,
+    session: &SessionOptions,
+    machines: Vec<String>,
+    (backend, adapter): (BackendChoice, Option<String>),
+) -> LinksOptions {
+    let n = machines.len() as u32;
+    let took = |p: Pattern| {
+        let s = pattern::schedule(p, n, 0);
+        pattern::estimate(&spec.plan, &s, usize::MAX, Some(&machines)).as_secs_f64()
+    };
+    let pattern = match spec.pattern {
+        Pattern::AllPairs if took(Pattern::AllPairs) > spec.deadline_s => {
+            // Random rounds take about as long each as quick's.
+            let per_round = took(Pattern::Quick) / f64::from(QUICK_ROUNDS);
+            let k = (spec.deadline_s / per_round.max(1e-3)) as u32;
+            Pattern::Rounds(k.clamp(QUICK_ROUNDS, pattern::MAX_ROUNDS))
+        }
+        p => p,
+    };
+    LinksOptions {
+        session: session.clone(),
+        plan: spec.plan.clone(),
+        choice: Default::default(),
+        fingerprint: false,
+        concurrent: None,
+        pattern,
+        seed: seed(),
+        budget_s: 3600,
+        topology: None,
+        backend,
+        adapter,
+        machines: Some(machines),
+        deadline_s: Some(spec.deadline_s),
+    }
+}
+
+/// A seed for the random matchings (rank 0's; in fleet.json).
+fn seed() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(0, |d| d.as_nanos() as u64) ^ u64::from(std::process::id())
+}
+
+/// Each rank's `links gbps` row.
+pub fn rows(ranks: &[RankOutcome], links: &LinksResult) -> Vec<Row> {
+    let judged = |verdict: &str, why: &str| -> Vec<Row> {
+        ranks
+            .iter()
+            .filter(|o| o.failure.is_none())
+            .map(|o| {
+                let (p, mut f) = row(o, "links", "gbps");
+                (f.verdict, f.reason) = (verdict.into(), why.into());
+                (p, f)
+            })
+            .collect()
+    };
+    match links {
+        LinksResult::None => Vec::new(),
+        LinksResult::Skipped(why) => judged(SKIP, why),
+        LinksResult::Failed(why) => judged(WARN, &format!("the links did not complete: {why}")),
+        LinksResult::Done(out) => judged_links(ranks, out),
+    }
+}
+
+fn judged_links(ranks: &[RankOutcome], out: &LinksOutcome) -> Vec<Row> {
+    let blamed: BTreeMap<u32, _> = out.slow_nodes.iter().map(|n| (n.rank, n)).collect();
+    // The healthy level: the median of the unblamed ranks' own medians.
+    let healthy: Vec<f64> = out
+        .per_rank
+        .iter()
+        .filter(|(r, e)| !blamed.contains_key(r) && !e.busy)
+        .filter_map(|(_, e)| e.gbps)
+        .collect();
+    let expected = (!healthy.is_empty()).then(|| sig4(median(&healthy)));
+    let host = |r: u32| ranks.get(r as usize).map_or("?", |o| o.host.as_str());
+    let cut = match out.rounds_cut {
+        0 => String::new(),
+        c => format!(
+            "; cut by its deadline after {} of {} rounds",
+            out.rounds - c,
+            out.rounds
+        ),
+    };
+    let mut rows = Vec::new();
+    for o in ranks.iter().filter(|o| o.failure.is_none()) {
+        let (p, mut f) = row(o, "links", "gbps");
+        let Some(mine) = out.per_rank.get(&o.rank) else {
+            (f.verdict, f.reason) = (SKIP.into(), format!("no link measured{cut}"));
+            rows.push((p, f));
+            continue;
+        };
+        (f.value, f.expected, f.unit) = (mine.gbps.map(sig4), expected, "GB/s".into());
+        let slow_links: Vec<String> = out
+            .slow_links
+            .iter()
+            .filter(|l| l.a == o.rank || l.b == o.rank)
+            .map(|l| {
+                let other = if l.a == o.rank { l.b } else { l.a };
+                format!("{} (rank {other}) {:.1}x", host(other), l.slowdown)
+            })
+            .collect();
+        (f.verdict, f.reason) = if let Some(n) = blamed.get(&o.rank) {
+            let why = format!(
+                "slow node: {} of its {} links confirmed slow (median {:.1}x), their other ends \
+                 healthy with other partners ({}){cut}",
+                n.slow, n.measured, n.median_slowdown, out.pattern
+            );
+            (FAIL.into(), why)
+        } else if !slow_links.is_empty() {
+            let why = format!(
+                "confirmed slow link to {}; neither end is slow with its other partners: check \
+                 the path between them (cable, NIC port, switch){cut}",
+                slow_links.join(", ")
+            );
+            (WARN.into(), why)
+        } else {
+            let verdict = if cut.is_empty() { PASS } else { WARN };
+            let why = match mine.slow {
+                0 => format!("{} links, none slow ({}){cut}", mine.measured, out.pattern),
+                n => format!(
+                    "{} links; {n} slow, blamed on the slow node at the other end ({}){cut}",
+                    mine.measured, out.pattern
+                ),
+            };
+            (verdict.into(), why)
+        };
+        rows.push((p, f));
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::links::blame::SlowNode;
+    use crate::bench::links::outcome::{RankLinks, SlowLink};
+
+    fn outcome(cut: usize) -> LinksOutcome {
+        let mut per_rank = BTreeMap::new();
+        for r in 0..6 {
+            let gbps = if r == 1 { 0.01 } else { 1.0 };
+            let e = RankLinks {
+                measured: 3,
+                slow: usize::from(r == 1) * 3,
+                gbps: Some(gbps),
+                busy: false,
+            };
+            per_rank.insert(r, e);
+        }
+        LinksOutcome {
+            pattern: "quick".into(),
+            rounds: 3,
+            rounds_cut: cut,
+            slow_nodes: vec![SlowNode {
+                rank: 1,
+                slow: 3,
+                measured: 3,
+                median_slowdown: 80.0,
+            }],
+            slow_links: vec![SlowLink {
+                a: 2,
+                b: 4,
+                slowdown: 12.0,
+                extra_us: Some(9000.0),
+                bytes: 1 << 20,
+            }],
+            per_rank,
+            ..Default::default()
+        }
+    }
+
+    fn verdicts(rows: &[Row]) -> Vec<(u32, String, String)> {
+        rows.iter()
+            .map(|(p, f)| (p.rank, f.verdict.clone(), f.reason.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_blamed_node_fails_a_slow_link_warns_both_ends_and_the_rest_pass() {
+        let mut ranks: Vec<RankOutcome> = (0..7)
+            .map(|r| RankOutcome::new(r, &format!("n{r}")))
+            .collect();
+        // Rank 6 was measured but has no link (it had a bye); none is lost.
+        let rows = rows(&ranks, &LinksResult::Done(Box::new(outcome(0))));
+        let v = verdicts(&rows);
+        assert_eq!(v.len(), 7);
+        assert_eq!(v[1].1, FAIL);
+        assert!(v[1].2.starts_with("slow node: 3 of its 3 links"), "{v:?}");
+        for r in [2, 4] {
+            assert_eq!(v[r].1, WARN, "{v:?}");
+            assert!(v[r].2.contains("confirmed slow link to n"), "{v:?}");
+        }
+        for r in [0, 3, 5] {
+            assert_eq!(v[r].1, PASS, "{v:?}");
+        }
+        assert_eq!(v[6].1, SKIP);
+        // The fleet's level leaves the blamed node out.
+        assert_eq!(rows[0].1.expected, Some(1.0));
+        // Cut by the deadline: a pass becomes a WARN that says so; a lost rank has no row.
+        ranks[5].failure = Some("no answer within 60 s".into());
+        let v = verdicts(&super::rows(
+            &ranks,
+            &LinksResult::Done(Box::new(outcome(1))),
+        ));
+        assert_eq!(v.len(), 6);
+        assert_eq!(v[0].1, WARN);
+        assert!(
+            v[0].2.ends_with("cut by its deadline after 2 of 3 rounds"),
+            "{v:?}"
+        );
+        let v = verdicts(&super::rows(
+            &ranks,
+            &LinksResult::Failed("rank 3 died".into()),
+        ));
+        assert!(v.iter().all(|r| r.1 == WARN && r.2.contains("rank 3 died")));
+    }
+}
