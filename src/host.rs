@@ -36,10 +36,15 @@ pub fn process_cpu_us() -> Option<f64> {
 /// /etc/machine-id (the hostname where there is none): processes that share it share a
 /// machine (the GPUs of one node, or network namespaces on one host).
 pub fn machine_id() -> String {
-    read("/etc/machine-id")
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| HostInfo::probe().hostname)
+    // Read once: callers sample it around every timed iteration.
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        read("/etc/machine-id")
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| HostInfo::probe().hostname)
+    })
+    .clone()
 }
 
 fn read(path: &str) -> Option<String> {

@@ -97,6 +97,19 @@ pub struct Busy {
     pub busy: bool,
 }
 
+impl Busy {
+    /// The warning for a busy rank (`who`, as the world describes it), ending with what its
+    /// figures were (`while`) and what that means for them (`so`).
+    pub fn line(&self, who: &str, while_: &str, so: &str) -> String {
+        format!(
+            "busy: {who}: other processes used {:.1} of {} cores (steal {:.1}%) while {while_}; {so}",
+            self.others_cores.unwrap_or(0.0),
+            self.cores,
+            self.steal_pct.unwrap_or(0.0)
+        )
+    }
+}
+
 /// Each rank's other processes over one wave: its machine's CPU less what every rank of this
 /// run on that machine used (clamped at 0), plus an injected load; busy as the single-node
 /// warning judges it (over a quarter core, or 5% steal, over a second or more).

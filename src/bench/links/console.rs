@@ -209,13 +209,10 @@ pub(super) fn waves(waves: &[Vec<(u32, u32)>]) -> String {
 
 /// One busy rank, as the single-node warning words it.
 pub(super) fn busy_line(world: &World, rank: u32, b: &crate::bench::rank_load::Busy) -> String {
-    format!(
-        "busy: {}: other processes used {:.1} of {} cores (steal {:.1}%) while its links were \
-         measured; a slow row there is not blamed on that measurement alone",
-        world.describe(rank),
-        b.others_cores.unwrap_or(0.0),
-        b.cores,
-        b.steal_pct.unwrap_or(0.0)
+    b.line(
+        &world.describe(rank),
+        "its links were measured",
+        "a slow row there is not blamed on that measurement alone",
     )
 }
 

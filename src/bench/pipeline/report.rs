@@ -58,13 +58,10 @@ pub(super) fn write_all(
         write_case(&mut out, case, pc, m, plan, quiet)?;
     }
     for (r, b) in &out.busiest.0 {
-        let line = format!(
-            "busy: {}: other processes used {:.1} of {} cores (steal {:.1}%) while its stage \
-             was timed; the case's figures there are the machine's, not the pipeline's",
-            world.describe(*r),
-            b.others_cores.unwrap_or(0.0),
-            b.cores,
-            b.steal_pct.unwrap_or(0.0)
+        let line = b.line(
+            &world.describe(*r),
+            "its stage was timed",
+            "the case's figures there are the machine's, not the pipeline's",
         );
         match quiet {
             true => eprintln!("{line}"),
