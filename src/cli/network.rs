@@ -250,6 +250,7 @@ impl PipelineArgs {
             backend: g.backend,
             adapter: g.adapter.clone(),
             rdma: self.rdma.choice(),
+            deadline_s: None,
         })
     }
 }

@@ -177,12 +177,13 @@ impl Fleet {
 
     /// This level's pipeline bench on this rank.
     fn pipeline_bench(&mut self, stages: usize) -> Option<&mut Pipeline> {
-        self.opts.pipeline()?;
+        let allowance = self.opts.pipeline()?;
         let gpu = (self.opts.backend, self.opts.adapter.clone());
         let opts = &self.opts.session;
         Some(
-            self.pipeline
-                .get_or_insert_with(|| Pipeline::new(pipeline::options(stages, opts, gpu))),
+            self.pipeline.get_or_insert_with(|| {
+                Pipeline::new(pipeline::options(stages, opts, gpu, allowance))
+            }),
         )
     }
 
@@ -216,10 +217,10 @@ impl Fleet {
             .validate(world)
             .and_then(|()| bench.prepare(world).map(|_| ()))
             .and_then(|()| bench.lead(&mut crew.nested(), dir));
-        let (busy, rows) = (bench.busy().to_vec(), bench.rows().to_vec());
+        let (busy, rows, cut) = (bench.busy().to_vec(), bench.rows().to_vec(), bench.cut());
         self.busy.extend(busy);
         match led {
-            Ok(()) => PipelineResult::Done(rows),
+            Ok(()) => PipelineResult::Done(rows, cut),
             Err(e) => PipelineResult::Failed(blame_lost(ranks, &e, "during the pipeline")),
         }
     }

@@ -227,7 +227,7 @@ fn pipeline_summary(pipe: &PipelineResult) -> serde_json::Value {
         PipelineResult::None => serde_json::Value::Null,
         PipelineResult::Skipped(why) => serde_json::json!({ "skipped": why }),
         PipelineResult::Failed(why) => serde_json::json!({ "failed": why }),
-        PipelineResult::Done(cases) => cases
+        PipelineResult::Done(cases, _) => cases
             .iter()
             .map(|(p, f)| {
                 serde_json::json!({"schedule": p.schedule, "comm": p.comm, "stages": p.stages,

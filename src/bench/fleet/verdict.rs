@@ -186,14 +186,13 @@ fn figure_rows(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
                 let mut swapped = members.clone();
                 swapped[pos] = (i, m2, r.busy());
                 let (_, mut g) = row(r, &test, &figure);
-                judge_figure(
-                    r,
-                    m2,
-                    fleet_level(&swapped).get(&i).copied(),
-                    baseline,
-                    &mut g,
-                );
-                confirm(&mut f, &g);
+                let standing = fleet_level(&swapped).get(&i).copied();
+                judge_figure(r, m2, standing, baseline, &mut g);
+                // Busy only slows a figure down: a busy retest as slow as a failure clears
+                // nothing.
+                let still_slow = r.busy()
+                    && standing.is_some_and(|(slowdown, ..)| slowdown >= flag::SLOW_THRESHOLD);
+                confirm(&mut f, &g, still_slow);
             }
             rows.push((p, f));
         }
@@ -219,12 +218,18 @@ fn judge_figure(
     }
 }
 
-/// A failed figure stays FAIL only when its retest (`again`) fails too; otherwise it is a
-/// WARN, noisy and not blamed.
-fn confirm(f: &mut FleetFigures, again: &FleetFigures) {
+/// A failed figure stays FAIL only when its retest (`again`) fails too, or was busy and as
+/// slow (`still_slow`: a busy machine cannot clear it); otherwise it is a WARN, noisy and not
+/// blamed.
+fn confirm(f: &mut FleetFigures, again: &FleetFigures, still_slow: bool) {
     f.retest_value = again.value;
     if again.verdict == FAIL {
         f.reason = format!("{}; its retest confirms it: {}", f.reason, again.reason);
+    } else if still_slow {
+        f.reason = format!(
+            "{}; its retest, busy, is as slow and clears nothing: {}",
+            f.reason, again.reason
+        );
     } else {
         f.verdict = WARN.into();
         f.reason = format!(
@@ -535,6 +540,22 @@ mod tests {
         assert_eq!(retest_value(0), None);
         let per = per_rank(&rows);
         assert_eq!((per[&1].0, per[&2].0, per[&0].0), (FAIL, WARN, PASS));
+        // A retest on a busy machine (the hypervisor stole some time) that is as slow as the
+        // quiet failure clears nothing; a busy retest at the fleet's level still clears it.
+        let busy_retest = |o: RankOutcome, us: f64| {
+            let mut o = retested(o, us);
+            o.retests[0].busy = true;
+            o
+        };
+        let ranks = fleet(
+            busy_retest(outcome(1, 360.0, 0.0, 512), 370.0),
+            busy_retest(outcome(2, 140.0, 0.0, 512), 100.0),
+        );
+        let rows = judge(&ranks, None);
+        let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
+        assert_eq!(v, FAIL, "{why}");
+        assert!(why.contains("its retest, busy, is as slow"), "{why}");
+        assert_eq!(verdict_of(&rows, 2, "gemm", "gflops").0, WARN);
     }
 
     #[test]

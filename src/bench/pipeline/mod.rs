@@ -140,6 +140,9 @@ pub struct PipelineOptions {
     pub adapter: Option<String>,
     /// This rank's RDMA device (with `--transport rdma`).
     pub rdma: crate::rdma::DeviceChoice,
+    /// Rank 0 starts no more rounds this many seconds into the rounds (the fleet gate's
+    /// allowance), once one timed round is in; its gradients are checked all the same.
+    pub deadline_s: Option<f64>,
 }
 
 impl PipelineOptions {
@@ -189,6 +192,9 @@ pub fn run(opts: &PipelineOptions) -> Result<Option<PathBuf>> {
 
 pub use report::CaseRow;
 
+/// The timed rounds run and planned, when a deadline cut them.
+pub type Cut = Option<(u32, u32)>;
+
 /// The pipeline on one rank: rank 0's GPU until it becomes a stage, a follower's stage.
 /// Another bench may lead it inside its own session (the fleet gate, through
 /// [`Crew::nested`]: `validate`, `prepare`, then `lead`) and read its rows from
@@ -201,6 +207,8 @@ pub struct Pipeline {
     busy: Vec<BusyWarning>,
     /// Rank 0, once it has led: each case's row of pipeline.csv.
     rows: Vec<CaseRow>,
+    /// Rank 0: the timed rounds run and planned, when the deadline cut them.
+    cut: Cut,
 }
 
 impl Pipeline {
@@ -211,7 +219,13 @@ impl Pipeline {
             follower: None,
             busy: Vec::new(),
             rows: Vec::new(),
+            cut: None,
         }
+    }
+
+    /// The timed rounds run and planned, when the deadline cut them.
+    pub fn cut(&self) -> Cut {
+        self.cut
     }
 
     pub fn rows(&self) -> &[CaseRow] {
@@ -268,7 +282,7 @@ impl Ranked for Pipeline {
             .gpu
             .take()
             .ok_or_else(|| anyhow!("rank 0 has no GPU"))?;
-        self.rows = lead(crew, gpu, &self.opts, dir, &mut self.busy)?;
+        (self.rows, self.cut) = lead(crew, gpu, &self.opts, dir, &mut self.busy)?;
         Ok(())
     }
 
@@ -436,7 +450,7 @@ fn lead(
     opts: &PipelineOptions,
     dir: &RunDir,
     busy: &mut Vec<BusyWarning>,
-) -> Result<Vec<CaseRow>> {
+) -> Result<(Vec<CaseRow>, Cut)> {
     let plan = &opts.plan;
     let stage = Stage::new(gpu, plan.shape, 0, crew.world().size())?;
     let long = Instant::now() + Duration::from_secs(600);
@@ -482,25 +496,43 @@ fn lead(
         .iter()
         .map(|c| predict::plan_case(c, &cals, &plan.shape))
         .collect::<Result<_>>()?;
-    let measured = run_rounds(crew, &mut rig, plan, &planned, opts.session.quiet)?;
+    let deadline = opts
+        .deadline_s
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let (measured, cut) = run_rounds(
+        crew,
+        &mut rig,
+        (plan, &planned),
+        deadline,
+        opts.session.quiet,
+    )?;
     let quiet = opts.session.quiet;
-    report::write_all(dir, crew.world(), (plan, &planned, measured), quiet, busy)
+    let rows = report::write_all(dir, crew.world(), (plan, &planned, measured), quiet, busy)?;
+    Ok((rows, cut))
 }
 
 /// The cases take turns, one iteration each per round, so every case sees the machine at the
 /// same moments: a shared machine's speed drifts by tens of percent over a minute, which would
-/// otherwise land in the comparison between cases.
+/// otherwise land in the comparison between cases. Past `deadline`, the round under way (once
+/// a timed one) is the last. Returns the measurements and, when cut, the timed rounds run and
+/// planned.
 fn run_rounds(
     crew: &mut Crew<Order, Reply>,
     rig: &mut Rig,
-    plan: &PipelinePlan,
-    planned: &[PlannedCase],
+    (plan, planned): (&PipelinePlan, &[PlannedCase]),
+    deadline: Option<Instant>,
     quiet: bool,
-) -> Result<Vec<Measured>> {
+) -> Result<(Vec<Measured>, Cut)> {
     let mut measured: Vec<Measured> = plan.cases.iter().map(|_| Measured::default()).collect();
     let rounds = plan.warmup.saturating_add(plan.iters);
     let progress = !quiet && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut cut = None;
     for round in 0..rounds {
+        let late = round >= plan.warmup && deadline.is_some_and(|d| Instant::now() >= d);
+        let last = round + 1 == rounds || late;
+        if late && round + 1 < rounds {
+            cut = Some((round + 1 - plan.warmup, plan.iters));
+        }
         if progress {
             let phase = if round < plan.warmup {
                 "warm-up"
@@ -524,15 +556,18 @@ fn run_rounds(
                 m.last = Some(run);
                 m.timed.push(all);
             }
-            if round + 1 == rounds {
+            if last {
                 m.grad_err = verify_all(crew, &rig.stage)?;
             }
+        }
+        if last {
+            break;
         }
     }
     if progress {
         println!();
     }
-    Ok(measured)
+    Ok((measured, cut))
 }
 
 /// Runs iteration `iter_no` of `case` on every stage and returns every stage's times on rank
