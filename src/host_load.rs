@@ -81,11 +81,18 @@ pub const BUSY_OTHER_CORES: f64 = 0.25;
 pub const BUSY_STEAL: f64 = 0.05;
 
 /// How much slower than its peers a figure measured on a busy machine may be and still be put
-/// down to the load: sharing the machine with `others` cores' worth of other work, a CPU-bound
-/// test gets at worst 1 / (1 + others) of a core, so its time can grow (1 + others)-fold;
-/// twice that (scheduling, caches) and at least 4x. Slower still is slow, busy or not.
-pub fn explained_by_load(others: f64) -> f64 {
-    (2.0 * (1.0 + others.max(0.0))).max(4.0)
+/// down to the load: sharing the machine with `others` cores' worth of other work (when that
+/// made it busy), a CPU-bound test gets at worst 1 / (1 + others) of a core, so its time can
+/// grow (1 + others)-fold; twice that (scheduling, caches) and at least 4x. A hypervisor that
+/// steals a `steal` share of the machine's time stretches it 1 / (1 - steal)-fold; twice that
+/// (steal comes in bursts). Slower still is slow, busy or not: a GPU at a third of its peers'
+/// speed is not 10% steal.
+pub fn explained_by_load(others: f64, steal: f64) -> f64 {
+    let cpu = match others >= BUSY_OTHER_CORES {
+        true => (2.0 * (1.0 + others)).max(4.0),
+        false => 1.0,
+    };
+    cpu.max(2.0 / (1.0 - steal.clamp(0.0, 0.9)))
 }
 
 /// A busy rank's warning: (its name in meta.json, `links r2`; the warning).

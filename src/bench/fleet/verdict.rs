@@ -71,6 +71,11 @@ impl RankOutcome {
     pub fn busy(&self) -> bool {
         self.batches.iter().any(|b| b.busy)
     }
+    /// How much slower its load can make it ([`explained_by_load`]).
+    fn explained_by_load(&self) -> f64 {
+        let steal = self.steal_pct().unwrap_or(0.0) / 100.0;
+        explained_by_load(self.others_cores().unwrap_or(0.0), steal)
+    }
     fn cores(&self) -> usize {
         self.batches.iter().map(|b| b.cores).max().unwrap_or(0)
     }
@@ -258,22 +263,30 @@ pub fn suspects(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> BTreeMap<
 type Standing = (f64, bool, f64);
 
 /// Judges the healthy (not busy) members with a figure against each other, and places the
-/// busy ones against the healthy level. Groups of fewer than 3 healthy members have none.
+/// busy ones against the healthy level. With fewer than 3 healthy members (a machine whose
+/// hypervisor steals from every rank in turn) the level is every member's, busy included; a
+/// busy one is still judged only against what its load explains. Fewer than 3 members: none.
 fn fleet_level(members: &Members) -> BTreeMap<usize, Standing> {
     let timed: Vec<(usize, f64, f64, f64, bool)> = members
         .iter()
         .filter_map(|&(i, m, busy)| Some((i, m.p50_us?, m.p99_us?, m.value?, busy)))
         .collect();
     let healthy: Vec<&(usize, f64, f64, f64, bool)> = timed.iter().filter(|t| !t.4).collect();
+    let pool: Vec<&(usize, f64, f64, f64, bool)> = match healthy.len() >= flag::MIN_GROUP {
+        true => healthy,
+        false => timed.iter().collect(),
+    };
     let mut out = BTreeMap::new();
-    if healthy.len() < flag::MIN_GROUP {
+    if pool.len() < flag::MIN_GROUP {
         return out;
     }
-    let times: Vec<f64> = healthy.iter().map(|t| t.1).collect();
-    let tails: Vec<f64> = healthy.iter().map(|t| t.2).collect();
+    let times: Vec<f64> = pool.iter().map(|t| t.1).collect();
+    let tails: Vec<f64> = pool.iter().map(|t| t.2).collect();
     let base = crate::stats::robust::lower_median(&times);
-    for (t, v) in healthy.iter().zip(flag::judge(&times, &tails)) {
-        out.insert(t.0, (v.slowdown, v.flagged, t.3 * v.slowdown));
+    for (t, v) in pool.iter().zip(flag::judge(&times, &tails)) {
+        if !t.4 {
+            out.insert(t.0, (v.slowdown, v.flagged, t.3 * v.slowdown));
+        }
     }
     for t in timed.iter().filter(|t| t.4) {
         let slowdown = if base > 0.0 { t.1 / base } else { 1.0 };
@@ -320,7 +333,7 @@ fn judge_one(o: &RankOutcome, m: &Measured, standing: Option<Standing>, f: &mut 
     f.verdict = if m.cut { WARN } else { PASS }.into();
     f.reason = format!("{versus}{cut}");
     if o.busy() {
-        let bound = explained_by_load(o.others_cores().unwrap_or(0.0));
+        let bound = o.explained_by_load();
         if slowdown >= bound {
             f.verdict = FAIL.into();
             f.reason = format!(
@@ -363,7 +376,7 @@ fn against_baseline(o: &RankOutcome, m: &Measured, b: &Baseline, f: &mut FleetFi
     // a FAIL, unless the node was busy and its load explains it.
     let slowdown = e.expected / value.max(1e-12);
     let far = value < e.expected * (1.0 - 2.0 * e.tolerance);
-    let explained = o.busy() && slowdown < explained_by_load(o.others_cores().unwrap_or(0.0));
+    let explained = o.busy() && slowdown < o.explained_by_load();
     let verdict = if far && !explained { FAIL } else { WARN };
     f.verdict = worse(&f.verdict, verdict).into();
     f.reason = format!("{says} ({:.2}x); {}", value / e.expected, f.reason);
@@ -540,11 +553,11 @@ mod tests {
         assert_eq!(retest_value(0), None);
         let per = per_rank(&rows);
         assert_eq!((per[&1].0, per[&2].0, per[&0].0), (FAIL, WARN, PASS));
-        // A retest on a busy machine (the hypervisor stole some time) that is as slow as the
-        // quiet failure clears nothing; a busy retest at the fleet's level still clears it.
+        // A retest on a busy machine (a core of other work: it explains up to 4x) that is as
+        // slow as the quiet failure clears nothing; a busy retest at the fleet's level still clears it.
         let busy_retest = |o: RankOutcome, us: f64| {
             let mut o = retested(o, us);
-            o.retests[0].busy = true;
+            (o.retests[0].busy, o.retests[0].others_cores) = (true, Some(1.0));
             o
         };
         let ranks = fleet(
@@ -556,6 +569,35 @@ mod tests {
         assert_eq!(v, FAIL, "{why}");
         assert!(why.contains("its retest, busy, is as slow"), "{why}");
         assert_eq!(verdict_of(&rows, 2, "gemm", "gflops").0, WARN);
+    }
+
+    #[test]
+    fn a_hypervisor_stealing_from_every_rank_does_not_hide_a_slow_gpu() {
+        // Every rank busy by steal alone (15%, no other processes): the level is every rank's.
+        let stolen = |o: RankOutcome| {
+            let mut o = o;
+            o.batches[0].steal_pct = Some(15.0);
+            o.batches[0].busy = true;
+            o
+        };
+        let ranks: Vec<RankOutcome> = [100.0, 300.0, 104.0, 130.0]
+            .iter()
+            .enumerate()
+            .map(|(r, &us)| stolen(outcome(r as u32, us, 0.0, 512)))
+            .collect();
+        let rows = judge(&ranks, None);
+        // 3x slower: 15% steal explains at most 2 / 0.85 = 2.4x.
+        let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
+        assert_eq!(v, FAIL, "{why}");
+        assert!(
+            why.contains("slower than its load explains (over 2.4x)"),
+            "{why}"
+        );
+        // 1.3x: the steal may explain it.
+        let (v, why) = verdict_of(&rows, 3, "gemm", "gflops");
+        assert_eq!(v, WARN, "{why}");
+        assert!(why.contains("the hypervisor stole 15.0%"), "{why}");
+        assert_eq!(verdict_of(&rows, 0, "gemm", "gflops").0, WARN);
     }
 
     #[test]

@@ -246,7 +246,8 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
         // path's fault at that size cannot be told from; a slow path's milliseconds stand out.
         let others = t.figures.others_cores.unwrap_or(0.0);
         if t.figures.busy == Some(true) || others >= 2.0 * crate::host_load::BUSY_OTHER_CORES {
-            let bound = crate::host_load::explained_by_load(others);
+            let steal = t.figures.steal_pct.unwrap_or(0.0) / 100.0;
+            let bound = crate::host_load::explained_by_load(others, steal);
             let excess = t.stats().p50_us * (1.0 - 1.0 / v.slowdown.max(1.0));
             slow &= v.slowdown >= bound && excess >= super::CLEARLY_SLOWER_US;
         }
