@@ -26,6 +26,15 @@ fn fleet_rows(run: &Path) -> Vec<(u32, String, String, String, String)> {
         .collect()
 }
 
+/// Held by the tests whose gates measure every test on all the machine's cores: the baseline
+/// test compares two runs minutes apart, and a gate beside it (hol, links, a pipeline) moved its
+/// GEMM by 30%.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn measuring() -> std::sync::MutexGuard<'static, ()> {
+    MEASURING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn local_fleet(home: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
         "fleet",
@@ -41,6 +50,7 @@ fn local_fleet(home: &Path, out: &Path, extra: &[&str]) -> std::process::Output 
 
 #[test]
 fn a_healthy_fleet_passes_and_a_baseline_from_a_faster_sku_fails_its_slower_figures() {
+    let _turn = measuring();
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("healthy");
     let o = local_fleet(home.path(), &out, &[]);
@@ -268,6 +278,7 @@ fn a_busy_rank_is_a_warn_not_a_fail_and_the_gate_passes() {
 
 #[test]
 fn the_deeper_levels_measure_the_offload_path_the_links_and_a_real_pipeline() {
+    let _turn = measuring();
     let home = tempfile::tempdir().unwrap();
     // The tests standard adds to quick's (at standard's sizes), then extended's pipeline.
     let out = home.path().join("standard");
