@@ -26,9 +26,9 @@ fn fleet_rows(run: &Path) -> Vec<(u32, String, String, String, String)> {
         .collect()
 }
 
-/// Held by the tests whose gates measure every test on all the machine's cores: the baseline
-/// test compares two runs minutes apart, and a gate beside it (hol, links, a pipeline) moved its
-/// GEMM by 30%.
+/// Held by every test here while its gate runs: each gate measures on all the machine's cores,
+/// and the baseline test compares two runs a minute apart (a gate beside it moved its GEMM by
+/// 30%, past the baseline's 10% tolerance).
 static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn measuring() -> std::sync::MutexGuard<'static, ()> {
@@ -178,6 +178,7 @@ fn fleet_rank(home: &Path, out: &Path, port: u16, r: u32, vars: &[(&str, &str)])
 
 #[test]
 fn a_rank_stopped_mid_gate_is_a_fail_and_every_other_ranks_rows_are_written() {
+    let _turn = measuring();
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("results");
     let port = free_port();
@@ -233,6 +234,7 @@ fn a_rank_stopped_mid_gate_is_a_fail_and_every_other_ranks_rows_are_written() {
 
 #[test]
 fn a_busy_rank_is_a_warn_not_a_fail_and_the_gate_passes() {
+    let _turn = measuring();
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("results");
     let port = free_port();
