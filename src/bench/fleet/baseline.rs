@@ -18,8 +18,11 @@ use crate::stats::robust::{mad, median};
 /// (test, figure, unit) -> the values of the nodes that stand for a SKU.
 type FigureValues = BTreeMap<(String, String, String), Vec<f64>>;
 
-/// The smallest tolerance written: a figure's run-to-run spread on one healthy node.
-pub const MIN_TOLERANCE: f64 = 0.10;
+/// The smallest tolerance written: a figure's run-to-run drift on one healthy node, which the
+/// spread across the nodes of one run does not show (on a shared VM a healthy node's D2H was
+/// 0.61-0.67x of its own baseline a minute later, its GEMM 0.70x). Below expected x (1 - 2
+/// tolerances), half, a figure FAILs.
+pub const MIN_TOLERANCE: f64 = 0.25;
 /// The largest tolerance read or written (beyond it the figure judges nothing).
 pub const MAX_TOLERANCE: f64 = 0.9;
 /// With fewer passing nodes than this, the spread is not known: the tolerance is this wide.
@@ -271,7 +274,7 @@ mod tests {
         assert!(b.expected("llvmpipe", "other", "gemm", "gflops").is_none());
         let text = std::fs::read_to_string(&path)
             .unwrap()
-            .replace("tolerance = 0.1", "tolerance = 3.0");
+            .replace("tolerance = 0.25", "tolerance = 3.0");
         std::fs::write(&path, text).unwrap();
         let e = Baseline::load(&path).unwrap_err().to_string();
         assert!(e.contains("tolerance 3 is not between 0 and"), "{e}");
