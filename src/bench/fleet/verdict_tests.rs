@@ -1,0 +1,238 @@
+//! The verdicts' tests: the fleet's rule, retests, busy and stolen ranks, baselines.
+
+use super::*;
+use crate::bench::fleet::checks::TestKind;
+
+fn outcome(rank: u32, gemm_us: f64, others: f64, memory_gib: u64) -> RankOutcome {
+    let host = crate::host::HostInfo {
+        hostname: format!("n{rank:02}"),
+        cpu_model: "cpu".into(),
+        logical_cores: 8,
+        memory_bytes: Some(memory_gib << 30),
+        os: "linux".into(),
+        kernel: "6".into(),
+    };
+    let inventory = Inventory {
+        rank,
+        local_rank: 0,
+        machine_id: format!("m{rank}"),
+        host,
+        adapter: Some("gpu".into()),
+        adapter_index: Some(0),
+        driver: Some("d1".into()),
+        backend: Some("Vulkan".into()),
+        device_type: Some("DiscreteGpu".into()),
+        adapters: 1,
+        rdma_devices: vec![],
+        gpu_error: None,
+    };
+    let gemm = Measured {
+        test: TestKind::Gemm,
+        figure: "gflops".into(),
+        unit: "GFLOP/s".into(),
+        value: Some(1e6 / gemm_us),
+        p50_us: Some(gemm_us),
+        p99_us: Some(gemm_us * 1.05),
+        n: 20,
+        cut: false,
+        error: None,
+        skipped: None,
+        note: None,
+    };
+    RankOutcome {
+        rank,
+        host: format!("n{rank:02}"),
+        inventory: Some(inventory),
+        batches: vec![Batch {
+            results: vec![gemm],
+            others_cores: Some(others),
+            steal_pct: Some(0.0),
+            busy: others > crate::host_load::BUSY_OTHER_CORES,
+            cores: 8,
+        }],
+        retests: Vec::new(),
+        failure: None,
+    }
+}
+
+/// `o` with a retest of its GEMM at `gemm_us`.
+fn retested(mut o: RankOutcome, gemm_us: f64) -> RankOutcome {
+    let again = outcome(o.rank, gemm_us, 0.0, 512);
+    o.retests = again.batches;
+    o
+}
+
+fn verdict_of(rows: &[Row], rank: u32, test: &str, figure: &str) -> (String, String) {
+    let (_, f) = rows
+        .iter()
+        .find(|(p, _)| p.rank == rank && p.test == test && p.figure == figure)
+        .unwrap_or_else(|| panic!("no {test} {figure} row for rank {rank}"));
+    (f.verdict.clone(), f.reason.clone())
+}
+
+#[test]
+fn a_slow_node_fails_a_busy_one_warns_and_a_silent_one_is_named() {
+    let mut ranks = vec![
+        outcome(0, 100.0, 0.0, 512),
+        outcome(1, 210.0, 0.0, 512),
+        outcome(2, 101.0, 0.0, 512),
+        outcome(3, 99.0, 0.0, 256),
+        // Busy and 1.6x slow: its load explains it.
+        outcome(4, 160.0, 1.5, 512),
+        // Busy and 20x slow: slow, busy or not.
+        outcome(5, 2000.0, 1.5, 512),
+        outcome(6, 100.0, 0.0, 512),
+    ];
+    ranks[6].failure = Some("no answer within 56 s".into());
+    let rows = judge(&ranks, None);
+    assert_eq!(verdict_of(&rows, 0, "gemm", "gflops").0, PASS);
+    let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
+    assert_eq!(v, FAIL, "{why}");
+    assert!(why.contains("0.48x the fleet's"), "{why}");
+    let (v, why) = verdict_of(&rows, 4, "gemm", "gflops");
+    assert_eq!(v, WARN);
+    assert!(
+        why.starts_with("busy: other processes used 1.5 of 8 cores"),
+        "{why}"
+    );
+    let (v, why) = verdict_of(&rows, 5, "gemm", "gflops");
+    assert_eq!(v, FAIL);
+    assert!(why.contains("slower than its load explains"), "{why}");
+    let (v, why) = verdict_of(&rows, 3, "inventory", "memory_gib");
+    assert_eq!(v, WARN);
+    assert!(why.contains("memory_gib is \"256\" where 6 of 7"), "{why}");
+    assert_eq!(
+        verdict_of(&rows, 6, "gate", "answer"),
+        (FAIL.into(), "no answer within 56 s".into())
+    );
+    let per = per_rank(&rows);
+    let failed: Vec<u32> = per
+        .iter()
+        .filter(|(_, v)| v.0 == FAIL)
+        .map(|(r, _)| *r)
+        .collect();
+    assert_eq!(failed, [1, 5, 6]);
+    assert_eq!(per[&3].0, WARN);
+    assert_eq!(per[&4].0, WARN);
+}
+
+#[test]
+fn a_failed_figure_is_retested_and_fails_only_when_the_retest_confirms_it() {
+    let fleet = |r1: RankOutcome, r2: RankOutcome| {
+        vec![
+            outcome(0, 100.0, 0.0, 512),
+            r1,
+            r2,
+            outcome(3, 99.0, 0.0, 512),
+            outcome(4, 101.0, 0.0, 512),
+        ]
+    };
+    // Before any retest: both slow ranks are suspects, the healthy ones are not.
+    let first = fleet(outcome(1, 180.0, 0.0, 512), outcome(2, 140.0, 0.0, 512));
+    let s = suspects(&first, None);
+    assert_eq!(s.keys().copied().collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(s[&1], ["gemm"]);
+    // Rank 1 is slow again; rank 2 was noise.
+    let ranks = fleet(
+        retested(outcome(1, 180.0, 0.0, 512), 185.0),
+        retested(outcome(2, 140.0, 0.0, 512), 102.0),
+    );
+    let rows = judge(&ranks, None);
+    let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
+    assert_eq!(v, FAIL, "{why}");
+    assert!(why.contains("its retest confirms it: 0.55x"), "{why}");
+    let (v, why) = verdict_of(&rows, 2, "gemm", "gflops");
+    assert_eq!(v, WARN, "{why}");
+    assert!(why.starts_with("noisy, not blamed: 0.7"), "{why}");
+    let retest_value = |rank| {
+        rows.iter()
+            .find(|(p, _)| p.rank == rank && p.test == "gemm")
+            .and_then(|(_, f)| f.retest_value)
+    };
+    assert_eq!(retest_value(2), Some(1e6 / 102.0));
+    assert_eq!(retest_value(0), None);
+    let per = per_rank(&rows);
+    assert_eq!((per[&1].0, per[&2].0, per[&0].0), (FAIL, WARN, PASS));
+    // A retest on a busy machine (a core of other work: it explains up to 4x) that is as
+    // slow as the quiet failure clears nothing; a busy retest at the fleet's level still clears it.
+    let busy_retest = |o: RankOutcome, us: f64| {
+        let mut o = retested(o, us);
+        (o.retests[0].busy, o.retests[0].others_cores) = (true, Some(1.0));
+        o
+    };
+    let ranks = fleet(
+        busy_retest(outcome(1, 360.0, 0.0, 512), 370.0),
+        busy_retest(outcome(2, 140.0, 0.0, 512), 100.0),
+    );
+    let rows = judge(&ranks, None);
+    let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
+    assert_eq!(v, FAIL, "{why}");
+    assert!(why.contains("its retest, busy, is as slow"), "{why}");
+    assert_eq!(verdict_of(&rows, 2, "gemm", "gflops").0, WARN);
+}
+
+#[test]
+fn a_hypervisor_stealing_from_every_rank_does_not_hide_a_slow_gpu() {
+    // Every rank busy by steal alone (15%, no other processes): the level is every rank's.
+    let stolen = |o: RankOutcome| {
+        let mut o = o;
+        o.batches[0].steal_pct = Some(15.0);
+        o.batches[0].busy = true;
+        o
+    };
+    let ranks: Vec<RankOutcome> = [100.0, 300.0, 104.0, 130.0]
+        .iter()
+        .enumerate()
+        .map(|(r, &us)| stolen(outcome(r as u32, us, 0.0, 512)))
+        .collect();
+    let rows = judge(&ranks, None);
+    // 3x slower: 15% steal explains at most 2 / 0.85 = 2.4x.
+    let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
+    assert_eq!(v, FAIL, "{why}");
+    assert!(
+        why.contains("slower than its load explains (over 2.4x)"),
+        "{why}"
+    );
+    // 1.3x: the steal may explain it.
+    let (v, why) = verdict_of(&rows, 3, "gemm", "gflops");
+    assert_eq!(v, WARN, "{why}");
+    assert!(why.contains("the hypervisor stole 15.0%"), "{why}");
+    assert_eq!(verdict_of(&rows, 0, "gemm", "gflops").0, WARN);
+}
+
+#[test]
+fn a_baseline_warns_within_two_tolerances_and_fails_beyond() {
+    let ranks = vec![outcome(0, 100.0, 0.0, 512), outcome(1, 100.0, 0.0, 512)];
+    let baseline = |expected: f64| Baseline {
+        from_run: "r".into(),
+        level: "quick".into(),
+        sku: vec![super::super::baseline::Sku {
+            adapter: "gpu".into(),
+            driver: "d1".into(),
+            figure: vec![super::super::baseline::Expected {
+                test: "gemm".into(),
+                figure: "gflops".into(),
+                unit: "GFLOP/s".into(),
+                expected,
+                tolerance: 0.1,
+                nodes: 4,
+            }],
+        }],
+    };
+    // Measured 10000 GFLOP/s.
+    for (expected, want) in [
+        (10_500.0, WARN),
+        (11_500.0, WARN),
+        (13_000.0, FAIL),
+        (5_000.0, WARN),
+    ] {
+        let rows = judge(&ranks, Some(&baseline(expected)));
+        let (v, why) = verdict_of(&rows, 0, "gemm", "gflops");
+        // Two nodes: no fleet to judge by (a WARN) whatever the baseline says, unless it fails.
+        assert_eq!(v, want, "expected {expected}: {why}");
+        assert!(
+            why.contains(&format!("against the baseline's {expected}")),
+            "{why}"
+        );
+    }
+}
