@@ -128,7 +128,6 @@ pub struct Links {
     topology: std::cell::OnceCell<Topology>,
     /// Rank 0: a warning per busy rank, for meta.json.
     busy: Vec<BusyWarning>,
-    /// Rank 0, once it has led.
     outcome: Option<LinksOutcome>,
 }
 
@@ -143,7 +142,7 @@ impl Links {
         }
     }
 
-    /// Rank 0, once it has led: what the links found.
+    /// Rank 0, once it has led: what the links found (None before).
     pub fn outcome(&self) -> Option<&LinksOutcome> {
         self.outcome.as_ref()
     }
