@@ -168,7 +168,9 @@ fn fleet_rank(home: &Path, out: &Path, port: u16, r: u32, vars: &[(&str, &str)])
         .args(["--out", out.to_str().unwrap(), "-q"])
         .current_dir(home)
         .env("HOME", home)
-        .env("LP_NUM_THREADS", "1")
+        // All the cores, as `--local` gives a gate's ranks: they take turns, and a rank on one
+        // vCPU measures that vCPU (0.6x beside another tenant on CI, unseen as steal).
+        .env_remove("LP_NUM_THREADS")
         .envs(vars.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

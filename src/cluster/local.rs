@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 /// included: a process that has `--rank` is a rank, not a launcher). Each gets its share of
 /// the cores for a CPU driver (LP_NUM_THREADS); ranks above 0 are quiet.
 pub fn run_local(ranks: u32, max: u32, args: &[String]) -> Result<()> {
-    let (children, held) = spawn(ranks, max, args)?;
+    let (children, held) = spawn(ranks, max, args, Cores::Shared)?;
     let failed = wait_all(children)?;
     let doc = held
         .map(|t| t.join().unwrap_or_default())
@@ -26,9 +26,12 @@ pub fn run_local(ranks: u32, max: u32, args: &[String]) -> Result<()> {
 /// As [`run_local`] for a gate (`fleet`), whose rank 0 judges every rank and whose exit code is
 /// its verdict: a rank that fails does not end the others (rank 0 names it), and once rank 0
 /// has ended, with 0 (all pass) or 1 (a node failed), the others get a few seconds and its
-/// code is returned. Any other end of rank 0 is an error.
+/// code is returned. Any other end of rank 0 is an error. Every rank gets all the cores: the
+/// gate's ranks of one machine take turns on what a CPU driver shares, and a rank held to one
+/// core measures that core (on a VM, one vCPU may run at 0.6x of the other beside another
+/// tenant's load, unseen as steal), not the machine.
 pub fn run_local_gate(ranks: u32, max: u32, args: &[String]) -> Result<u8> {
-    let (mut children, held) = spawn(ranks, max, args)?;
+    let (mut children, held) = spawn(ranks, max, args, Cores::All)?;
     let mut root = children.remove(0).1;
     let status = root.wait()?;
     crate::interrupt::child_ended(root.id());
@@ -73,8 +76,17 @@ fn bail_with(failed: &[String], doc: &[u8]) -> Result<()> {
 
 type Held = Option<std::thread::JoinHandle<Vec<u8>>>;
 
+/// The cores each rank's CPU driver may use.
+#[derive(Clone, Copy, PartialEq)]
+enum Cores {
+    /// Its share: the ranks run at once.
+    Shared,
+    /// All of them: the ranks take turns.
+    All,
+}
+
 /// Starts the ranks, rank 0 first; with --json rank 0's standard output is held.
-fn spawn(ranks: u32, max: u32, args: &[String]) -> Result<(Vec<(u32, Child)>, Held)> {
+fn spawn(ranks: u32, max: u32, args: &[String], cores: Cores) -> Result<(Vec<(u32, Child)>, Held)> {
     if !(1..=max).contains(&ranks) {
         bail!("--local {ranks}: give 1 to {max} ranks");
     }
@@ -82,8 +94,12 @@ fn spawn(ranks: u32, max: u32, args: &[String]) -> Result<(Vec<(u32, Child)>, He
         .local_addr()?
         .port();
     let exe = std::env::current_exe().context("cannot find this program to start its ranks")?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = (cores / ranks as usize).max(1).to_string();
+    let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = match cores {
+        Cores::Shared => (all / ranks as usize).max(1),
+        Cores::All => all,
+    }
+    .to_string();
     let quiet = args.iter().any(|a| a == "-q" || a == "--quiet");
     // With --json this launcher's standard output is the one document: rank 0's is held back
     // and passed on only if every rank succeeds (a failed run's document is the launcher's).
