@@ -64,7 +64,7 @@ fn a_healthy_fleet_passes_and_a_baseline_from_a_faster_sku_fails_its_slower_figu
     assert_eq!(std::fs::read_to_string(run.join("drain.txt")).unwrap(), "");
     let rows = fleet_rows(&run);
     for rank in 0..3 {
-        for test in ["memcpy", "gemm", "d2h", "h2d"] {
+        for test in ["memcpy", "gemm", "d2h", "h2d", "fma", "bandwidth"] {
             let r = rows
                 .iter()
                 .find(|r| r.0 == rank && r.1 == test)

@@ -63,6 +63,11 @@ fn main() {
         None,
         Box::new(zero_sizes_are_refused),
     );
+    add(
+        "the_fleets_ceiling_probes_verify_and_stop_at_their_deadline".into(),
+        None,
+        Box::new(the_fleets_ceiling_probes_verify_and_stop_at_their_deadline),
+    );
     libtest_mimic::run(&args, trials).exit();
 }
 
@@ -158,6 +163,27 @@ fn layernorm_variant(gpu: &Gpu, v: &'static Variant) {
         "{} verified at only {verified} sizes",
         v.name
     );
+}
+
+/// The fleet gate's `fma` and `bandwidth` probes: each kernel verified, then timed until its
+/// samples (the copy, 5) or its deadline (the FMA: 1000 dispatches of about 30 ms each do not
+/// fit 1.5 s on any adapter), with a positive rate.
+fn the_fleets_ceiling_probes_verify_and_stop_at_their_deadline(gpu: &Gpu) {
+    use morphbench::bench::peak::probe;
+    use morphbench::bench::probe::Budget;
+    use std::time::{Duration, Instant};
+    let budget = |iters| Budget {
+        iters,
+        deadline: Instant::now() + Duration::from_millis(1500),
+    };
+    let (p, flops) = probe::fma(gpu, budget(1000)).unwrap();
+    assert!(p.cut && p.summary.n >= 3 && flops > 0.0, "{p:?}");
+    let (p, bytes) = probe::copy(gpu, 8 << 20, budget(5)).unwrap();
+    assert_eq!(
+        (p.cut, p.summary.n, bytes),
+        (false, 5, 2.0 * (8 << 20) as f64)
+    );
+    assert!(p.summary.p50 > 0.0);
 }
 
 fn sizes_over_the_binding_limit_name_the_limit(gpu: &Gpu) {

@@ -26,6 +26,8 @@ mod overheads;
 #[allow(unused_imports)]
 pub use overheads::*;
 
+pub mod probe;
+
 pub const BENCH: &str = "peak";
 
 // The peak kernels share one body; the part in front says which multiply-add they measure.
@@ -472,32 +474,41 @@ fn fma(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
         let k = kernel(gpu, (wgsl, entry), &uniform, None, &out)?;
         set_trips(1);
         verify_fma(gpu, &k, &out, lanes, FMA_GROUPS)?;
-        // Grow the grid, then the loop, until one dispatch takes TARGET_US, so launch cost is
-        // a rounding error. Long loops first: a CPU driver runs invocations in turn and pays
-        // for each one's start, a GPU needs the whole grid to fill its cores.
-        let (mut groups, mut trips) = (1, 1024);
-        set_trips(trips);
-        while once_us(gpu, &k, groups)? < TARGET_US {
-            if groups < FMA_GROUPS {
-                groups *= 2;
-            } else if trips < MAX_TRIPS {
-                trips *= 2;
-                set_trips(trips);
-            } else {
-                break;
-            }
-        }
+        let (groups, trips) = fit_fma(gpu, &k, set_trips)?;
         let t = time_compute_passes(gpu, plan.warmup, plan.iters, None, |p| {
             dispatch(p, &k, groups)
         })?;
-        let flops =
-            (groups * FMA_WG) as f64 * trips as f64 * FMAS_PER_TRIP as f64 * lanes as f64 * 2.0;
+        let flops = fma_flops(groups, trips, lanes);
         let (s, timer) = samples(&t);
         let sum = rows.write("fma", variant, flops, s, timer, Rate::Flops)?;
         best = best.max(flops / sum.min / 1e3);
         verify_fma(gpu, &k, &out, lanes, groups)?;
     }
     Ok(best)
+}
+
+/// Grows the grid, then the loop, until one dispatch takes TARGET_US, so launch cost is a
+/// rounding error; returns (groups, trips). Long loops first: a CPU driver runs invocations in
+/// turn and pays for each one's start, a GPU needs the whole grid to fill its cores.
+fn fit_fma(gpu: &Gpu, k: &Kernel, set_trips: impl Fn(u32)) -> Result<(u32, u32)> {
+    let (mut groups, mut trips) = (1, 1024);
+    set_trips(trips);
+    while once_us(gpu, k, groups)? < TARGET_US {
+        if groups < FMA_GROUPS {
+            groups *= 2;
+        } else if trips < MAX_TRIPS {
+            trips *= 2;
+            set_trips(trips);
+        } else {
+            break;
+        }
+    }
+    Ok((groups, trips))
+}
+
+/// The FLOPs of one dispatch (a multiply-add is 2).
+fn fma_flops(groups: u32, trips: u32, lanes: u32) -> f64 {
+    (groups * FMA_WG) as f64 * trips as f64 * FMAS_PER_TRIP as f64 * lanes as f64 * 2.0
 }
 
 /// With a multiplier of 1 and an addend of 0, every chain keeps its start value: the output is

@@ -32,7 +32,10 @@ pub struct Probed {
 }
 
 /// Times `op` (after [`WARMUP`] untimed calls) until `budget.iters` samples or the deadline.
-fn sample(budget: Budget, mut op: impl FnMut() -> Result<f64, String>) -> Result<Probed, String> {
+pub(crate) fn sample(
+    budget: Budget,
+    mut op: impl FnMut() -> Result<f64, String>,
+) -> Result<Probed, String> {
     let mut us = Vec::with_capacity(budget.iters);
     let mut cut = false;
     for i in 0..WARMUP + budget.iters {

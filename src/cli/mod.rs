@@ -176,8 +176,9 @@ against the fleet's median exceeds z (3.5) and it is off by warn_pct."
 Examples:\n  srun -N 16 --ntasks-per-node 8 morphbench fleet --level quick\n  \
 morphbench fleet --local 4 --level quick --json\n  \
 morphbench baseline results/FLEET_RUN -o h200.toml && srun -N 64 morphbench fleet --baseline h200.toml\n\n\
-Levels: quick (memcpy, GEMM, D2H, H2D; at most 60 s a rank), standard (longer and larger, 5 min),\n\
-extended (20 min). Ranks of one machine take turns on what they share (memory, CPU; all of a CPU\n\
+Levels: quick (memcpy, GEMM, D2H, H2D, the FMA and memory bandwidth ceilings; at most 60 s a\n\
+rank), standard (longer and larger, the offload path, links quick; 5 min), extended (all-pairs\n\
+links, a short real pipeline; 20 min). Ranks of one machine take turns on what they share (memory, CPU; all of a CPU\n\
 driver's work); machines run side by side. A figure fails at 1.35x slower than the fleet's healthy\n\
 level (lower median, MAD z > 3.5, at least 3 nodes of its adapter) or below the baseline's\n\
 expected x (1 - tolerance). A busy node (other processes on its machine) is a WARN."

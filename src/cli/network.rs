@@ -363,7 +363,8 @@ pub struct FleetArgs {
     /// Expected values per adapter and driver (`morphbench baseline FLEET_RUN -o FILE`).
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<std::path::PathBuf>,
-    /// Only these of the level's tests (memcpy, gemm, d2h, h2d, hol, links), such as
+    /// Only these of the level's tests (memcpy, gemm, d2h, h2d, fma, bandwidth, hol, links,
+    /// pipeline), such as
     /// `--only links` on a fleet whose GPUs were just judged.
     #[arg(long, value_delimiter = ',', value_name = "TESTS")]
     pub only: Option<Vec<String>>,

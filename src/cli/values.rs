@@ -30,7 +30,7 @@ macro_rules! value_enum {
 }
 
 value_enum!(Level {
-    Level::Quick => "quick": "inventory, memcpy, GEMM, D2H, H2D: at most 60 s a rank",
+    Level::Quick => "quick": "inventory, memcpy, GEMM, D2H, H2D, FMA and bandwidth ceilings: at most 60 s a rank",
     Level::Standard => "standard": "longer and larger: at most 5 minutes a rank",
     Level::Extended => "extended": "the largest sizes: at most 20 minutes a rank",
 });

@@ -103,7 +103,10 @@ impl Baseline {
         let mut values: BTreeMap<(String, String), FigureValues> = BTreeMap::new();
         for l in rows.iter().filter(|l| !failed.contains(&l.params.rank)) {
             let (p, f) = (&l.params, &l.figures);
-            let measured = matches!(p.test.as_str(), "memcpy" | "gemm" | "d2h" | "h2d");
+            let measured = matches!(
+                p.test.as_str(),
+                "memcpy" | "gemm" | "d2h" | "h2d" | "fma" | "bandwidth"
+            );
             let (Some(v), true) = (f.value, measured) else {
                 continue;
             };

@@ -49,6 +49,10 @@ pub enum TestKind {
     /// A pipeline stage's stream with its sends on a delayed link offloaded to the host
     /// (the offload path: a device-to-host copy, a host thread's send), against inline.
     Hol,
+    /// The adapter's FP32 multiply-add ceiling (`peak`'s vec4 FMA kernel).
+    Fma,
+    /// The adapter's memory bandwidth ceiling (`peak`'s copy kernel).
+    Bandwidth,
 }
 
 impl TestKind {
@@ -59,14 +63,16 @@ impl TestKind {
             TestKind::D2h => "d2h",
             TestKind::H2d => "h2d",
             TestKind::Hol => "hol",
+            TestKind::Fma => "fma",
+            TestKind::Bandwidth => "bandwidth",
         }
     }
 
     /// Whether the test loads what ranks on one machine share (memory bandwidth, the CPU):
-    /// such tests take turns on a machine. A GEMM on a GPU of its own does not; on a CPU
-    /// driver it is CPU work and does.
+    /// such tests take turns on a machine. A kernel on a GPU of its own (GEMM, the ceilings)
+    /// does not; on a CPU driver it is CPU work and does.
     pub fn shares_host(self, cpu_adapter: bool) -> bool {
-        !matches!(self, TestKind::Gemm) || cpu_adapter
+        !matches!(self, TestKind::Gemm | TestKind::Fma | TestKind::Bandwidth) || cpu_adapter
     }
 }
 
@@ -94,24 +100,30 @@ impl Level {
         use TestKind::*;
         match self {
             Level::Quick => vec![
-                t(Memcpy, 64 << 20, 20, 3.0),
-                t(Gemm, 256, 20, 9.0),
-                t(D2h, 16 << 20, 20, 4.0),
-                t(H2d, 16 << 20, 20, 4.0),
+                t(Memcpy, 64 << 20, 20, 2.0),
+                t(Gemm, 256, 20, 7.0),
+                t(D2h, 16 << 20, 20, 3.5),
+                t(H2d, 16 << 20, 20, 3.5),
+                t(Fma, 0, 10, 2.0),
+                t(Bandwidth, 64 << 20, 20, 2.0),
             ],
             Level::Standard => vec![
                 t(Memcpy, 256 << 20, 50, 12.0),
-                t(Gemm, 512, 50, 45.0),
+                t(Gemm, 512, 50, 37.0),
                 t(D2h, 64 << 20, 50, 22.0),
                 t(H2d, 64 << 20, 50, 22.0),
                 t(Hol, 256, 10, 15.0),
+                t(Fma, 0, 20, 4.0),
+                t(Bandwidth, 256 << 20, 50, 4.0),
             ],
             Level::Extended => vec![
                 t(Memcpy, 1 << 30, 100, 40.0),
-                t(Gemm, 1024, 100, 200.0),
+                t(Gemm, 1024, 100, 180.0),
                 t(D2h, 256 << 20, 100, 80.0),
                 t(H2d, 256 << 20, 100, 80.0),
                 t(Hol, 512, 20, 55.0),
+                t(Fma, 0, 50, 10.0),
+                t(Bandwidth, 512 << 20, 100, 10.0),
             ],
         }
     }
@@ -178,7 +190,17 @@ pub fn rank_bound(
 }
 
 /// Every test's name, as `--only` takes them.
-pub const TEST_NAMES: [&str; 7] = ["memcpy", "gemm", "d2h", "h2d", "hol", "links", "pipeline"];
+pub const TEST_NAMES: [&str; 9] = [
+    "memcpy",
+    "gemm",
+    "d2h",
+    "h2d",
+    "fma",
+    "bandwidth",
+    "hol",
+    "links",
+    "pipeline",
+];
 
 /// Checks `--only`: each name a test of `level`.
 pub fn check_only(level: Level, only: &[String]) -> Result<(), String> {
@@ -303,7 +325,9 @@ pub struct Measured {
     pub unit: String,
     /// The rate at the median sample.
     pub value: Option<f64>,
-    /// µs per operation: median and 99th percentile, and the sample count.
+    /// µs per operation: median and 99th percentile, and the sample count. The FMA probe
+    /// sizes its dispatch to the adapter, so its times are µs per GFLOP, comparable across
+    /// ranks as every other test's are.
     pub p50_us: Option<f64>,
     pub p99_us: Option<f64>,
     pub n: usize,
@@ -352,7 +376,7 @@ pub fn run_batch(gpu: Option<&Gpu>, tests: &[TestSpec]) -> Batch {
 
 fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
     let (figure, unit) = match t.kind {
-        TestKind::Gemm => ("gflops", "GFLOP/s"),
+        TestKind::Gemm | TestKind::Fma => ("gflops", "GFLOP/s"),
         TestKind::Hol => ("ops_per_s", "op/s"),
         _ => ("gbps", "GB/s"),
     };
@@ -378,7 +402,9 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
         m.error = Some("no GPU adapter on this rank".into());
         return m;
     }
-    if let Some(g) = gpu.filter(|_| gpu_test && t.kind != TestKind::Gemm) {
+    // The ceilings fit their buffers to the adapter's limits themselves.
+    let sized = matches!(t.kind, TestKind::D2h | TestKind::H2d);
+    if let Some(g) = gpu.filter(|_| sized) {
         if t.size > g.limits.max_buffer_size {
             m.skipped = Some(format!(
                 "{} bytes is over the adapter's largest buffer ({})",
@@ -397,24 +423,28 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
         hol_test(g, t, budget, &mut m);
         return m;
     }
-    let probed: Result<Probed, String> = match (t.kind, gpu) {
-        (TestKind::Memcpy, _) => probe::memcpy(t.size, budget),
-        (TestKind::Gemm, Some(g)) => probe::gemm(g, gemm, budget),
-        (TestKind::D2h, Some(g)) => probe::d2h(g, t.size, budget),
-        (TestKind::H2d, Some(g)) => probe::h2d(g, t.size, budget),
+    let bytes = |p: Probed| (p, t.size as f64);
+    // Each probe's samples and the work (FLOPs or bytes) of one of them.
+    let probed: Result<(Probed, f64), String> = match (t.kind, gpu) {
+        (TestKind::Memcpy, _) => probe::memcpy(t.size, budget).map(bytes),
+        (TestKind::Gemm, Some(g)) => probe::gemm(g, gemm, budget).map(|p| (p, gemm.flops())),
+        (TestKind::D2h, Some(g)) => probe::d2h(g, t.size, budget).map(bytes),
+        (TestKind::H2d, Some(g)) => probe::h2d(g, t.size, budget).map(bytes),
+        (TestKind::Fma, Some(g)) => crate::bench::peak::probe::fma(g, budget),
+        (TestKind::Bandwidth, Some(g)) => crate::bench::peak::probe::copy(g, t.size, budget),
         (TestKind::Hol, Some(_)) => unreachable!("run above"),
         (_, None) => Err("no GPU adapter".into()),
     };
     match probed {
-        Ok(p) => {
-            let work = match t.kind {
-                TestKind::Gemm => gemm.flops(),
-                _ => t.size as f64,
-            };
+        Ok((p, work)) => {
             // work per µs / 1e3 = G per second.
             m.value = Some(crate::export::csv::sig4(work / p.summary.p50 / 1e3));
-            m.p50_us = Some(p.summary.p50);
-            m.p99_us = Some(p.summary.p99);
+            let per = match t.kind {
+                TestKind::Fma => 1e9 / work,
+                _ => 1.0,
+            };
+            m.p50_us = Some(p.summary.p50 * per);
+            m.p99_us = Some(p.summary.p99 * per);
             m.n = p.summary.n;
             m.cut = p.cut;
         }

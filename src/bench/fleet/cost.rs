@@ -2,8 +2,8 @@
 //! bring-up gate says: the simulator's iteration time of an S-stage pipeline (one stage per
 //! rank, up to [`MAX_STAGES`]; the simulator's default stage times) with the node as its
 //! middle stage, against the same pipeline of healthy nodes, under 1F1B and adaptive. Each
-//! failed figure slows what it stands for in the model: a slow GEMM the stage's compute (F, B
-//! and W), a slow copy (memcpy, D2H, H2D) the host staging of the stage's sends (the offload
+//! failed figure slows what it stands for in the model: a slow GEMM or ceiling (FMA, memory
+//! bandwidth) the stage's compute (F, B and W), a slow copy (memcpy, D2H, H2D) the host staging of the stage's sends (the offload
 //! path's device-to-host copy, as extra time on its links). A confirmed slow link between two
 //! healthy nodes is the pipeline's middle link, each send over it late by what the link took
 //! beyond a healthy one at the links' largest size (an activation of that size).
@@ -82,7 +82,8 @@ fn slowdowns(rows: &[Row], rank: u32) -> Option<Kept> {
             continue;
         }
         match p.test.as_str() {
-            "gemm" => compute = compute.max(e / v),
+            // The ceilings bound the stage's kernels: GEMMs (FMA) and layernorms (memory).
+            "gemm" | "fma" | "bandwidth" => compute = compute.max(e / v),
             "memcpy" | "d2h" | "h2d" => staging = staging.max(e / v),
             // GB/s is bytes per ns: ms = bytes / (GB/s) / 1e6.
             "links" => sends = sends.max((LINK_BYTES / v - LINK_BYTES / e) / 1e6),

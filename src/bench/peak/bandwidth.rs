@@ -5,41 +5,13 @@ use super::*;
 
 /// Device memory bandwidth; returns the copy kernel's GB/s.
 pub(super) fn bandwidth(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
-    let limits = gpu.device.limits();
-    let bytes = plan
-        .bytes
-        .min(limits.max_storage_buffer_binding_size)
-        .min(limits.max_buffer_size)
-        / 32
-        * 32;
-    ensure!(
-        bytes >= 1 << 20,
-        "the device binds at most {} per storage buffer: too small for a bandwidth test",
-        human_bytes(bytes)
-    );
+    let bytes = fit_bytes(gpu, plan.bytes)?;
     let n = (bytes / 16) as u32;
     // Small integers keep the read kernels' sums exact.
     let src_data: Vec<f32> = (0..n as usize * 4).map(|i| (i % 4) as f32).collect();
     let src = gpu.storage_from("peak src", &src_data);
     let dst = gpu.storage_from("peak dst", &vec![0u8; bytes as usize]);
-    // `per_invocation` of `count` elements per invocation, within one dimension of groups.
-    let grid = |count: u32, per_invocation: u32| {
-        let groups = count
-            .div_ceil(per_invocation)
-            .div_ceil(WG)
-            .clamp(1, MAX_GROUPS);
-        let threads = groups * WG;
-        let uniform = gpu.uniform_from(
-            "peak bandwidth params",
-            &Params {
-                count,
-                mul: 2.0,
-                add: 0.0,
-                threads,
-            },
-        );
-        (groups, threads, uniform)
-    };
+    let grid = |count: u32, per_invocation: u32| grid(gpu, count, per_invocation);
     // Four elements, or four chunks of CHUNK, per invocation.
     let strided = grid(n, 4);
     let chunked = grid(n, 4 * CHUNK);
@@ -115,6 +87,43 @@ pub(super) fn bandwidth(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f
         Rate::Bytes,
     )?;
     Ok(copy_gbps)
+}
+
+/// The bandwidth kernels' size of `bytes` within the device's binding limits (a multiple of
+/// 32), refused under 1 MiB.
+pub(super) fn fit_bytes(gpu: &Gpu, bytes: u64) -> Result<u64> {
+    let limits = gpu.device.limits();
+    let bytes = bytes
+        .min(limits.max_storage_buffer_binding_size)
+        .min(limits.max_buffer_size)
+        / 32
+        * 32;
+    ensure!(
+        bytes >= 1 << 20,
+        "the device binds at most {} per storage buffer: too small for a bandwidth test",
+        human_bytes(bytes)
+    );
+    Ok(bytes)
+}
+
+/// `per_invocation` of `count` elements per invocation, within one dimension of groups:
+/// (groups, threads, the kernel's uniform).
+pub(super) fn grid(gpu: &Gpu, count: u32, per_invocation: u32) -> (u32, u32, wgpu::Buffer) {
+    let groups = count
+        .div_ceil(per_invocation)
+        .div_ceil(WG)
+        .clamp(1, MAX_GROUPS);
+    let threads = groups * WG;
+    let uniform = gpu.uniform_from(
+        "peak bandwidth params",
+        &Params {
+            count,
+            mul: 2.0,
+            add: 0.0,
+            threads,
+        },
+    );
+    (groups, threads, uniform)
 }
 
 /// A bandwidth kernel ready to dispatch, and the buffer it writes.

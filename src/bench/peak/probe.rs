@@ -1,0 +1,75 @@
+//! Two ceilings as the fleet gate's short probes: the vec4 FMA kernel and one copy kernel, each
+//! verified on a poisoned output first, then timed (GPU timestamps where the adapter has them)
+//! until its samples or its deadline, as every probe of [`crate::bench::probe`] is.
+
+use super::bandwidth::{fit_bytes, grid, verify_bandwidth, Layout, CHUNK};
+use super::*;
+use crate::bench::probe::{sample, Budget, Probed};
+
+fn text(e: anyhow::Error) -> String {
+    format!("{e:#}")
+}
+
+/// One dispatch's time: on the GPU's clock where the adapter has timestamps, else submit to
+/// done.
+fn timed_once(gpu: &Gpu, k: &Kernel, groups: u32) -> Result<f64, String> {
+    let t = time_compute_passes(gpu, 0, 1, None, |p| dispatch(p, k, groups))
+        .map_err(|e| e.to_string())?;
+    samples(&t)
+        .0
+        .first()
+        .copied()
+        .ok_or_else(|| "the dispatch left no time".into())
+}
+
+/// µs per dispatch of the vec4 FMA kernel (sized to take about 30 ms) and its FLOPs.
+pub fn fma(gpu: &Gpu, budget: Budget) -> Result<(Probed, f64), String> {
+    let uniform = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("probe fma params"),
+        size: std::mem::size_of::<Params>() as u64,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let set_trips = |trips: u32| {
+        let p = Params {
+            count: trips,
+            mul: 1.0,
+            add: 0.0,
+            threads: 0,
+        };
+        gpu.queue.write_buffer(&uniform, 0, bytemuck::bytes_of(&p));
+    };
+    let out = gpu.storage_from(
+        "probe fma out",
+        &vec![0u8; (FMA_GROUPS * FMA_WG) as usize * 16],
+    );
+    let k = kernel(gpu, (WGSL, "chains_vec4"), &uniform, None, &out).map_err(text)?;
+    let (groups, trips) = fit_fma(gpu, &k, set_trips).map_err(text)?;
+    verify_fma(gpu, &k, &out, 4, groups).map_err(text)?;
+    let probed = sample(budget, || timed_once(gpu, &k, groups))?;
+    Ok((probed, fma_flops(groups, trips, 4)))
+}
+
+/// µs per dispatch of the copy kernel over `bytes` (within the device's binding limits) and
+/// the bytes it moves, read plus written. The layout is the one the adapter streams best:
+/// element-strided on a GPU, contiguous chunks on a CPU driver.
+pub fn copy(gpu: &Gpu, bytes: u64, budget: Budget) -> Result<(Probed, f64), String> {
+    let bytes = fit_bytes(gpu, bytes).map_err(text)?;
+    let n = (bytes / 16) as u32;
+    // Small integers, as the peak bench's copies use: a wrong element is seen.
+    let src_data: Vec<f32> = (0..n as usize * 4).map(|i| (i % 4) as f32).collect();
+    let src = gpu.storage_from("probe copy src", &src_data);
+    drop(src_data);
+    let dst = gpu.storage_from("probe copy dst", &vec![0u8; bytes as usize]);
+    let (layout, entry, per_invocation) = match gpu.report.device_type.as_str() {
+        "Cpu" => (Layout::Chunked, "copy_chunk", 4 * CHUNK),
+        _ => (Layout::Strided, "copy", 4),
+    };
+    let (groups, threads, uniform) = grid(gpu, n, per_invocation);
+    let k = kernel(gpu, (WGSL, entry), &uniform, Some(&src), &dst).map_err(text)?;
+    gpu.poison(&dst);
+    once_us(gpu, &k, groups).map_err(text)?;
+    verify_bandwidth(gpu, "copy", layout, &dst, n, threads).map_err(text)?;
+    let probed = sample(budget, || timed_once(gpu, &k, groups))?;
+    Ok((probed, 2.0 * bytes as f64))
+}
