@@ -236,3 +236,30 @@ fn a_baseline_warns_within_two_tolerances_and_fails_beyond() {
         );
     }
 }
+
+#[test]
+fn a_cpu_drivers_kernel_fails_at_its_wider_threshold_a_gpus_at_the_links() {
+    let on_cpu = |mut o: RankOutcome| {
+        if let Some(i) = o.inventory.as_mut() {
+            i.device_type = Some("Cpu".into());
+        }
+        o
+    };
+    // 1.6x slow (a process's spread on a CPU driver) and 3x slow (a slower CPU).
+    let fleet = |cpu: bool| -> Vec<Row> {
+        let ranks: Vec<RankOutcome> = [(0, 100.0), (1, 160.0), (2, 101.0), (3, 99.0), (4, 300.0)]
+            .into_iter()
+            .map(|(r, us)| outcome(r, us, 0.0, 512))
+            .map(|o| if cpu { on_cpu(o) } else { o })
+            .collect();
+        judge(&ranks, None)
+    };
+    let cpu = fleet(true);
+    let (v, why) = verdict_of(&cpu, 1, "gemm", "gflops");
+    assert_eq!(v, WARN, "{why}");
+    assert!(why.contains("within a CPU driver's spread"), "{why}");
+    assert_eq!(verdict_of(&cpu, 4, "gemm", "gflops").0, FAIL);
+    let gpu = fleet(false);
+    assert_eq!(verdict_of(&gpu, 1, "gemm", "gflops").0, FAIL);
+    assert_eq!(verdict_of(&gpu, 4, "gemm", "gflops").0, FAIL);
+}
