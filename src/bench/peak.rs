@@ -444,25 +444,7 @@ pub fn quick_ceilings(gpu: &Gpu) -> Result<Ceilings> {
 
 /// FMA throughput, scalar and vec4; returns the best iteration of the better one in GFLOP/s.
 fn fma(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
-    let uniform = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("peak fma params"),
-        size: std::mem::size_of::<Params>() as u64,
-        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    let set_trips = |trips: u32| {
-        let p = Params {
-            count: trips,
-            mul: 1.0,
-            add: 0.0,
-            threads: 0,
-        };
-        gpu.queue.write_buffer(&uniform, 0, bytemuck::bytes_of(&p));
-    };
-    let out = gpu.storage_from(
-        "peak fma out",
-        &vec![0u8; (FMA_GROUPS * FMA_WG) as usize * 16],
-    );
+    let bufs = FmaBuffers::new(gpu);
     let mut best: f64 = 0.0;
     let variants = [
         ("scalar", WGSL, "chains_scalar", 1u32),
@@ -471,10 +453,10 @@ fn fma(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
         ("mad_vec4", MAD_WGSL, "chains_vec4", 4),
     ];
     for (variant, wgsl, entry, lanes) in variants {
-        let k = kernel(gpu, (wgsl, entry), &uniform, None, &out)?;
-        set_trips(1);
-        verify_fma(gpu, &k, &out, lanes, FMA_GROUPS)?;
-        let (groups, trips) = fit_fma(gpu, &k, set_trips)?;
+        let k = kernel(gpu, (wgsl, entry), &bufs.uniform, None, &bufs.out)?;
+        bufs.set_trips(gpu, 1);
+        verify_fma(gpu, &k, &bufs.out, lanes, FMA_GROUPS)?;
+        let (groups, trips) = fit_fma(gpu, &k, &bufs)?;
         let t = time_compute_passes(gpu, plan.warmup, plan.iters, None, |p| {
             dispatch(p, &k, groups)
         })?;
@@ -482,23 +464,57 @@ fn fma(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {
         let (s, timer) = samples(&t);
         let sum = rows.write("fma", variant, flops, s, timer, Rate::Flops)?;
         best = best.max(flops / sum.min / 1e3);
-        verify_fma(gpu, &k, &out, lanes, groups)?;
+        verify_fma(gpu, &k, &bufs.out, lanes, groups)?;
     }
     Ok(best)
+}
+
+/// The FMA kernels' uniform (the loop's trip count) and output (every invocation's chains).
+struct FmaBuffers {
+    uniform: wgpu::Buffer,
+    out: wgpu::Buffer,
+}
+
+impl FmaBuffers {
+    fn new(gpu: &Gpu) -> FmaBuffers {
+        let uniform = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("peak fma params"),
+            size: std::mem::size_of::<Params>() as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let out = gpu.storage_from(
+            "peak fma out",
+            &vec![0u8; (FMA_GROUPS * FMA_WG) as usize * 16],
+        );
+        FmaBuffers { uniform, out }
+    }
+
+    /// A multiplier of 1 and an addend of 0: the output is known whatever the trip count.
+    fn set_trips(&self, gpu: &Gpu, trips: u32) {
+        let p = Params {
+            count: trips,
+            mul: 1.0,
+            add: 0.0,
+            threads: 0,
+        };
+        gpu.queue
+            .write_buffer(&self.uniform, 0, bytemuck::bytes_of(&p));
+    }
 }
 
 /// Grows the grid, then the loop, until one dispatch takes TARGET_US, so launch cost is a
 /// rounding error; returns (groups, trips). Long loops first: a CPU driver runs invocations in
 /// turn and pays for each one's start, a GPU needs the whole grid to fill its cores.
-fn fit_fma(gpu: &Gpu, k: &Kernel, set_trips: impl Fn(u32)) -> Result<(u32, u32)> {
+fn fit_fma(gpu: &Gpu, k: &Kernel, bufs: &FmaBuffers) -> Result<(u32, u32)> {
     let (mut groups, mut trips) = (1, 1024);
-    set_trips(trips);
+    bufs.set_trips(gpu, trips);
     while once_us(gpu, k, groups)? < TARGET_US {
         if groups < FMA_GROUPS {
             groups *= 2;
         } else if trips < MAX_TRIPS {
             trips *= 2;
-            set_trips(trips);
+            bufs.set_trips(gpu, trips);
         } else {
             break;
         }

@@ -24,28 +24,10 @@ fn timed_once(gpu: &Gpu, k: &Kernel, groups: u32) -> Result<f64, String> {
 
 /// µs per dispatch of the vec4 FMA kernel (sized to take about 30 ms) and its FLOPs.
 pub fn fma(gpu: &Gpu, budget: Budget) -> Result<(Probed, f64), String> {
-    let uniform = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("probe fma params"),
-        size: std::mem::size_of::<Params>() as u64,
-        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    let set_trips = |trips: u32| {
-        let p = Params {
-            count: trips,
-            mul: 1.0,
-            add: 0.0,
-            threads: 0,
-        };
-        gpu.queue.write_buffer(&uniform, 0, bytemuck::bytes_of(&p));
-    };
-    let out = gpu.storage_from(
-        "probe fma out",
-        &vec![0u8; (FMA_GROUPS * FMA_WG) as usize * 16],
-    );
-    let k = kernel(gpu, (WGSL, "chains_vec4"), &uniform, None, &out).map_err(text)?;
-    let (groups, trips) = fit_fma(gpu, &k, set_trips).map_err(text)?;
-    verify_fma(gpu, &k, &out, 4, groups).map_err(text)?;
+    let bufs = FmaBuffers::new(gpu);
+    let k = kernel(gpu, (WGSL, "chains_vec4"), &bufs.uniform, None, &bufs.out).map_err(text)?;
+    let (groups, trips) = fit_fma(gpu, &k, &bufs).map_err(text)?;
+    verify_fma(gpu, &k, &bufs.out, 4, groups).map_err(text)?;
     let probed = sample(budget, || timed_once(gpu, &k, groups))?;
     Ok((probed, fma_flops(groups, trips, 4)))
 }
