@@ -255,3 +255,29 @@ fn a_fleet_names_its_outlier_node() {
     );
     assert!(against_fleet(&nodes[..2], &Policy::default()).is_err());
 }
+
+#[test]
+fn a_regression_measured_on_a_busy_machine_is_at_most_a_warn() {
+    let base = run("base", vec![("a", fig(&steady(100.0), Better::Higher))]);
+    let mut slow = run("slow", vec![("a", fig(&steady(120.0), Better::Higher))]);
+    assert_eq!(
+        against_baseline(&base, &slow, &Policy::default()).count(Verdict::Fail),
+        1
+    );
+    slow.label.busy = vec![("d2h".into(), "other processes used 1.00 of 2 cores".into())];
+    let r = against_baseline(&base, &slow, &Policy::default());
+    assert_eq!(r.count(Verdict::Fail), 0);
+    assert_eq!(r.count(Verdict::Warn), 1);
+    let o = &r.outcomes[0];
+    assert!(
+        o.reason.contains("busy during d2h in this run") && o.reason.contains("would FAIL"),
+        "{}",
+        o.reason
+    );
+    // A busy machine during another bench changes nothing here.
+    slow.label.busy = vec![("kernels".into(), "busy".into())];
+    assert_eq!(
+        against_baseline(&base, &slow, &Policy::default()).count(Verdict::Fail),
+        1
+    );
+}
