@@ -105,7 +105,8 @@ fn judged_links(ranks: &[RankOutcome], out: &LinksOutcome) -> Vec<Row> {
     let level = |quiet_only: bool| -> Vec<f64> {
         out.per_rank
             .iter()
-            .filter(|(r, e)| !blamed.contains_key(r) && !(quiet_only && e.busy))
+            .filter(|(r, _)| !blamed.contains_key(r))
+            .filter(|(_, e)| !quiet_only || !e.busy)
             .filter_map(|(_, e)| e.gbps)
             .collect()
     };
