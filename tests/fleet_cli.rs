@@ -54,7 +54,7 @@ fn a_healthy_fleet_passes_and_a_baseline_from_a_faster_sku_fails_its_slower_figu
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("healthy");
     let o = local_fleet(home.path(), &out, &[]);
-    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", common::output(&o));
     let doc: serde_json::Value =
         serde_json::from_str(&common::stdout(&o)).expect("stdout is one JSON document");
     assert_eq!(doc["exit_code"], 0, "{doc}");
@@ -91,11 +91,12 @@ fn a_healthy_fleet_passes_and_a_baseline_from_a_faster_sku_fails_its_slower_figu
     let o = local_fleet(home.path(), &again, &["--baseline", b]);
     assert_eq!(o.status.code(), Some(0), "{}", common::stdout(&o));
 
-    // A faster SKU's baseline: every expected rate 5x: the measured figures fail, with both.
+    // A faster SKU's baseline: every expected rate 10x (a FAIL is below 2.5x the healthy run at
+    // the widest tolerance): the measured figures fail, with both.
     let faster: String = text
         .lines()
         .map(|l| match l.strip_prefix("expected = ") {
-            Some(v) => format!("expected = {}", v.parse::<f64>().unwrap() * 5.0),
+            Some(v) => format!("expected = {}", v.parse::<f64>().unwrap() * 10.0),
             None => l.to_string(),
         })
         .collect::<Vec<_>>()
@@ -288,7 +289,7 @@ fn the_deeper_levels_measure_the_offload_path_the_links_and_a_real_pipeline() {
     let out = home.path().join("standard");
     let only = ["--level", "standard", "--only", "hol,links"];
     let o = local_fleet(home.path(), &out, &only);
-    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", common::output(&o));
     let doc: serde_json::Value = serde_json::from_str(&common::stdout(&o)).unwrap();
     assert_eq!(doc["links"]["pattern"], "quick", "{doc}");
     assert_eq!(doc["links"]["links"], 3, "{doc}");
@@ -329,7 +330,7 @@ fn the_deeper_levels_measure_the_offload_path_the_links_and_a_real_pipeline() {
         &out,
         &["--level", "extended", "--only", "pipeline"],
     );
-    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", common::output(&o));
     let doc: serde_json::Value = serde_json::from_str(&common::stdout(&o)).unwrap();
     let cases = doc["pipeline"].as_array().expect("pipeline cases");
     assert_eq!(cases.len(), 2, "{doc}");

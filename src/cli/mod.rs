@@ -181,7 +181,7 @@ rank), standard (longer and larger, the offload path, links quick; 5 min), exten
 links, a short real pipeline; 20 min). Ranks of one machine take turns on what they share\n\
 (memory, CPU; all of a CPU driver's work); machines run side by side. A figure fails at 1.35x\n\
 slower than the fleet's healthy level (lower median, MAD z > 3.5, at least 3 nodes of its\n\
-adapter; a CPU driver's kernels at 2x) or below the baseline's expected x (1 - 2 tolerance),\n\
+adapter; a CPU driver's kernels at 2x) or below the baseline's expected x (1 - tolerance)^2,\n\
 confirmed by a retest. A busy node (other processes on its machine) is a WARN."
     )]
     Fleet(Box<FleetArgs>),

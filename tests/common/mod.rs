@@ -38,6 +38,11 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Both streams, for a failed assertion on the exit code: the verdicts are on stdout.
+pub fn output(o: &Output) -> String {
+    format!("stderr:\n{}\nstdout:\n{}", stderr(o), stdout(o))
+}
+
 /// The single run folder under `out`.
 pub fn only_run(out: &Path) -> std::path::PathBuf {
     let runs: Vec<_> = std::fs::read_dir(out)

@@ -394,10 +394,11 @@ fn against_baseline(o: &RankOutcome, m: &Measured, b: &Baseline, f: &mut FleetFi
         f.reason = format!("{says}; {}", f.reason);
         return;
     }
-    // Within two tolerances below, a WARN (a healthy node's drift on a shared machine); beyond,
-    // a FAIL, unless the node was busy and its load explains it.
+    // Within two tolerances below (compounded: a rate's spread is a ratio, and 1 - 2t would
+    // never fail a wide tolerance), a WARN (a healthy node's drift on a shared machine);
+    // beyond, a FAIL, unless the node was busy and its load explains it.
     let slowdown = e.expected / value.max(1e-12);
-    let far = value < e.expected * (1.0 - 2.0 * e.tolerance);
+    let far = value < floor * (1.0 - e.tolerance);
     let explained = o.busy() && slowdown < o.explained_by_load();
     let verdict = if far && !explained { FAIL } else { WARN };
     f.verdict = worse(&f.verdict, verdict).into();
