@@ -222,3 +222,20 @@ pub(super) fn print_busy(world: &World, busiest: &super::load::Busiest) {
         println!("{}", busy_line(world, *r, b));
     }
 }
+
+/// The line announcing the `k`th of `n` retests of a pass: `retest 2/3 (pass 2): 0-1 alone at 8 B`.
+pub fn retest_line(k: usize, n: usize, pass: usize, (a, b): (u32, u32), sizes: &[u64]) -> String {
+    let sizes: Vec<String> = sizes
+        .iter()
+        .map(|&b| crate::units::human_bytes(b))
+        .collect();
+    let pass = match pass {
+        0 => String::new(),
+        p => format!(" (pass {})", p + 1),
+    };
+    format!(
+        "retest {}/{n}{pass}: {a}-{b} alone at {}",
+        k + 1,
+        sizes.join(",")
+    )
+}
