@@ -20,6 +20,7 @@ fn main() -> ExitCode {
     // `check` tells a verdict (exit 1) apart from an error (exit 2), as diff and grep do.
     let error_code: u8 = match cli.command {
         Command::Check(_) | Command::Fleet(_) => 2,
+        Command::Sim(ref a) if a.validate.is_some() => 2,
         _ => 1,
     };
     let json = cli.global.json;
@@ -214,6 +215,10 @@ fn sim_command(
     a: &morphbench::cli::SimArgs,
     g: &morphbench::cli::GlobalArgs,
 ) -> anyhow::Result<()> {
+    if let Some(file) = &a.validate {
+        let dir = morphbench::bench::sim::validate::run(file, &g.options(false))?;
+        return print_summary(&dir, g.json);
+    }
     // With --json, standard output carries the summary alone.
     let quiet = g.quiet || g.json;
     let mut cfg = a.config()?;

@@ -353,3 +353,106 @@ fn json_prints_the_summary_instead_of_tables() {
         serde_json::from_slice(&std::fs::read(run.join("summary.json")).unwrap()).unwrap();
     assert_eq!(file, v);
 }
+
+/// `sim --validate` on the PipeMorph artifact's 7B runs: validate.csv carries every input
+/// column and the predictions, the one line and summary.json the spread, exit 0.
+#[test]
+fn validate_reports_each_measured_run_and_the_spread() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("out");
+    let data =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pipemorph-7b-single.csv");
+    let o = morphbench(
+        &[
+            "sim",
+            "--validate",
+            data.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("validate: 16 rows, error_extra median"),
+        "{text}"
+    );
+    let run = only_run(&out);
+    let (h, rows) = read_csv(&run.join("validate.csv"));
+    assert_eq!(rows.len(), 16);
+    for c in [
+        "model",
+        "profile",
+        "healthy_ms",
+        "predicted_healthy_ms",
+        "predicted_slow_ms",
+        "error_extra",
+        "error_slow",
+    ] {
+        col(&h, c);
+    }
+    let e = col(&h, "error_extra");
+    assert!(rows.iter().all(|r| r[e].parse::<f64>().unwrap() <= 0.10));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["validate"]["rows"], 16);
+    assert!(summary["validate"]["error_extra_median"].as_f64().unwrap() <= 0.05);
+}
+
+#[test]
+fn validate_refuses_a_bad_file_naming_row_and_column() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("out");
+    let header = "system,slow_links,delay_ms,stages,microbatches,tf_ms,tb_ms,tw_ms\n";
+    let cases = [
+        ("1F1B,0_1,30,4,12,8;9;10,10,5\n", "row 1", "tf_ms"),
+        (
+            "ZB,0_1,30,4,12,8,10,5\nZB,3_4,30,4,12,8,10,5\n",
+            "row 2",
+            "slow_links",
+        ),
+        ("ZB-GPU,0_1,30,4,12,8,10,5\n", "row 1", "system"),
+        ("ZB,0_1,abc,4,12,8,10,5\n", "row 1", "delay_ms"),
+        ("ZB,0_1,30,4,0,8,10,5\n", "row 1", "microbatches"),
+    ];
+    for (body, row, column) in cases {
+        let f = home.path().join("bad.csv");
+        std::fs::write(&f, format!("{header}{body}")).unwrap();
+        let o = morphbench(
+            &[
+                "sim",
+                "--validate",
+                f.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            home.path(),
+        );
+        assert_eq!(o.status.code(), Some(2), "{body}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(row) && e.contains(column), "{body}: {e}");
+    }
+    let f = home.path().join("short.csv");
+    std::fs::write(&f, "system,stages\nZB,4\n").unwrap();
+    let o = morphbench(
+        &[
+            "sim",
+            "--validate",
+            f.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("no column 'slow_links'"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !out.exists() || std::fs::read_dir(&out).unwrap().next().is_none(),
+        "a refused file leaves no run folder"
+    );
+}

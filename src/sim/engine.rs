@@ -32,6 +32,9 @@ pub struct PriorityPolicy {
     pub cap: Vec<usize>,
     /// Kinds from most to least preferred when several are ready.
     pub priority: [OpKind; 3],
+    /// After its warm-up forwards a stage starts no forward until its first backward has run
+    /// (PipeMorph's runtime policy); without it the in-flight cap alone limits forwards.
+    pub hold_after_warmup: bool,
 }
 
 impl Policy {
@@ -137,6 +140,7 @@ struct Stage {
     w_pending: BinaryHeap<Reverse<usize>>,
     b_done: Vec<Option<f64>>,
     forwards_done: usize,
+    backwards_done: usize,
     in_flight: usize,
     peak: usize,
     busy: f64,
@@ -166,7 +170,10 @@ fn decide(st: &mut Stage, s: usize, policy: &Policy, n: usize) -> Option<(f64, O
             let mut cands: [Option<(f64, Op)>; 3] = [None, None, None];
             let slot = |k: OpKind| p.priority.iter().position(|&x| x == k).unwrap_or(2);
             let op = |kind, mb| Op { kind, stage: s, mb };
-            if st.forwards_done < n && st.in_flight < p.cap[s] {
+            let held = p.hold_after_warmup
+                && st.forwards_done >= p.warmup[s].min(n)
+                && st.backwards_done == 0;
+            if st.forwards_done < n && st.in_flight < p.cap[s] && !held {
                 if let Some(r) = st.f_ready[st.forwards_done] {
                     cands[slot(OpKind::F)] = Some((r, op(OpKind::F, st.forwards_done)));
                 }
@@ -246,6 +253,7 @@ fn finish_op(
         }
         OpKind::B => {
             st.in_flight -= 1;
+            st.backwards_done += 1;
             // The chosen B is the top of one of the two queues (fixed orders use neither).
             if st.b_arrived.peek() == Some(&Reverse(op.mb)) {
                 st.b_arrived.pop();
@@ -330,6 +338,7 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
             w_pending: BinaryHeap::new(),
             b_done: vec![None; n],
             forwards_done: 0,
+            backwards_done: 0,
             in_flight: 0,
             peak: 0,
             busy: 0.0,

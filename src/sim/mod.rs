@@ -4,8 +4,10 @@
 pub mod engine;
 pub mod model;
 pub mod render;
+pub mod runtime;
 pub mod schedules;
 pub mod trace;
+pub mod zb;
 
 pub use engine::{simulate, Executed, Policy, Run, SimError};
 pub use model::{CommModel, Op, OpKind, Scenario, ScenarioError};

@@ -77,6 +77,7 @@ pub fn base_policy(schedule: &Schedule, sc: &Scenario) -> Policy {
             warmup: vec![n; s],
             cap: vec![usize::MAX; s],
             priority: [OpKind::F, OpKind::B, OpKind::W],
+            hold_after_warmup: false,
         },
         // Megatron 1F1B: min(S-i-1, N) warm-up forwards, then one forward and one backward in
         // turn (at most warm-up + 1 in flight), then the cool-down backwards.
@@ -85,6 +86,7 @@ pub fn base_policy(schedule: &Schedule, sc: &Scenario) -> Policy {
             cap: w.iter().map(|x| x + 1).collect(),
             warmup: w,
             priority: [OpKind::F, OpKind::B, OpKind::W],
+            hold_after_warmup: false,
         },
         // ZB-H1: 1F1B's warm-up and memory, backward split, W deferred to fill idle time.
         Schedule::ZbH1 => PriorityPolicy {
@@ -92,6 +94,7 @@ pub fn base_policy(schedule: &Schedule, sc: &Scenario) -> Policy {
             cap: w.iter().map(|x| x + 1).collect(),
             warmup: w,
             priority: [OpKind::F, OpKind::B, OpKind::W],
+            hold_after_warmup: false,
         },
         // Whatever is ready: B before F before W, lowest microbatch first, no memory cap.
         Schedule::Greedy => PriorityPolicy {
@@ -99,6 +102,7 @@ pub fn base_policy(schedule: &Schedule, sc: &Scenario) -> Policy {
             warmup: vec![0; s],
             cap: vec![usize::MAX; s],
             priority: [OpKind::B, OpKind::F, OpKind::W],
+            hold_after_warmup: false,
         },
         Schedule::Adaptive | Schedule::Static(_) => {
             unreachable!("{schedule} has no rule-based policy")
@@ -162,6 +166,7 @@ pub fn adaptive(sc: &Scenario, mem_limit: usize) -> Result<Plan, SimError> {
                     warmup: x.clone(),
                     cap,
                     priority: [OpKind::B, OpKind::F, OpKind::W],
+                    hold_after_warmup: false,
                 }),
             ));
         }
@@ -173,6 +178,7 @@ pub fn adaptive(sc: &Scenario, mem_limit: usize) -> Result<Plan, SimError> {
             warmup: vec![0; s],
             cap: vec![mem_limit.max(1); s],
             priority: [OpKind::B, OpKind::F, OpKind::W],
+            hold_after_warmup: false,
         }),
     ));
     candidates.push(("greedy".into(), base_policy(&Schedule::Greedy, sc)));

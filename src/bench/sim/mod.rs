@@ -11,6 +11,7 @@ use crate::bench::hol::{HolTable, Mode};
 use crate::bench::kernels::KernelsTable;
 pub mod place;
 mod scenario;
+pub mod validate;
 
 use crate::export::csv::{round, sig4};
 use crate::export::{read_optional, read_table, CsvSink, CsvTable, Line, RunDir};

@@ -1,0 +1,473 @@
+//! `sim --validate FILE`: the simulator's runtime presets against measured runs. FILE is a CSV
+//! of runs (system, slow links, delay, op times per stage, and optionally the measured healthy
+//! and slow iterations); each row is predicted from its own columns and the documented
+//! machine constants only, and `validate.csv` gives every input column, the predictions and
+//! the errors. A report: it exits 0 whatever the errors; a bad file is refused naming the row
+//! and column.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+
+use crate::export::RunDir;
+use crate::output::Progress;
+use crate::sim::model::MAX_MS;
+use crate::sim::runtime::{predict, Job, Machine, Mechanisms, Prediction, System};
+
+pub const BENCH: &str = "validate";
+
+/// Bytes of one fp16 activation of sequence 1024 and micro-batch 1 (the artifact's runs)
+/// per unit of hidden size.
+const BYTES_PER_HIDDEN: f64 = 1024.0 * 2.0;
+/// The most stages x microbatches a row may ask for (each row runs several plans).
+const MAX_ROW_OPS: usize = 1 << 14;
+
+/// One measured run to predict.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub system: System,
+    pub stages: usize,
+    pub microbatches: usize,
+    pub tf: Vec<f64>,
+    pub tb: Vec<f64>,
+    pub tw: Vec<f64>,
+    pub delay: Vec<f64>,
+    pub activation_bytes: f64,
+    pub channels: usize,
+    pub healthy_ms: Option<f64>,
+    pub slow_ms: Option<f64>,
+}
+
+impl Case {
+    pub fn job(&self) -> Job<'_> {
+        Job {
+            stages: self.stages,
+            microbatches: self.microbatches,
+            tf: &self.tf,
+            tb: &self.tb,
+            tw: &self.tw,
+            delay: &self.delay,
+            activation_bytes: self.activation_bytes,
+            channels: self.channels,
+            fused_backward: false,
+        }
+    }
+
+    pub fn predict(&self, mech: &Mechanisms) -> Result<Prediction, String> {
+        predict(self.system, &self.job(), &Machine::ARTIFACT, mech)
+    }
+}
+
+/// The errors of one prediction against what was measured, where it was.
+pub fn errors(case: &Case, p: &Prediction) -> (Option<f64>, Option<f64>) {
+    match (case.healthy_ms, case.slow_ms) {
+        (Some(h), Some(s)) => (
+            Some((h + (p.slow_ms - p.healthy_ms) - s).abs() / s),
+            Some((p.slow_ms - s).abs() / s),
+        ),
+        (_, Some(s)) => (None, Some((p.slow_ms - s).abs() / s)),
+        _ => (None, None),
+    }
+}
+
+/// The rows of a validation file, with its header and raw records for carrying through.
+pub struct Input {
+    pub header: Vec<String>,
+    pub records: Vec<Vec<String>>,
+    pub cases: Vec<Case>,
+}
+
+/// Reads and checks FILE; any bad cell is an error naming its row and column.
+pub fn read(path: &Path) -> Result<Input> {
+    let mut r = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_path(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let header: Vec<String> = r
+        .headers()
+        .with_context(|| format!("{}: no header row", path.display()))?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    for need in [
+        "system",
+        "slow_links",
+        "delay_ms",
+        "stages",
+        "microbatches",
+        "tf_ms",
+        "tb_ms",
+        "tw_ms",
+    ] {
+        if !header.iter().any(|h| h == need) {
+            anyhow::bail!(
+                "{}: no column '{need}'; a validation file needs system, slow_links, delay_ms, stages, microbatches, tf_ms, tb_ms, tw_ms",
+                path.display()
+            );
+        }
+    }
+    let (mut records, mut cases) = (Vec::new(), Vec::new());
+    for (i, rec) in r.records().enumerate() {
+        let row = i + 1;
+        let rec = rec.with_context(|| format!("{}: row {row} is not CSV", path.display()))?;
+        let cells: Vec<String> = rec.iter().map(str::to_string).collect();
+        let case = parse_row(&header, &cells)
+            .map_err(|e| anyhow!("{}: row {row} (line {}), {e}", path.display(), row + 1))?;
+        records.push(cells);
+        cases.push(case);
+    }
+    if cases.is_empty() {
+        anyhow::bail!("{}: no rows to validate", path.display());
+    }
+    Ok(Input {
+        header,
+        records,
+        cases,
+    })
+}
+
+fn parse_row(header: &[String], cells: &[String]) -> Result<Case, String> {
+    let get = |name: &str| -> Option<&str> {
+        header
+            .iter()
+            .position(|h| h == name)
+            .and_then(|i| cells.get(i))
+            .map(|s| s.as_str())
+            .filter(|s| !s.is_empty())
+    };
+    let need = |name: &str| get(name).ok_or_else(|| format!("column {name}: empty"));
+    let bad = |name: &str, v: &str, why: &str| format!("column {name}: '{v}' {why}");
+    let count = |name: &str, lo: usize, hi: usize| -> Result<usize, String> {
+        let v = need(name)?;
+        match v.parse::<usize>() {
+            Ok(x) if (lo..=hi).contains(&x) => Ok(x),
+            _ => Err(bad(
+                name,
+                v,
+                &format!("is not a whole number from {lo} to {hi}"),
+            )),
+        }
+    };
+    let ms = |name: &str, v: &str| -> Result<f64, String> {
+        match v.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && (0.0..=MAX_MS).contains(&x) => Ok(x),
+            _ => Err(bad(
+                name,
+                v,
+                &format!("is not a duration from 0 to {MAX_MS} ms"),
+            )),
+        }
+    };
+    let system: System = need("system")?
+        .parse()
+        .map_err(|e: String| format!("column system: {e}"))?;
+    let stages = count("stages", 2, 256)?;
+    let microbatches = count("microbatches", 1, 4096)?;
+    if stages * microbatches > MAX_ROW_OPS {
+        return Err(format!(
+            "stages x microbatches = {} is over {MAX_ROW_OPS}",
+            stages * microbatches
+        ));
+    }
+    let per_stage = |name: &str| -> Result<Vec<f64>, String> {
+        let v = need(name)?;
+        let xs = v
+            .split(';')
+            .map(|x| ms(name, x))
+            .collect::<Result<Vec<_>, _>>()?;
+        let xs = match xs.len() {
+            1 => vec![xs[0]; stages],
+            n if n == stages => xs,
+            n => {
+                return Err(bad(
+                    name,
+                    v,
+                    &format!("has {n} values; give 1 or {stages} separated by ';'"),
+                ))
+            }
+        };
+        if name != "tw_ms" && xs.iter().any(|&x| x <= 0.0) {
+            return Err(bad(name, v, "has a zero: F and B take > 0 ms"));
+        }
+        Ok(xs)
+    };
+    let (tf, tb, tw) = (
+        per_stage("tf_ms")?,
+        per_stage("tb_ms")?,
+        per_stage("tw_ms")?,
+    );
+    let delay_ms = ms("delay_ms", need("delay_ms")?)?;
+    let mut delay = vec![0.0; stages - 1];
+    let links = get("slow_links").unwrap_or("");
+    for l in links
+        .split(',')
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && *l != "none")
+    {
+        let pair = l
+            .split_once('_')
+            .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)));
+        match pair {
+            Some((a, b)) if b == a + 1 && b < stages => delay[a] += delay_ms,
+            _ => {
+                return Err(bad(
+                    "slow_links",
+                    links,
+                    &format!(
+                    "names '{l}': give links as i_j with j = i + 1 < {stages}, separated by ','"
+                ),
+                ))
+            }
+        }
+    }
+    let number = |name: &str| -> Result<Option<f64>, String> {
+        get(name)
+            .map(|v| match v.parse::<f64>() {
+                Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+                _ => Err(bad(name, v, "is not a number >= 0")),
+            })
+            .transpose()
+    };
+    let activation_bytes = match (number("activation_bytes")?, number("hidden")?) {
+        (Some(b), _) => b,
+        (None, Some(h)) => h * BYTES_PER_HIDDEN,
+        (None, None) => 0.0,
+    };
+    if activation_bytes > 1e12 {
+        return Err("column activation_bytes: over 1 TB".into());
+    }
+    let channels = match get("offload_channels") {
+        Some(_) => count("offload_channels", 1, 1024)?,
+        // The artifact's rule (experiments/*/test.sh): 3 senders up to 30 ms, 6 above.
+        None if delay_ms <= 30.0 => 3,
+        None => 6,
+    };
+    let measured =
+        |name: &str| -> Result<Option<f64>, String> { get(name).map(|v| ms(name, v)).transpose() };
+    Ok(Case {
+        system,
+        stages,
+        microbatches,
+        tf,
+        tb,
+        tw,
+        delay,
+        activation_bytes,
+        channels,
+        healthy_ms: measured("healthy_ms")?,
+        slow_ms: measured("slow_ms")?,
+    })
+}
+
+/// Median, p90 (nearest rank) and max of some errors.
+pub fn spread(errs: &[f64]) -> Option<(f64, f64, f64)> {
+    if errs.is_empty() {
+        return None;
+    }
+    let mut e = errs.to_vec();
+    e.sort_by(f64::total_cmp);
+    let n = e.len();
+    let median = if n % 2 == 1 {
+        e[n / 2]
+    } else {
+        (e[n / 2 - 1] + e[n / 2]) / 2.0
+    };
+    let p90 = e[((0.9 * n as f64).ceil() as usize).clamp(1, n) - 1];
+    Some((median, p90, e[n - 1]))
+}
+
+/// The validation as a bench of a run: writes validate.csv and prints the table.
+pub struct ValidateBench {
+    pub input: Input,
+    pub source: String,
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map(|e| format!("{:.1}%", 100.0 * e))
+        .unwrap_or_else(|| "-".into())
+}
+
+impl super::super::Bench for ValidateBench {
+    fn name(&self) -> &'static str {
+        BENCH
+    }
+    fn needs_gpu(&self) -> bool {
+        false
+    }
+    fn points(&self) -> u64 {
+        self.input.cases.len() as u64
+    }
+    fn run(
+        &self,
+        _gpu: Option<&crate::gpu::Gpu>,
+        dir: &RunDir,
+        progress: &Progress,
+    ) -> Result<super::super::Notes> {
+        let path = dir.path.join("validate.csv");
+        let mut w = csv::Writer::from_path(&path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        let mut header = self.input.header.clone();
+        header.extend(
+            [
+                "predicted_healthy_ms",
+                "predicted_slow_ms",
+                "error_extra",
+                "error_slow",
+            ]
+            .map(String::from),
+        );
+        w.write_record(&header)?;
+        progress.println(format!(
+            "{:<18} {:<12} {:>6} {:>9} {:>9} {:>10} {:>10} {:>7}",
+            "system", "slow links", "delay", "healthy", "slow", "meas. +", "pred. +", "error"
+        ));
+        let mut extra_errors = Vec::new();
+        for (case, rec) in self.input.cases.iter().zip(&self.input.records) {
+            let p = case
+                .predict(&Mechanisms::ALL)
+                .map_err(|e| anyhow!("{} row: {e}", case.system))?;
+            let (e_extra, e_slow) = errors(case, &p);
+            extra_errors.extend(e_extra);
+            let mut row = rec.clone();
+            row.resize(self.input.header.len(), String::new());
+            let opt = |x: Option<f64>| x.map(|v| format!("{v:.4}")).unwrap_or_default();
+            row.extend([
+                format!("{:.2}", p.healthy_ms),
+                format!("{:.2}", p.slow_ms),
+                opt(e_extra),
+                opt(e_slow),
+            ]);
+            w.write_record(&row)?;
+            w.flush()?;
+            let col = |name: &str| {
+                let i = self.input.header.iter().position(|h| h == name);
+                i.and_then(|i| rec.get(i)).cloned().unwrap_or_default()
+            };
+            let measured = match (case.healthy_ms, case.slow_ms) {
+                (Some(h), Some(s)) => format!("{:+.1}", s - h),
+                _ => "-".into(),
+            };
+            progress.println(format!(
+                "{:<18} {:<12} {:>6} {:>9} {:>9} {:>10} {:>10.1} {:>7}",
+                case.system.to_string(),
+                col("slow_links"),
+                col("delay_ms"),
+                col("healthy_ms"),
+                col("slow_ms"),
+                measured,
+                p.slow_ms - p.healthy_ms,
+                pct(e_extra)
+            ));
+            progress.inc();
+        }
+        let mut notes = super::super::Notes::new();
+        let rows = self.input.cases.len();
+        let line = match spread(&extra_errors) {
+            Some((m, p90, max)) => {
+                notes.insert(
+                    "validate".into(),
+                    serde_json::json!({
+                        "source": self.source,
+                        "rows": rows,
+                        "judged": extra_errors.len(),
+                        "error_extra_median": m,
+                        "error_extra_p90": p90,
+                        "error_extra_max": max,
+                    }),
+                );
+                format!(
+                    "validate: {rows} rows, error_extra median {}, p90 {}, max {} ({} within 10%)",
+                    pct(Some(m)),
+                    pct(Some(p90)),
+                    pct(Some(max)),
+                    extra_errors.iter().filter(|&&e| e <= 0.10).count()
+                )
+            }
+            None => {
+                notes.insert(
+                    "validate".into(),
+                    serde_json::json!({ "source": self.source, "rows": rows, "judged": 0 }),
+                );
+                format!("validate: {rows} rows predicted; none has measured healthy_ms and slow_ms, so no error")
+            }
+        };
+        progress.println(line);
+        Ok(notes)
+    }
+}
+
+/// Runs the validation of `file` into a run folder; its line goes into summary.json too.
+pub fn run(file: &Path, options: &crate::suite::RunOptions) -> Result<std::path::PathBuf> {
+    let input = read(file)?;
+    let bench = ValidateBench {
+        input,
+        source: file.display().to_string(),
+    };
+    let config = serde_json::json!({ "validate": file.display().to_string() });
+    let benches: Vec<Box<dyn super::super::Bench>> = vec![Box::new(bench)];
+    let dir = crate::suite::run(options, &benches, Some(config))?;
+    add_to_summary(&dir.path)?;
+    Ok(dir.path.clone())
+}
+
+/// Copies meta.json's validation figures into summary.json (`validate`).
+fn add_to_summary(dir: &Path) -> Result<()> {
+    let read = |name: &str| -> Result<serde_json::Value> {
+        let p = dir.join(name);
+        let text =
+            std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))
+    };
+    let meta = read("meta.json")?;
+    let mut summary = read("summary.json")?;
+    let figures = meta.pointer("/notes/validate").cloned();
+    if let (Some(obj), Some(v)) = (summary.as_object_mut(), figures) {
+        obj.insert("validate".into(), v);
+    }
+    let p = dir.join("summary.json");
+    let tmp = dir.join("summary.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&summary)?)
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &p).with_context(|| format!("cannot write {}", p.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors_of(file: &str, mech: &Mechanisms) -> Vec<f64> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(file);
+        let input = read(&path).unwrap();
+        input
+            .cases
+            .iter()
+            .map(|c| errors(c, &c.predict(mech).unwrap()).0.unwrap())
+            .collect()
+    }
+
+    /// The bar on the artifact's 7B runs: every row within 10% of the measured slow
+    /// iteration (healthy + predicted extra), the median within 5%. Exact, so deterministic.
+    #[test]
+    fn the_artifacts_7b_runs_are_predicted_within_ten_percent() {
+        let e = errors_of("pipemorph-7b-single.csv", &Mechanisms::ALL);
+        let (median, _, max) = spread(&e).unwrap();
+        assert!(max <= 0.10, "worst {max}: {e:?}");
+        assert!(median <= 0.05, "median {median}");
+    }
+
+    /// The artifact's other runs (14B-60B, several slow links, 10-60 ms), not tuned on: a
+    /// guard that the mechanisms keep holding, at the spread they give today.
+    #[test]
+    fn the_artifacts_other_runs_stay_close() {
+        let e = errors_of("pipemorph-heldout.csv", &Mechanisms::ALL);
+        let (median, p90, max) = spread(&e).unwrap();
+        assert_eq!(e.len(), 96);
+        assert!(
+            median <= 0.05 && p90 <= 0.15 && max <= 0.25,
+            "{median} {p90} {max}"
+        );
+    }
+}
