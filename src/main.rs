@@ -326,6 +326,13 @@ fn sim_links(
                     delay_ms: (delay_ms * 1e3).round() / 1e3,
                 }),
         );
+        cfg.occupy.extend(
+            costs
+                .occupancy_of(&launcher)
+                .into_iter()
+                .filter(|(_, ms)| *ms > 0.0)
+                .map(|(link, ms)| morphbench::bench::sim::Occupy { link, ms }),
+        );
     }
     if !quiet {
         println!("{}", costs.note());

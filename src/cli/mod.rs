@@ -12,7 +12,7 @@ use crate::bench::d2h::{default_sizes, D2hPlan};
 use crate::bench::hol::HolPlan;
 use crate::bench::kernels::KernelsPlan;
 use crate::bench::peak::PeakPlan;
-use crate::bench::sim::{OneOrMany, SimConfig, SlowLink, SweepLink};
+use crate::bench::sim::{Occupy, OneOrMany, SimConfig, SlowLink, SweepLink};
 use crate::gpu::kernels::{
     variant_help, variant_long_help, GemmSize, LayernormSize, GEMM_VARIANTS, LAYERNORM_VARIANTS,
 };

@@ -363,6 +363,11 @@ pub struct FleetArgs {
     /// Expected values per adapter and driver (`morphbench baseline FLEET_RUN -o FILE`).
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<std::path::PathBuf>,
+    /// Per-stage op times of the pipeline keep_cost.csv models, as a `sim --validate` file
+    /// (its first row: stages, microbatches, tf_ms, tb_ms, tw_ms, activation_bytes...)
+    /// [default: one stage per rank up to 8, 10 ms ops].
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<std::path::PathBuf>,
     /// Only these of the level's tests (memcpy, gemm, d2h, h2d, fma, bandwidth, hol, links,
     /// pipeline), such as
     /// `--only links` on a fleet whose GPUs were just judged.
@@ -379,6 +384,7 @@ impl FleetArgs {
             level: self.level,
             only: self.only.clone(),
             baseline: self.baseline.clone(),
+            profile: self.profile.clone(),
             backend: g.backend,
             adapter: g.adapter.clone(),
         }

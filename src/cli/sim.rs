@@ -29,6 +29,10 @@ pub struct SimArgs {
     /// Extra delay on link LINK (between stages LINK and LINK+1); repeatable.
     #[arg(long = "slow", value_name = "LINK:DELAY_MS", value_parser = parse_slow)]
     pub slow: Vec<SlowLink>,
+    /// Each transfer over LINK holds it MS (its bytes over the link's bandwidth): sends over a
+    /// link queue behind each other, one FIFO per direction; repeatable.
+    #[arg(long = "occupy", value_name = "LINK:MS", value_parser = parse_occupy)]
+    pub occupy: Vec<Occupy>,
     /// One scenario per delay on LINK (on top of --slow); repeatable.
     #[arg(long = "sweep", value_name = "LINK:MS[,MS...]", value_parser = parse_sweep)]
     pub sweep: Vec<SweepLink>,
@@ -113,6 +117,14 @@ pub(super) fn parse_slow(s: &str) -> Result<SlowLink, String> {
     })
 }
 
+pub(super) fn parse_occupy(s: &str) -> Result<Occupy, String> {
+    let slow = parse_slow(s).map_err(|e| e.replace("LINK:DELAY_MS", "LINK:MS"))?;
+    Ok(Occupy {
+        link: slow.link,
+        ms: slow.delay_ms,
+    })
+}
+
 pub(super) fn parse_sweep(s: &str) -> Result<SweepLink, String> {
     let (link, list) = s
         .split_once(':')
@@ -149,6 +161,7 @@ impl SimArgs {
         c.link_ms = self.link_ms.or(c.link_ms);
         c.slow.extend(self.slow.iter().cloned());
         c.sweep.extend(self.sweep.iter().cloned());
+        c.occupy.extend(self.occupy.iter().cloned());
         c.comm = self.comm.or(c.comm);
         c.d2h_ms = self.d2h_ms.or(c.d2h_ms);
         c.mem_limit = self.mem_limit.or(c.mem_limit);

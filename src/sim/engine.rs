@@ -358,6 +358,9 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
     let mut versions = vec![0u64; s_count];
     // Stages whose state changed since their decision was made.
     let mut touched: Vec<usize> = (0..s_count).collect();
+    // When each link direction's channel is free (F downstream, B upstream): ops are taken in
+    // start order and each direction has one sender, so its sends arrive in FIFO order.
+    let mut channel_free = vec![[0.0f64; 2]; s_count.saturating_sub(1)];
     while done < total {
         for s in touched.drain(..) {
             let st = &mut stages[s];
@@ -389,13 +392,20 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
         let compute = sc.compute(op, split);
         let (queue_extra, arrival_after) = sc.send_costs(op);
         let end = start + compute;
-        let exec = Executed {
+        let mut exec = Executed {
             op,
             start,
             end,
             queue_end: end + queue_extra,
             arrival: end + arrival_after,
         };
+        if let Some(l) = sc.out_link(op).filter(|&l| sc.occupancy_ms[l] > 0.0) {
+            // The transfer leaves once its channel is free and holds it for the occupancy.
+            let free = &mut channel_free[l][usize::from(op.kind == OpKind::B)];
+            let depart = (end + queue_extra).max(*free);
+            *free = depart + sc.occupancy_ms[l];
+            exec.arrival = depart + sc.occupancy_ms[l] + (arrival_after - queue_extra).max(0.0);
+        }
         if record {
             ops.push(exec);
         }

@@ -133,6 +133,9 @@ pub struct Scenario {
     pub comm: CommModel,
     /// Queue time of the device-to-host copy under `CommModel::Offload`.
     pub d2h_ms: f64,
+    /// Per link, the time a transfer holds it (bytes / bandwidth): each direction of a link is
+    /// one FIFO channel, so back-to-back sends queue behind each other; 0 for none.
+    pub occupancy_ms: Vec<f64>,
 }
 
 fn per_stage(field: &'static str, v: &[f64], stages: usize) -> Result<Vec<f64>, ScenarioError> {
@@ -241,7 +244,25 @@ impl Scenario {
             delay_ms,
             comm,
             d2h_ms: non_negative("d2h-ms", d2h_ms)?,
+            occupancy_ms: vec![0.0; stages - 1],
         })
+    }
+
+    /// The same scenario with each link held `occupancy` ms by every transfer over it
+    /// (`(link, ms)` pairs, added up per link).
+    pub fn with_occupancy(mut self, occupancy: &[(usize, f64)]) -> Result<Scenario, ScenarioError> {
+        for &(link, ms) in occupancy {
+            if link + 1 >= self.stages {
+                return Err(ScenarioError::NoSuchLink {
+                    link,
+                    stages: self.stages,
+                    max: self.stages as i64 - 2,
+                });
+            }
+            self.occupancy_ms[link] += non_negative("occupy", ms)?;
+            non_negative("occupy", self.occupancy_ms[link])?;
+        }
+        Ok(self)
     }
 
     /// Latency of link `l` (between stages l and l + 1).

@@ -1,7 +1,9 @@
 //! What keeping a failed node would cost a training pipeline placed on this fleet, which no
 //! bring-up gate says: the simulator's iteration time of an S-stage pipeline (one stage per
-//! rank, up to [`MAX_STAGES`]; the simulator's default stage times) with the node as its
-//! middle stage, against the same pipeline of healthy nodes, under 1F1B and adaptive. Each
+//! rank, up to [`MAX_STAGES`], the simulator's default stage times; or `--profile FILE`'s
+//! stages and op times) with the node as its middle stage, against the same pipeline of
+//! healthy nodes, under the runtime presets of `sim --validate`: 1F1B (Megatron's) and
+//! adaptive (PipeMorph's: offloaded and re-planned once a delay is seen). Each
 //! failed figure slows what it stands for in the model: a slow GEMM or ceiling (FMA, memory
 //! bandwidth) the stage's compute (F, B and W), a slow copy (memcpy, D2H, H2D) the host staging of the stage's sends (the offload
 //! path's device-to-host copy, as extra time on its links). A confirmed slow link between two
@@ -12,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::verdict::{Row, FAIL};
 use crate::export::csv::{round, CsvTable};
-use crate::sim::{default_mem_limit, evaluate, CommModel, Scenario, Schedule};
+use crate::sim::runtime::{predict, Job, Machine, Mechanisms, System};
 
 /// The longest pipeline the estimate models (the fleet may be larger).
 pub const MAX_STAGES: usize = 8;
@@ -118,50 +120,125 @@ const HEALTHY: Kept = Kept {
     link_extra_ms: 0.0,
 };
 
+/// The modelled pipeline: op times per stage (default: the simulator's 10 ms stages, twice
+/// as many microbatches as stages), from `fleet --profile FILE` when given.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub stages: usize,
+    pub microbatches: usize,
+    pub tf: Vec<f64>,
+    pub tb: Vec<f64>,
+    pub tw: Vec<f64>,
+    pub activation_bytes: f64,
+    pub channels: usize,
+}
+
+impl Profile {
+    fn default_for(world: usize) -> Profile {
+        let stages = world.clamp(2, MAX_STAGES);
+        Profile {
+            stages,
+            microbatches: MICROBATCHES_PER_STAGE * stages,
+            tf: vec![STAGE_MS; stages],
+            tb: vec![STAGE_MS; stages],
+            tw: vec![STAGE_MS; stages],
+            activation_bytes: LINK_BYTES,
+            channels: 3,
+        }
+    }
+
+    /// The first row of a `sim --validate` file (its stages, microbatches, op times,
+    /// activation bytes and offload channels).
+    pub fn load(path: &std::path::Path) -> anyhow::Result<Profile> {
+        let input = crate::bench::sim::validate::read(path)?;
+        let c = &input.cases[0];
+        Ok(Profile {
+            stages: c.stages,
+            microbatches: c.microbatches,
+            tf: c.tf.clone(),
+            tb: c.tb.clone(),
+            tw: c.tw.clone(),
+            activation_bytes: c.activation_bytes,
+            channels: c.channels,
+        })
+    }
+}
+
 /// The pipeline with the node at `stage` slowed by `compute` and `staging`, and the link
-/// after it by `link_extra_ms`.
-fn scenario(stages: usize, stage: usize, kept: Kept) -> Option<Scenario> {
-    let mut times = vec![STAGE_MS; stages];
-    times[stage] *= kept.compute;
+/// after it by `link_extra_ms`: op times and per-link delays of one iteration.
+fn slowed(profile: &Profile, stage: usize, kept: Kept) -> (Profile, Vec<f64>) {
+    let mut p = profile.clone();
+    for t in [&mut p.tf, &mut p.tb, &mut p.tw] {
+        t[stage] *= kept.compute;
+    }
+    let stages = p.stages;
+    let mut delay = vec![0.0; stages - 1];
     // Its sends (to either neighbour) pay the slower copy, and its slow links.
-    let extra = (kept.staging - 1.0) * D2H_MS + kept.sends_extra_ms;
-    let mut slow: Vec<(usize, f64)> = [stage.checked_sub(1), (stage + 1 < stages).then_some(stage)]
+    let d2h_ms = p.activation_bytes / (Machine::ARTIFACT.pcie_gbps * 1e6);
+    let extra = (kept.staging - 1.0) * d2h_ms.max(D2H_MS) + kept.sends_extra_ms;
+    for l in [stage.checked_sub(1), (stage + 1 < stages).then_some(stage)]
         .into_iter()
         .flatten()
-        .map(|l| (l, extra))
-        .collect();
-    if kept.link_extra_ms > 0.0 && stage + 1 < stages {
-        slow.push((stage, kept.link_extra_ms));
+    {
+        delay[l] += extra;
     }
-    slow.retain(|(_, ms)| *ms > 0.0);
-    Scenario::new(
-        stages,
-        MICROBATCHES_PER_STAGE * stages,
-        &times,
-        &times,
-        &times,
-        0.0,
-        &slow,
-        CommModel::Offload,
-        D2H_MS,
-    )
-    .ok()
+    if kept.link_extra_ms > 0.0 && stage + 1 < stages {
+        delay[stage] += kept.link_extra_ms;
+    }
+    (p, delay)
+}
+
+/// The iteration time of `system` (the runtime presets of `sim --validate`): its healthy
+/// path when nothing is delayed (PipeMorph offloads only once a delay is seen).
+fn iteration_ms(system: System, p: &Profile, delay: &[f64]) -> Option<f64> {
+    let job = Job {
+        stages: p.stages,
+        microbatches: p.microbatches,
+        tf: &p.tf,
+        tb: &p.tb,
+        tw: &p.tw,
+        delay,
+        activation_bytes: p.activation_bytes,
+        channels: p.channels,
+        fused_backward: false,
+    };
+    let pred = predict(system, &job, &Machine::ARTIFACT, &Mechanisms::ALL).ok()?;
+    Some(if delay.iter().any(|&d| d > 0.0) {
+        pred.slow_ms
+    } else {
+        pred.healthy_ms
+    })
 }
 
 /// The estimate for every failed node with a measured slowdown, in rank order.
-pub fn estimate(rows: &[Row], failed: &[(u32, String)], world: usize) -> Vec<KeepCost> {
+pub fn estimate(
+    rows: &[Row],
+    failed: &[(u32, String)],
+    world: usize,
+    profile: Option<&Profile>,
+) -> Vec<KeepCost> {
+    let profile = profile
+        .cloned()
+        .unwrap_or_else(|| Profile::default_for(world));
     failed
         .iter()
         .filter_map(|(rank, host)| {
             let kept = slowdowns(rows, *rank)?;
-            cost_of((*rank, host, "node"), kept, world)
+            cost_of((*rank, host, "node"), kept, &profile)
         })
         .collect()
 }
 
 /// The estimate for each confirmed slow link no node explains (`links`: lower rank, both
 /// hosts, extra µs a send).
-pub fn estimate_links(links: &[(u32, String, f64)], world: usize) -> Vec<KeepCost> {
+pub fn estimate_links(
+    links: &[(u32, String, f64)],
+    world: usize,
+    profile: Option<&Profile>,
+) -> Vec<KeepCost> {
+    let profile = profile
+        .cloned()
+        .unwrap_or_else(|| Profile::default_for(world));
     links
         .iter()
         .filter_map(|(rank, hosts, extra_us)| {
@@ -169,29 +246,32 @@ pub fn estimate_links(links: &[(u32, String, f64)], world: usize) -> Vec<KeepCos
                 link_extra_ms: extra_us / 1e3,
                 ..HEALTHY
             };
-            cost_of((*rank, hosts, "link"), kept, world)
+            cost_of((*rank, hosts, "link"), kept, &profile)
         })
         .collect()
 }
 
-/// One kept node's or link's rows: 1F1B and adaptive, kept against healthy.
-fn cost_of((rank, host, kind): (u32, &str, &str), kept: Kept, world: usize) -> Option<KeepCost> {
-    let stages = world.clamp(2, MAX_STAGES);
+/// One kept node's or link's rows: 1F1B (Megatron's runtime) and adaptive (PipeMorph's),
+/// kept against healthy.
+fn cost_of(
+    (rank, host, kind): (u32, &str, &str),
+    kept: Kept,
+    profile: &Profile,
+) -> Option<KeepCost> {
+    let stages = profile.stages;
     // The node in the middle; a link between the two middle stages.
     let stage = match kind {
         "link" => (stages - 1) / 2,
         _ => stages / 2,
     };
-    let healthy = scenario(stages, stage, HEALTHY)?;
-    let slowed = scenario(stages, stage, kept)?;
+    let (healthy, calm) = slowed(profile, stage, HEALTHY);
+    let (kept_profile, delay) = slowed(profile, stage, kept);
     let mut cost = Vec::new();
-    for schedule in [Schedule::OneFOneB, Schedule::Adaptive] {
-        let time = |sc: &Scenario| {
-            evaluate(&schedule, sc, default_mem_limit(sc))
-                .ok()
-                .map(|(_, run)| run.iteration_ms)
-        };
-        let (Some(h), Some(k)) = (time(&healthy), time(&slowed)) else {
+    for (schedule, system) in [("1f1b", System::OneFOneB), ("adaptive", System::Pipemorph)] {
+        let (Some(h), Some(k)) = (
+            iteration_ms(system, &healthy, &calm),
+            iteration_ms(system, &kept_profile, &delay),
+        ) else {
             continue;
         };
         cost.push((
@@ -261,7 +341,7 @@ mod tests {
             failed_row(3, "d2h", 1.0, 2.0),
         ];
         let failed: Vec<(u32, String)> = (1..=4).map(|r| (r, format!("n{r}"))).collect();
-        let costs = estimate(&rows, &failed, 4);
+        let costs = estimate(&rows, &failed, 4, None);
         // Rank 4 failed without a figure (it did not answer): no estimate.
         assert_eq!(costs.len(), 3);
         let pct = |c: &KeepCost, s: &str| {
@@ -291,6 +371,7 @@ mod tests {
         let costs = estimate_links(
             &[(0, "a-b".into(), 20_000.0), (2, "c-d".into(), 2_000.0)],
             4,
+            None,
         );
         assert_eq!(costs.len(), 2);
         let pct = |c: &KeepCost, s: &str| {
@@ -312,11 +393,29 @@ mod tests {
     fn a_node_the_links_blame_pays_for_its_sends() {
         // 12.5 MB/s against the fleet's 1 GB/s: a 1 MiB send is about 83 ms late.
         let rows = vec![failed_row(5, "links", 0.0125, 1.0)];
-        let costs = estimate(&rows, &[(5, "n5".into())], 4);
+        let costs = estimate(&rows, &[(5, "n5".into())], 4, None);
         assert_eq!(costs.len(), 1);
         let (p, f) = &costs[0][0];
         assert_eq!(p.kind, "node");
         assert!((82.0..84.0).contains(&f.link_extra_ms), "{f:?}");
         assert!(f.throughput_pct < -10.0, "{f:?}");
+    }
+
+    #[test]
+    fn a_profile_sets_the_modelled_pipeline() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/pipemorph-7b-single.csv");
+        let profile = Profile::load(&path).unwrap();
+        assert_eq!((profile.stages, profile.microbatches), (4, 12));
+        let rows = vec![failed_row(1, "gemm", 50.0, 100.0)];
+        let failed = [(1, "n1".to_string())];
+        let with = estimate(&rows, &failed, 16, Some(&profile));
+        let without = estimate(&rows, &failed, 16, None);
+        assert_eq!(with[0][0].0.stages, 4);
+        assert_eq!(without[0][0].0.stages, MAX_STAGES);
+        // The profile's 8-10 ms forwards, 12 microbatches: a healthy 1F1B iteration of about
+        // (12 + 3) x 25 ms, not the default's 8 stages of 30 ms.
+        let h = with[0][0].1.healthy_ms;
+        assert!((300.0..450.0).contains(&h), "{h}");
     }
 }

@@ -46,6 +46,8 @@ pub struct FleetOptions {
     pub only: Option<Vec<String>>,
     /// Expected values per SKU (`morphbench baseline`), read by rank 0.
     pub baseline: Option<PathBuf>,
+    /// Per-stage op times for keep_cost's modelled pipeline (a `sim --validate` file).
+    pub profile: Option<PathBuf>,
     pub backend: BackendChoice,
     pub adapter: Option<String>,
 }
@@ -124,6 +126,7 @@ pub fn run(opts: &FleetOptions) -> Result<Option<Outcome>> {
     let mut bench = Fleet {
         opts: opts.clone(),
         baseline: None,
+        profile: None,
         gpu: None,
         outcome: None,
         busy: Vec::new(),
@@ -137,6 +140,7 @@ pub fn run(opts: &FleetOptions) -> Result<Option<Outcome>> {
 struct Fleet {
     opts: FleetOptions,
     baseline: Option<Baseline>,
+    profile: Option<cost::Profile>,
     /// This rank's adapter, opened on the inventory order.
     gpu: Option<Result<Gpu, String>>,
     outcome: Option<Outcome>,
@@ -172,6 +176,9 @@ impl Ranked for Fleet {
         if let Some(path) = &self.opts.baseline {
             self.baseline = Some(Baseline::load(path)?);
         }
+        if let Some(path) = &self.opts.profile {
+            self.profile = Some(cost::Profile::load(path)?);
+        }
         Ok(None)
     }
 
@@ -183,6 +190,7 @@ impl Ranked for Fleet {
                 "pattern": l.pattern.to_string(), "plan": l.plan, "deadline_s": l.deadline_s,
             })),
             "baseline": self.opts.baseline,
+            "profile": self.opts.profile,
             "launcher": world.launch.launcher.to_string(),
             "roster": world.roster,
         })
@@ -263,7 +271,7 @@ impl Ranked for Fleet {
             dir,
             (&ranks, &links, &pipeline),
             self.opts.level,
-            self.baseline.as_ref(),
+            (self.baseline.as_ref(), self.profile.as_ref()),
             started.elapsed(),
             self.opts.session.quiet,
         )?;

@@ -95,7 +95,7 @@ pub fn write(
     dir: &RunDir,
     (ranks, links, pipe): (&[RankOutcome], &LinksResult, &PipelineResult),
     level: Level,
-    baseline: Option<&Baseline>,
+    (baseline, profile): (Option<&Baseline>, Option<&cost::Profile>),
     took: Duration,
     quiet: bool,
 ) -> Result<Outcome> {
@@ -162,8 +162,12 @@ pub fn write(
         .filter(|n| n.verdict == FAIL)
         .map(|n| (n.rank, n.host.clone()))
         .collect();
-    let mut costs = cost::estimate(&rows, &failed, ranks.len());
-    costs.extend(cost::estimate_links(&slow_links(ranks, links), ranks.len()));
+    let mut costs = cost::estimate(&rows, &failed, ranks.len(), profile);
+    costs.extend(cost::estimate_links(
+        &slow_links(ranks, links),
+        ranks.len(),
+        profile,
+    ));
     let mut sink: CsvSink<KeepCostTable> = dir.table()?;
     for (i, (p, f)) in costs.iter().flatten().enumerate() {
         let case = format!("r{}_{}_{i}", p.rank, p.schedule);

@@ -21,7 +21,7 @@ use crate::sim::model::{MAX_MICROBATCHES, MAX_MS, MAX_STAGES};
 use crate::sim::schedules::evaluate;
 use crate::sim::{default_mem_limit, CommModel, Run, Scenario, Schedule, DEFAULT_SCHEDULES};
 use crate::stats::Summary;
-pub use scenario::{OneOrMany, SimConfig, SlowLink, SweepLink};
+pub use scenario::{Occupy, OneOrMany, SimConfig, SlowLink, SweepLink};
 
 mod runner;
 #[allow(unused_imports)]
@@ -202,6 +202,10 @@ impl SimPlan {
             cfg.comm.unwrap_or(CommModel::Latency),
             cfg.d2h_ms.unwrap_or(0.5),
         )
+        .and_then(|sc| {
+            let occupy: Vec<(usize, f64)> = cfg.occupy.iter().map(|o| (o.link, o.ms)).collect();
+            sc.with_occupancy(&occupy)
+        })
         .map_err(|e| e.to_string())?;
         let names = cfg
             .schedules

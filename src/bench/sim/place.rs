@@ -3,7 +3,8 @@
 //!
 //! Cost model: per pair, the ping-pong p50 (round trip / 2: the one-way time of a message) at
 //! each measured size is fitted with t(bytes) = a + bytes / b by least squares (a >= 0, b > 0),
-//! and the link costs t(activation). Stages follow the ranks' order, so stage i's link to
+//! and the link costs t(activation): `a` as latency, `activation / b` as occupancy (the link
+//! is held for it, so sends queue behind each other: the simulator's occupancy model). Stages follow the ranks' order, so stage i's link to
 //! stage i + 1 is the pair (order[i], order[i + 1]).
 
 use std::collections::BTreeMap;
@@ -153,10 +154,19 @@ impl LinkCosts {
         self.fits[a][b].map_or(0.0, |f| f.at_ms(self.activation))
     }
 
-    /// (link_ms, per-link extra delays) of the pipeline whose stage i is rank `order[i]`: the
-    /// cheapest link is the base latency, the others' excess their delay.
+    /// The latency part of a link's cost (the fit's intercept), in ms.
+    pub fn latency_ms(&self, a: usize, b: usize) -> f64 {
+        self.fits[a][b].map_or(0.0, |f| f.a_us / 1e3)
+    }
+
+    /// (link_ms, per-link extra delays) of the pipeline whose stage i is rank `order[i]`, the
+    /// latency part of each link's cost: the lowest is the base latency, the others' excess
+    /// their delay. The bandwidth part is the links' occupancy ([`Self::occupancy_of`]).
     pub fn links_of(&self, order: &[usize]) -> (f64, Vec<(usize, f64)>) {
-        let costs: Vec<f64> = order.windows(2).map(|w| self.cost_ms(w[0], w[1])).collect();
+        let costs: Vec<f64> = order
+            .windows(2)
+            .map(|w| self.latency_ms(w[0], w[1]))
+            .collect();
         let base = costs.iter().copied().fold(f64::INFINITY, f64::min);
         let base = if base.is_finite() { base } else { 0.0 };
         let slow = costs
@@ -165,6 +175,16 @@ impl LinkCosts {
             .map(|(i, c)| (i, c - base))
             .collect();
         (base, slow)
+    }
+
+    /// Per link of `order`, how long an activation holds it: bytes / the fitted bandwidth (a
+    /// transfer in a link's FIFO waits for the one before it).
+    pub fn occupancy_of(&self, order: &[usize]) -> Vec<(usize, f64)> {
+        order
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| (i, self.cost_ms(w[0], w[1]) - self.latency_ms(w[0], w[1])))
+            .collect()
     }
 
     /// One line per link of `order`, for the console.
@@ -222,6 +242,7 @@ pub fn place(
             base.comm,
             base.d2h_ms,
         )
+        .and_then(|sc| sc.with_occupancy(&costs.occupancy_of(order)))
         .map_err(|e| anyhow!("{e}"))
     };
     let time = |order: &[usize], s: &Schedule| -> Result<f64> {

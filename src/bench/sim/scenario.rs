@@ -57,6 +57,17 @@ pub struct SimConfig {
     pub slow: Vec<SlowLink>,
     #[serde(default)]
     pub sweep: Vec<SweepLink>,
+    /// Links held by each transfer (bytes / bandwidth), `[{ link, ms }]`.
+    #[serde(default)]
+    pub occupy: Vec<Occupy>,
+}
+
+/// A link each transfer holds for `ms` (its bytes over its bandwidth; a FIFO per direction).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Occupy {
+    pub link: usize,
+    pub ms: f64,
 }
 
 impl SimConfig {
