@@ -216,7 +216,7 @@ fn sim_command(
     g: &morphbench::cli::GlobalArgs,
 ) -> anyhow::Result<()> {
     if let Some(file) = &a.validate {
-        let dir = morphbench::bench::sim::validate::run(file, &g.options(false))?;
+        let dir = morphbench::bench::sim::validate::run(file, a.ablation, &g.options(false))?;
         return print_summary(&dir, g.json);
     }
     // With --json, standard output carries the summary alone.

@@ -84,6 +84,10 @@ pub struct SimArgs {
     /// slow_ms; other columns are carried through. Exit 0 whatever the errors; 2 on a bad file.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["from", "trace", "place", "bench", "sweep"])]
     pub validate: Option<PathBuf>,
+    /// With --validate: predict again with each runtime mechanism switched off in turn
+    /// (validate_ablation.csv).
+    #[arg(long, requires = "validate")]
+    pub ablation: bool,
 }
 
 /// Milliseconds, one value or one per stage.

@@ -282,6 +282,16 @@ pub fn zb_runtime_lists(
     Ok(with_communication(stages, n, &t))
 }
 
+/// Runtime lists for any plan made at unit op times: `end` gives each op's end (in op times),
+/// by (kind, stage, microbatch) as [`OpKind::index`] x stages x n + stage x n + microbatch.
+pub fn runtime_lists_from_ends(stages: usize, n: usize, end: &[f64]) -> Vec<Vec<Step>> {
+    let t: Vec<i64> = end
+        .iter()
+        .map(|&e| (e * UNIT as f64).round() as i64)
+        .collect();
+    with_communication(stages, n, &t)
+}
+
 /// Places sends and receives among each stage's ops by the producer's finish time.
 fn with_communication(stages: usize, n: usize, t: &[i64]) -> Vec<Vec<Step>> {
     let id = |k: OpKind, s: usize, mb: usize| (kind_index(k) * stages + s) * n + mb;

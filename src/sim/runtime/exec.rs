@@ -51,6 +51,8 @@ struct Graph<'a> {
     arrival: HashMap<Key, Node>,
     /// The end of the batch that carried a receive, for what waits on it.
     batch_of: HashMap<Key, Node>,
+    /// Under pure latency, when a transfer's data is at the receiver (the delay after it left).
+    delivered: HashMap<Key, Node>,
     channel: HashMap<(usize, OpKind, usize), Node>,
     stream: HashMap<(usize, usize), Node>,
 }
@@ -71,7 +73,14 @@ impl Graph<'_> {
     }
 
     /// A device call: one kernel per stream it touches; sleeps for slow sends first.
-    fn post_device(&mut self, s: usize, host: Node, xs: &[Xfer], ends: &mut Vec<(Xfer, Node)>) {
+    fn post_device(
+        &mut self,
+        s: usize,
+        host: Node,
+        xs: &[Xfer],
+        ends: &mut Vec<(Xfer, Node)>,
+        launches: &mut Vec<Node>,
+    ) {
         let mut by_stream: Vec<(usize, Vec<Xfer>)> = Vec::new();
         for &x in xs {
             let id = match self.model.streams {
@@ -85,27 +94,35 @@ impl Graph<'_> {
         }
         let wire = self.wire_ms(self.machine.device_gbps);
         for (id, xs) in by_stream {
-            let delays: Vec<f64> = xs
-                .iter()
-                .map(|&x| injected_delay(s, x, self.job, self.model.numbering))
-                .collect();
+            // Occupancy: the injector's sleep holds the stream before the call's kernel.
             let sleep = match self.model.link {
-                LinkModel::Occupancy => delays.iter().copied().fold(0.0, f64::max),
+                LinkModel::Occupancy => xs
+                    .iter()
+                    .map(|&x| injected_delay(s, x, self.job, self.model.numbering))
+                    .fold(0.0, f64::max),
                 LinkModel::Latency => 0.0,
             };
             let prev = self.stream.get(&(s, id)).copied();
             let start = self.dag.node(&[Some(host), prev], sleep);
+            if self.model.single_queue {
+                launches.push(start);
+            }
             let mut done = vec![Some(start)];
-            for (&x, &d) in xs.iter().zip(&delays) {
-                let t = self.arrival(key_of(s, x), wire);
-                let from = match (self.model.link, x) {
-                    (LinkModel::Latency, Xfer::Send(..)) if d > 0.0 => {
-                        self.dag.node(&[Some(start)], d)
+            for &x in &xs {
+                let key = key_of(s, x);
+                let t = self.arrival(key, wire);
+                self.dag.wait(t, start);
+                // Pure latency: the data lands the link's delay after the kernels met, and
+                // only the receive waits for it.
+                let landed = match (self.model.link, x) {
+                    (LinkModel::Latency, Xfer::Recv(..)) => {
+                        let d = self.dag.node(&[Some(t)], self.job.delay[key.0]);
+                        self.delivered.insert(key, d);
+                        d
                     }
-                    _ => start,
+                    _ => t,
                 };
-                self.dag.wait(t, from);
-                done.push(Some(t));
+                done.push(Some(landed));
             }
             let end = self.dag.node(&done, 0.0);
             self.stream.insert((s, id), end);
@@ -159,6 +176,7 @@ pub fn execute(
         machine,
         arrival: HashMap::new(),
         batch_of: HashMap::new(),
+        delivered: HashMap::new(),
         channel: HashMap::new(),
         stream: HashMap::new(),
     };
@@ -179,7 +197,7 @@ pub fn execute(
                             (Path::Device, Blocking::Receiver) => g.batch_of.get(&key).copied(),
                             _ => None,
                         };
-                        let wait = match wait {
+                        let wait = match wait.or_else(|| g.delivered.get(&key).copied()) {
                             Some(w) => w,
                             None => g.arrival(key, 0.0),
                         };
@@ -198,9 +216,9 @@ pub fn execute(
                     host = g.dag.node(&[Some(host)], ms);
                 }
                 Instr::Post(xs) => {
-                    let mut ends = Vec::new();
+                    let (mut ends, mut launches) = (Vec::new(), Vec::new());
                     match model.path {
-                        Path::Device => g.post_device(s, host, xs, &mut ends),
+                        Path::Device => g.post_device(s, host, xs, &mut ends, &mut launches),
                         Path::Offload => {
                             for &x in xs {
                                 let t = g.post_offload(s, host, x);
@@ -209,6 +227,7 @@ pub fn execute(
                         }
                     }
                     let mut holds = vec![Some(host)];
+                    holds.extend(launches.into_iter().map(Some));
                     for &(x, end) in &ends {
                         if matches!(x, Xfer::Send(..)) {
                             sends.push(end);

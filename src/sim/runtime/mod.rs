@@ -87,6 +87,10 @@ pub struct RuntimeModel {
     pub numbering: PeerNumbering,
     /// The offload path's copies and host send take time (bytes over the machine's rates).
     pub offload_cost: bool,
+    /// The device has one hardware queue for every stream (`CUDA_DEVICE_MAX_CONNECTIONS=1`,
+    /// as Megatron sets it): a communication kernel not yet launched (behind its stream, or
+    /// behind the injector's sleep) holds every compute kernel issued after it.
+    pub single_queue: bool,
 }
 
 /// Documented constants of the machine a run ran on (README: where each comes from).
@@ -107,7 +111,7 @@ impl Machine {
     pub const ARTIFACT: Machine = Machine {
         device_gbps: 20.0,
         pcie_gbps: 20.0,
-        host_gbps: 1.4,
+        host_gbps: 1.6,
     };
 }
 
@@ -124,6 +128,7 @@ pub struct Job<'a> {
     pub activation_bytes: f64,
     /// Host senders per direction of a link on the offload path.
     pub channels: usize,
+
     /// B carries W's work too (1F1B).
     pub fused_backward: bool,
 }
@@ -174,12 +179,14 @@ pub struct Mechanisms {
     pub combined_calls_block: bool,
     /// A delay occupies the sender's stream or channel (else: pure latency).
     pub delay_occupies: bool,
-    /// A rank's transfers share one communication stream (else: one per link).
+    /// Megatron's batched calls share one communication stream a rank (else: one per link).
     pub one_stream_per_rank: bool,
     /// The injector's peer numbering under Megatron's batched calls (else: always right).
     pub group_numbering: bool,
     /// ZB's consumer waits for its receive's whole batch (else: for its receive).
     pub batch_waits: bool,
+    /// One hardware queue for all streams (else: compute overlaps pending communication).
+    pub single_queue: bool,
     /// The offload path's copies and host send take time.
     pub offload_cost: bool,
     /// ZB runs its own planner's order (else: today's zb-h1).
@@ -196,6 +203,7 @@ impl Mechanisms {
         one_stream_per_rank: true,
         group_numbering: true,
         batch_waits: true,
+        single_queue: true,
         offload_cost: true,
         zb_plan: true,
         healthy_on_device: true,
@@ -234,6 +242,13 @@ impl Mechanisms {
                 },
             ),
             (
+                "one hardware queue",
+                Mechanisms {
+                    single_queue: false,
+                    ..all
+                },
+            ),
+            (
                 "ZB waits for whole batches",
                 Mechanisms {
                     batch_waits: false,
@@ -264,7 +279,10 @@ impl Mechanisms {
         ]
     }
 
-    fn device(&self, blocking: Blocking, numbering: PeerNumbering) -> RuntimeModel {
+    /// The device path; `group`: the calls run on the pipeline group's communicator (one
+    /// stream a rank, peers numbered by stage: Megatron's batched p2p), else on two-rank
+    /// communicators (a stream per link, peers 0 and 1: isend/irecv).
+    fn device(&self, blocking: Blocking, group: bool) -> RuntimeModel {
         RuntimeModel {
             path: Path::Device,
             link: if self.delay_occupies {
@@ -273,17 +291,18 @@ impl Mechanisms {
                 LinkModel::Latency
             },
             blocking,
-            streams: if self.one_stream_per_rank {
+            streams: if group && self.one_stream_per_rank {
                 Streams::PerRank
             } else {
                 Streams::PerLink
             },
-            numbering: if self.group_numbering {
-                numbering
+            numbering: if group && self.group_numbering {
+                PeerNumbering::Group
             } else {
                 PeerNumbering::Pair
             },
             offload_cost: self.offload_cost,
+            single_queue: self.single_queue,
         }
     }
 
@@ -291,7 +310,7 @@ impl Mechanisms {
         RuntimeModel {
             path: Path::Offload,
             blocking: Blocking::Receiver,
-            ..self.device(Blocking::Receiver, PeerNumbering::Pair)
+            ..self.device(Blocking::Receiver, false)
         }
     }
 }
@@ -369,7 +388,13 @@ fn zb_programs(job: &Job, mech: &Mechanisms) -> Result<Vec<Vec<Instr>>, String> 
     .map_err(|e| e.to_string())?;
     let policy = super::schedules::base_policy(&super::Schedule::ZbH1, &sc);
     let run = simulate(&sc, &policy).map_err(|e| e.to_string())?;
-    Ok(program::from_orders(&orders_of(&run, s), s))
+    let mut end = vec![0.0; 3 * s * n];
+    for e in &run.ops {
+        end[(e.op.kind.index() * s + e.op.stage) * n + e.op.mb] = e.end;
+    }
+    Ok(program::from_steps(&super::zb::runtime_lists_from_ends(
+        s, n, &end,
+    )))
 }
 
 /// Predicts `system`'s healthy iteration (no delay) and its iteration under `job.delay`.
@@ -401,7 +426,7 @@ pub fn predict(
             } else {
                 Blocking::None
             };
-            let m = mech.device(blocking, PeerNumbering::Group);
+            let m = mech.device(blocking, true);
             let fused = Job {
                 fused_backward: true,
                 ..job.clone()
@@ -422,7 +447,7 @@ pub fn predict(
             } else {
                 Blocking::None
             };
-            let m = mech.device(blocking, PeerNumbering::Pair);
+            let m = mech.device(blocking, false);
             Ok(Prediction {
                 healthy_ms: run(&p, &calm_split, &m)?,
                 slow_ms: run(&p, &split, &m)?,
@@ -451,7 +476,7 @@ pub fn predict(
                 run(
                     &zb_programs(job, mech)?,
                     &calm_split,
-                    &mech.device(blocking, PeerNumbering::Pair),
+                    &mech.device(blocking, false),
                 )?
             } else {
                 run(&p, &calm_split, &m)?

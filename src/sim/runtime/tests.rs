@@ -31,6 +31,7 @@ fn model(path: Path, link: LinkModel, blocking: Blocking) -> RuntimeModel {
         streams: Streams::PerRank,
         numbering: PeerNumbering::Pair,
         offload_cost: true,
+        single_queue: false,
     }
 }
 
@@ -174,4 +175,32 @@ fn every_system_is_slower_under_a_delay_and_the_presets_parse() {
         .parse::<System>()
         .unwrap_err()
         .contains("ZB-CPU-ReSchedule"));
+}
+
+/// One hardware queue: stage 0's second forward cannot start while its first send waits out
+/// the injector's 10 ms sleep (it is issued behind it): F1 runs at 11, its send sleeps to 22,
+/// stage 1 ends at 23; with a queue per stream F1 overlaps the sleep and stage 1 ends at 22.
+#[test]
+fn one_hardware_queue_holds_compute_behind_a_sleeping_send() {
+    use OpKind::F;
+    let p = vec![
+        vec![
+            Instr::Compute(F, 0),
+            Instr::Post(vec![Xfer::Send(F, 0)]),
+            Instr::Compute(F, 1),
+            Instr::Post(vec![Xfer::Send(F, 1)]),
+        ],
+        vec![
+            Instr::Post(vec![Xfer::Recv(F, 0)]),
+            Instr::Compute(F, 0),
+            Instr::Post(vec![Xfer::Recv(F, 1)]),
+            Instr::Compute(F, 1),
+        ],
+    ];
+    let (one, zero) = ([1.0, 1.0], [0.0, 0.0]);
+    let j = job(&one, &one, &zero, &[10.0], 2);
+    let mut m = model(Path::Device, LinkModel::Occupancy, Blocking::None);
+    assert_eq!(execute(&p, &j, &m, &FAST).unwrap(), 22.0);
+    m.single_queue = true;
+    assert_eq!(execute(&p, &j, &m, &FAST).unwrap(), 23.0);
 }
