@@ -407,3 +407,68 @@ fn a_busy_machine_marks_every_case_and_names_each_stage() {
     let warnings = summary["warnings"].as_array().expect("warnings");
     assert_eq!(warnings.len(), 2, "{summary}");
 }
+
+/// `sim --validate` takes a pipeline run folder: each delayed case against its case without
+/// delay, its own measured op times, orders and send times, the runtime model of its comm.
+#[test]
+fn a_pipeline_run_is_validated_against_the_runtime_model() {
+    let home = tempfile::tempdir().unwrap();
+    let args = [
+        "pipeline",
+        "--local",
+        "2",
+        "--layers",
+        "1",
+        "--hidden",
+        "32",
+        "--tokens",
+        "16",
+        "--microbatches",
+        "4",
+        "--iters",
+        "2",
+        "--warmup",
+        "1",
+        "--schedule",
+        "1f1b",
+        "--comm",
+        "inline,offload",
+        "--slow",
+        "0:0,10",
+        "-q",
+    ];
+    let o = morphbench(&args, home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = only_run(&home.path().join("results"));
+    let out = home.path().join("validate");
+    let o = morphbench(
+        &[
+            "sim",
+            "--validate",
+            run.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = only_run(&out);
+    let (h, rows) = read_csv(&v.join("validate.csv"));
+    assert_eq!(rows.len(), 4);
+    let systems: Vec<&str> = rows.iter().map(|r| &r[col(&h, "system")]).collect();
+    assert!(systems.contains(&"morphbench-inline") && systems.contains(&"morphbench-offload"));
+    for r in &rows {
+        let delayed = &r[col(&h, "delay_ms")] != "0";
+        let e = &r[col(&h, "error_extra")];
+        // Each delayed case is judged against its healthy one; a healthy case has no error.
+        assert_eq!(delayed, !e.is_empty(), "{:?}", r);
+        if delayed {
+            let e: f64 = e.parse().unwrap();
+            assert!(e.is_finite() && e >= 0.0);
+        }
+    }
+    // A folder that is no pipeline run is refused, naming what it lacks.
+    let o = morphbench(&["sim", "--validate", v.to_str().unwrap()], home.path());
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("pipeline.csv"), "{}", stderr(&o));
+}

@@ -201,6 +201,7 @@ fn iteration_ms(system: System, p: &Profile, delay: &[f64]) -> Option<f64> {
         activation_bytes: p.activation_bytes,
         channels: p.channels,
         fused_backward: false,
+        measured: None,
     };
     let pred = predict(system, &job, &Machine::ARTIFACT, &Mechanisms::ALL).ok()?;
     Some(if delay.iter().any(|&d| d > 0.0) {

@@ -9,10 +9,14 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
 
+use crate::bench::pipeline::table::{PipelineTable, TimelineTable};
 use crate::export::RunDir;
+use crate::export::{read_table, Line};
 use crate::output::Progress;
+use crate::sim::model::OpKind;
 use crate::sim::model::MAX_MS;
-use crate::sim::runtime::{predict, Job, Machine, Mechanisms, Prediction, System};
+use crate::sim::runtime::program::Orders;
+use crate::sim::runtime::{predict, Job, Machine, Mechanisms, Prediction, Replay, System};
 
 pub const BENCH: &str = "validate";
 
@@ -36,9 +40,19 @@ pub struct Case {
     pub channels: usize,
     pub healthy_ms: Option<f64>,
     pub slow_ms: Option<f64>,
+    /// From a pipeline run: each stage's measured op order, and how long its sends held it.
+    pub orders: Option<Orders>,
+    pub send_ms: Vec<f64>,
 }
 
 impl Case {
+    fn replay(&self) -> Option<Replay<'_>> {
+        self.orders.as_ref().map(|orders| Replay {
+            orders,
+            send_ms: &self.send_ms,
+        })
+    }
+
     pub fn job(&self) -> Job<'_> {
         Job {
             stages: self.stages,
@@ -50,6 +64,7 @@ impl Case {
             activation_bytes: self.activation_bytes,
             channels: self.channels,
             fused_backward: false,
+            measured: self.replay(),
         }
     }
 
@@ -81,8 +96,12 @@ pub struct Input {
     pub cases: Vec<Case>,
 }
 
-/// Reads and checks FILE; any bad cell is an error naming its row and column.
+/// Reads and checks FILE (or a `pipeline` run folder); any bad cell is an error naming its row
+/// and column.
 pub fn read(path: &Path) -> Result<Input> {
+    if path.is_dir() {
+        return read_pipeline_run(path);
+    }
     let mut r = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
         .from_path(path)
@@ -260,7 +279,210 @@ fn parse_row(header: &[String], cells: &[String]) -> Result<Case, String> {
         channels,
         healthy_ms: measured("healthy_ms")?,
         slow_ms: measured("slow_ms")?,
+        orders: None,
+        send_ms: Vec::new(),
     })
+}
+
+/// Columns of the rows made from a pipeline run folder.
+const PIPELINE_COLUMNS: [&str; 12] = [
+    "case",
+    "system",
+    "schedule",
+    "slow_links",
+    "delay_ms",
+    "stages",
+    "microbatches",
+    "tf_ms",
+    "tb_ms",
+    "tw_ms",
+    "healthy_ms",
+    "slow_ms",
+];
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// One case's measured lane: op durations by kind and stage, how long each sending op held its
+/// stage after computing (copy, and inline: send and acknowledgement), and each stage's order.
+type Lane = (
+    [Vec<Vec<f64>>; 3],
+    Vec<Vec<f64>>,
+    Vec<Vec<(f64, OpKind, usize)>>,
+);
+
+fn lane_of(ops: &[Line<TimelineTable>], case: &str, stages: usize) -> Result<Lane, String> {
+    let measured: Vec<&Line<TimelineTable>> = ops
+        .iter()
+        .filter(|o| o.lead.case == case && o.params.lane == "measured")
+        .collect();
+    if measured.is_empty() {
+        return Err("no measured ops in pipeline_timeline.csv".into());
+    }
+    let mut times = [
+        vec![Vec::new(); stages],
+        vec![Vec::new(); stages],
+        vec![Vec::new(); stages],
+    ];
+    let mut send = vec![Vec::new(); stages];
+    let mut orders: Vec<Vec<(f64, OpKind, usize)>> = vec![Vec::new(); stages];
+    for o in &measured {
+        let (s, k) = (o.params.stage as usize, o.params.kind);
+        if s >= stages {
+            return Err(format!("an op on stage {s} of {stages}"));
+        }
+        times[k.index()][s].push(o.params.end_ms - o.params.start_ms);
+        let sends = matches!(k, OpKind::F if s + 1 < stages) || matches!(k, OpKind::B if s > 0);
+        if sends {
+            send[s].push(o.params.queue_end_ms - o.params.end_ms);
+        }
+        orders[s].push((o.params.start_ms, k, o.params.microbatch as usize));
+    }
+    Ok((times, send, orders))
+}
+
+/// A `pipeline` run folder: each case with an injected delay against its case without one
+/// (same schedule and comm), op times, orders and send times from its measured timeline.
+fn read_pipeline_run(dir: &Path) -> Result<Input> {
+    let cases: Vec<Line<PipelineTable>> =
+        read_table(&dir.join("pipeline.csv")).with_context(|| {
+            format!(
+                "{}: a run folder for --validate needs pipeline.csv",
+                dir.display()
+            )
+        })?;
+    let ops: Vec<Line<TimelineTable>> = read_table(&dir.join("pipeline_timeline.csv"))
+        .with_context(|| format!("{}: no pipeline_timeline.csv", dir.display()))?;
+    let mut input = Input {
+        header: PIPELINE_COLUMNS.map(String::from).to_vec(),
+        records: Vec::new(),
+        cases: Vec::new(),
+    };
+    for line in &cases {
+        let p = &line.params;
+        let bad = |why: String| anyhow!("{}: case '{}': {why}", dir.display(), line.lead.case);
+        let stages = p.stages as usize;
+        if !(2..=256).contains(&stages) || p.microbatches == 0 {
+            return Err(bad(format!(
+                "{} stages, {} microbatches",
+                p.stages, p.microbatches
+            )));
+        }
+        let system = if p.comm == "offload" {
+            System::MorphbenchOffload
+        } else {
+            System::MorphbenchInline
+        };
+        let mut delay = vec![0.0; stages - 1];
+        let (mut link_cell, mut delay_cell) = (String::new(), "0".to_string());
+        if p.slow != "none" {
+            let parsed = p
+                .slow
+                .split_once(':')
+                .and_then(|(l, d)| Some((l.parse::<usize>().ok()?, d.parse::<f64>().ok()?)));
+            match parsed {
+                Some((l, d)) if l + 1 < stages && d.is_finite() && (0.0..=MAX_MS).contains(&d) => {
+                    delay[l] = d;
+                    (link_cell, delay_cell) = (format!("{l}_{}", l + 1), format!("{d}"));
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "slow '{}' is not LINK:MS of a link it has",
+                        p.slow
+                    )))
+                }
+            }
+        }
+        let (times, send, orders) = lane_of(&ops, &line.lead.case, stages).map_err(bad)?;
+        let per_stage =
+            |v: &Vec<Vec<f64>>| v.iter().map(|x| median(x.clone())).collect::<Vec<f64>>();
+        let (tf, tb, tw) = (
+            per_stage(&times[0]),
+            per_stage(&times[1]),
+            per_stage(&times[2]),
+        );
+        if tf.iter().chain(&tb).any(|&t| t <= 0.0) {
+            return Err(bad("a stage has no F or B ops with a duration".into()));
+        }
+        let orders: Orders = orders
+            .into_iter()
+            .map(|mut o| {
+                o.sort_by(|a, b| a.0.total_cmp(&b.0));
+                o.into_iter().map(|(_, k, m)| (k, m)).collect()
+            })
+            .collect();
+        // A case without delay ("none", or "LINK:0" in a sweep) is its schedule's healthy one.
+        let calm = |slow: &str| {
+            slow == "none"
+                || slow
+                    .split_once(':')
+                    .is_some_and(|(_, d)| d.parse::<f64>() == Ok(0.0))
+        };
+        let calm_case = cases.iter().find(|c| {
+            calm(&c.params.slow) && c.params.schedule == p.schedule && c.params.comm == p.comm
+        });
+        let healthy = calm_case.map(|c| c.figures.iteration_ms);
+        // What a send holds without the delay (inline, the wait for the acknowledgement
+        // includes it): the healthy case's, where there is one.
+        let send = match calm_case {
+            Some(c) => lane_of(&ops, &c.lead.case, stages).map_err(bad)?.1,
+            None => send,
+        };
+        let (healthy_ms, slow_ms) = match (calm(&p.slow), healthy) {
+            (true, _) => (Some(line.figures.iteration_ms), None),
+            (false, h) => (h, Some(line.figures.iteration_ms)),
+        };
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.4}"))
+                .collect::<Vec<_>>()
+                .join(";")
+        };
+        let opt = |x: Option<f64>| x.map(|v| format!("{v}")).unwrap_or_default();
+        input.records.push(vec![
+            line.lead.case.clone(),
+            system.to_string(),
+            p.schedule.clone(),
+            link_cell,
+            delay_cell,
+            stages.to_string(),
+            p.microbatches.to_string(),
+            list(&tf),
+            list(&tb),
+            list(&tw),
+            opt(healthy_ms),
+            opt(slow_ms),
+        ]);
+        input.cases.push(Case {
+            system,
+            stages,
+            microbatches: p.microbatches as usize,
+            tf,
+            tb,
+            tw,
+            delay,
+            activation_bytes: 0.0,
+            channels: 1,
+            healthy_ms,
+            slow_ms,
+            orders: Some(orders),
+            send_ms: per_stage(&send),
+        });
+    }
+    if input.cases.is_empty() {
+        anyhow::bail!("{}: pipeline.csv has no cases", dir.display());
+    }
+    Ok(input)
 }
 
 /// Median, p90 (nearest rank) and max of some errors.

@@ -142,8 +142,14 @@ impl Graph<'_> {
         let Xfer::Send(k, m) = x else {
             return self.arrival(key, 0.0);
         };
-        let d2h = self.wire_ms(self.machine.pcie_gbps);
-        let hold = self.job.delay[key.0] + self.wire_ms(self.machine.host_gbps);
+        let (d2h, wire) = match self.job.measured {
+            Some(r) => (r.send_ms[s], 0.0),
+            None => (
+                self.wire_ms(self.machine.pcie_gbps),
+                self.wire_ms(self.machine.host_gbps),
+            ),
+        };
+        let hold = self.job.delay[key.0] + wire;
         let ready = self.dag.node(&[Some(host)], d2h);
         let start = match self.model.link {
             LinkModel::Occupancy => {
@@ -201,9 +207,9 @@ pub fn execute(
                             Some(w) => w,
                             None => g.arrival(key, 0.0),
                         };
-                        let h2d = match model.path {
-                            Path::Offload => g.wire_ms(machine.pcie_gbps),
-                            Path::Device => 0.0,
+                        let h2d = match (model.path, job.measured) {
+                            (Path::Offload, None) => g.wire_ms(machine.pcie_gbps),
+                            _ => 0.0,
                         };
                         host = g.dag.node(&[Some(host), Some(wait)], h2d);
                     }

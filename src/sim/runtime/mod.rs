@@ -131,6 +131,16 @@ pub struct Job<'a> {
 
     /// B carries W's work too (1F1B).
     pub fused_backward: bool,
+    /// A measured run's own: each stage's op order to replay, and how long each send holds
+    /// the stage's queue (copy, send, acknowledgement), in place of the machine's rates.
+    pub measured: Option<Replay<'a>>,
+}
+
+/// What a measured run of morphbench's own pipeline gives the model of its runtime.
+#[derive(Debug, Clone, Copy)]
+pub struct Replay<'a> {
+    pub orders: &'a Orders,
+    pub send_ms: &'a [f64],
 }
 
 /// A real runtime, as the artifact's experiments name them.
@@ -144,6 +154,11 @@ pub enum System {
     ZbCpu,
     /// ZB-CPU-ReSchedule (PipeMorph): offloaded, and re-planned for the delay.
     Pipemorph,
+    /// morphbench's own `pipeline --comm inline`: after an op the stage copies, sends (the
+    /// delay as latency) and waits for the acknowledgement; its orders replayed.
+    MorphbenchInline,
+    /// `pipeline --comm offload`: the stage pays the copy, a host thread sends.
+    MorphbenchOffload,
 }
 
 impl fmt::Display for System {
@@ -153,6 +168,8 @@ impl fmt::Display for System {
             System::Zb => "ZB",
             System::ZbCpu => "ZB-CPU",
             System::Pipemorph => "ZB-CPU-ReSchedule",
+            System::MorphbenchInline => "morphbench-inline",
+            System::MorphbenchOffload => "morphbench-offload",
         })
     }
 }
@@ -165,6 +182,8 @@ impl FromStr for System {
             "zb" => Ok(System::Zb),
             "zb-cpu" => Ok(System::ZbCpu),
             "zb-cpu-reschedule" | "pipemorph" => Ok(System::Pipemorph),
+            "morphbench-inline" => Ok(System::MorphbenchInline),
+            "morphbench-offload" => Ok(System::MorphbenchOffload),
             other => Err(format!(
                 "unknown system '{other}': choose 1F1B, ZB, ZB-CPU or ZB-CPU-ReSchedule (pipemorph)"
             )),
@@ -419,6 +438,29 @@ pub fn predict(
     };
     let run = |p: &[Vec<Instr>], j: &Job, m: &RuntimeModel| execute(p, j, m, machine);
     match system {
+        System::MorphbenchInline | System::MorphbenchOffload => {
+            let replay = job
+                .measured
+                .ok_or_else(|| format!("{system} predicts a measured pipeline run only"))?;
+            let p = program::from_orders(replay.orders, job.stages);
+            let m = RuntimeModel {
+                path: Path::Offload,
+                link: LinkModel::Latency,
+                blocking: if system == System::MorphbenchInline {
+                    Blocking::Stage
+                } else {
+                    Blocking::Receiver
+                },
+                streams: Streams::PerLink,
+                numbering: PeerNumbering::Pair,
+                offload_cost: true,
+                single_queue: false,
+            };
+            Ok(Prediction {
+                healthy_ms: run(&p, &calm, &m)?,
+                slow_ms: run(&p, job, &m)?,
+            })
+        }
         System::OneFOneB => {
             let p = program::megatron_1f1b(job.stages, job.microbatches);
             let blocking = if mech.combined_calls_block {

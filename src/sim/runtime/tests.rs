@@ -20,6 +20,7 @@ fn job<'a>(tf: &'a [f64], tb: &'a [f64], tw: &'a [f64], delay: &'a [f64], n: usi
         activation_bytes: 0.0,
         channels: 1,
         fused_backward: false,
+        measured: None,
     }
 }
 
