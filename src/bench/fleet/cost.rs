@@ -188,8 +188,9 @@ fn slowed(profile: &Profile, stage: usize, kept: Kept) -> (Profile, Vec<f64>) {
     (p, delay)
 }
 
-/// The iteration time of `system` (the runtime presets of `sim --validate`): its healthy
-/// path when nothing is delayed (PipeMorph offloads only once a delay is seen).
+/// The iteration time of `system` (the runtime presets of `sim --validate`) under `delay`;
+/// with nothing delayed, the faster of its two paths (PipeMorph's re-planned offload can beat
+/// ZB's plan on the device), so that keeping a slow node never reads as a gain.
 fn iteration_ms(system: System, p: &Profile, delay: &[f64]) -> Option<f64> {
     let job = Job {
         stages: p.stages,
@@ -207,7 +208,7 @@ fn iteration_ms(system: System, p: &Profile, delay: &[f64]) -> Option<f64> {
     Some(if delay.iter().any(|&d| d > 0.0) {
         pred.slow_ms
     } else {
-        pred.healthy_ms
+        pred.healthy_ms.min(pred.slow_ms)
     })
 }
 
@@ -363,6 +364,10 @@ mod tests {
         // A copy at half speed costs a compute-bound pipeline little.
         assert!(pct(copy, "1f1b") > pct(slight, "1f1b"), "{copy:?}");
         assert!(pct(copy, "1f1b") <= 0.0);
+        // Keeping a failed node never reads as a gain, under either runtime.
+        for c in [half, slight, copy] {
+            assert!(c.iter().all(|(_, f)| f.throughput_pct <= 0.0), "{c:?}");
+        }
         assert!(line(half).starts_with("keeping n1: -"), "{}", line(half));
         assert!(line(half).contains("throughput with adaptive"));
     }
