@@ -270,7 +270,8 @@ fn print_costs(costs: &[cost::KeepCost]) {
     };
     println!(
         "cost of keeping them (the simulator: a {}-stage pipeline of this fleet's nodes, the node \
-         as stage {}, the simulator's default stage times; keep_cost.csv):",
+         as stage {}, the default stage times or --profile's, Megatron's 1F1B and PipeMorph's \
+         runtimes; keep_cost.csv):",
         p.stages, p.stage
     );
     for c in costs {
