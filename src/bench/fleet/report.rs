@@ -162,12 +162,7 @@ pub fn write(
         .filter(|n| n.verdict == FAIL)
         .map(|n| (n.rank, n.host.clone()))
         .collect();
-    let mut costs = cost::estimate(&rows, &failed, ranks.len(), profile);
-    costs.extend(cost::estimate_links(
-        &slow_links(ranks, links),
-        ranks.len(),
-        profile,
-    ));
+    let costs = keep_costs(&rows, &failed, (ranks, links), profile);
     let mut sink: CsvSink<KeepCostTable> = dir.table()?;
     for (i, (p, f)) in costs.iter().flatten().enumerate() {
         let case = format!("r{}_{}_{i}", p.rank, p.schedule);
@@ -261,6 +256,22 @@ fn links_summary(ranks: &[RankOutcome], links: &LinksResult) -> serde_json::Valu
                 .collect::<Vec<_>>(),
         }),
     }
+}
+
+/// What keeping each failed node, and each slow link no node explains, would cost.
+fn keep_costs(
+    rows: &[super::verdict::Row],
+    failed: &[(u32, String)],
+    (ranks, links): (&[RankOutcome], &LinksResult),
+    profile: Option<&cost::Profile>,
+) -> Vec<cost::KeepCost> {
+    let mut costs = cost::estimate(rows, failed, ranks.len(), profile);
+    costs.extend(cost::estimate_links(
+        &slow_links(ranks, links),
+        ranks.len(),
+        profile,
+    ));
+    costs
 }
 
 /// What keeping each failed node would cost, as the simulator estimates it.

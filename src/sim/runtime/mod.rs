@@ -325,6 +325,16 @@ impl Mechanisms {
         }
     }
 
+    /// ZB's device path: two-rank communicators, a consumer waiting for its receive's batch.
+    fn zb_device(&self) -> RuntimeModel {
+        let blocking = if self.batch_waits {
+            Blocking::Receiver
+        } else {
+            Blocking::None
+        };
+        self.device(blocking, false)
+    }
+
     fn offload(&self) -> RuntimeModel {
         RuntimeModel {
             path: Path::Offload,
@@ -484,12 +494,7 @@ pub fn predict(
         }
         System::Zb => {
             let p = zb_programs(job, mech)?;
-            let blocking = if mech.batch_waits {
-                Blocking::Receiver
-            } else {
-                Blocking::None
-            };
-            let m = mech.device(blocking, false);
+            let m = mech.zb_device();
             Ok(Prediction {
                 healthy_ms: run(&p, &calm_split, &m)?,
                 slow_ms: run(&p, &split, &m)?,
@@ -510,16 +515,7 @@ pub fn predict(
             let p = program::from_orders(&orders, s);
             let slow_ms = run(&p, &split, &m)?;
             let healthy_ms = if mech.healthy_on_device {
-                let blocking = if mech.batch_waits {
-                    Blocking::Receiver
-                } else {
-                    Blocking::None
-                };
-                run(
-                    &zb_programs(job, mech)?,
-                    &calm_split,
-                    &mech.device(blocking, false),
-                )?
+                run(&zb_programs(job, mech)?, &calm_split, &mech.zb_device())?
             } else {
                 run(&p, &calm_split, &m)?
             };

@@ -1,0 +1,218 @@
+//! A `pipeline` run folder as validation input: its cases with a delay against the case of the
+//! same schedule and comm without one, predicted from its own measured timeline.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+
+use super::{median, Case, Input};
+use crate::bench::pipeline::table::{PipelineTable, TimelineTable};
+use crate::export::{read_table, Line};
+use crate::sim::model::{OpKind, MAX_MS};
+use crate::sim::runtime::program::Orders;
+use crate::sim::runtime::System;
+
+/// Columns of the rows made from a pipeline run folder.
+const PIPELINE_COLUMNS: [&str; 12] = [
+    "case",
+    "system",
+    "schedule",
+    "slow_links",
+    "delay_ms",
+    "stages",
+    "microbatches",
+    "tf_ms",
+    "tb_ms",
+    "tw_ms",
+    "healthy_ms",
+    "slow_ms",
+];
+
+/// One case's measured lane: op durations by kind and stage, how long each sending op held its
+/// stage after computing (copy, and inline: send and acknowledgement), and each stage's order.
+type Lane = (
+    [Vec<Vec<f64>>; 3],
+    Vec<Vec<f64>>,
+    Vec<Vec<(f64, OpKind, usize)>>,
+);
+
+fn lane_of(ops: &[Line<TimelineTable>], case: &str, stages: usize) -> Result<Lane, String> {
+    let measured: Vec<&Line<TimelineTable>> = ops
+        .iter()
+        .filter(|o| o.lead.case == case && o.params.lane == "measured")
+        .collect();
+    if measured.is_empty() {
+        return Err("no measured ops in pipeline_timeline.csv".into());
+    }
+    let mut times = [
+        vec![Vec::new(); stages],
+        vec![Vec::new(); stages],
+        vec![Vec::new(); stages],
+    ];
+    let mut send = vec![Vec::new(); stages];
+    let mut orders: Vec<Vec<(f64, OpKind, usize)>> = vec![Vec::new(); stages];
+    for o in &measured {
+        let (s, k) = (o.params.stage as usize, o.params.kind);
+        if s >= stages {
+            return Err(format!("an op on stage {s} of {stages}"));
+        }
+        times[k.index()][s].push(o.params.end_ms - o.params.start_ms);
+        let sends = matches!(k, OpKind::F if s + 1 < stages) || matches!(k, OpKind::B if s > 0);
+        if sends {
+            send[s].push(o.params.queue_end_ms - o.params.end_ms);
+        }
+        orders[s].push((o.params.start_ms, k, o.params.microbatch as usize));
+    }
+    Ok((times, send, orders))
+}
+
+/// A case's `slow` cell: `none`, or `LINK:MS` on a link the pipeline has.
+fn slow_of(slow: &str, stages: usize) -> Result<Option<(usize, f64)>, String> {
+    if slow == "none" {
+        return Ok(None);
+    }
+    let parsed = slow
+        .split_once(':')
+        .and_then(|(l, d)| Some((l.parse::<usize>().ok()?, d.parse::<f64>().ok()?)));
+    match parsed {
+        Some((l, d)) if l + 1 < stages && d.is_finite() && (0.0..=MAX_MS).contains(&d) => {
+            Ok(Some((l, d)))
+        }
+        _ => Err(format!("slow '{slow}' is not LINK:MS of a link it has")),
+    }
+}
+
+/// A case without delay (`none`, or `LINK:0` in a sweep) is its schedule's healthy one.
+fn calm(slow: &str, stages: usize) -> bool {
+    match slow_of(slow, stages) {
+        Ok(None) => true,
+        Ok(Some((_, d))) => d == 0.0,
+        Err(_) => false,
+    }
+}
+
+/// Per stage, the median of each stage's values.
+fn medians(v: &[Vec<f64>]) -> Vec<f64> {
+    v.iter().map(|x| median(x.clone())).collect()
+}
+
+/// One case as a row (its record and its case), judged against its healthy case.
+fn case_of(
+    line: &Line<PipelineTable>,
+    cases: &[Line<PipelineTable>],
+    ops: &[Line<TimelineTable>],
+) -> Result<(Vec<String>, Case), String> {
+    let p = &line.params;
+    let stages = p.stages as usize;
+    if !(2..=256).contains(&stages) || p.microbatches == 0 {
+        return Err(format!(
+            "{} stages, {} microbatches",
+            p.stages, p.microbatches
+        ));
+    }
+    let system = if p.comm == "offload" {
+        System::MorphbenchOffload
+    } else {
+        System::MorphbenchInline
+    };
+    let mut delay = vec![0.0; stages - 1];
+    let (mut link_cell, mut delay_cell) = (String::new(), "0".to_string());
+    if let Some((l, d)) = slow_of(&p.slow, stages)? {
+        delay[l] = d;
+        (link_cell, delay_cell) = (format!("{l}_{}", l + 1), format!("{d}"));
+    }
+    let (times, send, orders) = lane_of(ops, &line.lead.case, stages)?;
+    let (tf, tb, tw) = (medians(&times[0]), medians(&times[1]), medians(&times[2]));
+    if tf.iter().chain(&tb).any(|&t| t <= 0.0) {
+        return Err("a stage has no F or B ops with a duration".into());
+    }
+    let orders: Orders = orders
+        .into_iter()
+        .map(|mut o| {
+            o.sort_by(|a, b| a.0.total_cmp(&b.0));
+            o.into_iter().map(|(_, k, m)| (k, m)).collect()
+        })
+        .collect();
+    let calm_case = cases.iter().find(|c| {
+        calm(&c.params.slow, stages) && c.params.schedule == p.schedule && c.params.comm == p.comm
+    });
+    // What a send holds without the delay (inline, the wait for the acknowledgement
+    // includes it): the healthy case's, where there is one.
+    let send = match calm_case {
+        Some(c) => lane_of(ops, &c.lead.case, stages)?.1,
+        None => send,
+    };
+    let (healthy_ms, slow_ms) = match calm(&p.slow, stages) {
+        true => (Some(line.figures.iteration_ms), None),
+        false => (
+            calm_case.map(|c| c.figures.iteration_ms),
+            Some(line.figures.iteration_ms),
+        ),
+    };
+    let list = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.4}"))
+            .collect::<Vec<_>>()
+            .join(";")
+    };
+    let opt = |x: Option<f64>| x.map(|v| format!("{v}")).unwrap_or_default();
+    let record = vec![
+        line.lead.case.clone(),
+        system.to_string(),
+        p.schedule.clone(),
+        link_cell,
+        delay_cell,
+        stages.to_string(),
+        p.microbatches.to_string(),
+        list(&tf),
+        list(&tb),
+        list(&tw),
+        opt(healthy_ms),
+        opt(slow_ms),
+    ];
+    let case = Case {
+        system,
+        stages,
+        microbatches: p.microbatches as usize,
+        tf,
+        tb,
+        tw,
+        delay,
+        activation_bytes: 0.0,
+        channels: 1,
+        healthy_ms,
+        slow_ms,
+        orders: Some(orders),
+        send_ms: medians(&send),
+    };
+    Ok((record, case))
+}
+
+/// A `pipeline` run folder: each case with an injected delay against its case without one
+/// (same schedule and comm), op times, orders and send times from its measured timeline.
+pub(super) fn read(dir: &Path) -> Result<Input> {
+    let cases: Vec<Line<PipelineTable>> =
+        read_table(&dir.join("pipeline.csv")).with_context(|| {
+            format!(
+                "{}: a run folder for --validate needs pipeline.csv",
+                dir.display()
+            )
+        })?;
+    let ops: Vec<Line<TimelineTable>> = read_table(&dir.join("pipeline_timeline.csv"))
+        .with_context(|| format!("{}: no pipeline_timeline.csv", dir.display()))?;
+    let mut input = Input {
+        header: PIPELINE_COLUMNS.map(String::from).to_vec(),
+        records: Vec::new(),
+        cases: Vec::new(),
+    };
+    for line in &cases {
+        let (record, case) = case_of(line, &cases, &ops)
+            .map_err(|why| anyhow!("{}: case '{}': {why}", dir.display(), line.lead.case))?;
+        input.records.push(record);
+        input.cases.push(case);
+    }
+    if input.cases.is_empty() {
+        anyhow::bail!("{}: pipeline.csv has no cases", dir.display());
+    }
+    Ok(input)
+}

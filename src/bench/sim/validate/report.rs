@@ -1,0 +1,186 @@
+//! Predicting the rows: validate.csv, the printed table and spread line, and the ablation.
+
+use anyhow::{anyhow, Context, Result};
+
+use super::{errors, spread, Input, BENCH};
+use crate::export::RunDir;
+use crate::output::Progress;
+use crate::sim::runtime::Mechanisms;
+
+/// The validation as a bench of a run: writes validate.csv and prints the table.
+pub struct ValidateBench {
+    pub input: Input,
+    pub source: String,
+    /// Also predict with each mechanism switched off in turn (validate_ablation.csv).
+    pub ablation: bool,
+}
+
+/// Each mechanism switched off in turn: its median, p90 and worst error_extra over the rows
+/// with measured values, written to validate_ablation.csv and printed.
+fn ablation(input: &Input, dir: &RunDir, progress: &Progress) -> Result<serde_json::Value> {
+    let path = dir.path.join("validate_ablation.csv");
+    let mut w = csv::Writer::from_path(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    w.write_record([
+        "switched_off",
+        "rows",
+        "error_extra_median",
+        "error_extra_p90",
+        "error_extra_max",
+        "within_10pct",
+    ])?;
+    progress.println(format!(
+        "{:<34} {:>7} {:>7} {:>7} {:>8}",
+        "switched off", "median", "p90", "worst", "<= 10%"
+    ));
+    let mut out = Vec::new();
+    let runs = std::iter::once(("nothing (all mechanisms)", Mechanisms::ALL))
+        .chain(Mechanisms::ablations());
+    for (name, mech) in runs {
+        let mut e = Vec::new();
+        for c in &input.cases {
+            let p = c.predict(&mech).map_err(|e| anyhow!("{name}: {e}"))?;
+            e.extend(errors(c, &p).0);
+        }
+        let Some((m, p90, max)) = spread(&e) else {
+            continue;
+        };
+        let within = e.iter().filter(|&&x| x <= 0.10).count();
+        w.write_record([
+            name.to_string(),
+            e.len().to_string(),
+            format!("{m:.4}"),
+            format!("{p90:.4}"),
+            format!("{max:.4}"),
+            within.to_string(),
+        ])?;
+        progress.println(format!(
+            "{name:<34} {:>7} {:>7} {:>7} {:>8}",
+            pct(Some(m)),
+            pct(Some(p90)),
+            pct(Some(max)),
+            format!("{within}/{}", e.len())
+        ));
+        out.push(serde_json::json!({ "switched_off": name, "median": m, "p90": p90, "max": max }));
+    }
+    w.flush()?;
+    Ok(serde_json::Value::Array(out))
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map(|e| format!("{:.1}%", 100.0 * e))
+        .unwrap_or_else(|| "-".into())
+}
+
+impl crate::bench::Bench for ValidateBench {
+    fn name(&self) -> &'static str {
+        BENCH
+    }
+    fn needs_gpu(&self) -> bool {
+        false
+    }
+    fn points(&self) -> u64 {
+        self.input.cases.len() as u64
+    }
+    fn run(
+        &self,
+        _gpu: Option<&crate::gpu::Gpu>,
+        dir: &RunDir,
+        progress: &Progress,
+    ) -> Result<crate::bench::Notes> {
+        let path = dir.path.join("validate.csv");
+        let mut w = csv::Writer::from_path(&path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        let mut header = self.input.header.clone();
+        header.extend(
+            [
+                "predicted_healthy_ms",
+                "predicted_slow_ms",
+                "error_extra",
+                "error_slow",
+            ]
+            .map(String::from),
+        );
+        w.write_record(&header)?;
+        progress.println(format!(
+            "{:<18} {:<12} {:>6} {:>9} {:>9} {:>10} {:>10} {:>7}",
+            "system", "slow links", "delay", "healthy", "slow", "meas. +", "pred. +", "error"
+        ));
+        let mut extra_errors = Vec::new();
+        for (case, rec) in self.input.cases.iter().zip(&self.input.records) {
+            let p = case
+                .predict(&Mechanisms::ALL)
+                .map_err(|e| anyhow!("{} row: {e}", case.system))?;
+            let (e_extra, e_slow) = errors(case, &p);
+            extra_errors.extend(e_extra);
+            let mut row = rec.clone();
+            row.resize(self.input.header.len(), String::new());
+            let opt = |x: Option<f64>| x.map(|v| format!("{v:.4}")).unwrap_or_default();
+            row.extend([
+                format!("{:.2}", p.healthy_ms),
+                format!("{:.2}", p.slow_ms),
+                opt(e_extra),
+                opt(e_slow),
+            ]);
+            w.write_record(&row)?;
+            w.flush()?;
+            let col = |name: &str| {
+                let i = self.input.header.iter().position(|h| h == name);
+                i.and_then(|i| rec.get(i)).cloned().unwrap_or_default()
+            };
+            let measured = match (case.healthy_ms, case.slow_ms) {
+                (Some(h), Some(s)) => format!("{:+.1}", s - h),
+                _ => "-".into(),
+            };
+            progress.println(format!(
+                "{:<18} {:<12} {:>6} {:>9} {:>9} {:>10} {:>10.1} {:>7}",
+                case.system.to_string(),
+                col("slow_links"),
+                col("delay_ms"),
+                col("healthy_ms"),
+                col("slow_ms"),
+                measured,
+                p.slow_ms - p.healthy_ms,
+                pct(e_extra)
+            ));
+            progress.inc();
+        }
+        let mut notes = crate::bench::Notes::new();
+        let rows = self.input.cases.len();
+        let line = match spread(&extra_errors) {
+            Some((m, p90, max)) => {
+                notes.insert(
+                    "validate".into(),
+                    serde_json::json!({
+                        "source": self.source,
+                        "rows": rows,
+                        "judged": extra_errors.len(),
+                        "error_extra_median": m,
+                        "error_extra_p90": p90,
+                        "error_extra_max": max,
+                    }),
+                );
+                format!(
+                    "validate: {rows} rows, error_extra median {}, p90 {}, max {} ({} within 10%)",
+                    pct(Some(m)),
+                    pct(Some(p90)),
+                    pct(Some(max)),
+                    extra_errors.iter().filter(|&&e| e <= 0.10).count()
+                )
+            }
+            None => {
+                notes.insert(
+                    "validate".into(),
+                    serde_json::json!({ "source": self.source, "rows": rows, "judged": 0 }),
+                );
+                format!("validate: {rows} rows predicted; none has measured healthy_ms and slow_ms, so no error")
+            }
+        };
+        progress.println(line);
+        if self.ablation {
+            let a = ablation(&self.input, dir, progress)?;
+            notes.insert("validate_ablation".into(), a);
+        }
+        Ok(notes)
+    }
+}
