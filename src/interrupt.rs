@@ -1,7 +1,8 @@
 //! Ctrl-C and SIGTERM: nothing is lost and nothing is left behind. Every run folder open in
 //! this process is finished as `aborted` (its rows so far stay, meta.json says so), every rank
 //! this process started (`--local`) is ended, and the process exits with 128 + the signal, as
-//! a shell expects.
+//! a shell expects. And the one other way a process ends from outside its work: a rank whose
+//! rank 0 is gone gives up at once ([`give_up`]), whatever its test is doing.
 
 use std::path::PathBuf;
 use std::sync::{Mutex, Once};
@@ -9,6 +10,32 @@ use std::sync::{Mutex, Once};
 static OPEN_RUNS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 static INSTALL: Once = Once::new();
+/// How this command reports an error: its exit code, and whether standard output must be one
+/// JSON document (`--json`).
+static ERROR_EXIT: Mutex<(u8, bool)> = Mutex::new((1, false));
+
+/// How this process's errors end it (main sets it once it knows the command).
+pub fn set_error_exit(code: u8, json: bool) {
+    *lock(&ERROR_EXIT) = (code, json);
+}
+
+/// Ends the process now with `why` as its error, as main would have had the error come back
+/// to it: for a thread that finds the run cannot go on while the main thread is held in work
+/// that cannot be cut short (a follower's test, when rank 0 is gone). The ranks this process
+/// started are ended and its open run folders kept as aborted, with their rows.
+pub fn give_up(why: &str) -> ! {
+    let runs = lock(&OPEN_RUNS);
+    stop_children();
+    for dir in runs.iter() {
+        let _ = crate::export::run_dir::mark_aborted(dir, why);
+    }
+    let (code, json) = *lock(&ERROR_EXIT);
+    eprintln!("error: {why}");
+    if json {
+        println!("{}", serde_json::json!({ "error": why, "exit_code": code }));
+    }
+    std::process::exit(i32::from(code))
+}
 
 /// Starts the thread that waits for SIGINT and SIGTERM (once per process).
 pub fn install() {

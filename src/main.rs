@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         _ => 1,
     };
     let json = cli.global.json;
+    morphbench::interrupt::set_error_exit(error_code, json);
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

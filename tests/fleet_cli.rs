@@ -307,8 +307,14 @@ fn the_deeper_levels_measure_the_offload_path_the_links_and_a_real_pipeline() {
             .iter()
             .find(|r| r.0 == rank && r.1 == "links" && r.2 == "gbps")
             .unwrap_or_else(|| panic!("rank {rank} has no links row: {rows:?}"));
-        assert_eq!(links.3, "PASS", "{links:?}");
-        assert!(links.4.starts_with("2 links, none slow"), "{links:?}");
+        // Healthy loopback links blame no node. One link confirmed slow through every retest
+        // can still happen on a 2-core machine whose neighbour takes a core for the whole
+        // retest (CI: 0-1 at 4.3x): that is the link's WARN, never a node's FAIL.
+        match links.3.as_str() {
+            "PASS" => assert!(links.4.starts_with("2 links, none slow"), "{links:?}"),
+            "WARN" => assert!(links.4.starts_with("confirmed slow link to"), "{links:?}"),
+            _ => panic!("a healthy loopback link blamed a node: {links:?}"),
+        }
     }
     // --only: the GPU's own tests did not run.
     assert!(!rows.iter().any(|r| r.1 == "gemm"), "{rows:?}");

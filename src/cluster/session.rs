@@ -6,6 +6,8 @@
 
 use std::marker::PhantomData;
 use std::path::PathBuf;
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
@@ -13,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ClusterError, Who};
-use super::world::{self, World, WorldOptions};
+use super::world::{self, Ticker, World, WorldOptions, SILENCE};
 use crate::export::meta::RunMeta;
 use crate::export::run_dir::RunDir;
 use crate::host::HostInfo;
@@ -29,6 +31,8 @@ pub enum Down<O> {
     Finish,
     /// The run failed: stop, with why.
     Abort(String),
+    /// Rank 0 is still there (every [`super::world::HEARTBEAT`], whatever it is doing).
+    Alive,
 }
 
 /// Any other rank to rank 0.
@@ -49,40 +53,91 @@ fn is_heartbeat<R>(m: &Up<R>) -> bool {
 }
 
 /// Sends [`Up::Alive`] to rank 0 every heartbeat until dropped, so a rank that is stopped or
-/// hung while it works is told apart from one that is slow. The thread sleeps on a channel: it
-/// wakes once a heartbeat (not in between, beside timed work) and at once when dropped.
-struct Heartbeat {
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+/// hung while it works is told apart from one that is slow.
+fn heartbeat<R: Serialize>(world: &World) -> Option<Ticker> {
+    world.root_stream().map(|mut s| {
+        Ticker::start(move || super::frame::send(&mut s, &Up::<R>::Alive).is_ok())
+    })
 }
 
-impl Heartbeat {
-    fn start<R: Serialize>(world: &World) -> Heartbeat {
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let thread = world.root_stream().map(|mut s| {
-            std::thread::spawn(move || {
-                use std::sync::mpsc::RecvTimeoutError::Timeout;
-                while let Err(Timeout) = stopped.recv_timeout(super::world::HEARTBEAT) {
-                    if super::frame::send(&mut s, &Up::<R>::Alive).is_err() {
+/// A follower's ear on rank 0 for the whole run: a thread reads everything rank 0 sends (its
+/// heartbeats among them) and passes on the rest. Rank 0 gone (its connection reset or closed,
+/// or [`SILENCE`] without a word: stopped, hung, its host down) or rank 0 ending the run is
+/// passed on too; and if the follower has not taken the news within [`TAKE_NEWS`] (it is deep
+/// in a test with another rank, which may go on for many seconds), the process gives up at
+/// once ([`crate::interrupt::give_up`]) naming rank 0, rather than hold its GPU and its
+/// allocation until the test ends. Dropping the watch disarms it.
+struct RootWatch<O> {
+    inbox: Receiver<Result<Down<O>, ClusterError>>,
+    armed: Arc<Mutex<bool>>,
+}
+
+/// How long a follower's main thread has to take the news that rank 0 is gone before the
+/// watch ends the process.
+const TAKE_NEWS: Duration = Duration::from_millis(300);
+
+/// How long a follower whose test failed waits to hear whether rank 0 is gone: rank 0's
+/// heartbeats stop for every follower at once, so the others' silences end within a few
+/// milliseconds of each other (and a killed rank 0's connections all close at once).
+const NEWS_OF_ROOT: Duration = Duration::from_millis(500);
+
+impl<O: DeserializeOwned + Send + 'static> RootWatch<O> {
+    fn start(world: &World) -> Result<RootWatch<O>, ClusterError> {
+        let who = world.who(0);
+        let mut stream = world
+            .root_stream()
+            .ok_or_else(|| ClusterError::Io("no connection to rank 0 to watch".into()))?;
+        let (tx, inbox) = std::sync::mpsc::channel();
+        let armed = Arc::new(Mutex::new(true));
+        let still_armed = Arc::clone(&armed);
+        std::thread::spawn(move || loop {
+            let heard = super::frame::receive::<Down<O>>(&mut stream, Instant::now() + SILENCE);
+            let fatal = match heard {
+                Ok(Down::Alive) => continue,
+                Ok(Down::Abort(why)) => ClusterError::Aborted(why),
+                Ok(m) => {
+                    let last = matches!(m, Down::Finish);
+                    if tx.send(Ok(m)).is_err() || last {
                         return;
                     }
+                    continue;
                 }
-            })
+                Err(e) => ClusterError::from_wire(who.clone(), e, "its connection closed"),
+            };
+            let _ = tx.send(Err(fatal.clone()));
+            std::thread::sleep(TAKE_NEWS);
+            let armed = still_armed.lock().unwrap_or_else(|e| e.into_inner());
+            if *armed {
+                crate::interrupt::give_up(&format!("{fatal}; this rank stopped its test"));
+            }
+            return;
         });
-        Heartbeat {
-            stop: Some(stop),
-            thread,
+        Ok(RootWatch { inbox, armed })
+    }
+
+    /// Rank 0's failure, if the watch hears of it within `wait`: for a follower whose test
+    /// failed, because a failure of rank 0 ends the other followers too, and the link to
+    /// one of them may close first.
+    fn lost_within(&self, wait: Duration) -> Option<ClusterError> {
+        match self.inbox.recv_timeout(wait) {
+            Ok(Err(lost)) => Some(lost),
+            _ => None,
+        }
+    }
+
+    /// The next order (or ping, or the end), or rank 0's failure; an order not come within
+    /// `wait` takes rank 0 for hung.
+    fn next(&self, wait: Duration, who: Who) -> Result<Down<O>, ClusterError> {
+        match self.inbox.recv_timeout(wait) {
+            Ok(m) => m,
+            Err(_) => Err(ClusterError::Silent { who }),
         }
     }
 }
 
-impl Drop for Heartbeat {
-    /// Stops and joins the thread: every heartbeat is on the wire before the reply is.
+impl<O> Drop for RootWatch<O> {
     fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = false;
     }
 }
 
@@ -138,6 +193,7 @@ pub fn run_ranked<B: Ranked>(bench: &mut B, opts: &SessionOptions) -> Result<Opt
         return Err(e);
     }
     if world.rank() == 0 {
+        let _beating = world.heartbeats(Down::<()>::Alive);
         lead(bench, &mut world, opts).map(Some)
     } else {
         follow(bench, &mut world).map(|()| None)
@@ -191,12 +247,12 @@ fn lead<B: Ranked>(bench: &mut B, world: &mut World, opts: &SessionOptions) -> R
 }
 
 fn follow<B: Ranked>(bench: &mut B, world: &mut World) -> Result<()> {
+    let watch = RootWatch::<B::Order>::start(world)?;
     loop {
-        let wait = bench.patience(world);
-        let order: Down<B::Order> = world.hear_root(Instant::now() + wait)?;
+        let order = watch.next(bench.patience(world), world.who(0))?;
         let reply = match order {
             Down::Order(o) => {
-                let _alive = Heartbeat::start::<B::Reply>(world);
+                let _alive = heartbeat::<B::Reply>(world);
                 crate::suite::catching(|| bench.follow(world, o))
             }
             Down::Ping => {
@@ -205,10 +261,14 @@ fn follow<B: Ranked>(bench: &mut B, world: &mut World) -> Result<()> {
             }
             Down::Finish => return Ok(()),
             Down::Abort(why) => return Err(ClusterError::Aborted(why).into()),
+            Down::Alive => continue,
         };
         let reply = match reply {
             Ok(r) => r,
             Err(e) => {
+                if let Some(lost) = watch.lost_within(NEWS_OF_ROOT) {
+                    return Err(anyhow!("{lost}; this rank stopped its test ({e:#})"));
+                }
                 let _ = world.tell_root(&Up::<B::Reply>::Failed(format!("{e:#}")));
                 return Err(e);
             }

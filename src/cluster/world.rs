@@ -4,6 +4,7 @@
 //! named.
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -19,7 +20,8 @@ pub const GRACE: Duration = Duration::from_millis(300);
 /// How often a rank at work on an order tells rank 0 it is alive.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
 /// How long rank 0 waits for a word (a heartbeat or the reply) from a rank at work before it
-/// takes it for stopped.
+/// takes it for stopped; and how long any other rank waits for a word (rank 0's heartbeat, an
+/// order) before it takes rank 0 for stopped.
 pub const SILENCE: Duration = Duration::from_secs(3);
 
 /// The next message that is not a heartbeat, by `deadline`; silence for [`SILENCE`] is a
@@ -69,6 +71,9 @@ pub struct World {
     /// This rank's data listener, on the address the others reach it at.
     pub data: TcpListener,
     pub control: Control,
+    /// Held by every write to the other ranks at rank 0: orders and heartbeats go out from
+    /// two threads, and a frame must never be cut by another.
+    writing: Arc<Mutex<()>>,
 }
 
 fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, ClusterError> {
@@ -140,7 +145,48 @@ pub fn establish(
         roster,
         data,
         control,
+        writing: Arc::default(),
     })
+}
+
+/// Calls `tick` each [`HEARTBEAT`] on a thread of its own until `tick` returns false or the
+/// ticker is dropped. The thread sleeps on a channel: it wakes once a heartbeat (not in
+/// between, beside timed work) and at once when dropped; dropping it joins the thread, so
+/// every tick is done before what follows.
+pub struct Ticker {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    pub fn start(mut tick: impl FnMut() -> bool + Send + 'static) -> Ticker {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            use std::sync::mpsc::RecvTimeoutError::Timeout;
+            while let Err(Timeout) = stopped.recv_timeout(HEARTBEAT) {
+                if !tick() {
+                    return;
+                }
+            }
+        });
+        Ticker {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn io(e: std::io::Error) -> ClusterError {
@@ -207,6 +253,7 @@ impl World {
         best_effort: bool,
     ) -> Result<(), ClusterError> {
         let whos: Vec<Who> = (1..self.size()).map(|r| self.who(r)).collect();
+        let _writing = lock(&self.writing);
         let Control::Root(peers) = &mut self.control else {
             return Err(ClusterError::Protocol("only rank 0 broadcasts".into()));
         };
@@ -226,6 +273,7 @@ impl World {
     /// Rank 0: sends `m` to one rank.
     pub fn send_to<M: Serialize>(&mut self, rank: u32, m: &M) -> Result<(), ClusterError> {
         let who = self.who(rank);
+        let _writing = lock(&self.writing);
         let Control::Root(peers) = &mut self.control else {
             return Err(ClusterError::Protocol("only rank 0 sends to ranks".into()));
         };
@@ -305,21 +353,32 @@ impl World {
         })
     }
 
+    /// Rank 0: sends `beat` to every other rank each [`HEARTBEAT`] until the ticker is
+    /// dropped, whatever rank 0 itself is doing, so a follower deep in a test notices a
+    /// stopped rank 0 by its silence (see [`SILENCE`]). None at any other rank.
+    pub fn heartbeats<M: Serialize + Send + 'static>(&self, beat: M) -> Option<Ticker> {
+        let Control::Root(peers) = &self.control else {
+            return None;
+        };
+        let mut peers: Vec<Option<TcpStream>> = peers.iter().map(|s| s.try_clone().ok()).collect();
+        let writing = Arc::clone(&self.writing);
+        Some(Ticker::start(move || {
+            let _writing = lock(&writing);
+            for peer in peers.iter_mut() {
+                // A rank that cannot be written to is gone: rank 0's own reads name it.
+                if peer.as_mut().is_some_and(|s| frame::send(s, &beat).is_err()) {
+                    *peer = None;
+                }
+            }
+            true
+        }))
+    }
+
     /// Any other rank: a second handle on the connection to rank 0 (for heartbeats).
     pub fn root_stream(&self) -> Option<TcpStream> {
         match &self.control {
             Control::Leaf(s) => s.try_clone().ok(),
             Control::Root(_) => None,
         }
-    }
-
-    /// Any other rank: the next message from rank 0, by `deadline`.
-    pub fn hear_root<M: DeserializeOwned>(&mut self, deadline: Instant) -> Result<M, ClusterError> {
-        let who = self.who(0);
-        let Control::Leaf(s) = &mut self.control else {
-            return Err(ClusterError::Protocol("rank 0 does not hear itself".into()));
-        };
-        frame::receive(s, deadline)
-            .map_err(|e| ClusterError::from_wire(who, e, "its connection closed"))
     }
 }
