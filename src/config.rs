@@ -73,7 +73,7 @@ impl SuiteConfig {
     }
 
     pub fn load(path: &Path) -> Result<SuiteConfig> {
-        let text = std::fs::read_to_string(path).with_context(|| {
+        let text = crate::export::read_input(path).with_context(|| {
             format!(
                 "cannot read config {}: check the path, or omit --config to run the built-in quick suite",
                 path.display()

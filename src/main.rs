@@ -264,7 +264,7 @@ fn sim_command(
     }
     let trace = match &a.trace {
         Some(p) => Some(
-            std::fs::read_to_string(p)
+            morphbench::export::read_input(p)
                 .map_err(|e| anyhow::anyhow!("cannot read trace {}: {e}", p.display()))?,
         ),
         None => None,
@@ -426,19 +426,26 @@ fn plot(
     quiet: bool,
 ) -> anyhow::Result<morphbench::export::plot::PlotOutcome> {
     for d in std::iter::once(dir).chain(compare.iter().map(|p| p.as_path())) {
-        let has_run = d.join("meta.json").exists()
-            || std::fs::read_dir(d).is_ok_and(|mut it| {
-                it.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "csv")))
-            });
-        if !has_run {
-            anyhow::bail!(
+        let meta = morphbench::export::read_meta(d);
+        let has_csv = std::fs::read_dir(d).is_ok_and(|mut it| {
+            it.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "csv")))
+        });
+        match meta {
+            Err(why) if !has_csv => {
+                anyhow::bail!("{why}, and the folder holds no CSV: nothing to draw")
+            }
+            Ok(None) if !has_csv => anyhow::bail!(
                 "{} is not a run folder (results/<run-id> with meta.json or CSVs): check the path",
                 d.display()
-            );
+            ),
+            _ => {}
         }
     }
     let outcome = morphbench::export::plot::plot_run(dir, format, compare)?;
     morphbench::export::report::write_report(dir, &outcome)?;
+    for w in &outcome.warnings {
+        eprintln!("warning: {w}");
+    }
     if !quiet {
         for f in &outcome.figures {
             for p in &f.files {

@@ -46,9 +46,9 @@ fn wait_for(home: &Path, file: &str, lines: usize, started: Instant) -> std::pat
     let out = home.join("results");
     loop {
         assert!(started.elapsed() < Duration::from_secs(120), "no {file}");
-        let run = std::fs::read_dir(&out).ok().and_then(|mut d| {
-            d.find_map(|e| e.ok().map(|e| e.path()).filter(|p| !p.is_symlink()))
-        });
+        let run = std::fs::read_dir(&out)
+            .ok()
+            .and_then(|mut d| d.find_map(|e| e.ok().map(|e| e.path()).filter(|p| !p.is_symlink())));
         if let Some(run) = run {
             let text = std::fs::read_to_string(run.join(file)).unwrap_or_default();
             if text.lines().count() > lines {

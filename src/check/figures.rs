@@ -348,11 +348,12 @@ pub fn collect(dir: &Path) -> Result<RunFigures> {
             files.push(t.file());
         }
     }
+    // A check must know what it compares: which run (a copy of the baseline passes
+    // whatever it measured), on which adapter and host.
     let label = RunLabel::of(dir);
-    if let Some(problem) = &label.meta_problem {
+    if let Some(why) = label.meta_warning(dir) {
         anyhow::bail!(
-            "{problem}: the run folder's meta.json is damaged, so its adapter and host are \
-             unknown; give an intact run folder"
+            "{why}; a check needs each run's identity: give the run folder as the run wrote it"
         );
     }
     if figures.is_empty() {

@@ -9,7 +9,7 @@ mod repeated;
 pub mod stats;
 mod table;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -400,14 +400,16 @@ fn refuse_empty_comparisons(runs: &[RunFigures], bases: &[RunFigures]) -> Result
             );
         }
     }
+    let benches = |r: &RunFigures| {
+        let b: BTreeSet<&str> = r.figures.keys().map(|k| k.bench.as_str()).collect();
+        match b.len() {
+            0 => "no figure".to_string(),
+            _ => b.into_iter().collect::<Vec<_>>().join(", "),
+        }
+    };
     for base in bases {
         let run = &runs[0];
         if !run.figures.keys().any(|k| base.figures.contains_key(k)) {
-            let benches = |r: &RunFigures| {
-                let b: std::collections::BTreeSet<&str> =
-                    r.figures.keys().map(|k| k.bench.as_str()).collect();
-                b.into_iter().collect::<Vec<_>>().join(", ")
-            };
             anyhow::bail!(
                 "nothing to compare: {} measured {} and the baseline {} measured {}; give a \
                  baseline of the same benches and sizes",
@@ -415,6 +417,27 @@ fn refuse_empty_comparisons(runs: &[RunFigures], bases: &[RunFigures]) -> Result
                 benches(run),
                 base.run_id,
                 benches(base)
+            );
+        }
+    }
+    // A fleet judges a figure by the median of the runs that have it: a figure fewer than
+    // MIN_FLEET runs measured is judged by nobody.
+    if bases.is_empty() && runs.len() >= MIN_FLEET {
+        let mut have: BTreeMap<&Key, usize> = BTreeMap::new();
+        for key in runs.iter().flat_map(|r| r.figures.keys()) {
+            *have.entry(key).or_default() += 1;
+        }
+        if !have.values().any(|&n| n >= MIN_FLEET) {
+            let each: Vec<String> = runs
+                .iter()
+                .map(|r| format!("{} measured {}", r.run_id, benches(r)))
+                .collect();
+            anyhow::bail!(
+                "nothing to compare: no figure was measured by {} or more of the {} runs ({}); \
+                 a fleet check needs runs of the same benches and sizes, one per node",
+                MIN_FLEET,
+                runs.len(),
+                each.join("; ")
             );
         }
     }

@@ -140,7 +140,7 @@ pub struct Policy {
 
 impl Policy {
     pub fn load(path: &Path) -> Result<Policy> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::export::read_input(path)
             .with_context(|| format!("cannot read policy {}", path.display()))?;
         Policy::parse(&text).with_context(|| format!("policy {}", path.display()))
     }

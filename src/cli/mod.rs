@@ -300,7 +300,7 @@ impl HolArgs {
         let defaults = HolPlan::default();
         let delays = match (&self.trace, &self.delay_ms) {
             (Some(p), _) => {
-                let text = std::fs::read_to_string(p)
+                let text = crate::export::read_input(p)
                     .map_err(|e| anyhow::anyhow!("cannot read trace {}: {e}", p.display()))?;
                 Delays::Trace(
                     parse_delay_trace(&text)

@@ -55,9 +55,9 @@ fn is_heartbeat<R>(m: &Up<R>) -> bool {
 /// Sends [`Up::Alive`] to rank 0 every heartbeat until dropped, so a rank that is stopped or
 /// hung while it works is told apart from one that is slow.
 fn heartbeat<R: Serialize>(world: &World) -> Option<Ticker> {
-    world.root_stream().map(|mut s| {
-        Ticker::start(move || super::frame::send(&mut s, &Up::<R>::Alive).is_ok())
-    })
+    world
+        .root_stream()
+        .map(|mut s| Ticker::start(move || super::frame::send(&mut s, &Up::<R>::Alive).is_ok()))
 }
 
 /// A follower's ear on rank 0 for the whole run: a thread reads everything rank 0 sends (its

@@ -366,7 +366,10 @@ impl World {
             let _writing = lock(&writing);
             for peer in peers.iter_mut() {
                 // A rank that cannot be written to is gone: rank 0's own reads name it.
-                if peer.as_mut().is_some_and(|s| frame::send(s, &beat).is_err()) {
+                if peer
+                    .as_mut()
+                    .is_some_and(|s| frame::send(s, &beat).is_err())
+                {
                     *peer = None;
                 }
             }

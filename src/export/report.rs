@@ -247,6 +247,7 @@ fn run_entry(dir: &Path) -> serde_json::Value {
         "adapter": label.adapter_name(),
         "headline": headline,
         "unreadable": error,
+        "meta_problem": label.meta_warning(dir),
     })
 }
 
@@ -367,13 +368,17 @@ pub fn print_runs(out: &Path, json: bool) -> Result<()> {
     }
     for dir in runs {
         let (label, headline, unreadable) = first_headline(&dir);
-        let headline = match unreadable {
-            Some(e) => format!("unreadable: {e}"),
-            None => headline.unwrap_or_else(|| "-".into()),
+        let problem = label.meta_warning(&dir);
+        let headline = match (unreadable, &problem) {
+            (Some(e), _) => format!("unreadable: {e}"),
+            (None, Some(p)) => format!("unreadable: {p}"),
+            (None, None) => headline.unwrap_or_else(|| "-".into()),
         };
-        let status = match label.status.as_str() {
-            "running" => "partial",
-            s => s,
+        let status = match (label.status.as_str(), &problem) {
+            (_, Some(_)) if label.meta_missing => "no meta",
+            (_, Some(_)) => "damaged",
+            ("running", _) => "partial",
+            (s, _) => s,
         };
         let started: String = label
             .started_utc

@@ -78,7 +78,17 @@ pub fn mark_aborted(dir: &Path, why: &str) -> Result<()> {
     Ok(())
 }
 
-/// The run folders under `out` (those with a meta.json), oldest first.
+/// A folder with a meta.json of any kind (a damaged one too: its reader says what is wrong)
+/// or with a CSV: a run, or what is left of one.
+fn looks_like_a_run(dir: &Path) -> bool {
+    dir.is_dir()
+        && (dir.join("meta.json").symlink_metadata().is_ok()
+            || std::fs::read_dir(dir).is_ok_and(|mut it| {
+                it.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "csv")))
+            }))
+}
+
+/// The run folders under `out` (those with a meta.json, or CSVs), oldest first.
 pub fn list_runs(out: &Path) -> Result<Vec<PathBuf>> {
     let entries = std::fs::read_dir(out).with_context(|| {
         format!(
@@ -90,7 +100,7 @@ pub fn list_runs(out: &Path) -> Result<Vec<PathBuf>> {
         .filter_map(|e| e.ok())
         .filter(|e| !e.path().is_symlink())
         .map(|e| e.path())
-        .filter(|p| p.join("meta.json").is_file())
+        .filter(|p| looks_like_a_run(p))
         .collect();
     runs.sort();
     Ok(runs)

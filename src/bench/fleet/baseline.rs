@@ -86,8 +86,16 @@ impl Baseline {
                 dir.display()
             )
         })?;
-        let meta = std::fs::read_to_string(dir.join("meta.json")).unwrap_or_default();
-        let meta: serde_json::Value = serde_json::from_str(&meta).unwrap_or_default();
+        // The baseline names the run it came from: a folder of unknown identity makes none.
+        let meta = crate::export::read_meta(dir)
+            .map_err(anyhow::Error::msg)?
+            .with_context(|| {
+                format!(
+                    "{} has no meta.json: the fleet run's identity is unknown; give the run \
+                     folder as the gate wrote it",
+                    dir.display()
+                )
+            })?;
         // Nodes with no FAIL stand for their SKU, the quiet ones when there are any: a busy
         // node's figures are low.
         let failed: std::collections::BTreeSet<u32> = rows
@@ -182,7 +190,7 @@ impl Baseline {
                 path.display()
             );
         }
-        let text = std::fs::read_to_string(path)
+        let text = crate::export::read_input(path)
             .with_context(|| format!("--baseline {}", path.display()))?;
         let b: Baseline = toml::from_str(&text).with_context(|| {
             format!("--baseline {}: not a baseline (write one with `morphbench baseline FLEET_RUN -o FILE`)", path.display())

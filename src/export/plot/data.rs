@@ -24,22 +24,16 @@ pub struct RunLabel {
     /// Why meta.json could not be read, when the folder has one that is damaged (not a
     /// regular file, too large, not JSON).
     pub meta_problem: Option<String>,
+    /// The folder has no meta.json at all (CSVs only: copied, or written by hand).
+    pub meta_missing: bool,
 }
 
 impl RunLabel {
     pub fn of(dir: &Path) -> RunLabel {
-        let path = dir.join("meta.json");
-        let read = match path.symlink_metadata() {
-            Err(_) => Ok(serde_json::Value::Null),
-            Ok(_) => super::super::read_capped(&path, super::super::MAX_META_BYTES)
-                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())),
-        };
-        let (meta, meta_problem) = match read {
-            Ok(m) => (m, None),
-            Err(e) => (
-                serde_json::Value::Null,
-                Some(format!("{}: {e}", path.display())),
-            ),
+        let (meta, meta_problem, meta_missing) = match super::super::read_meta(dir) {
+            Ok(Some(m)) => (m, None, false),
+            Ok(None) => (serde_json::Value::Null, None, true),
+            Err(e) => (serde_json::Value::Null, Some(e), false),
         };
         let text = |v: &serde_json::Value| v.as_str().map(String::from);
         RunLabel {
@@ -70,6 +64,18 @@ impl RunLabel {
                 })
                 .unwrap_or_default(),
             meta_problem,
+            meta_missing,
+        }
+    }
+
+    /// What could not be used of the folder's meta.json and why, when it is missing or
+    /// damaged: the run's identity, status, host and adapter are then unknown.
+    pub fn meta_warning(&self, dir: &Path) -> Option<String> {
+        let what = "the run's id, status, host and adapter are unknown";
+        match (&self.meta_problem, self.meta_missing) {
+            (Some(p), _) => Some(format!("{p}: {what}")),
+            (None, true) => Some(format!("{} has no meta.json: {what}", dir.display())),
+            _ => None,
         }
     }
 
@@ -83,6 +89,11 @@ impl RunLabel {
 
     /// A warning for a run that did not complete, to put at the top of its report.
     pub fn incomplete(&self) -> Option<String> {
+        if self.meta_missing || self.meta_problem.is_some() {
+            return Some(
+                "Its meta.json is missing or damaged: whether it finished is unknown.".into(),
+            );
+        }
         match self.status.as_str() {
             "complete" => None,
             "running" => Some(

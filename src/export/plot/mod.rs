@@ -72,6 +72,8 @@ pub struct Figure {
 pub struct PlotOutcome {
     pub figures: Vec<Figure>,
     pub skipped: Vec<String>,
+    /// What could not be used (a missing or damaged meta.json), with why.
+    pub warnings: Vec<String>,
 }
 
 /// A figure to draw: file name, what it shows, the chart.
@@ -112,6 +114,12 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
     for other in compare {
         runs.push(Loaded::load(other)?);
     }
+    let dirs = std::iter::once(dir).chain(compare.iter().map(PathBuf::as_path));
+    let warnings: Vec<String> = runs
+        .iter()
+        .zip(dirs)
+        .filter_map(|(r, d)| r.label.meta_warning(d))
+        .collect();
     let title = if runs.len() > 1 {
         format!("{} runs", runs.len())
     } else {
@@ -120,7 +128,10 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
     let plots = dir.join("plots");
     std::fs::create_dir_all(&plots)
         .with_context(|| format!("cannot create {}", plots.display()))?;
-    let mut outcome = PlotOutcome::default();
+    let mut outcome = PlotOutcome {
+        warnings,
+        ..PlotOutcome::default()
+    };
     let registry = crate::tables::tables();
     // A cluster run (links, pipeline) holds none of the single-node tables: nothing to say is
     // missing.

@@ -31,10 +31,11 @@ pub fn read(path: &Path) -> Result<Input> {
     if path.is_dir() {
         return super::pipeline_run::read(path);
     }
+    let text = crate::export::read_input(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let mut r = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
-        .from_path(path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+        .from_reader(text.as_bytes());
     let header: Vec<String> = r
         .headers()
         .with_context(|| format!("{}: no header row", path.display()))?
