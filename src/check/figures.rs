@@ -349,12 +349,16 @@ pub fn collect(dir: &Path) -> Result<RunFigures> {
         }
     }
     // A check must know what it compares: which run (a copy of the baseline passes
-    // whatever it measured), on which adapter and host.
+    // whatever it measured), on which adapter and host. A damaged meta.json is named first;
+    // a folder with neither figures nor meta.json is no run at all.
     let label = RunLabel::of(dir);
-    if let Some(why) = label.meta_warning(dir) {
-        anyhow::bail!(
+    let unknown = label.meta_warning(dir).map(|why| {
+        anyhow::anyhow!(
             "{why}; a check needs each run's identity: give the run folder as the run wrote it"
-        );
+        )
+    });
+    if let (Some(e), Some(_)) = (unknown.as_ref(), &label.meta_problem) {
+        anyhow::bail!("{e}");
     }
     if figures.is_empty() {
         anyhow::bail!(
@@ -363,6 +367,9 @@ pub fn collect(dir: &Path) -> Result<RunFigures> {
             dir.display(),
             files.join(", ")
         );
+    }
+    if let Some(e) = unknown {
+        return Err(e);
     }
     let run_id = label.run_id.clone().unwrap_or_else(|| {
         dir.file_name()
