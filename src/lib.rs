@@ -7,6 +7,7 @@ pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod cluster;
+pub mod commands;
 pub mod config;
 pub mod export;
 pub mod gpu;

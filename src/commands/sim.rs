@@ -1,0 +1,191 @@
+//! `morphbench sim`: a scenario from flags, a file or a measured run, placed when asked, or
+//! validated against measured runs.
+
+use crate::bench::sim::place::LinkCosts;
+use crate::bench::sim::{calibrate_from, OneOrMany, SimBench, SimOutput, SimPlan};
+use crate::bench::Bench;
+use crate::suite;
+
+use super::print_summary;
+
+/// `morphbench sim`: the scenario from flags, a scenario file or a measured run (`--from`),
+/// placed when asked (`--place`), run into its own run folder.
+pub(super) fn sim_command(
+    a: &crate::cli::SimArgs,
+    g: &crate::cli::GlobalArgs,
+) -> anyhow::Result<()> {
+    if let Some(file) = &a.validate {
+        let dir = crate::bench::sim::validate::run(file, a.ablation, &g.options(false))?;
+        return print_summary(&dir, g.json);
+    }
+    // With --json, standard output carries the summary alone.
+    let quiet = g.quiet || g.json;
+    let mut cfg = a.config()?;
+    let links = match &a.from {
+        Some(dir) if dir.join("links.csv").exists() => Some(sim_links(a, &mut cfg, dir, quiet)?),
+        Some(dir) if a.place => anyhow::bail!(
+            "--place needs a links run: {} has no links.csv (run `morphbench links`)",
+            dir.display()
+        ),
+        _ => None,
+    };
+    if let Some(dir) = a
+        .from
+        .as_ref()
+        .filter(|d| links.is_none() || d.join("kernels.csv").exists())
+    {
+        let cal = calibrate_from(dir, a.layers_per_stage)?;
+        if !quiet {
+            println!("{}", cal.note);
+        }
+        // Values given by flag or scenario file win over the calibration, and it says so.
+        let given: Vec<&str> = [
+            ("tf", cfg.tf.is_some()),
+            ("tb", cfg.tb.is_some()),
+            ("tw", cfg.tw.is_some()),
+            ("d2h-ms", cfg.d2h_ms.is_some()),
+            ("link-ms", cfg.link_ms.is_some()),
+        ]
+        .iter()
+        .filter(|(_, set)| *set)
+        .map(|(name, _)| *name)
+        .collect();
+        if !quiet && !given.is_empty() {
+            println!("given, so not calibrated: {}", given.join(", "));
+        }
+        let one = |x: f64| Some(OneOrMany::One(x));
+        cfg.tf = cfg.tf.take().or(one(cal.tf_ms));
+        cfg.tb = cfg.tb.take().or(one(cal.tb_ms));
+        cfg.tw = cfg.tw.take().or(one(cal.tw_ms));
+        cfg.d2h_ms = cfg.d2h_ms.or(cal.d2h_ms);
+        cfg.link_ms = cfg.link_ms.or(cal.link_ms);
+    }
+    let trace = match &a.trace {
+        Some(p) => Some(
+            crate::export::read_input(p)
+                .map_err(|e| anyhow::anyhow!("cannot read trace {}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    let plan = SimPlan::build(&cfg, trace.as_deref()).map_err(anyhow::Error::msg)?;
+    if let (Some(costs), true) = (&links, a.place) {
+        place(costs, &plan, quiet)?;
+    }
+    let timelines = match a.timeline.as_deref() {
+        Some("none") => Vec::new(),
+        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+        None if plan.cases.first().is_some_and(|c| c.scenario.stages <= 32) => {
+            vec!["static:1f1b".into(), "adaptive".into()]
+        }
+        None => Vec::new(),
+    };
+    let output = SimOutput {
+        timelines,
+        width: a.width as usize,
+        trace_out: a.trace_out.clone(),
+        bench_reps: if a.bench { 5 } else { 0 },
+    };
+    let bench: Box<dyn Bench> = Box::new(SimBench { plan, output });
+    let dir = suite::run(
+        &g.options(false),
+        &[bench],
+        Some(serde_json::to_value(&cfg)?),
+    )?;
+    print_summary(&dir.path, g.json)
+}
+
+/// `sim --from` a links run: the stages are its ranks in launcher order, each link costed at
+/// the activation size (flags given still win). Returns the fitted costs for `--place`.
+fn sim_links(
+    a: &crate::cli::SimArgs,
+    cfg: &mut crate::bench::sim::SimConfig,
+    dir: &std::path::Path,
+    quiet: bool,
+) -> anyhow::Result<LinkCosts> {
+    let costs = LinkCosts::from_run(dir, None, a.activation)?;
+    match cfg.stages {
+        Some(s) if s != costs.ranks => anyhow::bail!(
+            "{} has {} ranks, so the pipeline has {} stages: drop --stages {s}",
+            dir.display(),
+            costs.ranks,
+            costs.ranks
+        ),
+        _ => cfg.stages = Some(costs.ranks),
+    }
+    let launcher: Vec<usize> = (0..costs.ranks).collect();
+    if cfg.link_ms.is_none() {
+        let (link_ms, slow) = costs.links_of(&launcher);
+        cfg.link_ms = Some(link_ms);
+        cfg.slow.extend(
+            slow.into_iter()
+                .filter(|(_, d)| *d > 0.0)
+                // To the µs: what a ping-pong's p50 supports, and what a label can show.
+                .map(|(link, delay_ms)| crate::bench::sim::SlowLink {
+                    link,
+                    delay_ms: (delay_ms * 1e3).round() / 1e3,
+                }),
+        );
+        cfg.occupy.extend(
+            costs
+                .occupancy_of(&launcher)
+                .into_iter()
+                .filter(|(_, ms)| *ms > 0.0)
+                .map(|(link, ms)| crate::bench::sim::Occupy { link, ms }),
+        );
+    }
+    if !quiet {
+        println!("{}", costs.note());
+        println!("launcher order: {}", costs.describe(&launcher));
+    }
+    Ok(costs)
+}
+
+/// `sim --place`: the best order of ranks into stages per schedule, against the launcher's.
+fn place(costs: &LinkCosts, plan: &SimPlan, quiet: bool) -> anyhow::Result<()> {
+    let base = &plan.cases[0].scenario;
+    let schedules: Vec<crate::sim::Schedule> = ["adaptive", "1f1b"]
+        .iter()
+        .map(|s| s.parse().expect("built-in schedules"))
+        .collect();
+    let (found, exhaustive) =
+        crate::bench::sim::place::place(costs, base, plan.mem_limit, &schedules)?;
+    let n = costs.ranks;
+    let how = if exhaustive {
+        format!(
+            "exhaustive over all {} orders",
+            (1..=n as u64).product::<u64>()
+        )
+    } else {
+        "heuristic: nearest-neighbour chains over the link costs, then pairwise swaps judged by the simulator (more than 8 ranks)"
+            .to_string()
+    };
+    let show = |o: &[usize]| {
+        o.iter()
+            .map(|r| format!("r{r}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if quiet {
+        return Ok(());
+    }
+    println!("placement of {n} ranks into stages ({how}), predicted iteration time:");
+    println!(
+        "  {:<10} {:<24} {:>12}   {:<24} {:>12} {:>8}",
+        "schedule", "launcher order", "ms", "best order", "ms", "gain"
+    );
+    for p in &found {
+        println!(
+            "  {:<10} {:<24} {:>12.3}   {:<24} {:>12.3} {:>7.3}x",
+            p.schedule,
+            show(&(0..n).collect::<Vec<_>>()),
+            p.launcher_ms,
+            show(&p.best),
+            p.best_ms,
+            p.launcher_ms / p.best_ms
+        );
+    }
+    for p in &found {
+        println!("  best {} links: {}", p.schedule, costs.describe(&p.best));
+    }
+    Ok(())
+}
