@@ -2,7 +2,7 @@
 //! input": a delay as pure latency or as occupancy of a link's channels, what a pending
 //! transfer blocks, which stream a transfer queues on, and what the host offload path costs.
 //! The four systems of the PipeMorph artifact (1F1B, ZB, ZB-CPU, ZB-CPU-ReSchedule) are
-//! presets of these mechanisms (docs: README "How close is the simulator").
+//! presets of these mechanisms (docs/simulator.md, "How close is the simulator").
 //!
 //! Each stage is a program (compute ops and communication calls in the order its host issues
 //! them); a runtime model turns the programs into one max-plus graph and solves it exactly.
@@ -93,7 +93,7 @@ pub struct RuntimeModel {
     pub single_queue: bool,
 }
 
-/// Documented constants of the machine a run ran on (README: where each comes from).
+/// Documented constants of the machine a run ran on (docs/simulator.md: where each comes from).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Machine {
     /// GPU-to-GPU transfer rate (NCCL), GB/s.
@@ -191,7 +191,7 @@ impl FromStr for System {
     }
 }
 
-/// Each mechanism of the presets, to switch off one at a time (the README's ablation).
+/// Each mechanism of the presets, to switch off one at a time (the ablation in docs/simulator.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mechanisms {
     /// Megatron's combined send/receive calls hold the stage (else: nothing blocks).
