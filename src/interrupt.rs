@@ -29,12 +29,18 @@ pub fn give_up(why: &str) -> ! {
     for dir in runs.iter() {
         let _ = crate::export::run_dir::mark_aborted(dir, why);
     }
+    std::process::exit(i32::from(report_error(why)))
+}
+
+/// Prints `why` as this command's error (on stderr; with `--json`, standard output is the one
+/// JSON document `{"error", "exit_code"}`) and returns the exit code it ends with.
+pub fn report_error(why: &str) -> u8 {
     let (code, json) = *lock(&ERROR_EXIT);
     eprintln!("error: {why}");
     if json {
         println!("{}", serde_json::json!({ "error": why, "exit_code": code }));
     }
-    std::process::exit(i32::from(code))
+    code
 }
 
 /// Starts the thread that waits for SIGINT and SIGTERM (once per process).

@@ -12,21 +12,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.global.quiet, cli.global.verbose);
     use_all_cores_for_cpu_baseline();
-    let error_code = commands::error_code(&cli.command);
-    let json = cli.global.json;
-    // A thread that must end the process (a follower whose rank 0 is gone) ends it as here.
-    morphbench::interrupt::set_error_exit(error_code, json);
+    // Errors end the process as this command's do, from main or from a thread that must end
+    // it (a follower whose rank 0 is gone).
+    morphbench::interrupt::set_error_exit(commands::error_code(&cli.command), cli.global.json);
     match commands::run(cli) {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            // With --json, standard output is one JSON document whatever happens.
-            if json {
-                let doc = serde_json::json!({ "error": format!("{e:#}"), "exit_code": error_code });
-                println!("{doc}");
-            }
-            ExitCode::from(error_code)
-        }
+        Err(e) => ExitCode::from(morphbench::interrupt::report_error(&format!("{e:#}"))),
     }
 }
 

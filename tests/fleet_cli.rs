@@ -153,14 +153,6 @@ fn a_healthy_fleet_passes_and_a_baseline_from_a_faster_sku_fails_its_slower_figu
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Starts rank `r` of a 4-rank fleet on loopback, quiet, with `vars` set.
 fn fleet_rank(home: &Path, out: &Path, port: u16, r: u32, vars: &[(&str, &str)]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_morphbench"))
@@ -184,7 +176,7 @@ fn a_rank_stopped_mid_gate_is_a_fail_and_every_other_ranks_rows_are_written() {
     let _turn = measuring();
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("results");
-    let port = free_port();
+    let port = common::free_port();
     let started = Instant::now();
     let mut ranks: Vec<Child> = (0..4u32)
         .map(|r| fleet_rank(home.path(), &out, port, r, &[]))
@@ -240,7 +232,7 @@ fn a_busy_rank_is_a_warn_not_a_fail_and_the_gate_passes() {
     let _turn = measuring();
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("results");
-    let port = free_port();
+    let port = common::free_port();
     let busy = [("MORPHBENCH_INJECT_OTHER_CORES", "1.5")];
     let ranks: Vec<Child> = (0..4u32)
         .map(|r| {

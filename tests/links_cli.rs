@@ -11,14 +11,6 @@ use std::time::{Duration, Instant};
 
 use common::{col, only_run, read_csv};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Starts one rank; `extra` comes after the common flags.
 fn rank(home: &Path, rank: u32, world: u32, port: u16, extra: &[&str]) -> Child {
     rank_with_env(home, rank, world, port, extra, &[])
@@ -67,7 +59,7 @@ const SMALL: &[&str] = &["--sizes", "8,64K", "--iters", "40", "--budget-ms", "20
 #[test]
 fn three_ranks_measure_every_link_once() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let ranks: Vec<Child> = (0..3)
         .map(|r| rank(home.path(), r, 3, port, SMALL))
         .collect();
@@ -132,7 +124,7 @@ fn three_ranks_measure_every_link_once() {
 #[test]
 fn a_rank_that_never_arrives_is_named_in_bounded_time() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let started = Instant::now();
     let wait = ["--wait-s", "2"];
     let zero = rank(home.path(), 0, 3, port, &wait);
@@ -148,7 +140,7 @@ fn a_rank_that_never_arrives_is_named_in_bounded_time() {
 #[test]
 fn disagreeing_world_sizes_are_named() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let zero = rank(home.path(), 0, 2, port, &["--wait-s", "5"]);
     let one = rank(home.path(), 1, 3, port, &["--wait-s", "5"]);
     let (ok, err) = finish(zero);
@@ -163,7 +155,7 @@ fn disagreeing_world_sizes_are_named() {
 #[test]
 fn a_rank_that_dies_mid_run_ends_the_run_and_is_named() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = common::free_port();
     // Long tests, so the death falls inside the first round.
     let slow = [
         "--sizes",
@@ -206,7 +198,7 @@ fn a_rank_that_dies_mid_run_ends_the_run_and_is_named() {
 #[test]
 fn a_stopped_rank_is_named_within_seconds() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let slow = [
         "--sizes",
         "8,64K",
@@ -282,7 +274,7 @@ fn json_under_local_is_one_document_whether_the_ranks_succeed_or_fail() {
 #[test]
 fn four_ranks_started_by_torchrun_variables_alone_measure_every_link() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let out = home.path().join("results");
     let ranks: Vec<Child> = (0..4u32)
         .map(|r| {
@@ -354,7 +346,7 @@ fn a_hundred_and_twenty_eight_ranks_complete_and_a_killed_one_is_named() {
         "120",
     ];
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let ranks: Vec<Child> = (0..N)
         .map(|r| rank(home.path(), r, N, port, &quick))
         .collect();
@@ -392,7 +384,7 @@ fn a_hundred_and_twenty_eight_ranks_complete_and_a_killed_one_is_named() {
 
     // Again, with longer tests; rank 77 is killed once rank 0 has written rows.
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let slow = [
         "--pattern",
         "quick",
@@ -521,7 +513,7 @@ fn a_topology_file_classes_every_link_and_a_broken_one_is_refused_before_it_star
 #[test]
 fn a_rank_with_a_busy_machine_is_named_busy_on_every_row_it_measured() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let busy = [("MORPHBENCH_INJECT_OTHER_CORES", "1.5")];
     let ranks: Vec<Child> = (0..4)
         .map(|r| {

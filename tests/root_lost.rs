@@ -16,14 +16,6 @@ static TURN: Mutex<()> = Mutex::new(());
 /// 3 s of silence and the margin the issue allows.
 const NOTICED_WITHIN: Duration = Duration::from_secs(5);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start(home: &Path, bench: &[&str], rank: u32, port: u16) -> Child {
     Command::new(env!("CARGO_BIN_EXE_morphbench"))
         .args(bench)
@@ -72,7 +64,7 @@ struct Mid {
 fn rank_0_lost(bench: &[&str], csv: &str, mid: Mid, signal: &str) {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let started = Instant::now();
     let mut ranks: Vec<Child> = (0..3).map(|r| start(home.path(), bench, r, port)).collect();
     let run = wait_for(home.path(), mid.file, mid.lines, started);

@@ -220,9 +220,7 @@ pub fn plot(
 ) -> anyhow::Result<crate::export::plot::PlotOutcome> {
     for d in std::iter::once(dir).chain(compare.iter().map(|p| p.as_path())) {
         let meta = crate::export::read_meta(d);
-        let has_csv = std::fs::read_dir(d).is_ok_and(|mut it| {
-            it.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "csv")))
-        });
+        let has_csv = crate::export::run_dir::holds_csv(d);
         match meta {
             Err(why) if !has_csv => {
                 anyhow::bail!("{why}, and the folder holds no CSV: nothing to draw")

@@ -81,11 +81,14 @@ pub fn mark_aborted(dir: &Path, why: &str) -> Result<()> {
 /// A folder with a meta.json of any kind (a damaged one too: its reader says what is wrong)
 /// or with a CSV: a run, or what is left of one.
 fn looks_like_a_run(dir: &Path) -> bool {
-    dir.is_dir()
-        && (dir.join("meta.json").symlink_metadata().is_ok()
-            || std::fs::read_dir(dir).is_ok_and(|mut it| {
-                it.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "csv")))
-            }))
+    dir.is_dir() && (dir.join("meta.json").symlink_metadata().is_ok() || holds_csv(dir))
+}
+
+/// Whether `dir` holds a CSV file (a run's tables, whatever its meta.json says).
+pub fn holds_csv(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut it| {
+        it.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "csv")))
+    })
 }
 
 /// The run folders under `out` (those with a meta.json, or CSVs), oldest first.

@@ -72,3 +72,12 @@ pub fn col(headers: &[String], name: &str) -> usize {
         .position(|h| h == name)
         .unwrap_or_else(|| panic!("no column {name}"))
 }
+
+/// A loopback port free a moment ago, for a test's rendezvous.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
