@@ -8,7 +8,8 @@ use std::path::Path;
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 
-use crate::bench::{Bench, REGISTRY};
+use crate::bench::REGISTRY;
+use crate::suite::Bench;
 
 pub const QUICK_TOML: &str = include_str!("../bench-configs/quick.toml");
 
@@ -73,7 +74,7 @@ impl SuiteConfig {
     }
 
     pub fn load(path: &Path) -> Result<SuiteConfig> {
-        let text = crate::export::read_input(path).with_context(|| {
+        let text = crate::record::read_input(path).with_context(|| {
             format!(
                 "cannot read config {}: check the path, or omit --config to run the built-in quick suite",
                 path.display()

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::gpu::{adapter_reports, AdapterReport, BackendChoice};
 use crate::host::HostInfo;
-use crate::rdma::verbs::{list_devices, DeviceInfo, VerbsError};
+use crate::transport::rdma::verbs::{list_devices, DeviceInfo, VerbsError};
 
 #[derive(Serialize)]
 struct Info {

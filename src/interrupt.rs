@@ -4,10 +4,14 @@
 //! a shell expects. And the one other way a process ends from outside its work: a rank whose
 //! rank 0 is gone gives up at once ([`give_up`]), whatever its test is doing.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once};
 
-static OPEN_RUNS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// How an open run folder is kept as aborted (why: the signal or the cause): the record layer
+/// says how when it opens one, so this module knows no file format.
+pub type MarkAborted = fn(&Path, &str) -> anyhow::Result<()>;
+
+static OPEN_RUNS: Mutex<Vec<(PathBuf, MarkAborted)>> = Mutex::new(Vec::new());
 static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 static INSTALL: Once = Once::new();
 /// How this command reports an error: its exit code, and whether standard output must be one
@@ -26,8 +30,8 @@ pub fn set_error_exit(code: u8, json: bool) {
 pub fn give_up(why: &str) -> ! {
     let runs = lock(&OPEN_RUNS);
     stop_children();
-    for dir in runs.iter() {
-        let _ = crate::export::run_dir::mark_aborted(dir, why);
+    for (dir, mark_aborted) in runs.iter() {
+        let _ = mark_aborted(dir, why);
     }
     std::process::exit(i32::from(report_error(why)))
 }
@@ -65,14 +69,14 @@ pub fn install() {
 }
 
 /// A run folder now open (its meta.json is rewritten as aborted on a signal).
-pub fn opened(path: PathBuf) {
+pub fn opened(path: PathBuf, mark_aborted: MarkAborted) {
     install();
-    lock(&OPEN_RUNS).push(path);
+    lock(&OPEN_RUNS).push((path, mark_aborted));
 }
 
 /// A run folder finished: a signal no longer touches it.
-pub fn closed(path: &std::path::Path) {
-    lock(&OPEN_RUNS).retain(|p| p != path);
+pub fn closed(path: &Path) {
+    lock(&OPEN_RUNS).retain(|(p, _)| p != path);
 }
 
 /// A rank this process started: a signal ends it too.
@@ -98,14 +102,14 @@ fn stop_children() {
     }
 }
 
-fn abort_open_runs(runs: &[PathBuf], sig: i32) {
+fn abort_open_runs(runs: &[(PathBuf, MarkAborted)], sig: i32) {
     let name = if sig == signal_hook::consts::SIGINT {
         "SIGINT (Ctrl-C)"
     } else {
         "SIGTERM"
     };
-    for dir in runs {
-        if let Err(e) = crate::export::run_dir::mark_aborted(dir, name) {
+    for (dir, mark_aborted) in runs {
+        if let Err(e) = mark_aborted(dir, name) {
             eprintln!("cannot mark {} aborted: {e:#}", dir.display());
         } else {
             eprintln!(

@@ -6,13 +6,30 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::bench::Bench;
-use crate::export::meta::RunMeta;
-use crate::export::RunDir;
 use crate::gpu::{BackendChoice, Gpu};
 use crate::host::HostInfo;
-use crate::host_load;
+use crate::noise;
 use crate::output::Progress;
+use crate::record::meta::RunMeta;
+use crate::record::RunDir;
+
+/// What a bench leaves in meta.json's `notes`: its key and value pairs.
+pub type Notes = serde_json::Map<String, serde_json::Value>;
+
+/// A planned bench, ready to run.
+pub trait Bench {
+    /// The bench's name, as in its config table and its CSV.
+    fn name(&self) -> &'static str;
+    /// Whether the run must open a GPU adapter for it.
+    fn needs_gpu(&self) -> bool {
+        true
+    }
+    /// Progress steps, known before it starts.
+    fn points(&self) -> u64;
+    /// Measures, writing its tables into `run` row by row; returns its notes for meta.json.
+    /// `gpu` is `Some` whenever `needs_gpu` says so.
+    fn run(&self, gpu: Option<&Gpu>, run: &RunDir, progress: &Progress) -> Result<Notes>;
+}
 
 /// Where and how a run happens, whatever it runs (the global flags, without clap).
 #[derive(Debug, Clone)]
@@ -57,22 +74,6 @@ pub fn run(
     let result = catching(|| run_benches(gpu.as_ref(), benches, &mut dir, &progress));
     progress.finish();
     dir.finish(&result)?;
-    if !options.quiet {
-        // Name the noisy rows where they are seen, not only in the report.
-        if let Ok(run) = crate::export::plot::Loaded::load(&dir.path) {
-            let noisy = crate::export::report::noisy_rows(&run);
-            if !noisy.is_empty() {
-                let shown: Vec<&str> = noisy.iter().take(8).map(|s| s.as_str()).collect();
-                eprintln!(
-                    "warning: {} row(s) varied by more than {:.0}% within the run: {}{}",
-                    noisy.len(),
-                    crate::export::report::NOISY_CV * 100.0,
-                    shown.join("; "),
-                    if noisy.len() > 8 { "; ..." } else { "" }
-                );
-            }
-        }
-    }
     result.map(|_| dir)
 }
 
@@ -103,10 +104,10 @@ fn run_benches(
     progress: &Progress,
 ) -> Result<()> {
     for bench in benches {
-        let before = host_load::Sample::now();
+        let before = noise::load::Sample::now();
         let result = bench.run(gpu, dir, progress);
         // The host's load is recorded for a bench that failed too: it may be why.
-        let load = host_load::Load::between(&before, &host_load::Sample::now());
+        let load = noise::load::Load::between(&before, &noise::load::Sample::now());
         let warning = load.warning(bench.name());
         if let Some(w) = &warning {
             progress.println(format!("warning: {w}"));
@@ -141,7 +142,7 @@ mod tests {
         fn points(&self) -> u64 {
             1
         }
-        fn run(&self, _: Option<&Gpu>, _: &RunDir, _: &Progress) -> Result<crate::bench::Notes> {
+        fn run(&self, _: Option<&Gpu>, _: &RunDir, _: &Progress) -> Result<Notes> {
             panic!("deliberate panic from PanicBench")
         }
     }

@@ -42,7 +42,8 @@ fn rdma_bad_input_and_missing_devices_are_clear_errors() {
     fails_with(&["rdma", "--connect", "x", "--ib-port", "0"], "ib-port");
     fails_with(&["rdma", "--connect", "x", "--iters", "0"], "iters");
     // Without verbs the reason is given; with devices here, nothing listens on port 1.
-    let unavailable = morphbench::rdma::verbs::list_devices().map_or(true, |d| d.is_empty());
+    let unavailable =
+        morphbench::transport::rdma::verbs::list_devices().map_or(true, |d| d.is_empty());
     if unavailable {
         fails_with(&["rdma", "--connect", "127.0.0.1:1"], "RDMA");
         fails_with(&["rdma", "--server", "--listen", "127.0.0.1:0"], "RDMA");

@@ -13,10 +13,10 @@ use morphbench::bench::hol::{parse_delay_trace, HolTable};
 use morphbench::bench::kernels::KernelsTable;
 use morphbench::bench::sim::{SimConfig, SimPlan, SimTable, TimelineTable};
 use morphbench::config::SuiteConfig;
-use morphbench::export::csv::{header, MAX_CELL};
-use morphbench::export::{read_table, CsvTable};
-use morphbench::rdma::oob::{OobChannel, Params, Purpose};
+use morphbench::record::csv::{header, MAX_CELL};
+use morphbench::record::{read_table, CsvTable};
 use morphbench::sim::trace::parse_link_trace;
+use morphbench::transport::rdma::oob::{OobChannel, Params, Purpose};
 use morphbench::transport::wire::{read_hello, Header, HEADER_BYTES};
 
 /// Every case must finish well within this.
@@ -214,7 +214,7 @@ proptest! {
         if let Ok(t) = parse_delay_trace(&text) {
             prop_assert!(t.iter().all(|(_, d)| d.is_finite() && *d >= 0.0));
         }
-        let _ = morphbench::cli::sizes::parse_list(&text, morphbench::cli::sizes::parse_gemm);
+        let _ = morphbench::gpu::kernels::sizes::parse_list(&text, morphbench::gpu::kernels::sizes::parse_gemm);
         let _ = morphbench::units::parse_size(&text);
         prop_assert!(t0.elapsed() < CASE_LIMIT);
     }

@@ -10,12 +10,12 @@
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use morphbench::rdma::oob::{OobChannel, Params, Purpose};
-use morphbench::rdma::perf::{self, Role, Session};
-use morphbench::rdma::transport::{RdmaReceiver, RdmaTransport};
-use morphbench::rdma::verbs::{list_devices, VerbsError};
-use morphbench::rdma::{client_hello, server_hello, DeviceChoice, Link, RdmaError};
 use morphbench::transport::conformance::{self, Fixture};
+use morphbench::transport::rdma::oob::{OobChannel, Params, Purpose};
+use morphbench::transport::rdma::perf::{self, Role, Session};
+use morphbench::transport::rdma::transport::{RdmaReceiver, RdmaTransport};
+use morphbench::transport::rdma::verbs::{list_devices, VerbsError};
+use morphbench::transport::rdma::{client_hello, server_hello, DeviceChoice, Link, RdmaError};
 use morphbench::transport::{Receiver, Transport};
 
 const NEEDS_DEVICE: &str =

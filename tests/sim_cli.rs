@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use morphbench::bench::hol::{HolFigures, HolParams, HolTable, Mode};
 use morphbench::bench::kernels::{KernelFigures, KernelParams, KernelsTable};
-use morphbench::export::{CsvSink, CsvTable, Line};
+use morphbench::record::{CsvSink, CsvTable, Line};
 use morphbench::stats::Summary;
 
 #[test]

@@ -10,11 +10,11 @@ use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::check_iters;
-use crate::export::csv::{sig4, SamplesTable};
-use crate::export::{CsvSink, CsvTable, Line, RunDir};
 use crate::gpu::transfer::{pattern, touched, COPY_ALIGN};
 use crate::gpu::Gpu;
 use crate::output::Progress;
+use crate::record::csv::{sig4, SamplesTable};
+use crate::record::{CsvSink, CsvTable, Line, RunDir};
 use crate::stats::Summary;
 use crate::units::human_bytes;
 
@@ -89,7 +89,7 @@ impl D2hConfig {
 }
 
 /// `[d2h]` in a suite config.
-pub fn from_toml(v: toml::Value) -> Result<Box<dyn super::Bench>, String> {
+pub fn from_toml(v: toml::Value) -> Result<Box<dyn crate::suite::Bench>, String> {
     Ok(Box::new(super::table::<D2hConfig>(v)?.plan()?))
 }
 
@@ -124,14 +124,19 @@ impl D2hPlan {
     }
 }
 
-impl super::Bench for D2hPlan {
+impl crate::suite::Bench for D2hPlan {
     fn name(&self) -> &'static str {
         BENCH
     }
     fn points(&self) -> u64 {
         self.sizes.len() as u64
     }
-    fn run(&self, gpu: Option<&Gpu>, dir: &RunDir, progress: &Progress) -> Result<super::Notes> {
+    fn run(
+        &self,
+        gpu: Option<&Gpu>,
+        dir: &RunDir,
+        progress: &Progress,
+    ) -> Result<crate::suite::Notes> {
         let sizes = run(super::need_gpu(gpu, BENCH)?, self, dir, progress)?;
         super::note(BENCH, sizes)
     }

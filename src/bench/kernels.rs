@@ -9,12 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use super::check_iters;
 use super::peak::{Ceilings, PeakTable};
-use crate::cli::sizes::{parse_gemm, parse_layernorm};
-use crate::export::csv::{round, sig, sig4, SamplesTable};
-use crate::export::read_optional;
-use crate::export::{CsvSink, CsvTable, Line, RunDir};
 use crate::gpu::kernels::gemm::{cpu_sgemm, verify_dense};
 use crate::gpu::kernels::select::{choose, first_fitting, Selection, SKIPPED};
+use crate::gpu::kernels::sizes::{parse_gemm, parse_layernorm};
 use crate::gpu::kernels::{
     GemmKernel, GemmSize, GpuKernel, LayernormKernel, LayernormSize, Verification, GEMM_VARIANTS,
     LAYERNORM_VARIANTS,
@@ -22,6 +19,9 @@ use crate::gpu::kernels::{
 use crate::gpu::timing::{time_compute_passes, IterationTimes};
 use crate::gpu::Gpu;
 use crate::output::Progress;
+use crate::record::csv::{round, sig, sig4, SamplesTable};
+use crate::record::read_optional;
+use crate::record::{CsvSink, CsvTable, Line, RunDir};
 use crate::stats::Summary;
 
 mod sweeps;
@@ -132,7 +132,7 @@ impl KernelsConfig {
 }
 
 /// `[kernels]` in a suite config.
-pub fn from_toml(v: toml::Value) -> Result<Box<dyn super::Bench>, String> {
+pub fn from_toml(v: toml::Value) -> Result<Box<dyn crate::suite::Bench>, String> {
     Ok(Box::new(super::table::<KernelsConfig>(v)?.plan()?))
 }
 
@@ -152,14 +152,19 @@ impl Default for KernelsPlan {
     }
 }
 
-impl super::Bench for KernelsPlan {
+impl crate::suite::Bench for KernelsPlan {
     fn name(&self) -> &'static str {
         BENCH
     }
     fn points(&self) -> u64 {
         KernelsPlan::points(self)
     }
-    fn run(&self, gpu: Option<&Gpu>, dir: &RunDir, progress: &Progress) -> Result<super::Notes> {
+    fn run(
+        &self,
+        gpu: Option<&Gpu>,
+        dir: &RunDir,
+        progress: &Progress,
+    ) -> Result<crate::suite::Notes> {
         let (_, selections) = run(super::need_gpu(gpu, BENCH)?, self, dir, progress)?;
         super::note("variant_selection", selections)
     }

@@ -10,33 +10,13 @@ pub mod links;
 pub mod peak;
 pub mod pipeline;
 pub mod probe;
-pub mod rank_load;
 pub mod rdma;
 pub mod sim;
 
 use anyhow::Result;
 
-use crate::export::RunDir;
 use crate::gpu::Gpu;
-use crate::output::Progress;
-
-/// What a bench leaves in meta.json's `notes`: its key and value pairs.
-pub type Notes = serde_json::Map<String, serde_json::Value>;
-
-/// A planned bench, ready to run.
-pub trait Bench {
-    /// The bench's name, as in its config table and its CSV.
-    fn name(&self) -> &'static str;
-    /// Whether the run must open a GPU adapter for it.
-    fn needs_gpu(&self) -> bool {
-        true
-    }
-    /// Progress steps, known before it starts.
-    fn points(&self) -> u64;
-    /// Measures, writing its tables into `run` row by row; returns its notes for meta.json.
-    /// `gpu` is `Some` whenever `needs_gpu` says so.
-    fn run(&self, gpu: Option<&Gpu>, run: &RunDir, progress: &Progress) -> Result<Notes>;
-}
+use crate::suite::{Bench, Notes};
 
 /// Plans a bench from its suite-config table (its keys overlay the plan's `Default`).
 pub type FromToml = fn(toml::Value) -> Result<Box<dyn Bench>, String>;

@@ -10,11 +10,11 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::export::csv::{sig4, CsvSink, CsvTable, Line};
-use crate::export::RunDir;
 use crate::gpu::timing::{time_compute_passes, IterationTimes, PassTimer};
 use crate::gpu::Gpu;
 use crate::output::Progress;
+use crate::record::csv::{sig4, CsvSink, CsvTable, Line};
+use crate::record::RunDir;
 use crate::stats::Summary;
 use crate::units::human_bytes;
 
@@ -172,7 +172,7 @@ impl PeakConfig {
     }
 }
 
-pub fn from_toml(v: toml::Value) -> Result<Box<dyn super::Bench>, String> {
+pub fn from_toml(v: toml::Value) -> Result<Box<dyn crate::suite::Bench>, String> {
     Ok(Box::new(super::table::<PeakConfig>(v)?.plan()?))
 }
 
@@ -199,7 +199,7 @@ impl PeakPlan {
     }
 }
 
-impl super::Bench for PeakPlan {
+impl crate::suite::Bench for PeakPlan {
     fn name(&self) -> &'static str {
         BENCH
     }
@@ -207,7 +207,12 @@ impl super::Bench for PeakPlan {
         // fma x4, bandwidth x7 (x9 with 64-bit integers), dispatch x2, timestamp.
         16
     }
-    fn run(&self, gpu: Option<&Gpu>, dir: &RunDir, progress: &Progress) -> Result<super::Notes> {
+    fn run(
+        &self,
+        gpu: Option<&Gpu>,
+        dir: &RunDir,
+        progress: &Progress,
+    ) -> Result<crate::suite::Notes> {
         let gpu = super::need_gpu(gpu, BENCH)?;
         let ceilings = run(gpu, self, dir, progress)?;
         super::note(BENCH, ceilings)

@@ -4,21 +4,24 @@
 
 use std::cell::RefCell;
 use std::net::TcpListener;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::{Bench, Notes};
-use crate::export::csv::sig4;
-use crate::export::{CsvTable, Line, RunDir};
 use crate::gpu::Gpu;
 use crate::output::Progress;
-use crate::rdma::oob::{OobChannel, Params, Purpose, MAX_MESSAGE};
-use crate::rdma::perf::{self, BandwidthResult, LatencyResult, Role, Session, TEST_BW, TEST_LAT};
-use crate::rdma::verbs::mtu_bytes;
-use crate::rdma::{client_hello, server_hello, DeviceChoice, Link};
+use crate::record::csv::sig4;
+use crate::record::{CsvTable, Line, RunDir};
 use crate::stats::Summary;
+use crate::suite::{Bench, Notes};
+use crate::transport::rdma::oob::{OobChannel, Params, Purpose, MAX_MESSAGE};
+use crate::transport::rdma::perf::{
+    self, BandwidthResult, LatencyResult, Role, Session, TEST_BW, TEST_LAT,
+};
+use crate::transport::rdma::verbs::mtu_bytes;
+use crate::transport::rdma::{client_hello, server_hello, DeviceChoice, Link};
 
 pub const BENCH: &str = "rdma";
 /// perftest's default port.
@@ -127,12 +130,12 @@ fn timeout(plan: &RdmaPlan) -> Duration {
 
 /// `rdma --server` serves one client; `rdma --connect` is the client, whose run folder the
 /// suite keeps like any bench's.
-pub fn run(plan: &RdmaPlan, options: &crate::suite::RunOptions) -> Result<()> {
+pub fn run(plan: &RdmaPlan, options: &crate::suite::RunOptions) -> Result<Option<PathBuf>> {
     plan.validate().map_err(anyhow::Error::msg)?;
     plan.choice.check()?;
     match &plan.listen {
-        Some(listen) => serve(plan, listen, options.quiet),
-        None => client(plan, options),
+        Some(listen) => serve(plan, listen, options.quiet).map(|_| None),
+        None => client(plan, options).map(Some),
     }
 }
 
@@ -192,7 +195,7 @@ fn for_each_test(p: &Params, mut f: impl FnMut(u32, u64) -> Result<()>) -> Resul
     Ok(())
 }
 
-fn client(plan: &RdmaPlan, options: &crate::suite::RunOptions) -> Result<()> {
+fn client(plan: &RdmaPlan, options: &crate::suite::RunOptions) -> Result<PathBuf> {
     let addr = with_default_port(plan.connect.as_deref().unwrap_or_default());
     let params = plan.params();
     // Connect before the run folder exists: an absent server leaves nothing behind.
@@ -206,7 +209,7 @@ fn client(plan: &RdmaPlan, options: &crate::suite::RunOptions) -> Result<()> {
         link: RefCell::new(link),
         quiet: options.quiet,
     };
-    crate::suite::run(options, &[Box::new(bench)], Some(config)).map(|_| ())
+    crate::suite::run(options, &[Box::new(bench)], Some(config)).map(|dir| dir.path)
 }
 
 /// The client's side of a connected pair, as a bench of the suite.

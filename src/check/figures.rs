@@ -1,7 +1,7 @@
 //! What `check` compares: one figure per measured row of a run, named so the same figure of
 //! another run matches it, with its direction (lower or higher is better) and the timing
 //! statistics it was computed from. Every table that `check` reads says here which of its
-//! columns is its figure; a new bench adds one `Checked` impl and one line in [`collect`].
+//! columns is its figure; a new bench adds one `Checked` impl and one line in [`CHECKED`].
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,11 +12,12 @@ use super::stats::Moments;
 use crate::bench::d2h::D2hTable;
 use crate::bench::hol::HolTable;
 use crate::bench::kernels::KernelsTable;
+use crate::bench::links::tables::{LinksTable, NodesTable};
 use crate::bench::peak::PeakTable;
 use crate::bench::rdma::RdmaTable;
-use crate::export::csv::{SamplesTable, Stats};
-use crate::export::plot::data::RunLabel;
-use crate::export::{read_optional, read_table, CsvTable, Line};
+use crate::record::csv::{SamplesTable, Stats};
+use crate::record::label::RunLabel;
+use crate::record::{read_optional, read_table, CsvTable, Line};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -257,7 +258,7 @@ impl Checked for PeakTable {
 
 /// A link: its stream by GB/s, its ping-pong by p50 latency. Cases name the ranks, so a run
 /// is compared with a baseline of the same ranks (the same launch on the same nodes).
-impl Checked for crate::bench::links::tables::LinksTable {
+impl Checked for LinksTable {
     fn figure(line: &Line<Self>) -> Option<Figure> {
         // A retest measures a suspect again; the matrix's own row is the link's figure.
         if crate::bench::links::tables::is_retest(line) {
@@ -276,7 +277,7 @@ impl Checked for crate::bench::links::tables::LinksTable {
 }
 
 /// A node's fingerprint: the GEMM by GFLOP/s, the D2H copy by GB/s.
-impl Checked for crate::bench::links::tables::NodesTable {
+impl Checked for NodesTable {
     fn figure(line: &Line<Self>) -> Option<Figure> {
         let mut fig = Figure::rate_or_time(line.figures.gflops, line.figures.gbps, line.stats());
         fig.detail = line.params.host.clone();
@@ -284,7 +285,7 @@ impl Checked for crate::bench::links::tables::NodesTable {
     }
 }
 
-/// Adds the figures of table `T` in `dir`, when it is there (see `crate::tables`).
+/// Adds the figures of table `T` in `dir`, when it is there.
 pub(crate) fn add<T: Checked>(dir: &Path, out: &mut BTreeMap<Key, Figure>) -> Result<()> {
     let Some(lines) = read_optional::<T>(dir)? else {
         return Ok(());
@@ -329,6 +330,20 @@ fn key(bench: &str, case: &str, timer: &str) -> Key {
     }
 }
 
+/// Adds a table's figures (those `check` compares) from a run folder.
+pub type AddFigures = fn(&Path, &mut BTreeMap<Key, Figure>) -> Result<()>;
+
+/// Every table `check` compares, in the report's order: its name and how its figures are read.
+pub const CHECKED: &[(&str, AddFigures)] = &[
+    (PeakTable::NAME, add::<PeakTable>),
+    (KernelsTable::NAME, add::<KernelsTable>),
+    (D2hTable::NAME, add::<D2hTable>),
+    (HolTable::NAME, add::<HolTable>),
+    (RdmaTable::NAME, add::<RdmaTable>),
+    (LinksTable::NAME, add::<LinksTable>),
+    (NodesTable::NAME, add::<NodesTable>),
+];
+
 /// Benches whose tables hold predictions, not measurements of the node, and are not compared.
 pub const NOT_COMPARED: &[&str] = &["sim"];
 
@@ -342,11 +357,9 @@ pub fn collect(dir: &Path) -> Result<RunFigures> {
     }
     let mut figures = BTreeMap::new();
     let mut files = Vec::new();
-    for t in crate::tables::tables() {
-        if let Some(add) = t.figures {
-            add(dir, &mut figures)?;
-            files.push(t.file());
-        }
+    for (name, add) in CHECKED {
+        add(dir, &mut figures)?;
+        files.push(format!("{name}.csv"));
     }
     // A check must know what it compares: which run (a copy of the baseline passes
     // whatever it measured), on which adapter and host. A damaged meta.json is named first;

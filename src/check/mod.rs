@@ -566,8 +566,8 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
 /// The run folder's check.csv, if it has one.
 pub fn read(
     dir: &Path,
-) -> Result<Option<Vec<crate::export::Line<CheckTable>>>, crate::export::DataError> {
-    crate::export::read_optional::<CheckTable>(dir)
+) -> Result<Option<Vec<crate::record::Line<CheckTable>>>, crate::record::DataError> {
+    crate::record::read_optional::<CheckTable>(dir)
 }
 
 #[cfg(test)]

@@ -140,7 +140,7 @@ pub struct Policy {
 
 impl Policy {
     pub fn load(path: &Path) -> Result<Policy> {
-        let text = crate::export::read_input(path)
+        let text = crate::record::read_input(path)
             .with_context(|| format!("cannot read policy {}", path.display()))?;
         Policy::parse(&text).with_context(|| format!("policy {}", path.display()))
     }
@@ -159,11 +159,7 @@ impl Policy {
                 e.message()
             )
         })?;
-        let benches: Vec<&'static str> = crate::tables::tables()
-            .iter()
-            .filter(|t| t.figures.is_some())
-            .map(|t| t.name)
-            .collect();
+        let benches: Vec<&'static str> = super::figures::CHECKED.iter().map(|c| c.0).collect();
         let figure_benches = file
             .figure
             .keys()

@@ -19,7 +19,7 @@ pub fn console(title: &str, report: &Report, all: bool, show_run: bool) -> Strin
     }
     let num = |x: Option<f64>| {
         x.map_or("-".to_string(), |x| {
-            format!("{}", crate::export::csv::sig(x, 4))
+            format!("{}", crate::record::csv::sig(x, 4))
         })
     };
     let _ = writeln!(

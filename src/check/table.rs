@@ -7,8 +7,8 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::{Better, Outcome};
-use crate::export::csv::{sig, sig4};
-use crate::export::{CsvSink, CsvTable, Line};
+use crate::record::csv::{sig, sig4};
+use crate::record::{CsvSink, CsvTable, Line};
 
 pub struct CheckTable;
 

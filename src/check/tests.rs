@@ -1,7 +1,7 @@
 use super::*;
 use std::collections::BTreeMap;
 
-use crate::export::csv::Stats;
+use crate::record::csv::Stats;
 
 fn stats(samples: &[f64]) -> Stats {
     Stats::from(&crate::stats::Summary::of(samples).unwrap())
@@ -49,7 +49,7 @@ fn run(id: &str, figures: Vec<(&str, Figure)>) -> RunFigures {
     RunFigures {
         dir: PathBuf::from(id),
         run_id: id.into(),
-        label: crate::export::plot::data::RunLabel::of(Path::new("/nonexistent")),
+        label: crate::record::label::RunLabel::of(Path::new("/nonexistent")),
         figures: figures
             .into_iter()
             .map(|(c, f)| (key(c), f))

@@ -1,6 +1,5 @@
 //! The command line: flags and subcommands (clap), turned into typed plans. Measures nothing.
 
-pub mod sizes;
 mod values;
 
 use std::path::PathBuf;
@@ -233,7 +232,7 @@ pub struct PlotArgs {
     pub run_dir: PathBuf,
     /// Image format.
     #[arg(long, value_enum, default_value = "both")]
-    pub format: crate::export::plot::charts::Format,
+    pub format: crate::report::plot::charts::Format,
     /// Other run folders drawn as extra series (labelled by host and adapter).
     #[arg(long, value_name = "RUN_DIR", num_args = 1..)]
     pub compare: Vec<PathBuf>,
@@ -300,7 +299,7 @@ impl HolArgs {
         let defaults = HolPlan::default();
         let delays = match (&self.trace, &self.delay_ms) {
             (Some(p), _) => {
-                let text = crate::export::read_input(p)
+                let text = crate::record::read_input(p)
                     .map_err(|e| anyhow::anyhow!("cannot read trace {}: {e}", p.display()))?;
                 Delays::Trace(
                     parse_delay_trace(&text)
@@ -465,11 +464,11 @@ pub struct RunArgs {
 
 // Each occurrence of a list flag parses into one Vec; `plan` flattens them.
 fn parse_gemm_list(s: &str) -> Result<Vec<GemmSize>, String> {
-    sizes::parse_list(s, sizes::parse_gemm)
+    crate::gpu::kernels::sizes::parse_list(s, crate::gpu::kernels::sizes::parse_gemm)
 }
 
 fn parse_layernorm_list(s: &str) -> Result<Vec<LayernormSize>, String> {
-    sizes::parse_list(s, sizes::parse_layernorm)
+    crate::gpu::kernels::sizes::parse_list(s, crate::gpu::kernels::sizes::parse_layernorm)
 }
 
 /// A count flag, checked by the same bound its config key has.

@@ -133,7 +133,7 @@ impl LinksArgs {
         crate::bench::links::LinksOptions {
             session: self.launch.session(
                 g,
-                crate::rdma::verbs::list_devices()
+                crate::transport::rdma::verbs::list_devices()
                     .map(|l| l.into_iter().map(|d| d.name).collect())
                     .unwrap_or_default(),
             ),
@@ -270,8 +270,8 @@ pub struct RdmaDeviceArgs {
 }
 
 impl RdmaDeviceArgs {
-    pub fn choice(&self) -> crate::rdma::DeviceChoice {
-        crate::rdma::DeviceChoice {
+    pub fn choice(&self) -> crate::transport::rdma::DeviceChoice {
+        crate::transport::rdma::DeviceChoice {
             device: self.device.clone(),
             port: self.ib_port,
             gid_index: self.gid_index,
@@ -331,7 +331,7 @@ pub struct RdmaArgs {
 
 impl RdmaArgs {
     pub fn plan(&self) -> crate::bench::rdma::RdmaPlan {
-        use crate::rdma::perf::{TEST_BW, TEST_LAT};
+        use crate::transport::rdma::perf::{TEST_BW, TEST_LAT};
         crate::bench::rdma::RdmaPlan {
             listen: self.server.then(|| self.listen.clone()),
             connect: self.connect.clone(),

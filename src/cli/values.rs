@@ -7,8 +7,8 @@ use clap::ValueEnum;
 use crate::bench::fleet::checks::Level;
 use crate::bench::hol::Mode;
 use crate::bench::pipeline::exec::Comm;
-use crate::export::plot::charts::Format;
 use crate::gpu::BackendChoice;
+use crate::report::plot::charts::Format;
 use crate::sim::CommModel;
 use crate::transport::TransportKind;
 

@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{ClusterError, Who};
 use super::world::{self, Ticker, World, WorldOptions, SILENCE};
-use crate::export::meta::RunMeta;
-use crate::export::run_dir::RunDir;
 use crate::host::HostInfo;
+use crate::record::meta::RunMeta;
+use crate::record::run_dir::RunDir;
 
 /// Rank 0 to any other rank.
 #[derive(Debug, Serialize, Deserialize)]
@@ -176,7 +176,7 @@ pub trait Ranked {
     /// How long a follower waits for its next order before it takes rank 0 for hung.
     fn patience(&self, world: &World) -> Duration;
     /// Rank 0, once it has led (or failed): notes for meta.json, such as the busy ranks'
-    /// warnings ([`crate::host_load::busy_notes`]), which the report and summary.json show.
+    /// warnings ([`crate::noise::load::busy_notes`]), which the report and summary.json show.
     fn notes(&self) -> serde_json::Map<String, serde_json::Value> {
         Default::default()
     }

@@ -52,7 +52,7 @@ impl Topology {
             ));
         }
         let text =
-            crate::export::read_input(path).map_err(|e| topo_err!("{}: {e}", path.display()))?;
+            crate::record::read_input(path).map_err(|e| topo_err!("{}: {e}", path.display()))?;
         Topology::parse(&text).map_err(|e| topo_err!("{}: {}", path.display(), e.0))
     }
 

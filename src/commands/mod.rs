@@ -6,11 +6,11 @@ mod sim;
 
 use std::process::ExitCode;
 
-use crate::bench::Bench;
 use crate::cli::{Cli, Command};
 use crate::config::SuiteConfig;
-use crate::export::plot::charts::Format;
+use crate::report::plot::charts::Format;
 use crate::suite;
+use crate::suite::Bench;
 
 /// The exit code of an error: `check`, `fleet` and `sim --validate` tell a verdict (exit 1)
 /// apart from an error (exit 2), as diff and grep do; every other command exits 1.
@@ -24,6 +24,8 @@ pub fn error_code(command: &Command) -> u8 {
 
 /// Runs the parsed command; the exit code is its verdict where it has one (`check`, `fleet`).
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Every run folder ends with its summary.json, for automation.
+    crate::record::run_dir::on_end(crate::report::summary::write_summary);
     if let Command::Check(a) = &cli.command {
         return check(a, &cli.global);
     }
@@ -93,7 +95,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
     // One bench from its subcommand, run into its own run folder.
     let one = |bench: Box<dyn Bench>, config: serde_json::Value, raw: bool| {
         let dir = suite::run(&g.options(raw), &[bench], Some(config))?;
-        print_summary(&dir.path, g.json)
+        after_run(&dir.path, g)
     };
     match &cli.command {
         Command::Info(_) => crate::info::run(g.backend, g.json),
@@ -110,6 +112,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             let benches = cfg.benches()?;
             let config = serde_json::to_value(&cfg)?;
             let dir = suite::run(&g.options(a.raw), &benches, Some(config))?;
+            warn_noisy(&dir.path, g.quiet || g.json);
             if !a.no_plots {
                 plot(&dir.path, Format::Both, &[], g.quiet || g.json)?;
             }
@@ -122,7 +125,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Runs(a) => crate::export::report::print_runs(&a.dir, g.json),
+        Command::Runs(a) => crate::report::document::print_runs(&a.dir, g.json),
         Command::Check(_) | Command::Fleet(_) => unreachable!("handled in run"),
         Command::Baseline(a) => {
             let b = crate::bench::fleet::baseline::Baseline::from_run(&a.run_dir)?;
@@ -162,7 +165,10 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             a.transport,
             &a.rdma.choice(),
         ),
-        Command::Rdma(a) => crate::bench::rdma::run(&a.plan(), &g.options(false)),
+        Command::Rdma(a) => match crate::bench::rdma::run(&a.plan(), &g.options(false))? {
+            Some(dir) => after_run(&dir, g),
+            None => Ok(()),
+        },
         Command::Pipeline(a) => {
             let opts = a.options(g).map_err(anyhow::Error::msg)?;
             if let Some(stages) = a.launch.spawn_local() {
@@ -200,6 +206,34 @@ fn after_ranked(dir: Option<&std::path::Path>, g: &crate::cli::GlobalArgs) -> an
     print_summary(dir, g.json)
 }
 
+/// After a single-node run: its noisy rows named (unless quiet), then its summary with
+/// `--json`.
+pub(crate) fn after_run(dir: &std::path::Path, g: &crate::cli::GlobalArgs) -> anyhow::Result<()> {
+    warn_noisy(dir, g.quiet || g.json);
+    print_summary(dir, g.json)
+}
+
+/// Names the rows whose samples varied by more than the report's bound, where they are seen,
+/// not only in the report.
+fn warn_noisy(dir: &std::path::Path, quiet: bool) {
+    use crate::report::document::{noisy_rows, NOISY_CV};
+    let Ok(run) = crate::report::plot::Loaded::load(dir) else {
+        return;
+    };
+    let noisy = noisy_rows(&run);
+    if quiet || noisy.is_empty() {
+        return;
+    }
+    let shown: Vec<&str> = noisy.iter().take(8).map(|s| s.as_str()).collect();
+    eprintln!(
+        "warning: {} row(s) varied by more than {:.0}% within the run: {}{}",
+        noisy.len(),
+        NOISY_CV * 100.0,
+        shown.join("; "),
+        if noisy.len() > 8 { "; ..." } else { "" }
+    );
+}
+
 /// With `--json`, prints the run's summary.json (written when the run ended).
 pub(crate) fn print_summary(dir: &std::path::Path, json: bool) -> anyhow::Result<()> {
     if json {
@@ -217,10 +251,10 @@ pub fn plot(
     format: Format,
     compare: &[std::path::PathBuf],
     quiet: bool,
-) -> anyhow::Result<crate::export::plot::PlotOutcome> {
+) -> anyhow::Result<crate::report::plot::PlotOutcome> {
     for d in std::iter::once(dir).chain(compare.iter().map(|p| p.as_path())) {
-        let meta = crate::export::read_meta(d);
-        let has_csv = crate::export::run_dir::holds_csv(d);
+        let meta = crate::record::read_meta(d);
+        let has_csv = crate::record::run_dir::holds_csv(d);
         match meta {
             Err(why) if !has_csv => {
                 anyhow::bail!("{why}, and the folder holds no CSV: nothing to draw")
@@ -232,8 +266,8 @@ pub fn plot(
             _ => {}
         }
     }
-    let outcome = crate::export::plot::plot_run(dir, format, compare)?;
-    crate::export::report::write_report(dir, &outcome)?;
+    let outcome = crate::report::plot::plot_run(dir, format, compare)?;
+    crate::report::document::write_report(dir, &outcome)?;
     for w in &outcome.warnings {
         eprintln!("warning: {w}");
     }

@@ -3,10 +3,8 @@
 
 use crate::bench::sim::place::LinkCosts;
 use crate::bench::sim::{calibrate_from, OneOrMany, SimBench, SimOutput, SimPlan};
-use crate::bench::Bench;
 use crate::suite;
-
-use super::print_summary;
+use crate::suite::Bench;
 
 /// `morphbench sim`: the scenario from flags, a scenario file or a measured run (`--from`),
 /// placed when asked (`--place`), run into its own run folder.
@@ -16,7 +14,7 @@ pub(super) fn sim_command(
 ) -> anyhow::Result<()> {
     if let Some(file) = &a.validate {
         let dir = crate::bench::sim::validate::run(file, a.ablation, &g.options(false))?;
-        return print_summary(&dir, g.json);
+        return super::after_run(&dir, g);
     }
     // With --json, standard output carries the summary alone.
     let quiet = g.quiet || g.json;
@@ -62,7 +60,7 @@ pub(super) fn sim_command(
     }
     let trace = match &a.trace {
         Some(p) => Some(
-            crate::export::read_input(p)
+            crate::record::read_input(p)
                 .map_err(|e| anyhow::anyhow!("cannot read trace {}: {e}", p.display()))?,
         ),
         None => None,
@@ -91,7 +89,7 @@ pub(super) fn sim_command(
         &[bench],
         Some(serde_json::to_value(&cfg)?),
     )?;
-    print_summary(&dir.path, g.json)
+    super::after_run(&dir.path, g)
 }
 
 /// `sim --from` a links run: the stages are its ranks in launcher order, each link costed at

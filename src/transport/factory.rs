@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use super::tcp::{TcpReceiver, TcpTransport, Timeouts};
 use super::{Receiver, Transport, TransportError, TransportKind};
-use crate::rdma::oob::OobChannel;
-use crate::rdma::transport::{RdmaReceiver, RdmaTransport};
-use crate::rdma::DeviceChoice;
+use crate::transport::rdma::oob::OobChannel;
+use crate::transport::rdma::transport::{RdmaReceiver, RdmaTransport};
+use crate::transport::rdma::DeviceChoice;
 
 /// Says, before anything connects, why `kind` cannot run here (no RDMA device, say).
 pub fn check_available(kind: TransportKind, rdma: &DeviceChoice) -> anyhow::Result<()> {

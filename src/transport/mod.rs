@@ -4,6 +4,7 @@
 #[doc(hidden)]
 pub mod conformance;
 pub mod factory;
+pub mod rdma;
 pub mod sink;
 pub mod tcp;
 pub mod wire;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::factory::{check_available, receiver_for};
 use super::{Receiver, TransportError, TransportKind};
-use crate::rdma::DeviceChoice;
+use crate::transport::rdma::DeviceChoice;
 
 /// What one connection delivered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

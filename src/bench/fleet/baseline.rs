@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::table::FleetTable;
 use super::verdict::FAIL;
-use crate::export::csv::{read_table, Line};
+use crate::record::csv::{read_table, Line};
 use crate::stats::robust::{mad, median};
 
 /// (test, figure, unit) -> the values of the nodes that stand for a SKU.
@@ -87,7 +87,7 @@ impl Baseline {
             )
         })?;
         // The baseline names the run it came from: a folder of unknown identity makes none.
-        let meta = crate::export::read_meta(dir)
+        let meta = crate::record::read_meta(dir)
             .map_err(anyhow::Error::msg)?
             .with_context(|| {
                 format!(
@@ -190,7 +190,7 @@ impl Baseline {
                 path.display()
             );
         }
-        let text = crate::export::read_input(path)
+        let text = crate::record::read_input(path)
             .with_context(|| format!("--baseline {}", path.display()))?;
         let b: Baseline = toml::from_str(&text).with_context(|| {
             format!("--baseline {}: not a baseline (write one with `morphbench baseline FLEET_RUN -o FILE`)", path.display())
@@ -227,8 +227,8 @@ fn expect(test: String, figure: String, unit: String, v: &[f64]) -> Expected {
         test,
         figure,
         unit,
-        expected: crate::export::csv::sig4(m),
-        tolerance: crate::export::csv::round(tolerance, 3),
+        expected: crate::record::csv::sig4(m),
+        tolerance: crate::record::csv::round(tolerance, 3),
         nodes: v.len(),
     }
 }

@@ -13,7 +13,7 @@ use crate::bench::probe::{self, Budget, Probed};
 use crate::gpu::kernels::gemm::GemmSize;
 use crate::gpu::Gpu;
 use crate::host::HostInfo;
-use crate::host_load;
+use crate::noise;
 
 /// How deep the gate goes (as DCGM's diagnostic levels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -310,7 +310,7 @@ pub fn inventory(rank: u32, local_rank: u32, gpu: Result<&Gpu, &str>) -> Invento
         backend,
         device_type,
         adapters: crate::gpu::enumerate(crate::gpu::BackendChoice::Auto).len(),
-        rdma_devices: crate::rdma::verbs::list_devices()
+        rdma_devices: crate::transport::rdma::verbs::list_devices()
             .map(|l| l.into_iter().map(|d| d.name).collect())
             .unwrap_or_default(),
         gpu_error,
@@ -355,21 +355,21 @@ pub struct Batch {
 
 /// Runs `tests` on this rank, each until its samples or its deadline.
 pub fn run_batch(gpu: Option<&Gpu>, tests: &[TestSpec]) -> Batch {
-    let before = host_load::Sample::now();
+    let before = noise::load::Sample::now();
     let results = tests.iter().map(|t| run_test(gpu, *t)).collect();
-    let load = host_load::Load::between(&before, &host_load::Sample::now());
-    let injected = host_load::injected();
+    let load = noise::load::Load::between(&before, &noise::load::Sample::now());
+    let injected = noise::load::injected();
     let others_cores = injected.or(load.other_cores);
     let busy = match injected {
-        Some(c) => c > host_load::BUSY_OTHER_CORES,
+        Some(c) => c > noise::load::BUSY_OTHER_CORES,
         None => load.busy,
     };
     Batch {
         results,
-        others_cores: others_cores.map(|c| crate::export::csv::round(c, 2)),
+        others_cores: others_cores.map(|c| crate::record::csv::round(c, 2)),
         steal_pct: load
             .steal_fraction
-            .map(|s| crate::export::csv::round(100.0 * s, 2)),
+            .map(|s| crate::record::csv::round(100.0 * s, 2)),
         busy,
         cores: load.cores,
     }
@@ -439,7 +439,7 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
     match probed {
         Ok((p, work)) => {
             // work per µs / 1e3 = G per second.
-            m.value = Some(crate::export::csv::sig4(work / p.summary.p50 / 1e3));
+            m.value = Some(crate::record::csv::sig4(work / p.summary.p50 / 1e3));
             let per = match t.kind {
                 TestKind::Fma => 1e9 / work,
                 _ => 1.0,
@@ -476,7 +476,7 @@ fn hol_plan(size: u32) -> HolPlan {
 fn hol_test(gpu: &Gpu, t: TestSpec, budget: Budget, m: &mut Measured) {
     match crate::bench::hol::probe(gpu, &hol_plan(t.size as u32), budget.iters, budget.deadline) {
         Ok(p) => {
-            m.value = Some(crate::export::csv::sig4(
+            m.value = Some(crate::record::csv::sig4(
                 f64::from(p.ops) * 1e6 / p.offload.p50,
             ));
             m.p50_us = Some(p.offload.p50);

@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::verdict::{Row, FAIL};
-use crate::export::csv::{round, CsvTable};
+use crate::record::csv::{round, CsvTable};
 use crate::sim::runtime::{predict, Job, Machine, Mechanisms, System};
 
 /// The longest pipeline the estimate models (the fleet may be larger).

@@ -23,15 +23,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::host_load::BusyWarning;
+use crate::noise::load::BusyWarning;
 use serde::{Deserialize, Serialize};
 
 use crate::bench::links::{self, Links};
 use crate::bench::pipeline::Pipeline;
 use crate::cluster::world::World;
 use crate::cluster::{run_ranked, ClusterError, Crew, Ranked, SessionOptions};
-use crate::export::run_dir::RunDir;
 use crate::gpu::{BackendChoice, Gpu};
+use crate::record::run_dir::RunDir;
 use baseline::Baseline;
 use checks::{Batch, Inventory, Level, TestSpec};
 use verdict::RankOutcome;
@@ -320,7 +320,7 @@ impl Ranked for Fleet {
     }
 
     fn notes(&self) -> serde_json::Map<String, serde_json::Value> {
-        crate::host_load::busy_notes(&self.busy)
+        crate::noise::load::busy_notes(&self.busy)
     }
 
     fn patience(&self, world: &World) -> Duration {

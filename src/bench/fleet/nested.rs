@@ -9,7 +9,7 @@ use super::{Fleet, Order, Reply};
 use crate::bench::links::Links;
 use crate::bench::pipeline::Pipeline;
 use crate::cluster::{ClusterError, Crew, Ranked};
-use crate::export::run_dir::RunDir;
+use crate::record::run_dir::RunDir;
 
 impl Fleet {
     /// This level's links bench on this rank (`machines`: rank 0's, from the inventory).

@@ -13,8 +13,8 @@ use crate::bench::links::outcome::LinksOutcome;
 use crate::bench::links::pattern::{self, Pattern, QUICK_ROUNDS};
 use crate::bench::links::LinksOptions;
 use crate::cluster::SessionOptions;
-use crate::export::csv::sig4;
 use crate::gpu::BackendChoice;
+use crate::record::csv::sig4;
 use crate::stats::robust::median;
 
 /// How the gate's links went.

@@ -18,8 +18,8 @@ use super::table::FleetTable;
 use super::verdict::{self, RankOutcome, FAIL};
 use super::Step;
 use crate::cluster::hostlist;
-use crate::export::csv::{CsvSink, Line};
-use crate::export::run_dir::RunDir;
+use crate::record::csv::{CsvSink, Line};
+use crate::record::run_dir::RunDir;
 
 /// The gate's result at rank 0.
 #[derive(Debug, Clone)]
@@ -190,7 +190,7 @@ pub fn write(
         "keep_cost": keep_cost,
         "links": links_summary(ranks, links),
         "pipeline": pipeline_summary(pipe),
-        "wall_s": crate::export::csv::round(took.as_secs_f64(), 1),
+        "wall_s": crate::record::csv::round(took.as_secs_f64(), 1),
         "exit_code": exit_code,
     });
     std::fs::write(
@@ -252,7 +252,7 @@ fn links_summary(ranks: &[RankOutcome], links: &LinksResult) -> serde_json::Valu
             "slow_nodes": out.slow_nodes.iter().map(|n| host(n.rank)).collect::<Vec<_>>(),
             "slow_links": out.slow_links.iter()
                 .map(|l| serde_json::json!({"a": host(l.a), "b": host(l.b),
-                    "slowdown": crate::export::csv::round(l.slowdown, 2)}))
+                    "slowdown": crate::record::csv::round(l.slowdown, 2)}))
                 .collect::<Vec<_>>(),
         }),
     }

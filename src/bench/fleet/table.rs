@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::export::csv::CsvTable;
+use crate::record::csv::CsvTable;
 
 pub struct FleetTable;
 

@@ -13,7 +13,7 @@ use super::baseline::Baseline;
 use super::checks::{Batch, Inventory, Measured};
 use super::table::{FleetFigures, FleetParams};
 use crate::bench::links::flag;
-use crate::host_load::explained_by_load;
+use crate::noise::load::explained_by_load;
 
 /// The ranks (by index) with a result for one (adapter, test, figure), and whether the rank
 /// was busy while it measured it.
@@ -98,7 +98,7 @@ impl RankOutcome {
             "busy: other processes used {:.1} of {} cores{}",
             self.others_cores().unwrap_or(0.0),
             self.cores(),
-            match steal >= 100.0 * crate::host_load::BUSY_STEAL {
+            match steal >= 100.0 * crate::noise::load::BUSY_STEAL {
                 true => format!(", the hypervisor stole {steal:.1}%"),
                 false => String::new(),
             }
@@ -323,11 +323,11 @@ fn judge_one(o: &RankOutcome, m: &Measured, standing: Option<Standing>, f: &mut 
         );
         return;
     };
-    f.expected = Some(crate::export::csv::sig4(healthy));
+    f.expected = Some(crate::record::csv::sig4(healthy));
     let versus = format!(
         "{:.2}x the fleet's {} {}",
         1.0 / slowdown.max(1e-9),
-        crate::export::csv::sig4(healthy),
+        crate::record::csv::sig4(healthy),
         m.unit
     );
     f.verdict = if m.cut { WARN } else { PASS }.into();

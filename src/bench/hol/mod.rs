@@ -25,10 +25,10 @@ pub use plan::{
 };
 pub use rows::{HolFigures, HolParams, HolTable};
 
-use crate::export::{CsvSink, Line, RunDir};
 use crate::gpu::standin::{CalibrationPoint, StandIn};
 use crate::gpu::Gpu;
 use crate::output::Progress;
+use crate::record::{CsvSink, Line, RunDir};
 use crate::transport::factory::check_available;
 use crate::transport::wire::checksum;
 use offload::{run_rep, Ctx};
@@ -68,14 +68,19 @@ struct Shared {
     reference_output: Option<Vec<u8>>,
 }
 
-impl super::Bench for HolPlan {
+impl crate::suite::Bench for HolPlan {
     fn name(&self) -> &'static str {
         BENCH
     }
     fn points(&self) -> u64 {
         HolPlan::points(self)
     }
-    fn run(&self, gpu: Option<&Gpu>, dir: &RunDir, progress: &Progress) -> Result<super::Notes> {
+    fn run(
+        &self,
+        gpu: Option<&Gpu>,
+        dir: &RunDir,
+        progress: &Progress,
+    ) -> Result<crate::suite::Notes> {
         let (points, calibration) = run(super::need_gpu(gpu, BENCH)?, self, dir, progress)?;
         super::note(
             BENCH,

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::rdma::DeviceChoice;
+use crate::transport::rdma::DeviceChoice;
 use crate::transport::TransportKind;
 
 /// The most repetitions per point.
@@ -333,7 +333,7 @@ impl HolConfig {
 }
 
 /// `[hol]` in a suite config.
-pub fn from_toml(v: toml::Value) -> Result<Box<dyn crate::bench::Bench>, String> {
+pub fn from_toml(v: toml::Value) -> Result<Box<dyn crate::suite::Bench>, String> {
     Ok(Box::new(crate::bench::table::<HolConfig>(v)?.plan()?))
 }
 

@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::offload::{OffloadSample, Rep};
 use super::plan::Mode;
-use crate::export::csv::round;
-use crate::export::CsvTable;
+use crate::record::csv::round;
+use crate::record::CsvTable;
 use crate::stats::Summary;
 
 /// `hol.csv`: one row per mode, delay, transfer size and transfer period. The statistics block

@@ -4,7 +4,7 @@ use super::blame::SlowNode;
 use super::nodes::{self, NodeSample};
 use super::tables::{self, LinksTable, NodesTable};
 use crate::cluster::world::World;
-use crate::export::csv::Line;
+use crate::record::csv::Line;
 use crate::units::human_bytes;
 
 /// The rank-by-rank matrices on the console: p50 latency at the smallest size, one-way GB/s
@@ -208,7 +208,7 @@ pub(super) fn waves(waves: &[Vec<(u32, u32)>]) -> String {
 }
 
 /// One busy rank, as the single-node warning words it.
-pub(super) fn busy_line(world: &World, rank: u32, b: &crate::bench::rank_load::Busy) -> String {
+pub(super) fn busy_line(world: &World, rank: u32, b: &crate::noise::rank::Busy) -> String {
     b.line(
         &world.describe(rank),
         "its links were measured",

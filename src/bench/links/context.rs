@@ -3,9 +3,9 @@
 
 use super::pair::{Measured, PairPlan};
 use super::{pair, LinksOptions};
-use crate::bench::rank_load as load;
 use crate::cluster::world::World;
-use crate::rdma::DeviceChoice;
+use crate::noise::rank as load;
+use crate::transport::rdma::DeviceChoice;
 
 /// What a rank needs to play its pairs, owned, so rank 0 can play in a thread while it
 /// listens to the others (and stops as soon as one fails).
@@ -40,9 +40,9 @@ impl PairContext {
         round: u32,
         active: &[(u32, u32)],
     ) -> Result<(Vec<Measured>, load::RankLoad), String> {
-        let before = crate::host_load::Sample::now();
+        let before = crate::noise::load::Sample::now();
         let m = self.play(plan, round, active)?;
-        let after = crate::host_load::Sample::now();
+        let after = crate::noise::load::Sample::now();
         Ok((
             m,
             load::RankLoad::between(self.me, &self.machine, &before, &after),

@@ -12,9 +12,9 @@ use super::tables::{self, NodeFigures, NodeParams, NodesTable};
 use super::{console, LinksOptions, Order, Reply, FINGERPRINT_WAIT};
 use crate::cluster::world::World;
 use crate::cluster::Crew;
-use crate::export::csv::{sig4, CsvSink, Line};
-use crate::export::run_dir::RunDir;
 use crate::gpu::Gpu;
+use crate::record::csv::{sig4, CsvSink, Line};
+use crate::record::run_dir::RunDir;
 
 /// Ranks grouped in turns: the i-th rank of every host in turn i, so ranks sharing a host
 /// (and its device) never sample at once.
@@ -117,7 +117,7 @@ fn node_lines(run_id: &str, samples: &[NodeSample]) -> Vec<Line<NodesTable>> {
             memory_gib: s
                 .host
                 .memory_bytes
-                .map(|b| crate::export::csv::round(b as f64 / (1u64 << 30) as f64, 2)),
+                .map(|b| crate::record::csv::round(b as f64 / (1u64 << 30) as f64, 2)),
             kernel: s.host.kernel.clone(),
         };
         if let Some(g) = &s.gemm {

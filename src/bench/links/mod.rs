@@ -21,15 +21,15 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::bench::rank_load as load;
 use crate::cluster::topology::Topology;
 use crate::cluster::world::World;
 use crate::cluster::{run_ranked, Crew, Ranked, SessionOptions};
-use crate::export::csv::{sig4, CsvSink, Line};
-use crate::export::run_dir::RunDir;
 use crate::gpu::BackendChoice;
-use crate::host_load::BusyWarning;
-use crate::rdma::DeviceChoice;
+use crate::noise::load::BusyWarning;
+use crate::noise::rank as load;
+use crate::record::csv::{sig4, CsvSink, Line};
+use crate::record::run_dir::RunDir;
+use crate::transport::rdma::DeviceChoice;
 use context::PairContext;
 use nodes::NodeSample;
 use outcome::LinksOutcome;
@@ -340,7 +340,7 @@ impl Ranked for Links {
     }
 
     fn notes(&self) -> serde_json::Map<String, serde_json::Value> {
-        crate::host_load::busy_notes(&self.busy)
+        crate::noise::load::busy_notes(&self.busy)
     }
 
     fn patience(&self, world: &World) -> Duration {
@@ -581,7 +581,7 @@ fn link_line(
 }
 
 /// Replaces a table with its judged rows, atomically (a crash leaves the unjudged file).
-fn rewrite<T: crate::export::csv::CsvTable>(dir: &Path, lines: &[Line<T>]) -> Result<()> {
+fn rewrite<T: crate::record::csv::CsvTable>(dir: &Path, lines: &[Line<T>]) -> Result<()> {
     let tmp = dir.join(format!(".{}.csv.tmp", T::NAME));
     {
         let mut sink = CsvSink::<T>::create(&tmp)?;

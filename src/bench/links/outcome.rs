@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::blame::{self, LinkVerdicts, SlowNode};
 use super::tables::{self, LinksTable};
-use crate::export::csv::Line;
+use crate::record::csv::Line;
 use crate::stats::robust::median;
 
 /// A confirmed slow link between two nodes the links do not blame.

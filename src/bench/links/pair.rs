@@ -261,7 +261,7 @@ pub fn drive(
     me: u32,
     peer: u32,
     round: u32,
-    choice: &crate::rdma::DeviceChoice,
+    choice: &crate::transport::rdma::DeviceChoice,
 ) -> Result<Vec<Measured>, PairError> {
     let io = plan.io();
     let target: std::net::SocketAddr = addr
@@ -300,7 +300,7 @@ pub fn serve(
     me: u32,
     peer: u32,
     round: u32,
-    choice: &crate::rdma::DeviceChoice,
+    choice: &crate::transport::rdma::DeviceChoice,
 ) -> Result<Vec<Measured>, PairError> {
     let io = plan.io();
     let deadline = Instant::now() + io;
@@ -483,9 +483,9 @@ fn tcp_answer(s: &mut TcpStream, plan: &PairPlan) -> Result<(), PairError> {
 /// verbs link, and perftest's ib_write_lat and ib_write_bw run over it (`rdma`'s code).
 mod rdma {
     use super::*;
-    use crate::rdma::oob::{OobChannel, Params, Purpose};
-    use crate::rdma::perf::{self, Role, Session, TEST_BW, TEST_LAT};
-    use crate::rdma::{client_hello, server_hello, DeviceChoice, Link};
+    use crate::transport::rdma::oob::{OobChannel, Params, Purpose};
+    use crate::transport::rdma::perf::{self, Role, Session, TEST_BW, TEST_LAT};
+    use crate::transport::rdma::{client_hello, server_hello, DeviceChoice, Link};
 
     /// perftest's defaults: 64 writes in flight, 220 B inline at most.
     const WINDOW: u32 = 64;
@@ -499,7 +499,7 @@ mod rdma {
         driver: bool,
         choice: &DeviceChoice,
     ) -> Result<Vec<Measured>, PairError> {
-        let e = |e: crate::rdma::RdmaError| format!("RDMA: {e}");
+        let e = |e: crate::transport::rdma::RdmaError| format!("RDMA: {e}");
         let stream = s.try_clone().map_err(|e| e.to_string())?;
         let mut oob = OobChannel::from_stream(stream, plan.io()).map_err(e)?;
         let params = Params {

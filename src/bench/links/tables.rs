@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::export::csv::{CsvTable, Line};
+use crate::record::csv::{CsvTable, Line};
 
 /// `links.csv`: one row per link, transport, size and kind of test.
 #[derive(Debug, Clone)]
@@ -248,10 +248,10 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
         let others = t.figures.others_cores.unwrap_or(0.0);
         let steal = t.figures.steal_pct.unwrap_or(0.0) / 100.0;
         let loaded = t.figures.busy == Some(true)
-            || others >= 2.0 * crate::host_load::BUSY_OTHER_CORES
-            || steal >= 2.0 * crate::host_load::BUSY_STEAL;
+            || others >= 2.0 * crate::noise::load::BUSY_OTHER_CORES
+            || steal >= 2.0 * crate::noise::load::BUSY_STEAL;
         if loaded {
-            let bound = crate::host_load::explained_by_load(others, steal);
+            let bound = crate::noise::load::explained_by_load(others, steal);
             let excess = t.stats().p50_us * (1.0 - 1.0 / v.slowdown.max(1.0));
             slow &= v.slowdown >= bound && excess >= super::CLEARLY_SLOWER_US;
         }
@@ -259,7 +259,7 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
         // along with it, keeps its slowdown but is no suspect of its own.
         let original = &mut rows[group[pos]];
         let suspect = original.figures.flagged == Some(true);
-        t.figures.slowdown = Some(crate::export::csv::round(v.slowdown, 3));
+        t.figures.slowdown = Some(crate::record::csv::round(v.slowdown, 3));
         t.figures.flagged = Some(slow && suspect);
         t.figures.confirmed = suspect.then_some(slow);
         if suspect {
@@ -284,7 +284,7 @@ pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
         group_of,
         |l| (l.stats().p50_us, l.stats().p99_us),
         |l, v| {
-            l.figures.slowdown = Some(crate::export::csv::round(v.slowdown, 3));
+            l.figures.slowdown = Some(crate::record::csv::round(v.slowdown, 3));
             l.figures.flagged = Some(v.flagged);
         },
     )
@@ -297,7 +297,7 @@ pub fn judge_nodes(rows: &mut [Line<NodesTable>]) -> usize {
         |l| (l.params.metric.clone(), l.params.size.clone()),
         |l| (l.stats().p50_us, l.stats().p99_us),
         |l, v| {
-            l.figures.slowdown = Some(crate::export::csv::round(v.slowdown, 3));
+            l.figures.slowdown = Some(crate::record::csv::round(v.slowdown, 3));
             l.figures.flagged = Some(v.flagged);
         },
     )

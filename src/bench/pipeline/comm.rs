@@ -13,8 +13,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cluster::rendezvous::dial;
-use crate::rdma::DeviceChoice;
 use crate::transport::factory::{receiver_for, sender_over};
+use crate::transport::rdma::DeviceChoice;
 use crate::transport::{Receiver, Transport, TransportKind};
 
 const MAGIC: [u8; 4] = *b"MBP1";

@@ -70,7 +70,7 @@ pub struct StageTimes {
     pub gpu_clock: Option<f64>,
     /// The stage's machine over the iteration (busy is not slow).
     #[serde(default)]
-    pub load: Option<crate::bench::rank_load::RankLoad>,
+    pub load: Option<crate::noise::rank::RankLoad>,
 }
 
 /// Puts each op's GPU (start, end) onto the host clock, in place of the host's times taken
@@ -181,7 +181,7 @@ pub fn run_iteration(
 ) -> Result<StageTimes, String> {
     let s = stage.index;
     let e = |x: anyhow::Error| format!("stage {s}: {x:#}");
-    let before = crate::host_load::Sample::now();
+    let before = crate::noise::load::Sample::now();
     stage.zero_grads().map_err(e)?;
     stage.start_timing();
     let mut times = StageTimes::default();
@@ -279,8 +279,8 @@ pub fn run_iteration(
         times.gpu_clock = map_gpu_spans(&mut times.ops, &spans);
     }
     let machine = crate::host::machine_id();
-    let after = crate::host_load::Sample::now();
-    times.load = Some(crate::bench::rank_load::RankLoad::between(
+    let after = crate::noise::load::Sample::now();
+    times.load = Some(crate::noise::rank::RankLoad::between(
         s, &machine, &before, &after,
     ));
     Ok(times)

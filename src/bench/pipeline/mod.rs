@@ -24,9 +24,9 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::clock;
 use crate::cluster::world::{World, WorldOptions};
 use crate::cluster::{run_ranked, Crew, Ranked, SessionOptions};
-use crate::export::run_dir::RunDir;
 use crate::gpu::{BackendChoice, Gpu};
-use crate::host_load::BusyWarning;
+use crate::noise::load::BusyWarning;
+use crate::record::run_dir::RunDir;
 use crate::sim::{OpKind, Schedule};
 use crate::stats::Summary;
 use crate::transport::TransportKind;
@@ -79,7 +79,7 @@ pub struct PipelineOptions {
     pub backend: BackendChoice,
     pub adapter: Option<String>,
     /// This rank's RDMA device (with `--transport rdma`).
-    pub rdma: crate::rdma::DeviceChoice,
+    pub rdma: crate::transport::rdma::DeviceChoice,
     /// Rank 0 starts no more rounds this many seconds into the rounds (the fleet gate's
     /// allowance), once one timed round is in; its gradients are checked all the same.
     pub deadline_s: Option<f64>,
@@ -227,7 +227,7 @@ impl Ranked for Pipeline {
     }
 
     fn notes(&self) -> serde_json::Map<String, serde_json::Value> {
-        crate::host_load::busy_notes(&self.busy)
+        crate::noise::load::busy_notes(&self.busy)
     }
 
     fn follow(&mut self, world: &World, order: Order) -> Result<Reply> {
@@ -298,7 +298,7 @@ pub type OpOrder = Vec<(OpKind, u32)>;
 fn connect(
     world: &World,
     plan: &PipelinePlan,
-    rdma: &crate::rdma::DeviceChoice,
+    rdma: &crate::transport::rdma::DeviceChoice,
 ) -> Result<(Neighbour, Neighbour)> {
     let (me, n) = (world.rank(), world.size());
     let timeout = Duration::from_secs(plan.timeout_s);

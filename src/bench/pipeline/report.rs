@@ -10,11 +10,11 @@ use super::table::{PipelineFigures, PipelineParams, PipelineTable, TimelineRow, 
 use super::{Case, PipelinePlan, GRAD_TOLERANCE};
 use std::collections::BTreeMap;
 
-use crate::bench::rank_load::{others_by_rank, worst, Busiest, Busy, RankLoad};
 use crate::cluster::world::World;
-use crate::export::csv::{round, CsvSink, Line};
-use crate::export::run_dir::RunDir;
-use crate::host_load::BusyWarning;
+use crate::noise::load::BusyWarning;
+use crate::noise::rank::{others_by_rank, worst, Busiest, Busy, RankLoad};
+use crate::record::csv::{round, CsvSink, Line};
+use crate::record::run_dir::RunDir;
 use crate::sim::{simulate, Policy, Run};
 use crate::stats::Summary;
 
@@ -162,7 +162,7 @@ pub(super) fn write_case(
         error: round((measured_ms - predicted_ms) / measured_ms, 4),
         bubble: round(bubbles.iter().sum::<f64>() / n as f64, 4),
         peak_activations: peak.iter().copied().max().unwrap_or(0) as u32,
-        grad_rel_err: crate::export::csv::sig(m.grad_err, 3),
+        grad_rel_err: crate::record::csv::sig(m.grad_err, 3),
         verified,
         plan: pc.name.clone(),
         op_clock: Some(op_clock(&m.timed).into()),

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::export::csv::{CsvTable, Line};
+use crate::record::csv::{CsvTable, Line};
 
 /// `pipeline.csv`: one row per schedule, comm mode and delay.
 pub struct PipelineTable;

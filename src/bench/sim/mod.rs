@@ -13,9 +13,9 @@ pub mod place;
 mod scenario;
 pub mod validate;
 
-use crate::export::csv::{round, sig4};
-use crate::export::{read_optional, read_table, CsvSink, CsvTable, Line, RunDir};
 use crate::output::Progress;
+use crate::record::csv::{round, sig4};
+use crate::record::{read_optional, read_table, CsvSink, CsvTable, Line, RunDir};
 use crate::sim::engine::ops_simulated;
 use crate::sim::model::{MAX_MICROBATCHES, MAX_MS, MAX_STAGES};
 use crate::sim::schedules::evaluate;
@@ -94,7 +94,7 @@ pub struct SimPlan {
 }
 
 /// `[sim]` in a suite config.
-pub fn from_toml(v: toml::Value) -> Result<Box<dyn super::Bench>, String> {
+pub fn from_toml(v: toml::Value) -> Result<Box<dyn crate::suite::Bench>, String> {
     let plan = SimPlan::from_config(&super::table::<SimConfig>(v)?)?;
     Ok(Box::new(SimBench {
         plan,
@@ -131,7 +131,7 @@ pub struct SimBench {
     pub output: SimOutput,
 }
 
-impl super::Bench for SimBench {
+impl crate::suite::Bench for SimBench {
     fn name(&self) -> &'static str {
         BENCH
     }
@@ -146,7 +146,7 @@ impl super::Bench for SimBench {
         _gpu: Option<&crate::gpu::Gpu>,
         dir: &RunDir,
         progress: &Progress,
-    ) -> Result<super::Notes> {
+    ) -> Result<crate::suite::Notes> {
         let out = &self.output;
         let outcomes = run(&self.plan, dir, progress)?;
         let shown: Vec<_> = outcomes
@@ -159,7 +159,7 @@ impl super::Bench for SimBench {
             progress.println(format!("trace written to {}", path.display()));
         }
         if out.bench_reps == 0 {
-            return Ok(super::Notes::new());
+            return Ok(crate::suite::Notes::new());
         }
         progress.println("simulator throughput (S = 64, N = 1024):".into());
         let rate = throughput_bench(dir, out.bench_reps, progress)?;

@@ -13,7 +13,7 @@ use std::path::Path;
 use anyhow::{anyhow, Result};
 
 use crate::bench::links::tables::LinksTable;
-use crate::export::{read_table, Line};
+use crate::record::{read_table, Line};
 use crate::sim::{evaluate, Scenario, Schedule};
 use crate::units::human_bytes;
 

@@ -72,7 +72,7 @@ pub struct Occupy {
 
 impl SimConfig {
     pub fn load(path: &Path) -> Result<SimConfig> {
-        let text = crate::export::read_input(path)
+        let text = crate::record::read_input(path)
             .with_context(|| format!("cannot read scenario {}", path.display()))?;
         toml::from_str(&text).map_err(|e| anyhow!("invalid scenario {}: {e}", path.display()))
     }

@@ -5,6 +5,7 @@ pub mod gemm;
 pub mod layernorm;
 pub mod resident_gen;
 pub mod select;
+pub mod sizes;
 pub mod train;
 
 use rand::{Rng, SeedableRng};

@@ -16,7 +16,7 @@ fn a_pair_measures_every_test_over_loopback() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let p = plan();
-    let choice = crate::rdma::DeviceChoice::default();
+    let choice = crate::transport::rdma::DeviceChoice::default();
     let server = {
         let (p, c) = (p.clone(), choice.clone());
         std::thread::spawn(move || serve(&listener, &p, 0, 1, 0, &c))
@@ -47,7 +47,7 @@ fn a_pair_measures_every_test_over_loopback() {
 
 #[test]
 fn a_stranger_or_a_wrong_round_is_refused() {
-    let choice = crate::rdma::DeviceChoice::default();
+    let choice = crate::transport::rdma::DeviceChoice::default();
     for hello in [b"GET / HTTP/1.1\r\n".to_vec(), {
         let mut h = HELLO.to_vec();
         h.extend([2, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0]);
@@ -83,7 +83,7 @@ fn a_header_outside_the_plan_is_refused_before_allocating() {
         s.write_all(&header(OP_SINK, 1, 1 << 40)).unwrap();
         std::thread::sleep(Duration::from_millis(200));
     });
-    let choice = crate::rdma::DeviceChoice::default();
+    let choice = crate::transport::rdma::DeviceChoice::default();
     let e = serve(&listener, &plan(), 0, 1, 0, &choice)
         .unwrap_err()
         .to_string();

@@ -31,7 +31,7 @@ pub fn read(path: &Path) -> Result<Input> {
     if path.is_dir() {
         return super::pipeline_run::read(path);
     }
-    let text = crate::export::read_input(path)
+    let text = crate::record::read_input(path)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let mut r = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)

@@ -7,7 +7,7 @@ use anyhow::{anyhow, Context, Result};
 
 use super::{median, Case, Input};
 use crate::bench::pipeline::table::{PipelineTable, TimelineTable};
-use crate::export::{read_table, Line};
+use crate::record::{read_table, Line};
 use crate::sim::model::{OpKind, MAX_MS};
 use crate::sim::runtime::program::Orders;
 use crate::sim::runtime::System;

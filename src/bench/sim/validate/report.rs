@@ -3,8 +3,8 @@
 use anyhow::{anyhow, Context, Result};
 
 use super::{errors, spread, Input, BENCH};
-use crate::export::RunDir;
 use crate::output::Progress;
+use crate::record::RunDir;
 use crate::sim::runtime::Mechanisms;
 
 /// The validation as a bench of a run: writes validate.csv and prints the table.
@@ -72,7 +72,7 @@ fn pct(x: Option<f64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-impl crate::bench::Bench for ValidateBench {
+impl crate::suite::Bench for ValidateBench {
     fn name(&self) -> &'static str {
         BENCH
     }
@@ -87,7 +87,7 @@ impl crate::bench::Bench for ValidateBench {
         _gpu: Option<&crate::gpu::Gpu>,
         dir: &RunDir,
         progress: &Progress,
-    ) -> Result<crate::bench::Notes> {
+    ) -> Result<crate::suite::Notes> {
         let path = dir.path.join("validate.csv");
         let mut w = csv::Writer::from_path(&path)
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -145,7 +145,7 @@ impl crate::bench::Bench for ValidateBench {
             ));
             progress.inc();
         }
-        let mut notes = crate::bench::Notes::new();
+        let mut notes = crate::suite::Notes::new();
         let rows = self.input.cases.len();
         let line = match spread(&extra_errors) {
             Some((m, p90, max)) => {

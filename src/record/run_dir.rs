@@ -72,10 +72,24 @@ pub fn mark_aborted(dir: &Path, why: &str) -> Result<()> {
     meta["error"] = format!("interrupted by {why}").into();
     meta["finished_utc"] = chrono::Utc::now().to_rfc3339().into();
     write_meta_json(dir, &meta)?;
-    if let Err(e) = super::summary::write_summary(dir) {
+    ended(dir);
+    Ok(())
+}
+
+/// What a run ends with beside meta.json (summary.json). The reading layer, which knows what
+/// a run's tables mean, sets it once at start (`commands::run`); this layer only knows when a
+/// run ends, and a run's outcome never hangs on it.
+static ON_END: std::sync::OnceLock<fn(&Path) -> Result<String>> = std::sync::OnceLock::new();
+
+/// Sets what [`RunDir::finish`] and [`mark_aborted`] write last.
+pub fn on_end(write: fn(&Path) -> Result<String>) {
+    let _ = ON_END.set(write);
+}
+
+fn ended(dir: &Path) {
+    if let Some(Err(e)) = ON_END.get().map(|write| write(dir)) {
         tracing::warn!("{e:#}");
     }
-    Ok(())
 }
 
 /// A folder with a meta.json of any kind (a damaged one too: its reader says what is wrong)
@@ -142,7 +156,7 @@ impl RunDir {
         dir.meta.run_id = dir.id.clone();
         dir.write_meta()?;
         point_latest_at(out, &dir.id);
-        crate::interrupt::opened(dir.path.clone());
+        crate::interrupt::opened(dir.path.clone(), mark_aborted);
         Ok(dir)
     }
 
@@ -174,10 +188,7 @@ impl RunDir {
             }
         }
         self.write_meta()?;
-        // summary.json beside meta.json, for automation; a run's outcome never hangs on it.
-        if let Err(e) = super::summary::write_summary(&self.path) {
-            tracing::warn!("{e:#}");
-        }
+        ended(&self.path);
         Ok(())
     }
 }

@@ -7,14 +7,14 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::headlines::headlines;
-use super::plot::data::RunLabel;
 use super::plot::{Loaded, PlotOutcome};
-use super::Line;
 use crate::bench::hol::HolTable;
 use crate::bench::kernels::KernelsTable;
 use crate::bench::peak::PeakTable;
 use crate::bench::rdma::RdmaTable;
 use crate::check::CheckTable;
+use crate::record::label::RunLabel;
+use crate::record::Line;
 
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -57,10 +57,14 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     let page = Page {
         dir,
         heads: headlines(&run),
-        csvs: crate::tables::tables()
+        csvs: crate::report::tables::tables()
             .iter()
             .map(|t| t.file())
-            .chain(crate::tables::OTHER_FILES.iter().map(|f| f.to_string()))
+            .chain(
+                crate::report::tables::OTHER_FILES
+                    .iter()
+                    .map(|f| f.to_string()),
+            )
             .filter(|f| dir.join(f).exists())
             .collect(),
         check,
@@ -350,7 +354,7 @@ fn check_cells(l: &Line<CheckTable>) -> Vec<String> {
 /// `morphbench runs`: one line per run folder under `out`, oldest first: id, status (complete,
 /// failed, or partial for a run that never finished), start date, adapter, main headline.
 pub fn print_runs(out: &Path, json: bool) -> Result<()> {
-    let runs = super::run_dir::list_runs(out)?;
+    let runs = crate::record::run_dir::list_runs(out)?;
     if json {
         let list: Vec<serde_json::Value> = runs.iter().map(|dir| run_entry(dir)).collect();
         println!("{}", serde_json::to_string_pretty(&list)?);

@@ -3,19 +3,18 @@
 //! absent ones are skipped and said so.
 
 pub mod charts;
-pub mod data;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::record::label::RunLabel;
 use charts::{render, Chart, Format, Gantt, LineChart, Series, StackedBars};
-use data::RunLabel;
 
 use crate::bench::hol::Mode;
 use crate::bench::sim::total_delay;
-use crate::export::{CsvTable, DataError, Line};
+use crate::record::{CsvTable, DataError, Line};
 
 mod node_charts;
 #[allow(unused_imports)]
@@ -29,16 +28,16 @@ mod pipeline_charts;
 #[allow(unused_imports)]
 pub use pipeline_charts::*;
 
-/// The tables of one run folder, as registered in [`crate::tables`].
+/// The tables of one run folder, as registered in [`crate::report::tables`].
 pub struct Loaded {
     pub label: RunLabel,
-    tables: BTreeMap<&'static str, crate::tables::AnyRows>,
+    tables: BTreeMap<&'static str, crate::report::tables::AnyRows>,
 }
 
 impl Loaded {
     pub fn load(dir: &Path) -> Result<Loaded, DataError> {
         let mut tables = BTreeMap::new();
-        for t in crate::tables::tables() {
+        for t in crate::report::tables::tables() {
             if let Some(rows) = (t.load)(dir)? {
                 tables.insert(t.name, rows);
             }
@@ -132,7 +131,7 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
         warnings,
         ..PlotOutcome::default()
     };
-    let registry = crate::tables::tables();
+    let registry = crate::report::tables::tables();
     // A cluster run (links, pipeline) holds none of the single-node tables: nothing to say is
     // missing.
     let cluster_only = runs.iter().all(|r| r.has("links") || r.has("pipeline"));
@@ -144,8 +143,8 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
                 .push(format!("{}: not in this run", t.file()));
         }
         match &t.charts {
-            Some(crate::tables::Charts::Compared(f)) => charts.extend(f(&runs, &title)?),
-            Some(crate::tables::Charts::OfFirst(f)) => charts.extend(f(&runs[0])),
+            Some(crate::report::tables::Charts::Compared(f)) => charts.extend(f(&runs, &title)?),
+            Some(crate::report::tables::Charts::OfFirst(f)) => charts.extend(f(&runs[0])),
             None => {}
         }
     }

@@ -1,5 +1,4 @@
-//! Reading a run back for plotting: its tables (typed, through each bench's row type) and
-//! the labels that name it.
+//! What a run folder's meta.json says about it, read back: the labels that name a run.
 
 use std::path::Path;
 
@@ -30,7 +29,7 @@ pub struct RunLabel {
 
 impl RunLabel {
     pub fn of(dir: &Path) -> RunLabel {
-        let (meta, meta_problem, meta_missing) = match super::super::read_meta(dir) {
+        let (meta, meta_problem, meta_missing) = match super::read_meta(dir) {
             Ok(Some(m)) => (m, None, false),
             Ok(None) => (serde_json::Value::Null, None, true),
             Err(e) => (serde_json::Value::Null, Some(e), false),

@@ -10,12 +10,12 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::headlines::{headlines, Headline};
-use super::plot::data::RunLabel;
 use super::plot::Loaded;
 use crate::bench::hol::HolTable;
 use crate::bench::kernels::KernelsTable;
 use crate::bench::rdma::RdmaTable;
 use crate::bench::sim::SimTable;
+use crate::record::label::RunLabel;
 
 /// Bumped whenever a field of summary.json is added, removed or renamed.
 pub const SUMMARY_SCHEMA_VERSION: u32 = 2;

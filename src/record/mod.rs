@@ -1,12 +1,9 @@
 //! Writers for run outputs: CSV tables (one per bench) and the run's metadata.
 
 pub mod csv;
-pub mod headlines;
+pub mod label;
 pub mod meta;
-pub mod plot;
-pub mod report;
 pub mod run_dir;
-pub mod summary;
 
 pub use self::csv::{
     read_optional, read_table, CsvSink, CsvTable, DataError, Line, SCHEMA_VERSION,

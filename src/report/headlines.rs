@@ -344,7 +344,7 @@ pub(crate) fn links(run: &Loaded, out: &mut Vec<Headline>) {
         let median = |dir: &str,
                       pick: fn(&[u64]) -> Option<u64>,
                       figure: &dyn Fn(
-            &crate::export::Line<crate::bench::links::tables::LinksTable>,
+            &crate::record::Line<crate::bench::links::tables::LinksTable>,
         ) -> f64| {
             let mut sizes: Vec<u64> = t
                 .iter()
@@ -486,7 +486,7 @@ pub(crate) fn pipeline(run: &Loaded, out: &mut Vec<Headline>) {
 /// The run's headlines, bench by bench.
 pub fn headlines(run: &Loaded) -> Vec<Headline> {
     let mut out = Vec::new();
-    for t in crate::tables::tables() {
+    for t in crate::report::tables::tables() {
         if let Some(f) = t.headlines {
             f(run, &mut out);
         }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::host_load::{self, Load};
+use crate::noise::load::{self, Load};
 
 /// One rank's look at its machine over one wave.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -23,7 +23,7 @@ pub struct RankLoad {
     pub own_cores: Option<f64>,
     pub steal_pct: Option<f64>,
     pub cores: usize,
-    /// A test's stand-in for the machine's other processes (see [`host_load::INJECT_LOAD`]).
+    /// A test's stand-in for the machine's other processes (see [`load::INJECT_LOAD`]).
     pub injected: Option<f64>,
 }
 
@@ -48,12 +48,7 @@ impl RankLoad {
         }
     }
 
-    pub fn between(
-        rank: u32,
-        machine: &str,
-        a: &host_load::Sample,
-        b: &host_load::Sample,
-    ) -> RankLoad {
+    pub fn between(rank: u32, machine: &str, a: &load::Sample, b: &load::Sample) -> RankLoad {
         let l = Load::between(a, b);
         RankLoad {
             rank,
@@ -63,7 +58,7 @@ impl RankLoad {
             own_cores: l.own_cores,
             steal_pct: l.steal_fraction.map(|s| 100.0 * s),
             cores: l.cores,
-            injected: host_load::injected(),
+            injected: load::injected(),
         }
     }
 }
@@ -132,10 +127,9 @@ pub fn others_by_rank(loads: &[RankLoad]) -> BTreeMap<u32, Busy> {
             };
             let long_enough = l.seconds >= 1.0 || l.injected.is_some();
             let busy = long_enough
-                && (others.is_some_and(|c| c > host_load::BUSY_OTHER_CORES)
-                    || l.steal_pct
-                        .is_some_and(|s| s > 100.0 * host_load::BUSY_STEAL));
-            let round = |x: f64| crate::export::csv::round(x, 2);
+                && (others.is_some_and(|c| c > load::BUSY_OTHER_CORES)
+                    || l.steal_pct.is_some_and(|s| s > 100.0 * load::BUSY_STEAL));
+            let round = |x: f64| crate::record::csv::round(x, 2);
             let b = Busy {
                 others_cores: others.map(round),
                 steal_pct: l.steal_pct.map(round),

@@ -1,10 +1,10 @@
 //! The one registry of result tables. Each CSV a run folder can hold is registered once, with
-//! what each reader does with it: `plot` loads it ([`crate::export::plot::Loaded`]) and draws
-//! its charts, the report lists it and shows its headlines, `check` reads its figures. Adding a
-//! CSV is its row type (a `CsvTable`) and one line in [`tables`].
+//! what each reader does with it: `plot` loads it ([`crate::report::plot::Loaded`]) and draws
+//! its charts, the report lists it and shows its headlines. Adding a CSV is its row type (a
+//! `CsvTable`) and one line in [`tables`]; a table `check` compares is also one line in
+//! [`crate::check::figures::CHECKED`].
 
 use std::any::Any;
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
@@ -19,14 +19,11 @@ use crate::bench::peak::PeakTable;
 use crate::bench::pipeline::table::{PipelineTable, TimelineTable as PipelineTimelineTable};
 use crate::bench::rdma::RdmaTable;
 use crate::bench::sim::{SimBenchTable, SimTable, TimelineTable as SimTimelineTable};
-use crate::check::figures::{add as check_figures, Figure, Key};
 use crate::check::CheckTable;
-use crate::export::csv::{read_optional, CsvTable, DataError};
-use crate::export::headlines::{self as hl, Headline};
-use crate::export::plot::{self, Loaded, Named};
+use crate::record::csv::{read_optional, CsvTable, DataError};
+use crate::report::headlines::{self as hl, Headline};
+use crate::report::plot::{self, Loaded, Named};
 
-/// Adds a table's figures (those `check` compares) from a run folder.
-pub type AddFigures = fn(&Path, &mut BTreeMap<Key, Figure>) -> Result<()>;
 /// Rows of a table, loaded, behind `Any` (read back with [`Loaded::table`]).
 pub type AnyRows = Box<dyn Any>;
 /// Charts of one table: over every run compared (with the figures' title), or of one run.
@@ -44,7 +41,6 @@ pub struct Table {
     pub single_node: bool,
     pub headlines: Option<fn(&Loaded, &mut Vec<Headline>)>,
     pub charts: Option<Charts>,
-    pub figures: Option<AddFigures>,
 }
 
 impl Table {
@@ -55,7 +51,6 @@ impl Table {
             single_node: false,
             headlines: None,
             charts: None,
-            figures: None,
         }
     }
     fn single_node(self) -> Table {
@@ -76,12 +71,6 @@ impl Table {
             ..self
         }
     }
-    fn figures(self, f: AddFigures) -> Table {
-        Table {
-            figures: Some(f),
-            ..self
-        }
-    }
 
     /// The file in a run folder.
     pub fn file(&self) -> String {
@@ -97,30 +86,23 @@ fn load<T: CsvTable + 'static>(dir: &Path) -> Result<Option<AnyRows>, DataError>
 pub fn tables() -> Vec<Table> {
     use Charts::{Compared, OfFirst};
     vec![
-        Table::of::<PeakTable>()
-            .single_node()
-            .headlines(hl::peak)
-            .figures(check_figures::<PeakTable>),
+        Table::of::<PeakTable>().single_node().headlines(hl::peak),
         Table::of::<KernelsTable>()
             .single_node()
             .headlines(hl::kernels)
-            .charts(Compared(plot::kernel_and_roofline_charts))
-            .figures(check_figures::<KernelsTable>),
+            .charts(Compared(plot::kernel_and_roofline_charts)),
         Table::of::<D2hTable>()
             .single_node()
             .headlines(hl::d2h)
-            .charts(Compared(plot::d2h_charts))
-            .figures(check_figures::<D2hTable>),
+            .charts(Compared(plot::d2h_charts)),
         Table::of::<HolTable>()
             .single_node()
             .headlines(hl::hol)
-            .charts(Compared(plot::hol_charts))
-            .figures(check_figures::<HolTable>),
+            .charts(Compared(plot::hol_charts)),
         Table::of::<RdmaTable>()
             .single_node()
             .headlines(hl::rdma)
-            .charts(Compared(plot::rdma_charts))
-            .figures(check_figures::<RdmaTable>),
+            .charts(Compared(plot::rdma_charts)),
         Table::of::<SimTable>()
             .single_node()
             .headlines(hl::sim)
@@ -130,9 +112,8 @@ pub fn tables() -> Vec<Table> {
         Table::of::<CheckTable>(),
         Table::of::<LinksTable>()
             .headlines(hl::links)
-            .charts(OfFirst(plot::links_charts))
-            .figures(check_figures::<LinksTable>),
-        Table::of::<NodesTable>().figures(check_figures::<NodesTable>),
+            .charts(OfFirst(plot::links_charts)),
+        Table::of::<NodesTable>(),
         Table::of::<PipelineTable>()
             .headlines(hl::pipeline)
             .charts(OfFirst(plot::pipeline_charts)),
@@ -150,6 +131,14 @@ pub const OTHER_FILES: &[&str] = &["pipeline_trace.json", "meta.json"];
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_table_check_compares_is_registered() {
+        let names: Vec<&str> = tables().iter().map(|t| t.name).collect();
+        for (checked, _) in crate::check::figures::CHECKED {
+            assert!(names.contains(checked), "{checked} missing from {names:?}");
+        }
+    }
 
     #[test]
     fn every_table_is_registered_once() {

@@ -1,0 +1,8 @@
+//! The reading layer's output: the one registry of result tables and what each reader does
+//! with them (plots, headlines, the report document, summary.json).
+
+pub mod document;
+pub mod headlines;
+pub mod plot;
+pub mod summary;
+pub mod tables;
