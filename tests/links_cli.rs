@@ -511,6 +511,11 @@ fn a_topology_file_classes_every_link_and_a_broken_one_is_refused_before_it_star
 /// Busy is not slow: one rank told its machine has 1.5 cores of other work (the injected load
 /// source) makes every row it is an end of busy, and the summary names it.
 #[test]
+// The busy neighbour is injected, which only a build with the test hooks reads.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (scripts/test)"
+)]
 fn a_rank_with_a_busy_machine_is_named_busy_on_every_row_it_measured() {
     let home = tempfile::tempdir().unwrap();
     let port = common::free_port();

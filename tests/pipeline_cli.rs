@@ -361,6 +361,11 @@ fn sigterm_to_a_local_pipeline_ends_every_rank_and_keeps_the_run_as_aborted() {
 /// machine), every case is marked busy with that load, and a line per busy stage ends the
 /// summary and is in summary.json's warnings.
 #[test]
+// The busy neighbour is injected, which only a build with the test hooks reads.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (scripts/test)"
+)]
 fn a_busy_machine_marks_every_case_and_names_each_stage() {
     let home = tempfile::tempdir().unwrap();
     let args = [

@@ -106,10 +106,8 @@ pub fn against_baseline(base: &RunFigures, run: &RunFigures, policy: &Policy) ->
             o.warn(why);
         }
         if let Some(side) = busy_side(base, run, &key.bench) {
-            o.at_most_warn(&format!(
-                "the machine was busy during {} in {side} (meta.json host_load)",
-                key.bench
-            ));
+            let why = crate::noise::busy_caveat(&key.bench, side);
+            o.at_most_warn(&format!("{why} (meta.json host_load)"));
         }
         report.outcomes.push(o);
     }

@@ -131,10 +131,7 @@ pub fn against_baselines(bases: &[RunFigures], run: &RunFigures, policy: &Policy
         (o.verdict, o.reason) = grade(worse, significant, &t, &p_text);
         cap_unsteady_caveat_only(&mut o, f);
         if run.label.busy.iter().any(|(b, _)| *b == key.bench) {
-            o.at_most_warn(&format!(
-                "the machine was busy during {} in this run",
-                key.bench
-            ));
+            o.at_most_warn(&crate::noise::busy_caveat(&key.bench, "this run"));
         }
         if let Some(first) = have.first() {
             o.note_variant(first, f);

@@ -216,7 +216,8 @@ pub(crate) fn after_run(dir: &std::path::Path, g: &crate::cli::GlobalArgs) -> an
 /// Names the rows whose samples varied by more than the report's bound, where they are seen,
 /// not only in the report.
 fn warn_noisy(dir: &std::path::Path, quiet: bool) {
-    use crate::report::document::{noisy_rows, NOISY_CV};
+    use crate::noise::NOISY_CV;
+    use crate::report::document::noisy_rows;
     let Ok(run) = crate::report::plot::Loaded::load(dir) else {
         return;
     };

@@ -71,28 +71,8 @@ pub struct Load {
     pub load1_before: Option<f64>,
     pub load1_after: Option<f64>,
     pub cores: usize,
-    /// Whether the machine counts as busy (see [`BUSY_OTHER_CORES`]).
+    /// Whether the machine counts as busy ([`super::is_busy`]).
     pub busy: bool,
-}
-
-/// Other processes using more than this share of one core on average, or steal over
-/// [`BUSY_STEAL`], make a bench's machine busy.
-pub const BUSY_OTHER_CORES: f64 = 0.25;
-pub const BUSY_STEAL: f64 = 0.05;
-
-/// How much slower than its peers a figure measured on a busy machine may be and still be put
-/// down to the load: sharing the machine with `others` cores' worth of other work (when that
-/// made it busy), a CPU-bound test gets at worst 1 / (1 + others) of a core, so its time can
-/// grow (1 + others)-fold; twice that (scheduling, caches) and at least 4x. A hypervisor that
-/// steals a `steal` share of the machine's time stretches it 1 / (1 - steal)-fold; twice that
-/// (steal comes in bursts). Slower still is slow, busy or not: a GPU at a third of its peers'
-/// speed is not 10% steal.
-pub fn explained_by_load(others: f64, steal: f64) -> f64 {
-    let cpu = match others >= BUSY_OTHER_CORES {
-        true => (2.0 * (1.0 + others)).max(4.0),
-        false => 1.0,
-    };
-    cpu.max(2.0 / (1.0 - steal.clamp(0.0, 0.9)))
 }
 
 /// A busy rank's warning: (its name in meta.json, `links r2`; the warning).
@@ -113,15 +93,6 @@ pub fn busy_notes(warnings: &[BusyWarning]) -> serde_json::Map<String, serde_jso
     notes
 }
 
-/// Cores' worth of other processes' CPU a test says its machine had instead of measuring it
-/// (tests only: a busy neighbour on one rank of a world that shares one machine).
-pub const INJECT_LOAD: &str = "MORPHBENCH_INJECT_OTHER_CORES";
-
-/// The injected load, when a test sets one.
-pub fn injected() -> Option<f64> {
-    std::env::var(INJECT_LOAD).ok().and_then(|v| v.parse().ok())
-}
-
 impl Load {
     pub fn between(a: &Sample, b: &Sample) -> Load {
         let seconds = b.at.duration_since(a.at).as_secs_f64().max(1e-9);
@@ -135,10 +106,7 @@ impl Load {
         };
         let steal_fraction =
             diff(a.steal_s, b.steal_s).map(|s| (s / (seconds * cores as f64)).clamp(0.0, 1.0));
-        // A bench under a second is too short for /proc/stat's 10 ms ticks to say much.
-        let busy = seconds >= 1.0
-            && (other_cores.is_some_and(|c| c > BUSY_OTHER_CORES)
-                || steal_fraction.is_some_and(|s| s > BUSY_STEAL));
+        let busy = super::is_busy(seconds, other_cores, steal_fraction);
         Load {
             seconds,
             other_cores,

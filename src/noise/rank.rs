@@ -23,7 +23,7 @@ pub struct RankLoad {
     pub own_cores: Option<f64>,
     pub steal_pct: Option<f64>,
     pub cores: usize,
-    /// A test's stand-in for the machine's other processes (see [`load::INJECT_LOAD`]).
+    /// A test's stand-in for the machine's other processes (see [`super::injected_other_cores`]).
     pub injected: Option<f64>,
 }
 
@@ -58,7 +58,7 @@ impl RankLoad {
             own_cores: l.own_cores,
             steal_pct: l.steal_fraction.map(|s| 100.0 * s),
             cores: l.cores,
-            injected: load::injected(),
+            injected: super::injected_other_cores(),
         }
     }
 }
@@ -125,10 +125,12 @@ pub fn others_by_rank(loads: &[RankLoad]) -> BTreeMap<u32, Busy> {
                 Some(i) => Some(measured.unwrap_or(0.0) + i),
                 None => measured,
             };
-            let long_enough = l.seconds >= 1.0 || l.injected.is_some();
-            let busy = long_enough
-                && (others.is_some_and(|c| c > load::BUSY_OTHER_CORES)
-                    || l.steal_pct.is_some_and(|s| s > 100.0 * load::BUSY_STEAL));
+            // An injected load stands for a whole window's.
+            let seconds = match l.injected {
+                Some(_) => l.seconds.max(super::MIN_BUSY_WINDOW_S),
+                None => l.seconds,
+            };
+            let busy = super::is_busy(seconds, others, l.steal_pct.map(|s| s / 100.0));
             let round = |x: f64| crate::record::csv::round(x, 2);
             let b = Busy {
                 others_cores: others.map(round),

@@ -13,6 +13,7 @@ use crate::bench::kernels::KernelsTable;
 use crate::bench::peak::PeakTable;
 use crate::bench::rdma::RdmaTable;
 use crate::check::CheckTable;
+use crate::noise::NOISY_CV;
 use crate::record::label::RunLabel;
 use crate::record::Line;
 
@@ -255,8 +256,6 @@ fn run_entry(dir: &Path) -> serde_json::Value {
     })
 }
 
-/// A row whose own samples vary more than this (stddev / mean) is named as noisy.
-pub const NOISY_CV: f64 = 0.10;
 /// The most noisy rows a caution names one by one.
 const NOISY_NAMED: usize = 12;
 

@@ -243,15 +243,14 @@ pub struct LinksSpec {
 /// The gate's links' bandwidth size: an activation's order of size.
 pub const LINK_BANDWIDTH_BYTES: u64 = 1 << 20;
 
-/// Suspect links measured again, pair by pair, after the rounds (a few, on a healthy fleet).
-const LINK_RETESTS: u32 = 4;
-
 impl LinksSpec {
-    /// The rounds' deadline, a round that started just before it, and [`LINK_RETESTS`]
+    /// The rounds' deadline, a round that started just before it, and [`noise::GATE_LINK_RETESTS`]
     /// suspects' retests (each at most its pair's tests).
     pub fn allowance(&self) -> Duration {
         let pair = self.plan.tests() as u32 * Duration::from_millis(self.plan.budget_ms + 20);
-        Duration::from_secs_f64(self.deadline_s) + pair * (1 + LINK_RETESTS) + SETUP_MARGIN
+        Duration::from_secs_f64(self.deadline_s)
+            + pair * (1 + noise::GATE_LINK_RETESTS)
+            + SETUP_MARGIN
     }
 }
 
@@ -358,10 +357,10 @@ pub fn run_batch(gpu: Option<&Gpu>, tests: &[TestSpec]) -> Batch {
     let before = noise::load::Sample::now();
     let results = tests.iter().map(|t| run_test(gpu, *t)).collect();
     let load = noise::load::Load::between(&before, &noise::load::Sample::now());
-    let injected = noise::load::injected();
+    let injected = noise::injected_other_cores();
     let others_cores = injected.or(load.other_cores);
     let busy = match injected {
-        Some(c) => c > noise::load::BUSY_OTHER_CORES,
+        Some(c) => noise::is_busy(noise::MIN_BUSY_WINDOW_S, Some(c), None),
         None => load.busy,
     };
     Batch {

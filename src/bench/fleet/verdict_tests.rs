@@ -47,7 +47,7 @@ fn outcome(rank: u32, gemm_us: f64, others: f64, memory_gib: u64) -> RankOutcome
             results: vec![gemm],
             others_cores: Some(others),
             steal_pct: Some(0.0),
-            busy: others > crate::noise::load::BUSY_OTHER_CORES,
+            busy: others > crate::noise::BUSY_OTHER_CORES,
             cores: 8,
         }],
         retests: Vec::new(),

@@ -15,8 +15,8 @@
 
 use crate::stats::robust::{lower_median, mad, modified_z};
 
-/// A slowdown at or above this can be flagged.
-pub const SLOW_THRESHOLD: f64 = 1.35;
+/// A slowdown at or above this can be flagged (the noise policy's).
+pub const SLOW_THRESHOLD: f64 = crate::noise::SLOW;
 /// A modified z-score above this is an outlier (Iglewicz and Hoaglin).
 pub const Z_THRESHOLD: f64 = 3.5;
 /// Fewer members than this and nothing is called an outlier: there is no spread to judge by.

@@ -87,17 +87,6 @@ pub enum Reply {
     Round(Vec<Measured>, load::RankLoad),
 }
 
-/// The most retests of a suspect row: it stays flagged only if every one confirms it.
-const RETEST_PASSES: usize = 3;
-/// A row whose retest is this many times its group's baseline, and slower by at least
-/// [`CLEARLY_SLOWER_US`], is slow beyond what a shared host's scheduling makes of a healthy
-/// link: one retest confirms it. Anything less is retested until [`RETEST_PASSES`] agree.
-/// Measured on the 2-vCPU virtual cluster: an 8 B ping-pong sits at 6 µs or, for a whole
-/// connection, at 40-60 µs (up to 10x) depending on where the scheduler puts the two ends;
-/// a 100 Mbit/s link is 60-85x slow by milliseconds at 64 KiB and 4 MiB.
-const CLEARLY_SLOW: f64 = 10.0;
-const CLEARLY_SLOWER_US: f64 = 1000.0;
-
 /// How long any rank waits for one fingerprint.
 pub(crate) const FINGERPRINT_WAIT: Duration = Duration::from_secs(120);
 
@@ -459,7 +448,7 @@ fn play_rounds(
 
 /// Rank 0: every suspect row (flagged by the rounds) measured again with its pair alone, at
 /// the suspect sizes only, pass after pass: a row is cleared by one retest that does not
-/// confirm it, and stays flagged only if [`RETEST_PASSES`] retests confirm it (one, when it
+/// confirm it, and stays flagged only if [`crate::noise::RETEST_PASSES`] retests confirm it (one, when it
 /// is clearly slow). Noise only slows a link down; a healthy link measured well once is
 /// healthy. Returns how many suspect rows were cleared.
 fn retest_suspects(
@@ -473,8 +462,13 @@ fn retest_suspects(
 ) -> Result<(usize, load::Busiest)> {
     let mut noisy = 0;
     let mut busiest = load::Busiest::default();
-    for pass in 0..RETEST_PASSES {
-        let suspects = tables::suspects(lines, pass > 0, CLEARLY_SLOW, CLEARLY_SLOWER_US);
+    for pass in 0..crate::noise::RETEST_PASSES {
+        let suspects = tables::suspects(
+            lines,
+            pass > 0,
+            crate::noise::CLEARLY_SLOW,
+            crate::noise::CLEARLY_SLOWER_US,
+        );
         let mut retests = Vec::new();
         for (k, (&pair, rows)) in suspects.iter().enumerate() {
             if !opts.session.quiet {

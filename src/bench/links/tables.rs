@@ -247,13 +247,10 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
         // path's fault at that size cannot be told from; a slow path's milliseconds stand out.
         let others = t.figures.others_cores.unwrap_or(0.0);
         let steal = t.figures.steal_pct.unwrap_or(0.0) / 100.0;
-        let loaded = t.figures.busy == Some(true)
-            || others >= 2.0 * crate::noise::load::BUSY_OTHER_CORES
-            || steal >= 2.0 * crate::noise::load::BUSY_STEAL;
-        if loaded {
-            let bound = crate::noise::load::explained_by_load(others, steal);
+        if crate::noise::is_loaded(t.figures.busy == Some(true), others, steal) {
+            let bound = crate::noise::explained_by_load(others, steal);
             let excess = t.stats().p50_us * (1.0 - 1.0 / v.slowdown.max(1.0));
-            slow &= v.slowdown >= bound && excess >= super::CLEARLY_SLOWER_US;
+            slow &= v.slowdown >= bound && excess >= crate::noise::CLEARLY_SLOWER_US;
         }
         // A retest speaks only for a suspect: the other direction of a retested link, measured
         // along with it, keeps its slowdown but is no suspect of its own.
