@@ -37,6 +37,8 @@ pub struct Table {
     /// The CSV's stem in a run folder (`CsvTable::NAME`).
     pub name: &'static str,
     pub load: fn(&Path) -> Result<Option<AnyRows>, DataError>,
+    /// Its columns, in order (the header of an empty table).
+    pub header: fn() -> Vec<String>,
     /// A table of a single-node bench: `plot` says when a run lacks it.
     pub single_node: bool,
     pub headlines: Option<fn(&Loaded, &mut Vec<Headline>)>,
@@ -48,6 +50,7 @@ impl Table {
         Table {
             name: T::NAME,
             load: load::<T>,
+            header: crate::record::csv::header::<T>,
             single_node: false,
             headlines: None,
             charts: None,
@@ -125,12 +128,86 @@ pub fn tables() -> Vec<Table> {
     ]
 }
 
+/// The CSV columns page's generated part ([`COLUMNS_PAGE`]): every registered table's
+/// columns, in order, as the writer writes them.
+pub fn columns_block() -> String {
+    let mut out = String::from(
+        "| file | columns |\n|---|---|\n",
+    );
+    for t in tables() {
+        let cols: Vec<String> = (t.header)().iter().map(|c| format!("`{c}`")).collect();
+        out.push_str(&format!("| `{}` | {} |\n", t.file(), cols.join(", ")));
+    }
+    out
+}
+
+/// The reference page of CSV columns, whose table of columns is [`columns_block`] (a test
+/// fails when they differ; `MORPHBENCH_WRITE_DOCS=1` rewrites it).
+pub const COLUMNS_PAGE: &str = "docs/csv-columns.md";
+/// The lines around the generated part of [`COLUMNS_PAGE`].
+pub const GENERATED_BEGIN: &str =
+    "<!-- generated from the table registry (src/report/tables.rs): do not edit by hand -->";
+pub const GENERATED_END: &str = "<!-- end of the generated part -->";
+
 /// Files a run folder may hold beside its tables, listed in the report after them.
 pub const OTHER_FILES: &[&str] = &["pipeline_trace.json", "meta.json"];
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A table's prose section: from its `**NAME.csv**` line to the next table's or heading.
+    fn section<'a>(page: &'a str, file: &str) -> Option<&'a str> {
+        let start = page.find(&format!("**{file}**"))?;
+        let rest = &page[start + file.len() + 4..];
+        let end = rest
+            .find("\n**")
+            .into_iter()
+            .chain(rest.find("\n#"))
+            .chain(rest.find(GENERATED_BEGIN))
+            .min()
+            .unwrap_or(rest.len());
+        Some(&rest[..end])
+    }
+
+    #[test]
+    fn the_csv_columns_page_is_the_registrys() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(COLUMNS_PAGE);
+        let page = std::fs::read_to_string(&path).unwrap();
+        let generated = format!("{GENERATED_BEGIN}\n\n{}\n{GENERATED_END}", columns_block());
+        let (Some(a), Some(b)) = (page.find(GENERATED_BEGIN), page.find(GENERATED_END)) else {
+            panic!("{COLUMNS_PAGE} lacks its generated part ({GENERATED_BEGIN} ... {GENERATED_END})");
+        };
+        let now = &page[a..b + GENERATED_END.len()];
+        if now != generated {
+            if std::env::var_os("MORPHBENCH_WRITE_DOCS").is_some() {
+                let page = page.replacen(now, &generated, 1);
+                std::fs::write(&path, page).unwrap();
+            } else {
+                panic!(
+                    "{COLUMNS_PAGE}'s columns differ from the registry's: rerun with \
+                     MORPHBENCH_WRITE_DOCS=1 to rewrite them\nexpected:\n{generated}"
+                );
+            }
+        }
+        // Every table has its prose, which names each of its own columns.
+        let shared = ["schema_version", "run_id", "bench", "case"];
+        let stats = crate::record::csv::header::<crate::bench::sim::SimBenchTable>();
+        let mut missing = Vec::new();
+        for t in tables() {
+            let Some(prose) = section(&page, &t.file()) else {
+                missing.push(format!("{}: no **{}** section", t.name, t.file()));
+                continue;
+            };
+            for c in (t.header)() {
+                let in_stats = stats.contains(&c) && c.ends_with("_us") || ["n", "cv"].contains(&c.as_str());
+                if !shared.contains(&c.as_str()) && !in_stats && !prose.contains(&format!("`{c}`")) {
+                    missing.push(format!("{}: `{c}`", t.file()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "columns the page does not describe:\n{}", missing.join("\n"));
+    }
 
     #[test]
     fn every_table_check_compares_is_registered() {
