@@ -18,6 +18,7 @@ pub mod output;
 pub mod record;
 pub mod report;
 pub mod sim;
+pub mod slurm;
 pub mod stats;
 pub mod suite;
 pub mod transport;

@@ -4,6 +4,7 @@
 
 pub mod d2h;
 pub mod fleet;
+pub mod health;
 pub mod hol;
 pub mod kernels;
 pub mod links;

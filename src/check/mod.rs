@@ -4,6 +4,7 @@
 //! FAILs first, and an exit code a health check can act on.
 
 pub mod figures;
+mod metrics;
 pub mod policy;
 mod repeated;
 pub mod stats;
@@ -378,6 +379,8 @@ pub struct CheckOptions {
     pub all: bool,
     pub quiet: bool,
     pub json: bool,
+    /// Also write the judged figures as metrics into this folder (node_exporter's textfile).
+    pub textfile: Option<PathBuf>,
 }
 
 /// Refuses a check that would compare nothing: a run against itself or a copy of itself, a
@@ -447,6 +450,10 @@ fn refuse_empty_comparisons(runs: &[RunFigures], bases: &[RunFigures]) -> Result
 /// Runs the check; returns whether it passed (no FAIL, and no WARN with `warn_exit`) and the
 /// folders whose check.csv was written (their reports are refreshed by the caller).
 pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
+    let started = std::time::Instant::now();
+    if let Some(dir) = &opts.textfile {
+        crate::record::metrics::check_dir(dir)?;
+    }
     let policy = match &opts.policy {
         Some(p) => Policy::load(p)?,
         None => Policy::default(),
@@ -537,6 +544,9 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
                 written.push(run.dir.clone());
             }
         }
+    }
+    if let Some(dir) = &opts.textfile {
+        metrics::textfile(&runs, &report, started.elapsed()).write(dir)?;
     }
     let worst = report.worst();
     let passed = match worst {

@@ -184,12 +184,52 @@ adapter; a CPU driver's kernels at 2x) or below the baseline's expected x (1 - t
 confirmed by a retest. A busy node (other processes on its machine) is a WARN."
     )]
     Fleet(Box<FleetArgs>),
+    /// One node's health check, for Slurm's HealthCheckProgram and prologs, Prometheus and
+    /// node-problem-detector: every GPU of this node (one rank each), quick's tests at short
+    /// deadlines, judged against a per-SKU baseline; bounded (at most 45 s with 8 GPUs).
+    #[command(
+        after_help = "Exit codes: 0 healthy, 1 unhealthy (a figure FAILed, confirmed by a retest), 2 could not judge
+(no --baseline and fewer than 3 GPUs to judge by each other, no adapter, a bad flag, the run cut
+at its bound).
+
+Examples:
+  morphbench health --baseline /etc/morphbench/h200.toml
+  morphbench health --baseline B --slurm          # HealthCheckProgram: drain on FAIL, resume own drains
+  morphbench health --baseline B --npd            # node-problem-detector: one line, exit 0/1/2
+  morphbench health --baseline B --textfile /var/lib/prometheus/node-exporter
+
+--slurm drains this node (SLURMD_NODENAME, else the short hostname) on a FAIL with
+Reason=\"[morphbench] <test> <figure>: <measured> vs <expected> <unit>\" (at most 128
+characters), and on a healthy verdict resumes it only if its drain reason starts with
+[morphbench]: an operator's drain is never undone."
+    )]
+    Health(HealthArgs),
     /// Write a fleet baseline (each figure's expected value and tolerance per adapter and
     /// driver) from a healthy fleet run, for `fleet --baseline`.
     #[command(
         after_help = "Examples:\n  morphbench baseline results/FLEET_RUN -o bench-configs/baseline-h200.toml"
     )]
     Baseline(BaselineArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    /// Expected values per adapter and driver (`morphbench baseline RUN -o FILE`); without it
+    /// the node is measured and reported, and judged only by its GPUs against each other.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// Drain this node through scontrol on a FAIL; resume it on a healthy verdict if
+    /// morphbench drained it.
+    #[arg(long)]
+    pub slurm: bool,
+    /// node-problem-detector's custom plugin contract: one line of at most 80 characters,
+    /// exit 0 OK, 1 NonOK, 2 Unknown.
+    #[arg(long, conflicts_with = "json")]
+    pub npd: bool,
+    /// Also write the figures and verdicts as metrics for node_exporter's textfile collector
+    /// (DIR/morphbench_health.prom, replaced atomically).
+    #[arg(long, value_name = "DIR")]
+    pub textfile: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -217,6 +257,10 @@ pub struct CheckArgs {
     /// they are).
     #[arg(long = "check-out", value_name = "DIR")]
     pub check_out: Option<PathBuf>,
+    /// Also write each judged figure and its verdict as metrics for node_exporter's textfile
+    /// collector (DIR/morphbench_check.prom).
+    #[arg(long, value_name = "DIR")]
+    pub textfile: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -460,6 +504,10 @@ pub struct RunArgs {
     /// Skip the figures and report written at the end of the run.
     #[arg(long)]
     pub no_plots: bool,
+    /// Also write the run's headline figures as metrics for node_exporter's textfile
+    /// collector (DIR/morphbench_run.prom).
+    #[arg(long, value_name = "DIR")]
+    pub textfile: Option<PathBuf>,
 }
 
 // Each occurrence of a list flag parses into one Vec; `plan` flattens them.

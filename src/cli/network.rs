@@ -373,6 +373,14 @@ pub struct FleetArgs {
     /// `--only links` on a fleet whose GPUs were just judged.
     #[arg(long, value_delimiter = ',', value_name = "TESTS")]
     pub only: Option<Vec<String>>,
+    /// Rank 0 drains each failed host through scontrol, with health's reason
+    /// ("[morphbench] <test> <figure>: <measured> vs <expected>").
+    #[arg(long)]
+    pub slurm: bool,
+    /// Each host's lowest rank writes its host's figures and verdicts as metrics for
+    /// node_exporter's textfile collector (DIR/morphbench_fleet.prom).
+    #[arg(long, value_name = "DIR")]
+    pub textfile: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub launch: LaunchArgs,
 }
@@ -385,6 +393,8 @@ impl FleetArgs {
             only: self.only.clone(),
             baseline: self.baseline.clone(),
             profile: self.profile.clone(),
+            slurm: self.slurm,
+            textfile: self.textfile.clone(),
             backend: g.backend,
             adapter: g.adapter.clone(),
         }

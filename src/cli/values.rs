@@ -30,6 +30,7 @@ macro_rules! value_enum {
 }
 
 value_enum!(Level {
+    Level::Health => "health": "quick's tests in short deadlines (morphbench health): at most 45 s a node of 8 GPUs",
     Level::Quick => "quick": "inventory, memcpy, GEMM, D2H, H2D, FMA and bandwidth ceilings: at most 60 s a rank",
     Level::Standard => "standard": "longer and larger: at most 5 minutes a rank",
     Level::Extended => "extended": "the largest sizes: at most 20 minutes a rank",

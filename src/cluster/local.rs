@@ -60,6 +60,49 @@ pub fn run_local_gate(ranks: u32, max: u32, args: &[String]) -> Result<u8> {
     }
 }
 
+/// As [`run_local_gate`] with `--json` among `args`, for a caller that reads the verdict
+/// itself (`morphbench health`): rank 0's document is returned, not printed, and every rank is
+/// ended at `deadline`, when `None` is returned.
+pub fn run_local_gate_within(
+    ranks: u32,
+    max: u32,
+    args: &[String],
+    deadline: std::time::Instant,
+) -> Result<Option<(u8, Vec<u8>)>> {
+    let (mut children, held) = spawn(ranks, max, args, Cores::All)?;
+    let status = loop {
+        if let Some(status) = children[0].1.try_wait()? {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            stop(&mut children);
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let root = children.remove(0).1;
+    crate::interrupt::child_ended(root.id());
+    let others_by = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < others_by {
+        let mut all_done = true;
+        for (_, c) in children.iter_mut() {
+            all_done &= c.try_wait()?.is_some();
+        }
+        if all_done {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop(&mut children);
+    let doc = held
+        .map(|t| t.join().unwrap_or_default())
+        .unwrap_or_default();
+    match status.code() {
+        Some(code @ (0 | 1)) => Ok(Some((code as u8, doc))),
+        _ => bail_with(&["0".to_string()], &doc).map(|()| None),
+    }
+}
+
 /// The error of a failed local run, with rank 0's reason when its document has one.
 fn bail_with(failed: &[String], doc: &[u8]) -> Result<()> {
     let first = serde_json::from_slice::<serde_json::Value>(doc)

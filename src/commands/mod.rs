@@ -16,7 +16,7 @@ use crate::suite::Bench;
 /// apart from an error (exit 2), as diff and grep do; every other command exits 1.
 pub fn error_code(command: &Command) -> u8 {
     match command {
-        Command::Check(_) | Command::Fleet(_) => 2,
+        Command::Check(_) | Command::Fleet(_) | Command::Health(_) => 2,
         Command::Sim(a) if a.validate.is_some() => 2,
         _ => 1,
     }
@@ -31,6 +31,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     if let Command::Fleet(a) = &cli.command {
         return fleet(a, &cli.global);
+    }
+    if let Command::Health(a) = &cli.command {
+        return health(a, &cli.global);
     }
     run_command(cli).map(|()| ExitCode::SUCCESS)
 }
@@ -47,6 +50,7 @@ fn check(a: &crate::cli::CheckArgs, g: &crate::cli::GlobalArgs) -> anyhow::Resul
         all: a.all,
         quiet: g.quiet,
         json: g.json,
+        textfile: a.textfile.clone(),
     };
     let (passed, written) = crate::check::run(&opts)?;
     // The verdict is given (and with --json printed with its exit code): a report that cannot
@@ -90,6 +94,33 @@ fn fleet(a: &crate::cli::FleetArgs, g: &crate::cli::GlobalArgs) -> anyhow::Resul
     Ok(ExitCode::from(outcome.exit_code))
 }
 
+/// `morphbench health`: the exit code is the node's health (0, 1, 2). With `--npd` an error
+/// is still node-problem-detector's one line (Unknown, exit 2), the error itself on stderr.
+fn health(a: &crate::cli::HealthArgs, g: &crate::cli::GlobalArgs) -> anyhow::Result<ExitCode> {
+    use crate::bench::health;
+    let opts = health::HealthOptions {
+        baseline: a.baseline.clone(),
+        slurm: a.slurm,
+        npd: a.npd,
+        json: g.json,
+        quiet: g.quiet,
+        textfile: a.textfile.clone(),
+        out: g.out.clone(),
+        backend: g.backend,
+        adapter: g.adapter.clone(),
+    };
+    match health::run(&opts) {
+        Ok(outcome) => Ok(ExitCode::from(health::report(&opts, &outcome)?)),
+        Err(e) if a.npd => {
+            let line = format!("morphbench: could not judge: {e:#}");
+            println!("{}", crate::bench::health::one_line(&line, health::NPD_MAX));
+            eprintln!("error: {e:#}");
+            Ok(ExitCode::from(2))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn run_command(cli: Cli) -> anyhow::Result<()> {
     let g = &cli.global;
     // One bench from its subcommand, run into its own run folder.
@@ -111,7 +142,14 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             };
             let benches = cfg.benches()?;
             let config = serde_json::to_value(&cfg)?;
+            if let Some(d) = &a.textfile {
+                crate::record::metrics::check_dir(d)?;
+            }
+            let started = std::time::Instant::now();
             let dir = suite::run(&g.options(a.raw), &benches, Some(config))?;
+            if let Some(d) = &a.textfile {
+                crate::report::metrics::run_textfile(&dir.path, started.elapsed())?.write(d)?;
+            }
             warn_noisy(&dir.path, g.quiet || g.json);
             if !a.no_plots {
                 plot(&dir.path, Format::Both, &[], g.quiet || g.json)?;
@@ -126,7 +164,9 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Runs(a) => crate::report::document::print_runs(&a.dir, g.json),
-        Command::Check(_) | Command::Fleet(_) => unreachable!("handled in run"),
+        Command::Check(_) | Command::Fleet(_) | Command::Health(_) => {
+            unreachable!("handled in run")
+        }
         Command::Baseline(a) => {
             let b = crate::bench::fleet::baseline::Baseline::from_run(&a.run_dir)?;
             b.write(&a.output)?;

@@ -95,6 +95,8 @@ pub struct AdapterReport {
     pub device_type: String,
     pub driver: String,
     pub driver_info: String,
+    /// The PCI bus id, where the backend gives one (`0000:1b:00.0`); empty elsewhere.
+    pub pci_bus_id: String,
     pub vendor_id: String,
     pub device_id: String,
     pub timestamp_query: bool,
@@ -123,6 +125,7 @@ impl AdapterReport {
             device_type: format!("{:?}", info.device_type),
             driver: info.driver,
             driver_info: info.driver_info,
+            pci_bus_id: info.device_pci_bus_id.clone(),
             vendor_id: format!("0x{:04x}", info.vendor),
             device_id: format!("0x{:04x}", info.device),
             timestamp_query: f.contains(wgpu::Features::TIMESTAMP_QUERY),
@@ -264,6 +267,26 @@ pub fn adapter_for_local_rank<K: PartialEq>(kinds: &[K], local_rank: u32) -> Opt
     let best = kinds.first()?;
     let fit: Vec<usize> = (0..kinds.len()).filter(|&i| kinds[i] == *best).collect();
     Some(fit[local_rank as usize % fit.len()])
+}
+
+/// This host's GPUs as [`Gpu::open_local`] gives them to ranks: the adapters of the best
+/// one's kind (name, device type), one rank each; empty without an adapter.
+pub fn local_adapters(backend: BackendChoice) -> Vec<(String, String)> {
+    let kinds: Vec<(String, wgpu::Backend, String)> = enumerate(backend)
+        .iter()
+        .map(|a| {
+            let info = a.get_info();
+            (format!("{:?}", info.device_type), info.backend, info.name)
+        })
+        .collect();
+    let Some((ty, be, _)) = kinds.first().cloned() else {
+        return Vec::new();
+    };
+    kinds
+        .into_iter()
+        .filter(|(t, b, _)| *t == ty && *b == be)
+        .map(|(t, _, name)| (name, t))
+        .collect()
 }
 
 impl Gpu {

@@ -3,6 +3,7 @@
 pub mod csv;
 pub mod label;
 pub mod meta;
+pub mod metrics;
 pub mod run_dir;
 
 pub use self::csv::{

@@ -3,6 +3,8 @@
 
 pub mod document;
 pub mod headlines;
+pub mod metrics;
 pub mod plot;
+pub mod ratios;
 pub mod summary;
 pub mod tables;

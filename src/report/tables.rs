@@ -131,9 +131,7 @@ pub fn tables() -> Vec<Table> {
 /// The CSV columns page's generated part ([`COLUMNS_PAGE`]): every registered table's
 /// columns, in order, as the writer writes them.
 pub fn columns_block() -> String {
-    let mut out = String::from(
-        "| file | columns |\n|---|---|\n",
-    );
+    let mut out = String::from("| file | columns |\n|---|---|\n");
     for t in tables() {
         let cols: Vec<String> = (t.header)().iter().map(|c| format!("`{c}`")).collect();
         out.push_str(&format!("| `{}` | {} |\n", t.file(), cols.join(", ")));
@@ -176,7 +174,9 @@ mod tests {
         let page = std::fs::read_to_string(&path).unwrap();
         let generated = format!("{GENERATED_BEGIN}\n\n{}\n{GENERATED_END}", columns_block());
         let (Some(a), Some(b)) = (page.find(GENERATED_BEGIN), page.find(GENERATED_END)) else {
-            panic!("{COLUMNS_PAGE} lacks its generated part ({GENERATED_BEGIN} ... {GENERATED_END})");
+            panic!(
+                "{COLUMNS_PAGE} lacks its generated part ({GENERATED_BEGIN} ... {GENERATED_END})"
+            );
         };
         let now = &page[a..b + GENERATED_END.len()];
         if now != generated {
@@ -200,13 +200,19 @@ mod tests {
                 continue;
             };
             for c in (t.header)() {
-                let in_stats = stats.contains(&c) && c.ends_with("_us") || ["n", "cv"].contains(&c.as_str());
-                if !shared.contains(&c.as_str()) && !in_stats && !prose.contains(&format!("`{c}`")) {
+                let in_stats =
+                    stats.contains(&c) && c.ends_with("_us") || ["n", "cv"].contains(&c.as_str());
+                if !shared.contains(&c.as_str()) && !in_stats && !prose.contains(&format!("`{c}`"))
+                {
                     missing.push(format!("{}: `{c}`", t.file()));
                 }
             }
         }
-        assert!(missing.is_empty(), "columns the page does not describe:\n{}", missing.join("\n"));
+        assert!(
+            missing.is_empty(),
+            "columns the page does not describe:\n{}",
+            missing.join("\n")
+        );
     }
 
     #[test]

@@ -19,6 +19,9 @@ use crate::noise;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
+    /// `morphbench health`: quick's tests and sizes in short deadlines, so that a node of
+    /// 8 GPUs is judged within Slurm's HealthCheckProgram limit ([`HEALTH_BUDGET`]).
+    Health,
     Quick,
     Standard,
     Extended,
@@ -27,6 +30,7 @@ pub enum Level {
 impl std::fmt::Display for Level {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
+            Level::Health => "health",
             Level::Quick => "quick",
             Level::Standard => "standard",
             Level::Extended => "extended",
@@ -99,6 +103,15 @@ impl Level {
         };
         use TestKind::*;
         match self {
+            // Quick's sizes (a baseline from a quick gate judges it), half its samples.
+            Level::Health => vec![
+                t(Memcpy, 64 << 20, 10, 0.4),
+                t(Gemm, 256, 10, 1.2),
+                t(D2h, 16 << 20, 10, 0.5),
+                t(H2d, 16 << 20, 10, 0.5),
+                t(Fma, 0, 5, 0.8),
+                t(Bandwidth, 64 << 20, 5, 1.2),
+            ],
             Level::Quick => vec![
                 t(Memcpy, 64 << 20, 20, 2.0),
                 t(Gemm, 256, 20, 5.0),
@@ -132,7 +145,7 @@ impl Level {
     /// The links between the ranks, at levels that measure them ([`LinksSpec`]).
     pub fn links(self) -> Option<LinksSpec> {
         let (pattern, deadline_s) = match self {
-            Level::Quick => return None,
+            Level::Health | Level::Quick => return None,
             Level::Standard => (Pattern::Quick, 30.0),
             // All pairs when they fit the deadline, else as many random rounds as do.
             Level::Extended => (Pattern::AllPairs, 150.0),
@@ -161,6 +174,7 @@ impl Level {
     /// The most a node may take at this level (the budget per node).
     pub fn node_budget(self) -> Duration {
         Duration::from_secs(match self {
+            Level::Health => HEALTH_BUDGET.as_secs(),
             Level::Quick => 60,
             Level::Standard => 300,
             Level::Extended => 1200,
@@ -171,10 +185,60 @@ impl Level {
 /// Beyond a batch of tests' deadlines: building kernels, the order and the reply.
 pub const SETUP_MARGIN: Duration = Duration::from_secs(5);
 
+/// The health check's whole run on a node of [`HEALTH_PLAN_GPUS`] GPUs, by its plan: under the
+/// 60 s after which slurmd kills a HealthCheckProgram.
+pub const HEALTH_BUDGET: Duration = Duration::from_secs(45);
+
+/// Beyond the health gate's own bound: starting its rank processes and reading their verdict.
+pub const HEALTH_START: Duration = Duration::from_secs(2);
+
+/// The node the health level's budget is planned for.
+pub const HEALTH_PLAN_GPUS: u32 = 8;
+
+impl Level {
+    /// Beyond a batch's deadlines (see [`SETUP_MARGIN`]); the health level's kernels are small
+    /// and its ranks already hold their adapters.
+    pub fn setup_margin(self) -> Duration {
+        match self {
+            Level::Health => Duration::from_millis(300),
+            _ => SETUP_MARGIN,
+        }
+    }
+
+    /// How long a rank may take to open its adapter and report what it is.
+    pub fn inventory_wait(self) -> Duration {
+        match self {
+            Level::Health => Duration::from_secs(5),
+            _ => Duration::from_secs(60),
+        }
+    }
+
+    /// The whole gate on `machines` alike, each of `per_machine` ranks (`cpu`: on a CPU
+    /// driver), by its plan: the inventory, then the first pass and a retest of everything
+    /// (the tests on a rank's own GPU at once, those on what a machine shares in turns).
+    pub fn gate_bound(self, per_machine: u32, cpu: bool) -> Duration {
+        let tests = self.tests();
+        let batch = |shared: bool| -> Duration {
+            let part: Vec<TestSpec> = tests
+                .iter()
+                .copied()
+                .filter(|t| t.kind.shares_host(cpu) == shared)
+                .collect();
+            match part.is_empty() {
+                true => Duration::ZERO,
+                false => batch_bound(&part, self.setup_margin()),
+            }
+        };
+        let pass = batch(false) + batch(true) * per_machine;
+        let links = self.links().map_or(Duration::ZERO, |l| l.allowance());
+        self.inventory_wait() + pass * 2 + links + self.pipeline().unwrap_or_default()
+    }
+}
+
 /// The longest a batch of tests may take on a rank before rank 0 stops waiting for it.
-pub fn batch_bound(tests: &[TestSpec]) -> Duration {
+pub fn batch_bound(tests: &[TestSpec], margin: Duration) -> Duration {
     let s: f64 = tests.iter().map(|t| t.deadline_s).sum();
-    Duration::from_secs_f64(s) + SETUP_MARGIN
+    Duration::from_secs_f64(s) + margin
 }
 
 /// The most one rank's tests may take at `level`: each test in its batch (those on its own
@@ -184,10 +248,11 @@ pub fn rank_bound(
     tests: &[TestSpec],
     links: Option<&LinksSpec>,
     pipeline: Option<Duration>,
+    margin: Duration,
 ) -> Duration {
     let s: f64 = tests.iter().map(|t| t.deadline_s).sum();
     let links = links.map_or(Duration::ZERO, LinksSpec::allowance);
-    (Duration::from_secs_f64(s) + 2 * SETUP_MARGIN) * 2 + links + pipeline.unwrap_or_default()
+    (Duration::from_secs_f64(s) + 2 * margin) * 2 + links + pipeline.unwrap_or_default()
 }
 
 /// Every test's name, as `--only` takes them.
@@ -267,6 +332,9 @@ pub struct Inventory {
     pub driver: Option<String>,
     pub backend: Option<String>,
     pub device_type: Option<String>,
+    /// The adapter's PCI bus id, where the backend gives one.
+    #[serde(default)]
+    pub pci_bus_id: Option<String>,
     /// Adapters this rank could see.
     pub adapters: usize,
     pub rdma_devices: Vec<String>,
@@ -283,6 +351,10 @@ impl Inventory {
 
 pub fn inventory(rank: u32, local_rank: u32, gpu: Result<&Gpu, &str>) -> Inventory {
     let host = HostInfo::probe();
+    let pci_bus_id = gpu
+        .ok()
+        .map(|g| g.report.pci_bus_id.clone())
+        .filter(|p| !p.is_empty());
     let (adapter, index, driver, backend, device_type, gpu_error) = match gpu {
         Ok(g) => (
             Some(g.report.name.clone()),
@@ -308,6 +380,7 @@ pub fn inventory(rank: u32, local_rank: u32, gpu: Result<&Gpu, &str>) -> Invento
         driver,
         backend,
         device_type,
+        pci_bus_id,
         adapters: crate::gpu::enumerate(crate::gpu::BackendChoice::Auto).len(),
         rdma_devices: crate::transport::rdma::verbs::list_devices()
             .map(|l| l.into_iter().map(|d| d.name).collect())
@@ -498,9 +571,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_health_level_fits_slurms_health_check_on_a_node_of_8_gpus() {
+        let bound = Level::Health.gate_bound(HEALTH_PLAN_GPUS, false) + HEALTH_START;
+        assert!(bound <= HEALTH_BUDGET, "{bound:?}");
+        // A CPU driver runs every test in its one turn.
+        assert!(Level::Health.gate_bound(1, true) < bound);
+        assert!(HEALTH_BUDGET < Duration::from_secs(60));
+        // Quick's sizes, so that a quick gate's baseline judges it.
+        for (h, q) in Level::Health.tests().iter().zip(Level::Quick.tests()) {
+            assert_eq!((h.kind, h.size), (q.kind, q.size));
+            assert!(h.iters >= 3 && h.deadline_s < q.deadline_s);
+        }
+    }
+
+    #[test]
     fn every_level_with_its_retests_fits_its_node_budget() {
-        for level in [Level::Quick, Level::Standard, Level::Extended] {
-            let bound = rank_bound(&level.tests(), level.links().as_ref(), level.pipeline());
+        for level in [
+            Level::Health,
+            Level::Quick,
+            Level::Standard,
+            Level::Extended,
+        ] {
+            let bound = rank_bound(
+                &level.tests(),
+                level.links().as_ref(),
+                level.pipeline(),
+                level.setup_margin(),
+            );
             assert!(
                 bound <= level.node_budget(),
                 "{level}: {bound:?} over {:?}",

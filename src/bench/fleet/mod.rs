@@ -12,6 +12,7 @@ pub mod cost;
 mod inventory;
 mod nested;
 pub mod network;
+pub mod ops;
 mod pipeline;
 mod report;
 pub mod table;
@@ -48,6 +49,10 @@ pub struct FleetOptions {
     pub baseline: Option<PathBuf>,
     /// Per-stage op times for keep_cost's modelled pipeline (a `sim --validate` file).
     pub profile: Option<PathBuf>,
+    /// Rank 0 drains each failed host through scontrol (`--slurm`).
+    pub slurm: bool,
+    /// Each host's lowest rank writes its host's metrics here (`--textfile`).
+    pub textfile: Option<PathBuf>,
     pub backend: BackendChoice,
     pub adapter: Option<String>,
 }
@@ -78,12 +83,14 @@ impl FleetOptions {
 
     /// The most one rank may take ([`checks::rank_bound`]).
     pub fn rank_bound(&self) -> Duration {
-        checks::rank_bound(&self.tests(), self.links().as_ref(), self.pipeline())
+        checks::rank_bound(
+            &self.tests(),
+            self.links().as_ref(),
+            self.pipeline(),
+            self.level.setup_margin(),
+        )
     }
 }
-
-/// How long a rank may take to open its adapter and report what it is.
-const INVENTORY_WAIT: Duration = Duration::from_secs(60);
 
 /// Rank 0's orders: the gate's own, or those of the `links` it leads inside its session
 /// (untagged, so they travel as links' own do: [`Crew::nested`]).
@@ -101,6 +108,8 @@ pub enum GateOrder {
     Inventory,
     /// Run these tests, in order, each until its samples or its deadline.
     Run(Vec<TestSpec>),
+    /// Write this host's metrics into the `--textfile` folder.
+    Textfile(Box<crate::record::metrics::Textfile>),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -115,6 +124,8 @@ pub enum Reply {
 pub enum GateReply {
     Inventory(Box<Inventory>),
     Batch(Box<Batch>),
+    /// The textfile written, or why not.
+    Written(Result<PathBuf, String>),
 }
 
 /// Runs the gate on this rank. Rank 0 returns the outcome (its folder, its exit code and its
@@ -173,6 +184,12 @@ impl Ranked for Fleet {
     type Reply = Reply;
 
     fn prepare(&mut self, _world: &World) -> Result<Option<serde_json::Value>> {
+        if self.opts.slurm {
+            crate::slurm::Scontrol::find()?;
+        }
+        if let Some(dir) = &self.opts.textfile {
+            crate::record::metrics::check_dir(dir)?;
+        }
         if let Some(path) = &self.opts.baseline {
             self.baseline = Some(Baseline::load(path)?);
         }
@@ -224,7 +241,7 @@ impl Ranked for Fleet {
             &mut ranks,
             &others,
             |_| Order::Gate(GateOrder::Inventory),
-            INVENTORY_WAIT,
+            self.opts.level.inventory_wait(),
         );
         for (r, reply) in heard {
             match reply {
@@ -238,10 +255,15 @@ impl Ranked for Fleet {
         let steps = plan(&ranks, |_| tests.clone());
         // Every figure retested at worst: the same steps again.
         let links = self.opts.links().map_or(Duration::ZERO, |l| l.allowance());
-        let bound = steps.iter().map(step_bound).sum::<Duration>() * 2
+        let margin = self.opts.level.setup_margin();
+        let bound = steps
+            .iter()
+            .map(|s| step_bound(s, margin))
+            .sum::<Duration>()
+            * 2
             + links
             + self.opts.pipeline().unwrap_or_default()
-            + INVENTORY_WAIT;
+            + self.opts.level.inventory_wait();
         let quiet = self.opts.session.quiet;
         if !quiet {
             println!("{}", report::plan_line(&ranks, &steps, &self.opts, bound));
@@ -275,6 +297,7 @@ impl Ranked for Fleet {
             started.elapsed(),
             self.opts.session.quiet,
         )?;
+        self.operate(crew, &outcome, started.elapsed());
         self.outcome = Some(outcome);
         self.busy.extend(
             ranks
@@ -305,6 +328,16 @@ impl Ranked for Fleet {
             GateOrder::Inventory => Ok(Reply::Gate(GateReply::Inventory(Box::new(
                 self.inventory(world),
             )))),
+            GateOrder::Textfile(file) => {
+                let written = match &self.opts.textfile {
+                    Some(dir) if file.figures.len() <= MAX_FIGURES => {
+                        file.write(dir).map_err(|e| format!("{e:#}"))
+                    }
+                    Some(_) => Err(format!("more than {MAX_FIGURES} figures")),
+                    None => Err("this rank was not given --textfile".into()),
+                };
+                Ok(Reply::Gate(GateReply::Written(written)))
+            }
             GateOrder::Run(tests) => {
                 if tests.len() > 16
                     || tests
@@ -325,7 +358,81 @@ impl Ranked for Fleet {
 
     fn patience(&self, world: &World) -> Duration {
         // A follower waits through every other rank's turns, and their retests.
-        self.opts.rank_bound() * world.size() + INVENTORY_WAIT * 2
+        self.opts.rank_bound() * world.size() + self.opts.level.inventory_wait() * 2
+    }
+}
+
+/// The most figures a host's textfile may carry (an order from rank 0 is bounded).
+const MAX_FIGURES: usize = 100_000;
+
+impl Fleet {
+    /// What the operator's tools get once the gate is judged: each host's metrics written by
+    /// its lowest rank (`--textfile`), each failed host drained by rank 0 (`--slurm`). A
+    /// failure here is a warning: the verdict stands.
+    fn operate(&self, crew: &mut Crew<Order, Reply>, outcome: &Outcome, took: Duration) {
+        let rows = match ops::rows(&outcome.dir) {
+            Ok(rows) => rows,
+            Err(e) => return eprintln!("warning: fleet.csv not read back: {e:#}"),
+        };
+        if self.opts.textfile.is_some() {
+            self.write_textfiles(crew, &outcome.dir, &rows, took);
+        }
+        if self.opts.slurm {
+            drain_failed(&rows, self.opts.session.quiet);
+        }
+    }
+
+    fn write_textfiles(
+        &self,
+        crew: &mut Crew<Order, Reply>,
+        dir: &std::path::Path,
+        rows: &[crate::record::csv::Line<table::FleetTable>],
+        took: Duration,
+    ) {
+        let roster = crew.world().roster.clone();
+        let mine = roster[0].hostname.clone();
+        for (host, file) in ops::textfiles(dir, rows, "fleet", took) {
+            let lowest = roster.iter().position(|r| r.hostname == host).unwrap_or(0) as u32;
+            let written = match (lowest, &self.opts.textfile) {
+                (_, Some(d)) if host == mine => file.write(d).map_err(|e| format!("{e:#}")),
+                (0, _) | (_, None) => continue,
+                (r, Some(_)) => {
+                    let order = Order::Gate(GateOrder::Textfile(Box::new(file)));
+                    match crew.order(r, order) {
+                        Err(e) => Err(e.to_string()),
+                        Ok(()) => {
+                            match crew.hear_each(&[r], Instant::now() + TEXTFILE_WAIT).pop() {
+                                Some((_, Ok(Reply::Gate(GateReply::Written(w))))) => w,
+                                Some((_, Err(e))) => Err(e.to_string()),
+                                _ => Err("answered out of turn".into()),
+                            }
+                        }
+                    }
+                }
+            };
+            if let Err(e) = written {
+                eprintln!("warning: {host}'s metrics were not written: {e}");
+            }
+        }
+    }
+}
+
+/// How long rank 0 waits for a host's textfile to be written.
+const TEXTFILE_WAIT: Duration = Duration::from_secs(10);
+
+/// Drains each failed host with its first failed figure as the reason.
+fn drain_failed(rows: &[crate::record::csv::Line<table::FleetTable>], quiet: bool) {
+    let scontrol = match crate::slurm::Scontrol::find() {
+        Ok(s) => s,
+        Err(e) => return eprintln!("warning: {e:#}"),
+    };
+    for host in ops::failed_hosts(rows) {
+        let reason = ops::drain_reason(rows, &host).unwrap_or_default();
+        match scontrol.drain(&host, &reason) {
+            Ok(action) if !quiet => println!("slurm: {host}: {action:?}"),
+            Ok(_) => {}
+            Err(e) => eprintln!("warning: {host} was not drained: {e:#}"),
+        }
     }
 }
 
@@ -349,7 +456,7 @@ impl Fleet {
             .filter(|(r, _)| ranks[*r as usize].failure.is_none())
             .cloned()
             .collect();
-        let wait = step_bound(step);
+        let wait = step_bound(step, self.opts.level.setup_margin());
         let others: Vec<u32> = tests.keys().copied().filter(|&r| r != 0).collect();
         let gpu = self.my_gpu();
         let (mine, heard) = std::thread::scope(|s| {
@@ -419,9 +526,9 @@ fn order_and_hear(
 type Step = Vec<(u32, Vec<TestSpec>)>;
 
 /// How long rank 0 waits for a step: its longest batch and the margin.
-fn step_bound(step: &Step) -> Duration {
+fn step_bound(step: &Step, margin: Duration) -> Duration {
     step.iter()
-        .map(|(_, t)| checks::batch_bound(t))
+        .map(|(_, t)| checks::batch_bound(t, margin))
         .max()
         .unwrap_or_default()
 }

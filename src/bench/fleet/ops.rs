@@ -1,0 +1,99 @@
+//! The gate's verdict in the operator's tools: each host's figures as a Prometheus textfile
+//! (read back from fleet.csv and the ranks' inventories), and each failed host's Slurm drain
+//! reason (its first failed figure, measured against expected).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Result;
+
+use super::table::FleetTable;
+use crate::record::csv::Line;
+use crate::record::metrics::{GpuLabels, MetricFigure, Textfile};
+
+/// fleet.csv's rows of a gate's run folder.
+pub fn rows(dir: &Path) -> Result<Vec<Line<FleetTable>>> {
+    Ok(crate::record::read_optional::<FleetTable>(dir)?.unwrap_or_default())
+}
+
+/// What `ranks/rN/rank.json` says of a rank's adapter: its PCI bus id, where known.
+fn pci_bus_id(dir: &Path, rank: u32) -> Option<String> {
+    let path = dir.join("ranks").join(format!("r{rank}")).join("rank.json");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    doc.pointer("/inventory/pci_bus_id")?
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Each host's textfile (`command`'s figures of its ranks), by host.
+pub fn textfiles(
+    dir: &Path,
+    rows: &[Line<FleetTable>],
+    command: &'static str,
+    took: Duration,
+) -> BTreeMap<String, Textfile> {
+    let mut pci: BTreeMap<u32, Option<String>> = BTreeMap::new();
+    let mut out: BTreeMap<String, Textfile> = BTreeMap::new();
+    let finished = SystemTime::now();
+    for row in rows {
+        let (p, f) = (&row.params, &row.figures);
+        let bus = pci
+            .entry(p.rank)
+            .or_insert_with(|| pci_bus_id(dir, p.rank))
+            .clone();
+        let known = |s: &str| (!s.is_empty() && s != "?").then(|| s.to_string());
+        let gpu = GpuLabels {
+            hostname: p.host.clone(),
+            gpu: p.local_rank,
+            uuid: bus.as_deref().and_then(crate::record::metrics::nvidia_uuid),
+            model_name: known(&p.adapter),
+            pci_bus_id: bus,
+            sku: known(&p.adapter).map(|a| format!("{a} / {}", p.driver)),
+        };
+        let file = out.entry(p.host.clone()).or_insert_with(|| Textfile {
+            command: command.to_string(),
+            hostname: p.host.clone(),
+            finished,
+            took,
+            figures: Vec::new(),
+        });
+        file.figures.push(MetricFigure {
+            test: p.test.clone(),
+            figure: p.figure.clone(),
+            case: None,
+            value: f.value,
+            verdict: Some(f.verdict.clone()),
+            gpu,
+        });
+    }
+    out
+}
+
+/// The first FAIL among `host`'s rows: its drain reason.
+pub fn drain_reason(rows: &[Line<FleetTable>], host: &str) -> Option<String> {
+    rows.iter()
+        .find(|r| r.params.host == host && r.figures.verdict == super::verdict::FAIL)
+        .map(|r| {
+            crate::slurm::reason(
+                &r.params.test,
+                &r.params.figure,
+                r.figures.value,
+                r.figures.expected,
+                &r.figures.unit,
+            )
+        })
+}
+
+/// The hosts with a FAIL, in order.
+pub fn failed_hosts(rows: &[Line<FleetTable>]) -> Vec<String> {
+    let mut hosts: Vec<String> = rows
+        .iter()
+        .filter(|r| r.figures.verdict == super::verdict::FAIL)
+        .map(|r| r.params.host.clone())
+        .collect();
+    hosts.dedup();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}

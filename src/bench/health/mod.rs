@@ -1,0 +1,262 @@
+//! `morphbench health`: one node, every GPU of it (one rank per adapter, as `fleet --local`
+//! starts them), the gate's health level (quick's tests and inventory in short deadlines),
+//! judged against a per-SKU baseline and confirmed before blaming, as the gate does. Built for
+//! the tools that watch nodes: its whole run is bounded before it starts (Slurm's
+//! HealthCheckProgram is killed at 60 s), and it speaks their conventions: a table, one JSON
+//! document, Slurm's drain and resume (`--slurm`), node-problem-detector's plugin contract
+//! (`--npd`), node_exporter's textfile (`--textfile`).
+//!
+//! Exit codes, one meaning each: 0 healthy, 1 unhealthy (a figure failed), 2 could not judge
+//! (no baseline and too few GPUs to judge by each other, no adapter, a bad flag, the run cut).
+
+mod output;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::bench::fleet::baseline::Baseline;
+use crate::bench::fleet::checks::{Level, HEALTH_START};
+use crate::bench::fleet::ops;
+use crate::bench::fleet::table::FleetTable;
+use crate::gpu::BackendChoice;
+use crate::record::csv::Line;
+use crate::slurm::{Action, Scontrol};
+
+pub use output::{npd_line, one_line, NPD_MAX};
+
+/// Fewer GPUs than this cannot judge each other: the fleet's rule needs 3.
+const MIN_PEERS: usize = 3;
+
+#[derive(Debug, Clone)]
+pub struct HealthOptions {
+    pub baseline: Option<PathBuf>,
+    pub slurm: bool,
+    pub npd: bool,
+    pub json: bool,
+    pub quiet: bool,
+    pub textfile: Option<PathBuf>,
+    /// The run folder's parent (`--out`).
+    pub out: PathBuf,
+    pub backend: BackendChoice,
+    pub adapter: Option<String>,
+}
+
+/// 0 healthy, 1 unhealthy, 2 could not judge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    Healthy,
+    Unhealthy,
+    Unknown,
+}
+
+impl Health {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Health::Healthy => 0,
+            Health::Unhealthy => 1,
+            Health::Unknown => 2,
+        }
+    }
+}
+
+/// What the check found and did.
+pub struct Outcome {
+    pub node: String,
+    pub health: Health,
+    /// Why it is [`Health::Unknown`], or what was judged by.
+    pub judged_by: String,
+    pub gpus: usize,
+    pub adapter: String,
+    pub bound: Duration,
+    pub took: Duration,
+    pub run_dir: Option<PathBuf>,
+    pub rows: Vec<Line<FleetTable>>,
+    pub slurm: Option<Action>,
+    pub textfile: Option<PathBuf>,
+}
+
+/// What is checked before anything runs, so that a bad flag changes nothing.
+struct Ready {
+    scontrol: Option<Scontrol>,
+    judged_by_baseline: bool,
+    gpus: Vec<(String, String)>,
+}
+
+fn preflight(opts: &HealthOptions) -> Result<Ready> {
+    if let Some(path) = &opts.baseline {
+        Baseline::load(path)?;
+    }
+    let scontrol = opts.slurm.then(Scontrol::find).transpose()?;
+    if let Some(dir) = &opts.textfile {
+        crate::record::metrics::check_dir(dir)?;
+    }
+    let mut gpus = crate::gpu::local_adapters(opts.backend);
+    if opts.adapter.is_some() {
+        gpus.truncate(1);
+    }
+    if gpus.is_empty() {
+        bail!(
+            "no GPU adapter on this node (backend {:?}): is the GPU's driver loaded and its \
+             Vulkan ICD installed? `morphbench info` lists what wgpu sees",
+            opts.backend
+        );
+    }
+    Ok(Ready {
+        scontrol,
+        judged_by_baseline: opts.baseline.is_some(),
+        gpus,
+    })
+}
+
+/// The arguments of the gate's ranks: the health level, its verdict as one JSON document.
+fn rank_args(opts: &HealthOptions) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--out".into(),
+        opts.out.display().to_string(),
+        "--backend".into(),
+        format!("{:?}", opts.backend).to_lowercase(),
+    ];
+    if let Some(a) = &opts.adapter {
+        args.extend(["--adapter".into(), a.clone()]);
+    }
+    args.extend(["-q", "--json", "fleet", "--level", "health"].map(String::from));
+    if let Some(b) = &opts.baseline {
+        args.extend(["--baseline".into(), b.display().to_string()]);
+    }
+    args
+}
+
+/// Runs the check: the plan and its bound first, then the gate, then what the flags ask.
+pub fn run(opts: &HealthOptions) -> Result<Outcome> {
+    let started = Instant::now();
+    let ready = preflight(opts)?;
+    let node = crate::slurm::this_node();
+    let cpu = ready.gpus.iter().all(|(_, t)| t == "Cpu");
+    let n = ready.gpus.len() as u32;
+    let bound = Level::Health.gate_bound(n, cpu) + HEALTH_START;
+    let adapter = ready.gpus[0].0.clone();
+    if !(opts.quiet || opts.json || opts.npd) {
+        println!(
+            "health: {node}, {n} GPU{} ({adapter}{}), quick's tests at the health level's \
+             deadlines; ends within {:.0} s by its plan",
+            if n == 1 { "" } else { "s" },
+            if cpu { ", a CPU driver" } else { "" },
+            bound.as_secs_f64().ceil()
+        );
+    }
+    let max = crate::cluster::launch::MAX_LOCAL;
+    let gate =
+        crate::cluster::local::run_local_gate_within(n, max, &rank_args(opts), started + bound)?;
+    let Some((_, doc)) = gate else {
+        bail!(
+            "the health check was cut at its bound of {:.0} s: a rank did not finish (a hung \
+             GPU?); nothing was judged",
+            bound.as_secs_f64()
+        );
+    };
+    let summary: serde_json::Value = serde_json::from_slice(&doc)
+        .context("the gate's ranks gave no verdict (its document did not parse)")?;
+    let run_dir = summary
+        .get("run_dir")
+        .and_then(|d| d.as_str())
+        .map(PathBuf::from)
+        .context("the gate's verdict names no run folder")?;
+    let rows = ops::rows(&run_dir)?;
+    let failed = rows.iter().any(|r| r.figures.verdict == "FAIL");
+    let peers = ready.gpus.len() >= MIN_PEERS;
+    let (health, judged_by) = match (failed, ready.judged_by_baseline, peers) {
+        (true, _, _) => (Health::Unhealthy, judged_by(&ready, peers)),
+        (false, false, false) => (
+            Health::Unknown,
+            format!(
+                "nothing was judged: no --baseline and {} GPU{} (the GPUs judge each other \
+                 from {MIN_PEERS}); write one with `morphbench baseline RUN -o FILE`",
+                ready.gpus.len(),
+                if ready.gpus.len() == 1 { "" } else { "s" }
+            ),
+        ),
+        (false, _, _) => (Health::Healthy, judged_by(&ready, peers)),
+    };
+    let slurm = match &ready.scontrol {
+        Some(s) => Some(slurm_action(s, &node, health, &rows)?),
+        None => None,
+    };
+    let took = started.elapsed();
+    let textfile = match &opts.textfile {
+        Some(dir) => {
+            let files = ops::textfiles(&run_dir, &rows, "health", took);
+            let mut written = None;
+            for file in files.values() {
+                written = Some(file.write(dir)?);
+            }
+            written
+        }
+        None => None,
+    };
+    Ok(Outcome {
+        node,
+        health,
+        judged_by,
+        gpus: ready.gpus.len(),
+        adapter,
+        bound,
+        took,
+        run_dir: Some(run_dir),
+        rows,
+        slurm,
+        textfile,
+    })
+}
+
+fn judged_by(ready: &Ready, peers: bool) -> String {
+    match (ready.judged_by_baseline, peers) {
+        (true, true) => "the baseline and the node's GPUs against each other".into(),
+        (true, false) => "the baseline".into(),
+        (false, true) => "the node's GPUs against each other (no baseline)".into(),
+        (false, false) => "its own checks (verification, answers); no baseline".into(),
+    }
+}
+
+/// Drains the node on a FAIL (the first failed figure its reason), resumes it on a PASS if
+/// morphbench drained it; an unknown verdict changes nothing.
+fn slurm_action(
+    scontrol: &Scontrol,
+    node: &str,
+    health: Health,
+    rows: &[Line<FleetTable>],
+) -> Result<Action> {
+    match health {
+        Health::Unhealthy => {
+            let host = rows
+                .iter()
+                .find(|r| r.figures.verdict == "FAIL")
+                .map(|r| r.params.host.clone())
+                .unwrap_or_default();
+            let reason = ops::drain_reason(rows, &host)
+                .unwrap_or_else(|| format!("{} health FAIL", crate::slurm::REASON_PREFIX));
+            scontrol.drain(node, &reason)
+        }
+        Health::Healthy => scontrol.resume_if_ours(node),
+        Health::Unknown => Ok(Action::Unchanged {
+            why: "could not judge".into(),
+        }),
+    }
+}
+
+/// Prints what the flags ask for and returns the exit code.
+pub fn report(opts: &HealthOptions, outcome: &Outcome) -> Result<u8> {
+    if opts.npd {
+        println!("{}", npd_line(outcome));
+    } else if opts.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&output::document(outcome))?
+        );
+    } else if !opts.quiet {
+        print!("{}", output::table(outcome));
+    }
+    Ok(outcome.health.exit_code())
+}
