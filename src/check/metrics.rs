@@ -22,6 +22,10 @@ pub fn textfile(runs: &[RunFigures], report: &Report, took: Duration) -> Textfil
                 figure: o.figure.clone(),
                 case: Some(o.case.clone()),
                 value: o.value,
+                // The ratio series reads higher as better: a lower-better figure has none.
+                expected: o
+                    .base
+                    .filter(|_| o.better == super::figures::Better::Higher),
                 verdict: Some(o.verdict.as_str().to_string()),
                 gpu: GpuLabels {
                     hostname: label.and_then(|l| l.host.clone()).unwrap_or(here.clone()),

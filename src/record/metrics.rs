@@ -4,7 +4,9 @@
 //!
 //! Names: every figure is a gauge `morphbench_<test>_<figure>` (the figure names its unit:
 //! `gflops`, `gbps`, `ops_per_s`, `p50_us`); `morphbench_verdict` (0 PASS, 1 WARN, 2 FAIL)
-//! per test and figure; `morphbench_last_run_timestamp_seconds` and
+//! per test and figure; where a figure was judged against an expected value,
+//! `morphbench_expected` and `morphbench_ratio_to_expected` (value / expected: every figure is
+//! higher-better); `morphbench_last_run_timestamp_seconds` and
 //! `morphbench_run_duration_seconds` per command. Labels use dcgm-exporter's names where they
 //! mean the same thing (`Hostname`, `gpu`, `UUID`, `modelName`, `pci_bus_id`), so that the
 //! series join with DCGM's, plus `test`, `figure`, `sku`, `command` (and `case` where a
@@ -44,6 +46,9 @@ pub struct MetricFigure {
     /// Several cases of one figure (a check's sizes) tell themselves apart by this.
     pub case: Option<String>,
     pub value: Option<f64>,
+    /// What it was judged against (the baseline's or the fleet's level), where anything was.
+    #[serde(default)]
+    pub expected: Option<f64>,
     /// PASS, WARN or FAIL; anything else (SKIP, not judged) has no verdict series.
     pub verdict: Option<String>,
     pub gpu: GpuLabels,
@@ -159,11 +164,19 @@ impl Textfile {
         let mut registry = Registry::default();
         let mut figures: std::collections::BTreeMap<String, Gauges> = Default::default();
         let verdicts = Gauges::default();
+        let expected = Gauges::default();
+        let ratio = Gauges::default();
         for f in &self.figures {
             let l = labels(self, f);
             if let Some(v) = f.value.filter(|v| v.is_finite()) {
                 let name = metric_name(&f.test, &f.figure);
                 figures.entry(name).or_default().get_or_create(&l).set(v);
+            }
+            if let Some(e) = f.expected.filter(|e| e.is_finite() && *e > 0.0) {
+                expected.get_or_create(&l).set(e);
+                if let Some(v) = f.value.filter(|v| v.is_finite()) {
+                    ratio.get_or_create(&l).set(v / e);
+                }
             }
             if let Some(code) = f.verdict.as_deref().and_then(verdict_code) {
                 verdicts.get_or_create(&l).set(f64::from(code));
@@ -181,6 +194,16 @@ impl Textfile {
             format!("{PREFIX}_verdict"),
             "The verdict of a figure: 0 PASS, 1 WARN, 2 FAIL",
             verdicts,
+        );
+        sub.register(
+            format!("{PREFIX}_expected"),
+            "What a figure was judged against: its baseline's expected value or the fleet's level",
+            expected,
+        );
+        sub.register(
+            format!("{PREFIX}_ratio_to_expected"),
+            "A figure over what it was judged against (every figure is higher-better)",
+            ratio,
         );
         let stamp = Gauges::default();
         let secs = self
@@ -250,6 +273,7 @@ mod tests {
             figure: "gflops".into(),
             case: None,
             value,
+            expected: Some(2000.0),
             verdict: Some(verdict.into()),
             gpu: GpuLabels {
                 hostname: "node07".into(),
@@ -317,6 +341,11 @@ mod tests {
         assert!(verdicts
             .iter()
             .any(|l| l.contains("test=\"fma\"") && l.ends_with(" 1.0")));
+        let ratio = text
+            .lines()
+            .find(|l| l.starts_with("morphbench_ratio_to_expected{") && l.contains("gemm"))
+            .unwrap();
+        assert!(ratio.ends_with(" 0.61725"), "{ratio}");
         assert!(text.contains("morphbench_last_run_timestamp_seconds{Hostname=\"node07\",command=\"health\"} 1800000000"), "{text}");
         assert!(
             text.contains(

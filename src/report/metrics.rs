@@ -50,6 +50,7 @@ pub fn run_textfile(dir: &Path, took: Duration) -> Result<Textfile> {
             figure: unit_name(h.unit),
             case: Some(h.what),
             value: h.value,
+            expected: None,
             verdict: None,
             gpu: gpu.clone(),
         })

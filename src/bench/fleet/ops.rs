@@ -63,6 +63,7 @@ pub fn textfiles(
             figure: p.figure.clone(),
             case: None,
             value: f.value,
+            expected: f.expected,
             verdict: Some(f.verdict.clone()),
             gpu,
         });
