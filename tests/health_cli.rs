@@ -234,7 +234,8 @@ fn bad_input_is_exit_2_and_changes_nothing() {
         Some("[morphbench] gemm gflops: 1 vs 2 GFLOP/s"),
     );
     let no_scontrol = vec![("PATH".to_string(), "/nonexistent".to_string())];
-    let cases: Vec<(Vec<&str>, Vec<(String, String)>, &str)> = vec![
+    type Env = Vec<(String, String)>;
+    let cases: Vec<(Vec<&str>, Env, &str)> = vec![
         (
             vec!["--baseline", garbage.to_str().unwrap(), "--slurm"],
             slurm.env(),
