@@ -205,7 +205,7 @@ fn the_alert_rules_read_the_metrics_morphbench_writes() {
         name.starts_with("morphbench_") && name.ends_with(".prom"),
         "{name}"
     );
-    assert!(alerts_text(rules).contains(r#"file=~"morphbench_.*\\.prom""#));
+    assert!(alerts_text(rules).contains(r#"file=~"(.*/)?morphbench_[a-z]+\\.prom""#));
 }
 
 fn alerts_text(rules: &Value) -> String {

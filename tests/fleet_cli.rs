@@ -103,8 +103,58 @@ fn a_healthy_fleet_passes_and_a_baseline_from_a_faster_sku_fails_its_slower_figu
         .join("\n");
     std::fs::write(&baseline, faster).unwrap();
     let slower = home.path().join("slower");
-    let o = local_fleet(home.path(), &slower, &["--baseline", b]);
+    // With --slurm (a stand-in scontrol that logs its calls) and --textfile.
+    let bin = home.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = home.path().join("scontrol.log");
+    let script = format!(
+        "#!/bin/sh\necho \"$*\" >> {}\necho 'NodeName=x State=IDLE ThreadsPerCore=1'\n",
+        log.display()
+    );
+    std::fs::write(bin.join("scontrol"), script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("scontrol"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let metrics = home.path().join("metrics");
+    std::fs::create_dir_all(&metrics).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let mut args = vec![
+        "fleet",
+        "--local",
+        "3",
+        "--json",
+        "--out",
+        slower.to_str().unwrap(),
+    ];
+    args.extend([
+        "--baseline",
+        b,
+        "--slurm",
+        "--textfile",
+        metrics.to_str().unwrap(),
+    ]);
+    let o = common::morphbench_with_env(&args, home.path(), &[("PATH", &path)]);
     assert_eq!(o.status.code(), Some(1), "{}", common::stdout(&o));
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let drain = calls.lines().find(|l| l.starts_with("update ")).unwrap();
+    assert!(
+        drain.contains(" State=DRAIN Reason=[morphbench] ") && drain.contains(" vs "),
+        "{calls}"
+    );
+    let prom = std::fs::read_to_string(metrics.join("morphbench_fleet.prom")).unwrap();
+    for rank in 0..3 {
+        let gemm = prom
+            .lines()
+            .find(|l| {
+                l.starts_with("morphbench_verdict{")
+                    && l.contains("test=\"gemm\"")
+                    && l.contains(&format!("gpu=\"{rank}\""))
+            })
+            .unwrap_or_else(|| panic!("no gemm verdict for rank {rank}:\n{prom}"));
+        assert!(
+            gemm.contains("command=\"fleet\"") && gemm.ends_with(" 2.0"),
+            "{gemm}"
+        );
+    }
     let rows = fleet_rows(&only_run(&slower));
     let gemm: Vec<_> = rows.iter().filter(|r| r.1 == "gemm").collect();
     assert_eq!(gemm.len(), 3);

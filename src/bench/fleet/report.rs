@@ -156,7 +156,7 @@ pub fn write(
     )
     .context("cannot write drain.txt")?;
     let exit_code = u8::from(!failed_hosts.is_empty());
-    let scontrol = (!drain.is_empty()).then(|| scontrol_line(&drain, &dir.id, &nodes));
+    let scontrol = (!drain.is_empty()).then(|| scontrol_line(&drain, &rows));
     let failed: Vec<(u32, String)> = nodes
         .iter()
         .filter(|n| n.verdict == FAIL)
@@ -290,20 +290,15 @@ fn print_costs(costs: &[cost::KeepCost]) {
     }
 }
 
-/// The line an operator would run to drain the failed hosts (morphbench changes nothing).
-fn scontrol_line(drain: &str, run_id: &str, nodes: &[NodeSummary]) -> String {
-    let first = nodes
+/// The line an operator would run to drain the failed hosts (`--slurm` runs it per host):
+/// the first failed figure as the reason, with the `[morphbench]` prefix other tools match.
+fn scontrol_line(drain: &str, rows: &[verdict::Row]) -> String {
+    let reason = rows
         .iter()
-        .find(|n| n.verdict == FAIL)
-        .and_then(|n| n.reasons.iter().find(|r| r.starts_with(FAIL)))
-        .map(|r| {
-            let r = r.trim_start_matches("FAIL ");
-            let r = r.split(" (").next().unwrap_or(r);
-            r.chars().take(80).collect::<String>()
-        })
-        .unwrap_or_default()
-        .replace('"', "'");
-    format!("scontrol update NodeName={drain} State=DRAIN Reason=\"morphbench fleet {run_id}: {first}\"")
+        .find(|(_, f)| f.verdict == FAIL)
+        .map(|(p, f)| crate::slurm::reason(&p.test, &p.figure, f.value, f.expected, &f.unit))
+        .unwrap_or_else(|| format!("{} fleet FAIL", crate::slurm::REASON_PREFIX));
+    crate::slurm::drain_line(drain, &reason)
 }
 
 fn print_console(

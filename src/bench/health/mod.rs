@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::bench::fleet::baseline::Baseline;
-use crate::bench::fleet::checks::{Level, HEALTH_START};
+use crate::bench::fleet::checks::{Level, HEALTH_BUDGET, HEALTH_START};
 use crate::bench::fleet::ops;
 use crate::bench::fleet::table::FleetTable;
 use crate::gpu::BackendChoice;
@@ -70,6 +70,8 @@ pub struct Outcome {
     pub judged_by: String,
     pub gpus: usize,
     pub adapter: String,
+    /// The plan's bound, and the whole run's (the plan and the most it waits its turn).
+    pub plan: Duration,
     pub bound: Duration,
     pub took: Duration,
     pub run_dir: Option<PathBuf>,
@@ -136,14 +138,20 @@ pub fn run(opts: &HealthOptions) -> Result<Outcome> {
     let node = crate::slurm::this_node();
     let cpu = ready.gpus.iter().all(|(_, t)| t == "Cpu");
     let n = ready.gpus.len() as u32;
-    let bound = Level::Health.gate_bound(n, cpu) + HEALTH_START;
+    let plan = Level::Health.gate_bound(n, cpu) + HEALTH_START;
+    // Another health check on this node (the periodic one beside a job's prolog) would halve
+    // what both measure: they take turns, and the wait counts in the bound.
+    let wait = HEALTH_BUDGET.saturating_sub(plan);
+    let bound = plan + wait;
+    let _turn = node_turn(started + wait)?;
     let adapter = ready.gpus[0].0.clone();
     if !(opts.quiet || opts.json || opts.npd) {
         println!(
             "health: {node}, {n} GPU{} ({adapter}{}), quick's tests at the health level's \
-             deadlines; ends within {:.0} s by its plan",
+             deadlines; ends within {:.0} s by its plan, {:.0} s at most",
             if n == 1 { "" } else { "s" },
             if cpu { ", a CPU driver" } else { "" },
+            plan.as_secs_f64().ceil(),
             bound.as_secs_f64().ceil()
         );
     }
@@ -202,6 +210,7 @@ pub fn run(opts: &HealthOptions) -> Result<Outcome> {
         judged_by,
         gpus: ready.gpus.len(),
         adapter,
+        plan,
         bound,
         took,
         run_dir: Some(run_dir),
@@ -209,6 +218,34 @@ pub fn run(opts: &HealthOptions) -> Result<Outcome> {
         slurm,
         textfile,
     })
+}
+
+/// The node-wide lock health checks take turns by (every process of the node sees /tmp).
+const TURN_LOCK: &str = "/tmp/morphbench-health.lock";
+
+/// Waits until `until` for this node's turn: no other health check measuring.
+fn node_turn(until: Instant) -> Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(TURN_LOCK)
+        .with_context(|| format!("cannot open {TURN_LOCK}, which health checks take turns by"))?;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(std::fs::TryLockError::WouldBlock) => bail!(
+                "another morphbench health check has been measuring this node for longer than \
+                 this one could wait within its bound; nothing was judged"
+            ),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("cannot lock {TURN_LOCK}"))
+            }
+        }
+    }
 }
 
 fn judged_by(ready: &Ready, peers: bool) -> String {

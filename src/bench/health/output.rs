@@ -82,6 +82,7 @@ pub fn document(outcome: &Outcome) -> serde_json::Value {
         "first_failure": first_failure(outcome),
         "gpus": outcome.gpus,
         "adapter": outcome.adapter,
+        "plan_s": outcome.plan.as_secs_f64().ceil(),
         "bound_s": outcome.bound.as_secs_f64().ceil(),
         "wall_s": crate::record::csv::round(outcome.took.as_secs_f64(), 2),
         "run_dir": outcome.run_dir,
@@ -124,9 +125,10 @@ pub fn table(outcome: &Outcome) -> String {
         _ => format!("judged by {}", outcome.judged_by),
     };
     out.push_str(&format!(
-        "health: {} {verdict}; {by}; {:.1} s of its {:.0} s bound (exit {})\n",
+        "health: {} {verdict}; {by}; {:.1} s (its plan {:.0} s, its bound {:.0} s) (exit {})\n",
         outcome.node,
         outcome.took.as_secs_f64(),
+        outcome.plan.as_secs_f64().ceil(),
         outcome.bound.as_secs_f64().ceil(),
         outcome.health.exit_code()
     ));
@@ -193,7 +195,8 @@ mod tests {
             judged_by: "the baseline".into(),
             gpus: 8,
             adapter: "NVIDIA H200".into(),
-            bound: Duration::from_secs(42),
+            plan: Duration::from_secs(41),
+            bound: Duration::from_secs(45),
             took: Duration::from_secs(30),
             run_dir: None,
             rows: vec![row],
