@@ -554,6 +554,19 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
         Verdict::Warn => !opts.warn_exit,
         Verdict::Pass => true,
     };
+    print_verdict(opts, &report, &title, runs.len(), passed)?;
+    Ok((passed, written))
+}
+
+/// The verdict as `--json`'s document, or the console's table.
+fn print_verdict(
+    opts: &CheckOptions,
+    report: &Report,
+    title: &str,
+    runs: usize,
+    passed: bool,
+) -> Result<()> {
+    let worst = report.worst();
     if opts.json {
         let doc = serde_json::json!({
             "verdict": worst.as_str(),
@@ -568,9 +581,9 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else if !opts.quiet {
-        print!("{}", console(&title, &report, opts.all, runs.len() > 1));
+        print!("{}", console(title, report, opts.all, runs > 1));
     }
-    Ok((passed, written))
+    Ok(())
 }
 
 /// The run folder's check.csv, if it has one.

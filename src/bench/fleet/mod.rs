@@ -330,10 +330,10 @@ impl Ranked for Fleet {
             )))),
             GateOrder::Textfile(file) => {
                 let written = match &self.opts.textfile {
-                    Some(dir) if file.figures.len() <= MAX_FIGURES => {
+                    Some(dir) if file.figures.len() <= ops::MAX_FIGURES => {
                         file.write(dir).map_err(|e| format!("{e:#}"))
                     }
-                    Some(_) => Err(format!("more than {MAX_FIGURES} figures")),
+                    Some(_) => Err(format!("more than {} figures", ops::MAX_FIGURES)),
                     None => Err("this rank was not given --textfile".into()),
                 };
                 Ok(Reply::Gate(GateReply::Written(written)))
@@ -359,80 +359,6 @@ impl Ranked for Fleet {
     fn patience(&self, world: &World) -> Duration {
         // A follower waits through every other rank's turns, and their retests.
         self.opts.rank_bound() * world.size() + self.opts.level.inventory_wait() * 2
-    }
-}
-
-/// The most figures a host's textfile may carry (an order from rank 0 is bounded).
-const MAX_FIGURES: usize = 100_000;
-
-impl Fleet {
-    /// What the operator's tools get once the gate is judged: each host's metrics written by
-    /// its lowest rank (`--textfile`), each failed host drained by rank 0 (`--slurm`). A
-    /// failure here is a warning: the verdict stands.
-    fn operate(&self, crew: &mut Crew<Order, Reply>, outcome: &Outcome, took: Duration) {
-        let rows = match ops::rows(&outcome.dir) {
-            Ok(rows) => rows,
-            Err(e) => return eprintln!("warning: fleet.csv not read back: {e:#}"),
-        };
-        if self.opts.textfile.is_some() {
-            self.write_textfiles(crew, &outcome.dir, &rows, took);
-        }
-        if self.opts.slurm {
-            drain_failed(&rows, self.opts.session.quiet);
-        }
-    }
-
-    fn write_textfiles(
-        &self,
-        crew: &mut Crew<Order, Reply>,
-        dir: &std::path::Path,
-        rows: &[crate::record::csv::Line<table::FleetTable>],
-        took: Duration,
-    ) {
-        let roster = crew.world().roster.clone();
-        let mine = roster[0].hostname.clone();
-        for (host, file) in ops::textfiles(dir, rows, "fleet", took) {
-            let lowest = roster.iter().position(|r| r.hostname == host).unwrap_or(0) as u32;
-            let written = match (lowest, &self.opts.textfile) {
-                (_, Some(d)) if host == mine => file.write(d).map_err(|e| format!("{e:#}")),
-                (0, _) | (_, None) => continue,
-                (r, Some(_)) => {
-                    let order = Order::Gate(GateOrder::Textfile(Box::new(file)));
-                    match crew.order(r, order) {
-                        Err(e) => Err(e.to_string()),
-                        Ok(()) => {
-                            match crew.hear_each(&[r], Instant::now() + TEXTFILE_WAIT).pop() {
-                                Some((_, Ok(Reply::Gate(GateReply::Written(w))))) => w,
-                                Some((_, Err(e))) => Err(e.to_string()),
-                                _ => Err("answered out of turn".into()),
-                            }
-                        }
-                    }
-                }
-            };
-            if let Err(e) = written {
-                eprintln!("warning: {host}'s metrics were not written: {e}");
-            }
-        }
-    }
-}
-
-/// How long rank 0 waits for a host's textfile to be written.
-const TEXTFILE_WAIT: Duration = Duration::from_secs(10);
-
-/// Drains each failed host with its first failed figure as the reason.
-fn drain_failed(rows: &[crate::record::csv::Line<table::FleetTable>], quiet: bool) {
-    let scontrol = match crate::slurm::Scontrol::find() {
-        Ok(s) => s,
-        Err(e) => return eprintln!("warning: {e:#}"),
-    };
-    for host in ops::failed_hosts(rows) {
-        let reason = ops::drain_reason(rows, &host).unwrap_or_default();
-        match scontrol.drain(&host, &reason) {
-            Ok(action) if !quiet => println!("slurm: {host}: {action:?}"),
-            Ok(_) => {}
-            Err(e) => eprintln!("warning: {host} was not drained: {e:#}"),
-        }
     }
 }
 
