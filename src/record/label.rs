@@ -25,6 +25,9 @@ pub struct RunLabel {
     pub meta_problem: Option<String>,
     /// The folder has no meta.json at all (CSVs only: copied, or written by hand).
     pub meta_missing: bool,
+    /// A multi-rank run's ranks, hosts and adapters, counted ("4 ranks on 4 hosts, 4x
+    /// llvmpipe"): its rank 0 alone is not what ran.
+    pub ranks: Option<String>,
 }
 
 impl RunLabel {
@@ -35,7 +38,9 @@ impl RunLabel {
             Err(e) => (serde_json::Value::Null, Some(e), false),
         };
         let text = |v: &serde_json::Value| v.as_str().map(String::from);
+        let ranks = ranks_of(dir, &meta["config"]["roster"]);
         RunLabel {
+            ranks,
             run_id: text(&meta["run_id"]),
             host: text(&meta["host"]["hostname"]),
             adapter: text(&meta["adapter"]["name"]),
@@ -111,6 +116,42 @@ impl RunLabel {
     }
 
     pub fn short(&self) -> String {
-        format!("{} / {}", self.host_name(), self.adapter_name())
+        match &self.ranks {
+            Some(r) => r.clone(),
+            None => format!("{} / {}", self.host_name(), self.adapter_name()),
+        }
     }
+}
+
+/// A multi-rank run's roster counted: ranks, hosts, and each adapter with its count, from the
+/// roster or, where the roster has none (the gate opens adapters later), `ranks/rN/rank.json`.
+fn ranks_of(dir: &Path, roster: &serde_json::Value) -> Option<String> {
+    use std::collections::BTreeMap;
+    let roster = roster.as_array().filter(|r| r.len() > 1)?;
+    let hosts: std::collections::BTreeSet<&str> = roster
+        .iter()
+        .filter_map(|r| r["hostname"].as_str())
+        .collect();
+    let mut adapters: BTreeMap<String, usize> = BTreeMap::new();
+    for r in roster {
+        let from_rank = || -> Option<String> {
+            let rank = r["rank"].as_u64()?;
+            let path = dir.join("ranks").join(format!("r{rank}")).join("rank.json");
+            let bytes = super::read_capped(&path, 1 << 20).ok()?;
+            let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+            doc["inventory"]["adapter"].as_str().map(String::from)
+        };
+        let name = r["adapter"].as_str().map(String::from).or_else(from_rank);
+        *adapters
+            .entry(name.unwrap_or_else(|| "adapter unknown".into()))
+            .or_default() += 1;
+    }
+    let counted: Vec<String> = adapters.iter().map(|(a, n)| format!("{n}x {a}")).collect();
+    Some(format!(
+        "{} ranks on {} host{}, {}",
+        roster.len(),
+        hosts.len(),
+        if hosts.len() == 1 { "" } else { "s" },
+        counted.join(", ")
+    ))
 }

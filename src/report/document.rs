@@ -85,12 +85,19 @@ fn markdown(p: &Page) -> Result<String> {
         "# morphbench run {}\n",
         p.dir.file_name().unwrap_or_default().to_string_lossy()
     )?;
-    writeln!(
-        md,
-        "Host **{}**, adapter **{}**.\n",
-        p.run.label.host_name(),
-        p.run.label.adapter_name()
-    )?;
+    match &p.run.label.ranks {
+        Some(ranks) => writeln!(
+            md,
+            "Ranks: **{ranks}** (rank 0 on {}).\n",
+            p.run.label.host_name()
+        )?,
+        None => writeln!(
+            md,
+            "Host **{}**, adapter **{}**.\n",
+            p.run.label.host_name(),
+            p.run.label.adapter_name()
+        )?,
+    }
     if let Some(warning) = p.run.label.incomplete() {
         writeln!(md, "> **Partial run.** {warning}\n")?;
     }
