@@ -35,18 +35,7 @@ pub fn run_local_gate(ranks: u32, max: u32, args: &[String]) -> Result<u8> {
     let mut root = children.remove(0).1;
     let status = root.wait()?;
     crate::interrupt::child_ended(root.id());
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while std::time::Instant::now() < deadline {
-        let mut all_done = true;
-        for (_, c) in children.iter_mut() {
-            all_done &= c.try_wait()?.is_some();
-        }
-        if all_done {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    stop(&mut children);
+    let_end(&mut children, Duration::from_secs(5))?;
     let doc = held
         .map(|t| t.join().unwrap_or_default())
         .unwrap_or_default();
@@ -82,18 +71,7 @@ pub fn run_local_gate_within(
     };
     let root = children.remove(0).1;
     crate::interrupt::child_ended(root.id());
-    let others_by = std::time::Instant::now() + Duration::from_secs(2);
-    while std::time::Instant::now() < others_by {
-        let mut all_done = true;
-        for (_, c) in children.iter_mut() {
-            all_done &= c.try_wait()?.is_some();
-        }
-        if all_done {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    stop(&mut children);
+    let_end(&mut children, Duration::from_secs(2))?;
     let doc = held
         .map(|t| t.join().unwrap_or_default())
         .unwrap_or_default();
@@ -212,6 +190,23 @@ fn wait_all(mut running: Vec<(u32, Child)>) -> Result<Vec<String>> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(failed)
+}
+
+/// Gives the ranks left after rank 0 up to `grace` to end on their own, then ends them.
+fn let_end(children: &mut [(u32, Child)], grace: Duration) -> Result<()> {
+    let deadline = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < deadline {
+        let mut all_done = true;
+        for (_, c) in children.iter_mut() {
+            all_done &= c.try_wait()?.is_some();
+        }
+        if all_done {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop(children);
+    Ok(())
 }
 
 fn stop(children: &mut [(u32, Child)]) {

@@ -96,7 +96,6 @@ pub fn failed_hosts(rows: &[Line<FleetTable>]) -> Vec<String> {
         .filter(|r| r.figures.verdict == super::verdict::FAIL)
         .map(|r| r.params.host.clone())
         .collect();
-    hosts.dedup();
     hosts.sort();
     hosts.dedup();
     hosts
