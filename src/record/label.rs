@@ -146,12 +146,19 @@ fn ranks_of(dir: &Path, roster: &serde_json::Value) -> Option<String> {
             .entry(name.unwrap_or_else(|| "adapter unknown".into()))
             .or_default() += 1;
     }
-    let counted: Vec<String> = adapters.iter().map(|(a, n)| format!("{n}x {a}")).collect();
+    // A run that opened no adapter (links) names none.
+    let counted: Vec<String> = match adapters.keys().all(|a| a == "adapter unknown") {
+        true => Vec::new(),
+        false => adapters
+            .iter()
+            .map(|(a, n)| format!(", {n}x {a}"))
+            .collect(),
+    };
     Some(format!(
-        "{} ranks on {} host{}, {}",
+        "{} ranks on {} host{}{}",
         roster.len(),
         hosts.len(),
         if hosts.len() == 1 { "" } else { "s" },
-        counted.join(", ")
+        counted.join("")
     ))
 }

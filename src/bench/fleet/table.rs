@@ -27,6 +27,11 @@ pub struct FleetFigures {
     pub value: Option<f64>,
     /// What it was judged against: the fleet's healthy level, or the baseline's expected value.
     pub expected: Option<f64>,
+    /// How far below `expected`, as a fraction of it, a figure still passes: the baseline's
+    /// tolerance, or the fleet's (a slowdown short of the noise policy's slow threshold).
+    /// Empty in runs written before it was recorded.
+    #[serde(default)]
+    pub tolerance: Option<f64>,
     pub unit: String,
     /// PASS, WARN, FAIL or SKIP.
     pub verdict: String,

@@ -325,6 +325,7 @@ fn judge_one(o: &RankOutcome, m: &Measured, standing: Option<Standing>, f: &mut 
         return;
     };
     f.expected = Some(crate::record::csv::sig4(healthy));
+    f.tolerance = Some(crate::record::csv::sig4(1.0 - 1.0 / flag::SLOW_THRESHOLD));
     let versus = format!(
         "{:.2}x the fleet's {} {}",
         1.0 / slowdown.max(1e-9),
@@ -386,6 +387,7 @@ fn against_baseline(
         return;
     };
     f.expected = Some(e.expected);
+    f.tolerance = Some(e.tolerance);
     let floor = e.expected * (1.0 - e.tolerance);
     let says = format!(
         "measured {} {} against the baseline's {} ± {:.0}%",

@@ -1,5 +1,6 @@
 //! Chart shapes drawn with plotters into PNG (embedded DejaVu font, so text renders on a
-//! machine with no fonts installed) or SVG: lines with optional bands, stacked bars, Gantt.
+//! machine with no fonts installed) or SVG: lines with optional bands, stacked bars, Gantt,
+//! heatmaps of ratios and strips of points on a categorical axis.
 
 use std::path::{Path, PathBuf};
 use std::sync::Once;
@@ -12,6 +13,11 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 mod draw;
 #[allow(unused_imports)]
 pub use draw::*;
+mod grid;
+use grid::draw_heatmap;
+mod key;
+mod strip;
+use strip::draw_strip;
 
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 620;
@@ -129,28 +135,93 @@ pub struct Gantt {
     pub delays: Vec<(f64, f64, f64)>,
 }
 
-/// A rank-by-rank matrix: one cell per (row rank, column rank), colored by value on a log
-/// scale, its value written in it, flagged cells outlined.
+/// How a cell, point or name stands: drawn plain, or marked as a warning or a failure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mark {
+    #[default]
+    Plain,
+    Warn,
+    Fail,
+}
+
+impl Mark {
+    /// The verdict column's word as a mark (PASS, SKIP and anything else are plain).
+    pub fn of_verdict(verdict: &str) -> Mark {
+        match verdict {
+            "FAIL" => Mark::Fail,
+            "WARN" => Mark::Warn,
+            _ => Mark::Plain,
+        }
+    }
+}
+
+/// One cell of a [`Heatmap`].
+#[derive(Debug, Clone, Default)]
+pub struct Cell {
+    pub row: usize,
+    pub col: usize,
+    /// Against what was expected, oriented so that 1.0 is as expected and below 1.0 is worse
+    /// (a rate over its expected rate; a time's expected over the time). It sets the colour.
+    pub ratio: f64,
+    /// What the cell says, when it is large enough to say it.
+    pub text: String,
+    pub mark: Mark,
+}
+
+/// A matrix of cells, each coloured by its ratio to what was expected on a diverging scale
+/// centred at 1.0x (worse red, better blue, as expected pale), whatever the absolute values:
+/// healthy is one colour and slow another. Marked cells are outlined; marked rows and columns
+/// have their names always drawn and in red. The scale and the marks' key sit outside the data.
 #[derive(Debug, Clone, Default)]
 pub struct Heatmap {
     pub title: String,
-    /// What a cell holds ("p50 µs", "GB/s"), and what the axes are.
-    pub value_label: String,
     pub row_label: String,
     pub col_label: String,
-    /// Row and column names (ranks with their hosts).
-    pub names: Vec<String>,
-    /// (row, column, value, flagged).
-    pub cells: Vec<(usize, usize, f64, bool)>,
-    /// Whether a larger value is better (bandwidth): then it is drawn cooler.
-    pub higher_is_better: bool,
+    /// Row and column names, with their marks (a failed node's name is always drawn).
+    pub rows: Vec<(String, Mark)>,
+    pub cols: Vec<(String, Mark)>,
+    pub cells: Vec<Cell>,
+    /// What a cell's colour and text mean, for the key.
+    pub key: String,
+    /// What each mark means ("FAIL", "flagged slow link"), for the key.
+    pub marks: Vec<(Mark, String)>,
+    /// A line under the data (what was left out of it, summarised).
+    pub note: Option<String>,
+    /// Words written across a row that has no cells (why a node has no figures).
+    pub row_notes: Vec<(usize, String)>,
 }
+
+/// One value (or several: a distribution) per category on a categorical axis, as points, with
+/// the expected level and its band per category. Past [`STRIP_NAMED`] categories the axis
+/// names only the marked ones, beside their points.
+#[derive(Debug, Clone, Default)]
+pub struct Strip {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub y_log: bool,
+    pub categories: Vec<String>,
+    /// (category, value, mark).
+    pub points: Vec<(usize, f64, Mark)>,
+    /// (category, expected, band low, band high).
+    pub expected: Vec<(usize, f64, f64, f64)>,
+    /// What the expected level and its band are, for the key.
+    pub expected_label: String,
+    /// What each mark means, for the key (PASS, WARN and FAIL when empty).
+    pub marks: Vec<(Mark, String)>,
+    /// Words at the top of the key.
+    pub note: Option<String>,
+}
+
+/// The most categories a strip names one by one on its axis.
+pub const STRIP_NAMED: usize = 64;
 
 pub enum Chart {
     Lines(LineChart),
     Bars(StackedBars),
     Gantt(Gantt),
     Heatmap(Heatmap),
+    Strip(Strip),
 }
 
 /// The most elements (points, band points, bar parts, spans, rows) one chart draws; a chart
@@ -166,7 +237,27 @@ impl Chart {
             Chart::Gantt(g) => {
                 g.rows.len() + g.delays.len() + g.rows.iter().map(|(_, s)| s.len()).sum::<usize>()
             }
-            Chart::Heatmap(h) => h.cells.len() + h.names.len(),
+            Chart::Heatmap(h) => h.cells.len() + h.rows.len() + h.cols.len(),
+            Chart::Strip(c) => c.points.len() + c.expected.len() + c.categories.len(),
+        }
+    }
+
+    /// The picture's size in pixels: a matrix or strip grows with its rows and names, so its
+    /// labels keep a readable size (up to a bound: past it they are thinned).
+    fn size(&self) -> (u32, u32) {
+        match self {
+            Chart::Heatmap(h) => {
+                let (r, c) = (h.rows.len() as u32, h.cols.len() as u32);
+                (
+                    (420 + 16 * c).clamp(WIDTH, 1600),
+                    (220 + 16 * r).clamp(HEIGHT, 1400),
+                )
+            }
+            Chart::Strip(s) => (
+                (WIDTH + 240).max(440 + 8 * s.categories.len().min(STRIP_NAMED) as u32),
+                HEIGHT,
+            ),
+            _ => (WIDTH, HEIGHT),
         }
     }
 }
@@ -235,6 +326,7 @@ where
         Chart::Bars(c) => draw_bars(&root, c),
         Chart::Gantt(c) => draw_gantt(&root, c),
         Chart::Heatmap(c) => draw_heatmap(&root, c),
+        Chart::Strip(c) => draw_strip(&root, c),
     }
 }
 
@@ -246,11 +338,11 @@ pub fn render(chart: &Chart, dir: &Path, name: &str, format: Format) -> Result<V
         let path = dir.join(format!("{name}.{ext}"));
         let result = match *ext {
             "png" => draw(
-                BitMapBackend::new(&path, (WIDTH, HEIGHT)).into_drawing_area(),
+                BitMapBackend::new(&path, chart.size()).into_drawing_area(),
                 chart,
             ),
             _ => draw(
-                SVGBackend::new(&path, (WIDTH, HEIGHT)).into_drawing_area(),
+                SVGBackend::new(&path, chart.size()).into_drawing_area(),
                 chart,
             ),
         };

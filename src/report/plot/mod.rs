@@ -28,6 +28,10 @@ mod pipeline_charts;
 #[allow(unused_imports)]
 pub use pipeline_charts::*;
 
+mod links_charts;
+#[allow(unused_imports)]
+pub use links_charts::*;
+
 /// The tables of one run folder, as registered in [`crate::report::tables`].
 pub struct Loaded {
     pub label: RunLabel,
@@ -132,9 +136,11 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
         ..PlotOutcome::default()
     };
     let registry = crate::report::tables::tables();
-    // A cluster run (links, pipeline) holds none of the single-node tables: nothing to say is
+    // A cluster run (links, pipeline, the fleet gate) holds none of the single-node tables: nothing to say is
     // missing.
-    let cluster_only = runs.iter().all(|r| r.has("links") || r.has("pipeline"));
+    let cluster_only = runs
+        .iter()
+        .all(|r| r.has("links") || r.has("pipeline") || r.has("fleet"));
     let mut charts = Vec::new();
     for t in &registry {
         if t.single_node && !cluster_only && !runs.iter().any(|r| r.has(t.name)) {
@@ -148,7 +154,8 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
             None => {}
         }
     }
-    outcome.skipped.extend(links_heatmaps_skipped(&runs[0]));
+    // The fleet's overview is what an operator reads first.
+    charts.sort_by_key(|(name, _, _)| name != "fleet_overview");
     for (name, about, chart) in charts {
         let n = chart.elements();
         if n > charts::MAX_ELEMENTS {
