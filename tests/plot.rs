@@ -280,3 +280,249 @@ fn plot_refuses_cells_that_once_hung_or_exhausted_it() {
         assert!(t0.elapsed().as_secs() < 30);
     }
 }
+
+/// The text elements of an SVG plotters wrote (each text on a line of its own): its box
+/// in pixels, estimated from its anchor, size and length, and its words.
+fn svg_texts(path: &Path) -> Vec<((f64, f64, f64, f64), String)> {
+    let svg = std::fs::read_to_string(path).unwrap();
+    let attr = |tag: &str, name: &str| -> Option<String> {
+        let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        Some(tag[at..].split('"').next()?.to_string())
+    };
+    let mut out = Vec::new();
+    let mut lines = svg.lines();
+    while let Some(line) = lines.next() {
+        let Some(tag) = line.trim().strip_prefix("<text") else {
+            continue;
+        };
+        let words = lines.next().unwrap_or("").trim().to_string();
+        let num = |n: &str| {
+            attr(tag, n)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let (x, y, size) = (num("x"), num("y"), num("font-size"));
+        // DejaVu Sans: about 0.55 em a character on average.
+        let w = words.chars().count() as f64 * size * 0.55;
+        let x0 = match attr(tag, "text-anchor").as_deref() {
+            Some("middle") => x - w / 2.0,
+            Some("end") => x - w,
+            _ => x,
+        };
+        let y0 = match attr(tag, "dy").as_deref() {
+            Some("0.76em") => y,
+            Some("0.5ex") => y - size / 2.0,
+            _ => y - size,
+        };
+        out.push(((x0, y0, x0 + w, y0 + size), words));
+    }
+    out
+}
+
+/// No two names (the axes' and the points' labels, all in one font size) overlap.
+fn assert_names_apart(path: &Path) {
+    let texts = svg_texts(path);
+    let name_size = texts
+        .iter()
+        .filter(|t| t.1.starts_with('r') && t.1.contains(' '))
+        .map(|t| t.0 .3 - t.0 .1)
+        .next()
+        .expect("names drawn");
+    let names: Vec<_> = texts
+        .iter()
+        .filter(|t| ((t.0 .3 - t.0 .1) - name_size).abs() < 0.01)
+        .collect();
+    for (i, a) in names.iter().enumerate() {
+        for b in &names[i + 1..] {
+            let (p, q) = (a.0, b.0);
+            let apart =
+                p.2 <= q.0 + 0.5 || q.2 <= p.0 + 0.5 || p.3 <= q.1 + 0.5 || q.3 <= p.1 + 0.5;
+            assert!(
+                apart,
+                "{}: '{}' {p:?} overlaps '{}' {q:?}",
+                path.display(),
+                a.1,
+                b.1
+            );
+        }
+    }
+}
+
+fn names_in(path: &Path) -> Vec<String> {
+    svg_texts(path).into_iter().map(|t| t.1).collect()
+}
+
+/// A fleet gate's run folder of `ranks` ranks (4 to a host), figures at their expected level
+/// give or take 3%, but for `bad` (rank, test, ratio, verdict), and `silent` answering nothing.
+fn write_fleet(dir: &Path, ranks: u32, bad: &[(u32, &str, f64, &str)], silent: u32) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut csv = String::from(
+        "schema_version,run_id,bench,case,rank,host,local_rank,adapter,driver,test,figure,\
+         value,expected,tolerance,unit,verdict,reason,retest_value,others_cores,steal_pct,busy\n",
+    );
+    let figures = [
+        ("gemm", "gflops", "GFLOP/s", 5e4),
+        ("d2h", "gbps", "GB/s", 25.0),
+        ("bandwidth", "gbps", "GB/s", 3e3),
+    ];
+    for r in 0..ranks {
+        let head = format!("1,t,fleet,c{r},{r},node{:03},{},gpu,drv", r / 4, r % 4);
+        if r == silent {
+            csv += &format!("{head},gate,answer,,,,,FAIL,rank {r} stopped answering,,,,false\n");
+            continue;
+        }
+        for (i, (test, figure, unit, e)) in figures.iter().enumerate() {
+            let jitter = 1.0 + 0.03 * (((r * 7 + i as u32 * 13) % 11) as f64 / 5.0 - 1.0);
+            let (ratio, verdict) = bad
+                .iter()
+                .find(|b| b.0 == r && b.1 == *test)
+                .map_or((jitter, "PASS"), |b| (b.2, b.3));
+            csv += &format!(
+                "{head},{test},{figure},{},{e},0.1,{unit},{verdict},made up,,,,false\n",
+                e * ratio
+            );
+        }
+    }
+    std::fs::write(dir.join("fleet.csv"), csv).unwrap();
+}
+
+/// A links run folder of `ranks` ranks on their own hosts, three rounds of pairs (i, i+k),
+/// every link of `slow` 12 times slower than its healthy level and flagged.
+fn write_links(dir: &Path, ranks: u32, slow: u32) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut csv = String::from(
+        "schema_version,run_id,bench,case,src_rank,dst_rank,src_host,dst_host,transport,bytes,\
+         direction,n,mean_us,stddev_us,min_us,p50_us,p90_us,p99_us,p999_us,max_us,cv,ci95_lo_us,\
+         ci95_hi_us,gbps,slowdown,flagged,intra_node,verified,round,confirmed,hop_class,\
+         others_cores,steal_pct,busy\n",
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for k in [1, 2, 5] {
+        for a in 0..ranks {
+            let b = (a + k) % ranks;
+            if !seen.insert((a.min(b), a.max(b))) {
+                continue;
+            }
+            let s = if a == slow || b == slow {
+                12.0
+            } else {
+                1.0 + 0.01 * (a % 7) as f64
+            };
+            let t = 10.0 * s;
+            let flagged = s > 2.0;
+            csv += &format!(
+                "1,t,links,c,{a},{b},host{a:03},host{b:03},tcp,8,pingpong,100,{t},1,{t},{t},{t},{t},{t},{t},\
+                 0.1,{t},{t},,{s},{flagged},false,true,{k},{flagged},,0,0,false\n"
+            );
+        }
+    }
+    std::fs::write(dir.join("links.csv"), csv).unwrap();
+}
+
+#[test]
+fn a_fleet_of_200_shows_its_worst_32_failed_first_and_sums_up_the_rest() {
+    let home = tempfile::tempdir().unwrap();
+    let run = home.path().join("fleet200");
+    let bad = [
+        (17, "gemm", 0.41, "FAIL"),
+        (88, "d2h", 0.52, "FAIL"),
+        (140, "bandwidth", 0.3, "FAIL"),
+        (63, "gemm", 0.86, "WARN"),
+    ];
+    write_fleet(&run, 200, &bad, 150);
+    let o = morphbench(&["plot", run.to_str().unwrap()], home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plots = run.join("plots");
+    let overview = plots.join("fleet_overview.svg");
+    assert_names_apart(&overview);
+    let names = names_in(&overview);
+    // The failed nodes first (the silent one among them, saying why), then the warned one.
+    let rows: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with('r') && n.contains(" node"))
+        .collect();
+    assert_eq!(rows.len(), 32, "{rows:?}");
+    let first: Vec<&str> = rows[..5].iter().map(|s| s.as_str()).collect();
+    for n in ["r17 node004", "r88 node022", "r140 node035", "r150 node037"] {
+        assert!(first[..4].contains(&n), "{first:?}");
+    }
+    assert_eq!(first[4], "r63 node015");
+    assert!(
+        names
+            .iter()
+            .any(|n| n.contains("rank 150 stopped answering")),
+        "{names:?}"
+    );
+    assert!(names.iter().any(|n| n == "168 others (worst)"), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.starts_with("The other 168 nodes")),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n == "0.41x"),
+        "the failed cell says its ratio"
+    );
+    // Per figure: points sorted slowest first, the failed and warned named beside them.
+    let gemm = plots.join("fleet_gemm_gflops.svg");
+    assert_names_apart(&gemm);
+    let names = names_in(&gemm);
+    assert!(
+        names.contains(&"r17 node004".to_string()) && names.contains(&"r63 node015".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n == "199 nodes, slowest first"),
+        "{names:?}"
+    );
+    // The overview is the report's first figure.
+    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    let figures = &md[md.find("## Figures").unwrap()..];
+    assert!(
+        figures
+            .lines()
+            .find(|l| l.starts_with("- "))
+            .unwrap()
+            .contains("fleet_overview"),
+        "{figures}"
+    );
+}
+
+#[test]
+fn links_are_coloured_by_their_healthy_level_and_the_slow_node_is_named_at_8_64_and_128_ranks() {
+    let home = tempfile::tempdir().unwrap();
+    for (ranks, slow) in [(8u32, 3u32), (64, 40), (128, 5)] {
+        let run = home.path().join(format!("links{ranks}"));
+        write_links(&run, ranks, slow);
+        let o = morphbench(&["plot", run.to_str().unwrap()], home.path());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let slow_name = format!("r{slow} host{slow:03}");
+        let svg = match ranks <= 64 {
+            true => run.join("plots/links_latency_tcp_8.svg"),
+            false => run.join("plots/links_nodes_tcp.svg"),
+        };
+        assert_names_apart(&svg);
+        let names = names_in(&svg);
+        assert!(
+            names.contains(&slow_name),
+            "{ranks} ranks: {slow_name} not named: {names:?}"
+        );
+        assert!(
+            names
+                .iter()
+                .any(|n| n.starts_with("Slow node") || ranks > 64),
+            "{names:?}"
+        );
+        if ranks <= 64 {
+            // A slow link reads 0.08x, a healthy one about 1x, whatever their absolute speed.
+            assert!(names.iter().any(|n| n == "0.08x") || ranks > 8, "{names:?}");
+            // Thinned at 64: fewer row names than rows, the slow node's among them.
+            let rows = names
+                .iter()
+                .filter(|n| n.starts_with('r') && n.contains(" host"))
+                .count();
+            assert!(rows >= 8 && rows <= ranks as usize, "{rows}");
+        } else {
+            assert!(!run.join("plots/links_latency_tcp_8.svg").exists());
+        }
+    }
+}
