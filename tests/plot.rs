@@ -33,7 +33,34 @@ microbatches = 4
 sweep = [{ link = 0, delays_ms = [0, 10] }]
 "#;
 
+/// A copy, under `home`, of one small run measured once for all the tests of this file (the
+/// drawing is what they test, not the measuring: each measured run cost 10-15 s).
 fn small_run(home: &Path) -> PathBuf {
+    static MEASURED: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    let (_keep, run) = MEASURED.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let run = measure_small_run(dir.path());
+        (dir, run)
+    });
+    let copy = home.join("out").join(run.file_name().unwrap());
+    copy_dir(run, &copy);
+    copy
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+fn measure_small_run(home: &Path) -> PathBuf {
     let cfg = home.join("small.toml");
     std::fs::write(&cfg, SMALL).unwrap();
     let out = home.join("out");
