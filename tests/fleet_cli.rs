@@ -125,7 +125,11 @@ fn a_healthy_fleet_passes_and_a_baseline_from_a_faster_sku_fails_its_slower_figu
         "--out",
         slower.to_str().unwrap(),
     ];
+    // At the health level (quick's tests, fewer samples): the quick run's baseline judges it,
+    // and every figure fails by 10x whatever the samples.
     args.extend([
+        "--level",
+        "health",
         "--baseline",
         b,
         "--slurm",

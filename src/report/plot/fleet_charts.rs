@@ -149,38 +149,11 @@ fn overview(run: &Loaded, mut nodes: Vec<Node>, columns: &[(String, String, Stri
         .collect();
     let mut note = None;
     if !rest.is_empty() {
-        // One band for the rest: each figure's worst ratio among them.
         let row = rows.len();
         rows.push((format!("{} others (worst)", rest.len()), Mark::Plain));
-        for (col, key) in keys.iter().enumerate() {
-            let ratios: Vec<f64> = rest.iter().filter_map(|n| n.ratio(key)).collect();
-            let worst = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-            if worst.is_finite() {
-                let text = format!("≥{worst:.2}x");
-                cells.push(Cell {
-                    row,
-                    col,
-                    ratio: worst,
-                    text,
-                    mark: Mark::Plain,
-                });
-            }
-        }
-        let all: Vec<f64> = rest
-            .iter()
-            .flat_map(|n| keys.iter().filter_map(|k| n.ratio(k)))
-            .collect();
-        let (near, mid, far) = spread(&all);
-        let (fails, warns) = (
-            rest.iter().filter(|n| n.mark == Mark::Fail).count(),
-            rest.iter().filter(|n| n.mark == Mark::Warn).count(),
-        );
-        note = Some(format!(
-            "The other {} nodes' {} figures: {near} within 10% of expected, {mid} 10-25% off, \
-             {far} further; {fails} of those nodes FAIL, {warns} WARN (fleet.csv has each).",
-            rest.len(),
-            all.len()
-        ));
+        let (band, words) = summary_band(&rest, &keys, row);
+        cells.extend(band);
+        note = Some(words);
     }
     let cols: Vec<(String, Mark)> = keys
         .iter()
@@ -283,4 +256,41 @@ pub(crate) fn fleet_charts(run: &Loaded) -> Vec<Named> {
     }
     out.extend(columns.iter().filter_map(|c| figure_strip(run, &nodes, c)));
     out
+}
+
+/// The summary row of the nodes not drawn (`row`): each figure's worst ratio among them, and
+/// a line counting their figures by how far from expected and their FAILs and WARNs.
+fn summary_band(rest: &[Node], keys: &[(String, String)], row: usize) -> (Vec<Cell>, String) {
+    let mut cells = Vec::new();
+    for (col, key) in keys.iter().enumerate() {
+        let worst = rest
+            .iter()
+            .filter_map(|n| n.ratio(key))
+            .fold(f64::INFINITY, f64::min);
+        if worst.is_finite() {
+            let text = format!("≥{worst:.2}x");
+            cells.push(Cell {
+                row,
+                col,
+                ratio: worst,
+                text,
+                mark: Mark::Plain,
+            });
+        }
+    }
+    let all: Vec<f64> = rest
+        .iter()
+        .flat_map(|n| keys.iter().filter_map(|k| n.ratio(k)))
+        .collect();
+    let (near, mid, far) = spread(&all);
+    let count = |m: Mark| rest.iter().filter(|n| n.mark == m).count();
+    let words = format!(
+        "The other {} nodes' {} figures: {near} within 10% of expected, {mid} 10-25% off, \
+         {far} further; {} of those nodes FAIL, {} WARN (fleet.csv has each).",
+        rest.len(),
+        all.len(),
+        count(Mark::Fail),
+        count(Mark::Warn)
+    );
+    (cells, words)
 }

@@ -5,6 +5,7 @@
 use super::key::*;
 #[allow(unused_imports)]
 use super::*;
+use plotters::coord::types::RangedCoordf64;
 
 /// A column's name on up to two lines (its first word, then the rest): "gemm gflops".
 fn name_lines(name: &str) -> Vec<&str> {
@@ -49,6 +50,38 @@ where
         .build_cartesian_2d(-0.5..nc as f64 - 0.5, nr as f64 - 0.5..-0.5)?;
     let (pw, ph) = chart.plotting_area().dim_in_pixel();
     let (cell_w, cell_h) = (pw as f64 / nc as f64, ph as f64 / nr as f64);
+    draw_cells(root, &mut chart, c, (cell_w, cell_h))?;
+    draw_names(root, &chart, c, (cell_w, cell_h))?;
+    if let Some(note) = &c.note {
+        foot.draw(&Text::new(
+            note.clone(),
+            (12, 8),
+            ("sans-serif", 13).into_font(),
+        ))?;
+    }
+    let entries: Vec<(Swatch, String)> = c
+        .marks
+        .iter()
+        .map(|(m, words)| (Swatch::Outline(mark_color(*m)), words.clone()))
+        .collect();
+    draw_key(&side, &c.key, true, &entries)?;
+    root.present()?;
+    Ok(())
+}
+
+/// The matrix's data area, one unit a cell.
+type Grid<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The cells: filled by their ratio, marked ones outlined, their words where they fit.
+fn draw_cells<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &mut Grid<DB>,
+    c: &Heatmap,
+    (cell_w, cell_h): (f64, f64),
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
     let rect = |r: usize, col: usize, inset: f64| {
         [
             (col as f64 - 0.5 + inset, r as f64 - 0.5 + inset),
@@ -95,6 +128,21 @@ where
                 )
             }),
     )?;
+    Ok(())
+}
+
+/// The rows' notes, the rows' and columns' names (thinned, the marked ones always, in their
+/// colour) and the axes' names.
+fn draw_names<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &Grid<DB>,
+    c: &Heatmap,
+    (cell_w, cell_h): (f64, f64),
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let (nr, nc) = (c.rows.len().max(1), c.cols.len().max(1));
     for (row, words) in &c.row_notes {
         let m = c.rows.get(*row).map(|r| r.1).unwrap_or_default();
         let (x, y) = chart.backend_coord(&(-0.5, *row as f64));
@@ -161,10 +209,10 @@ where
     // The axes' names: the rows' above their names, the columns' under theirs.
     let (x0, y0) = chart.backend_coord(&(-0.5, -0.5));
     let (x1, _) = chart.backend_coord(&(nc as f64 - 0.5, -0.5));
-    let left = main.get_base_pixel().0 + 8;
+    // The data area starts at the picture's left edge.
     root.draw(&Text::new(
         c.row_label.clone(),
-        (left.min(x0 - 6), y0 - 6),
+        (8.min(x0 - 6), y0 - 6),
         ("sans-serif", 13)
             .into_font()
             .color(&BLACK)
@@ -178,19 +226,5 @@ where
             .color(&BLACK)
             .pos(Pos::new(HPos::Center, VPos::Top)),
     ))?;
-    if let Some(note) = &c.note {
-        foot.draw(&Text::new(
-            note.clone(),
-            (12, 8),
-            ("sans-serif", 13).into_font(),
-        ))?;
-    }
-    let entries: Vec<(Swatch, String)> = c
-        .marks
-        .iter()
-        .map(|(m, words)| (Swatch::Outline(mark_color(*m)), words.clone()))
-        .collect();
-    draw_key(&side, &c.key, true, &entries)?;
-    root.present()?;
     Ok(())
 }

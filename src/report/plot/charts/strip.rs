@@ -7,6 +7,7 @@
 use super::key::*;
 #[allow(unused_imports)]
 use super::*;
+use plotters::coord::types::RangedCoordf64;
 
 /// The most marked categories named beside their points; the rest are counted in a line.
 const MAX_POINT_NAMES: usize = 40;
@@ -64,6 +65,42 @@ where
         .axis_desc_style(("sans-serif", 15))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()?;
+    draw_points(&mut chart, c, &cats)?;
+    let green = RGBColor(44, 160, 44);
+    draw_category_names(root, &chart, c, &cats, y0)?;
+    let mut entries: Vec<(Swatch, String)> = match c.marks.is_empty() {
+        true => [Mark::Plain, Mark::Warn, Mark::Fail]
+            .into_iter()
+            .map(|m| (Swatch::Point(mark_color(m)), mark_word(m).to_string()))
+            .collect(),
+        false => c
+            .marks
+            .iter()
+            .map(|(m, words)| (Swatch::Point(mark_color(*m)), words.clone()))
+            .collect(),
+    };
+    if !c.expected.is_empty() {
+        entries.push((Swatch::Line(green), c.expected_label.clone()));
+        entries.push((Swatch::Shaded(green), "within tolerance".to_string()));
+    }
+    let title = c.note.clone().unwrap_or_default();
+    draw_key(&side, &title, false, &entries)?;
+    root.present()?;
+    Ok(())
+}
+
+/// The strip's data area.
+type Area<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The expected bands and levels, then each category's point or spread and median.
+fn draw_points<DB: DrawingBackend>(
+    chart: &mut Area<DB>,
+    c: &Strip,
+    cats: &[(Vec<f64>, Mark)],
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
     let green = RGBColor(44, 160, 44);
     chart.draw_series(c.expected.iter().map(|&(i, _, lo, hi)| {
         let x = i as f64;
@@ -100,6 +137,23 @@ where
             }
         }
     }
+    Ok(())
+}
+
+/// The categories' names: on the axis (thinned, the marked always) up to [`STRIP_NAMED`];
+/// beyond, the marked ones beside their points where no other name is.
+fn draw_category_names<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &Area<DB>,
+    c: &Strip,
+    cats: &[(Vec<f64>, Mark)],
+    y0: f64,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let n = c.categories.len().max(1);
+    let named = c.categories.len() <= STRIP_NAMED;
     let (pw, _) = chart.plotting_area().dim_in_pixel();
     let pitch = pw as f64 / n as f64;
     let marked: Vec<usize> = (0..cats.len())
@@ -169,23 +223,5 @@ where
             ))?;
         }
     }
-    let mut entries: Vec<(Swatch, String)> = match c.marks.is_empty() {
-        true => [Mark::Plain, Mark::Warn, Mark::Fail]
-            .into_iter()
-            .map(|m| (Swatch::Point(mark_color(m)), mark_word(m).to_string()))
-            .collect(),
-        false => c
-            .marks
-            .iter()
-            .map(|(m, words)| (Swatch::Point(mark_color(*m)), words.clone()))
-            .collect(),
-    };
-    if !c.expected.is_empty() {
-        entries.push((Swatch::Line(green), c.expected_label.clone()));
-        entries.push((Swatch::Shaded(green), "within tolerance".to_string()));
-    }
-    let title = c.note.clone().unwrap_or_default();
-    draw_key(&side, &title, false, &entries)?;
-    root.present()?;
     Ok(())
 }
