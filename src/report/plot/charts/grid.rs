@@ -22,10 +22,7 @@ pub(super) fn draw_heatmap<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE)?;
-    let (w, _) = root.dim_in_pixel();
-    let body = titled(root, &c.title)?;
-    let (main, side) = body.split_horizontally(w as i32 - KEY_WIDTH);
+    let (main, side) = framed(root, &c.title)?;
     let main_h = main.dim_in_pixel().1 as i32;
     let (main, foot) = main.split_vertically(main_h - if c.note.is_some() { 34 } else { 4 });
     let (nr, nc) = (c.rows.len().max(1), c.cols.len().max(1));
@@ -155,16 +152,6 @@ where
                 .pos(Pos::new(HPos::Left, VPos::Center)),
         ))?;
     }
-    let name_style = |m: Mark, h: HPos, v: VPos| {
-        let (style, color) = match m {
-            Mark::Plain => (FontStyle::Normal, BLACK),
-            m => (FontStyle::Bold, mark_color(m)),
-        };
-        ("sans-serif", NAME_FONT, style)
-            .into_font()
-            .color(&color)
-            .pos(Pos::new(h, v))
-    };
     // Row names, thinned by the cells' height; the marked rows always.
     let keep: Vec<usize> = (0..c.rows.len())
         .filter(|&i| c.rows[i].1 != Mark::Plain)

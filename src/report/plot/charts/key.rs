@@ -54,6 +54,18 @@ pub(super) fn mark_color(m: Mark) -> RGBColor {
     }
 }
 
+/// A name's style: plain black, or a marked node's bold in its mark's colour.
+pub(super) fn name_style(m: Mark, h: HPos, v: VPos) -> TextStyle<'static> {
+    let (style, color) = match m {
+        Mark::Plain => (FontStyle::Normal, BLACK),
+        m => (FontStyle::Bold, mark_color(m)),
+    };
+    ("sans-serif", NAME_FONT, style)
+        .into_font()
+        .color(&color)
+        .pos(Pos::new(h, v))
+}
+
 /// The word a mark stands for in a key when the chart gives none.
 pub(super) fn mark_word(m: Mark) -> &'static str {
     match m {
@@ -187,6 +199,23 @@ where
     }
     let (_, below) = area.split_vertically(12 + lines.len() as i32 * line_h);
     Ok(below)
+}
+
+/// A blank picture with `title` on top, split into the data's area and the key's panel right
+/// of it.
+pub(super) type Framed<DB> = (DrawingArea<DB, Shift>, DrawingArea<DB, Shift>);
+
+pub(super) fn framed<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+) -> Result<Framed<DB>, Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let (w, _) = root.dim_in_pixel();
+    let body = titled(root, title)?;
+    Ok(body.split_horizontally(w as i32 - KEY_WIDTH))
 }
 
 /// Splits `text` into lines of at most `chars` characters at spaces.

@@ -31,10 +31,7 @@ pub(super) fn draw_strip<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE)?;
-    let (w, _) = root.dim_in_pixel();
-    let body = titled(root, &c.title)?;
-    let (main, side) = body.split_horizontally(w as i32 - KEY_WIDTH);
+    let (main, side) = framed(root, &c.title)?;
     let n = c.categories.len().max(1);
     let named = c.categories.len() <= STRIP_NAMED;
     let cats = by_category(c);
@@ -159,16 +156,6 @@ where
     let marked: Vec<usize> = (0..cats.len())
         .filter(|&i| cats[i].1 != Mark::Plain)
         .collect();
-    let style = |m: Mark, h: HPos, v: VPos| {
-        let (fs, color) = match m {
-            Mark::Plain => (FontStyle::Normal, BLACK),
-            m => (FontStyle::Bold, mark_color(m)),
-        };
-        ("sans-serif", NAME_FONT, fs)
-            .into_font()
-            .color(&color)
-            .pos(Pos::new(h, v))
-    };
     if named {
         let widest = c
             .categories
@@ -182,7 +169,7 @@ where
             root.draw(&Text::new(
                 name.clone(),
                 (x, y + 6),
-                style(cats[i].1, HPos::Center, VPos::Top),
+                name_style(cats[i].1, HPos::Center, VPos::Top),
             ))?;
         }
     } else {
@@ -209,7 +196,7 @@ where
                 Some(p) => root.draw(&Text::new(
                     c.categories[i].clone(),
                     p,
-                    style(cats[i].1, HPos::Left, VPos::Top),
+                    name_style(cats[i].1, HPos::Left, VPos::Top),
                 ))?,
                 None => unnamed += 1,
             }
