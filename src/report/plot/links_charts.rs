@@ -61,10 +61,6 @@ pub(crate) fn links_charts(run: &Loaded) -> Vec<Named> {
             *name = format!("r{i}");
         }
     }
-    let node_mark = |r: usize| match blamed.contains(&(r as u32)) {
-        true => Mark::Fail,
-        false => Mark::Plain,
-    };
     let note = (!blamed.is_empty()).then(|| {
         let list: Vec<&str> = blamed.iter().map(|&r| names[r as usize].as_str()).collect();
         format!("Slow node (its links blame it): {}", list.join(", "))
@@ -76,7 +72,7 @@ pub(crate) fn links_charts(run: &Loaded) -> Vec<Named> {
         run,
         rows,
         names: &names,
-        node_mark: &node_mark,
+        blamed: &blamed,
         note,
     };
     let mut out = Vec::new();
@@ -93,11 +89,20 @@ struct Ctx<'a> {
     run: &'a Loaded,
     rows: &'a [Line<LinksTable>],
     names: &'a [String],
-    node_mark: &'a dyn Fn(usize) -> Mark,
+    /// The ranks the links blame.
+    blamed: &'a [u32],
     note: Option<String>,
 }
 
 impl Ctx<'_> {
+    /// A blamed node is marked FAIL.
+    fn node_mark(&self, rank: usize) -> Mark {
+        match self.blamed.contains(&(rank as u32)) {
+            true => Mark::Fail,
+            false => Mark::Plain,
+        }
+    }
+
     fn sizes(&self, t: &str, dir: &str) -> Vec<u64> {
         let mut v: Vec<u64> = self
             .rows
@@ -120,7 +125,7 @@ impl Ctx<'_> {
             .names
             .iter()
             .enumerate()
-            .map(|(i, s)| (s.clone(), (self.node_mark)(i)))
+            .map(|(i, s)| (s.clone(), self.node_mark(i)))
             .collect();
         Heatmap {
             title: format!("{title} — {}", self.run.label.short()),
@@ -204,7 +209,7 @@ fn heatmaps(ctx: &Ctx, t: &str) -> Vec<Named> {
 /// and median, nodes sorted by their median, slowest first.
 fn node_strip(ctx: &Ctx, t: &str) -> Option<Named> {
     let n = ctx.names.len();
-    let blamed = |r: u32| (ctx.node_mark)(r as usize) == Mark::Fail;
+    let blamed = |r: u32| ctx.blamed.contains(&r);
     // Each end's view of a link: its ratio, and how it marks that end: a flagged link marks a
     // blamed end FAIL, and a healthy end WARN only when the other end is not blamed either
     // (the blamed node explains it).
