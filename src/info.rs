@@ -11,6 +11,8 @@ use crate::transport::rdma::verbs::{list_devices, DeviceInfo, VerbsError};
 struct Info {
     host: HostInfo,
     adapters: Vec<AdapterReport>,
+    /// Each adapter's PCIe link (read idle), or why it is not exposed, by adapter index.
+    pcie: Vec<Result<crate::pcie::Pcie, String>>,
     rdma: RdmaReport,
 }
 
@@ -41,9 +43,16 @@ impl RdmaReport {
 }
 
 pub fn run(backend: BackendChoice, json: bool) -> Result<()> {
+    let adapters = adapter_reports(backend);
+    let root = crate::pcie::sysfs_root();
+    let pcie = adapters
+        .iter()
+        .map(|a| crate::pcie::read(&root, &a.pci_bus_id))
+        .collect();
     let info = Info {
         host: HostInfo::probe(),
-        adapters: adapter_reports(backend),
+        adapters,
+        pcie,
         rdma: RdmaReport::probe(),
     };
     if json {
@@ -66,9 +75,11 @@ pub fn run(backend: BackendChoice, json: bool) -> Result<()> {
              mesa-vulkan-drivers libvulkan1, or run scripts/setup)"
         );
     }
-    for a in &info.adapters {
+    for (a, pcie) in info.adapters.iter().zip(&info.pcie) {
         println!();
         println!("adapter {}: {}", a.index, a.name);
+        // Idle: a link may train down when idle; fleet and health read it under a D2H copy.
+        println!("  PCIe (idle): {}", crate::pcie::describe(pcie));
         println!(
             "  backend {}, type {}, vendor {} device {}",
             a.backend, a.device_type, a.vendor_id, a.device_id
@@ -101,6 +112,16 @@ pub fn run(backend: BackendChoice, json: bool) -> Result<()> {
             "rdma {}: node GUID {}, max_qp_wr {}",
             d.name, d.node_guid, d.max_qp_wr
         );
+        let root = crate::pcie::sysfs_root();
+        let pcie = crate::pcie::rdma_bus_id(&root, &d.name)
+            .ok_or_else(|| {
+                format!(
+                    "not exposed (no PCI device under class/infiniband/{})",
+                    d.name
+                )
+            })
+            .and_then(|bus| crate::pcie::read(&root, &bus));
+        println!("  PCIe (idle): {}", crate::pcie::describe(&pcie));
         for p in &d.ports {
             println!(
                 "  port {}: {}, {}, active MTU {} B, LID {}",

@@ -15,6 +15,7 @@ pub mod info;
 pub mod interrupt;
 pub mod noise;
 pub mod output;
+pub mod pcie;
 pub mod record;
 pub mod report;
 pub mod sim;

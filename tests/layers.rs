@@ -17,6 +17,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "stats",
             "units",
             "host",
+            "pcie",
             "slurm",
             "output",
             "interrupt",

@@ -48,6 +48,16 @@ pub struct SimArgs {
     /// Activation memory limit for adaptive, in microbatches [default: 2 x 1F1B's first stage].
     #[arg(long)]
     pub mem_limit: Option<usize>,
+    /// Transfers over LINK stall MS with probability PROB each (a lossy link's what-if): the
+    /// base case runs --iterations times with stalls drawn; repeatable.
+    #[arg(long = "stall", value_name = "LINK:PROB:MS", value_parser = crate::bench::sim::tail::parse_stall)]
+    pub stall: Vec<crate::bench::sim::tail::Stall>,
+    /// Iterations drawn with --stall [default: 1000].
+    #[arg(long)]
+    pub iterations: Option<u32>,
+    /// The seed of the stalls' draws (the same seed, the same iterations) [default: 0].
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Straggler trace: lines of iteration;link;delay_ms, one simulated iteration each.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
@@ -167,6 +177,9 @@ impl SimArgs {
         c.slow.extend(self.slow.iter().cloned());
         c.sweep.extend(self.sweep.iter().cloned());
         c.occupy.extend(self.occupy.iter().cloned());
+        c.stall.extend(self.stall.iter().cloned());
+        c.iterations = self.iterations.or(c.iterations);
+        c.seed = self.seed.or(c.seed);
         c.comm = self.comm.or(c.comm);
         c.d2h_ms = self.d2h_ms.or(c.d2h_ms);
         c.mem_limit = self.mem_limit.or(c.mem_limit);

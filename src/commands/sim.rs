@@ -135,6 +135,17 @@ fn sim_links(
         println!("{}", costs.note());
         println!("launcher order: {}", costs.describe(&launcher));
     }
+    // Its stalls, drawn per transfer, unless the flags or the scenario give their own.
+    if cfg.stall.is_empty() {
+        let stalls =
+            crate::bench::sim::tail::from_links_run(dir, &costs.transport, costs.activation)?;
+        for (stall, why) in stalls {
+            if !quiet {
+                println!("stalls measured: {why}");
+            }
+            cfg.stall.push(stall);
+        }
+    }
     Ok(costs)
 }
 

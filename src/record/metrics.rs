@@ -65,6 +65,16 @@ pub struct Textfile {
     pub figures: Vec<MetricFigure>,
 }
 
+/// Whether a figure in `unit` reads lower as better: a time, a share of stalled round trips
+/// (`ratio`), retransmitted `segments`. Such a figure has no ratio series (the series reads
+/// higher as better) and the fleet's pictures invert its ratio.
+pub fn lower_is_better(unit: &str) -> bool {
+    matches!(
+        unit,
+        "s" | "ms" | "us" | "µs" | "ns" | "ratio" | "segments" | "errors"
+    )
+}
+
 /// A verdict's number: 0 PASS, 1 WARN, 2 FAIL.
 pub fn verdict_code(verdict: &str) -> Option<u8> {
     match verdict {

@@ -112,6 +112,7 @@ pub fn tables() -> Vec<Table> {
             .charts(Compared(plot::sim_charts)),
         Table::of::<SimTimelineTable>(),
         Table::of::<SimBenchTable>(),
+        Table::of::<crate::bench::sim::tail::SimTailTable>(),
         Table::of::<CheckTable>(),
         Table::of::<LinksTable>()
             .headlines(hl::links)

@@ -136,6 +136,10 @@ pub struct Scenario {
     /// Per link, the time a transfer holds it (bytes / bandwidth): each direction of a link is
     /// one FIFO channel, so back-to-back sends queue behind each other; 0 for none.
     pub occupancy_ms: Vec<f64>,
+    /// Extra time each transfer took this iteration (a stall drawn by `sim --stall`), indexed
+    /// by [`Scenario::transfer_index`]; empty for none. Schedules plan without it: a stall is
+    /// not known before it happens.
+    pub stall_ms: Vec<f64>,
 }
 
 fn per_stage(field: &'static str, v: &[f64], stages: usize) -> Result<Vec<f64>, ScenarioError> {
@@ -245,6 +249,7 @@ impl Scenario {
             comm,
             d2h_ms: non_negative("d2h-ms", d2h_ms)?,
             occupancy_ms: vec![0.0; stages - 1],
+            stall_ms: Vec::new(),
         })
     }
 
@@ -299,12 +304,26 @@ impl Scenario {
         }
     }
 
+    /// Where a transfer's stall sits in `stall_ms`: F and B of each stage and microbatch.
+    pub fn transfer_index(&self, op: Op) -> usize {
+        (usize::from(op.kind == OpKind::B) * self.stages + op.stage) * self.microbatches + op.mb
+    }
+
+    /// The number of slots `stall_ms` has when it is set.
+    pub fn transfer_slots(&self) -> usize {
+        2 * self.stages * self.microbatches
+    }
+
     /// (extra time the sender's queue stays busy after compute, arrival delay after compute).
     pub fn send_costs(&self, op: Op) -> (f64, f64) {
         match self.out_link(op) {
             None => (0.0, 0.0),
             Some(l) => {
-                let c = self.link(l);
+                let stall = match self.stall_ms.is_empty() {
+                    true => 0.0,
+                    false => self.stall_ms[self.transfer_index(op)],
+                };
+                let c = self.link(l) + stall;
                 match self.comm {
                     CommModel::Latency => (0.0, c),
                     CommModel::Queue => (c, c),

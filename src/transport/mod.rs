@@ -7,6 +7,7 @@ pub mod factory;
 pub mod rdma;
 pub mod sink;
 pub mod tcp;
+pub mod tcp_info;
 pub mod wire;
 
 use std::time::Duration;

@@ -155,7 +155,13 @@ impl Level {
             plan: PairPlan {
                 transports: vec![crate::transport::TransportKind::Tcp],
                 sizes: vec![8, LINK_BANDWIDTH_BYTES],
-                iters: 1000,
+                // Ten thousand round trips find a host dropping 0.1% of its packets (see
+                // links::tail); a healthy 8 B ping-pong takes them in about 0.1 s, and the
+                // large size is bounded by the budget.
+                iters: match self {
+                    Level::Extended => 10_000,
+                    _ => 1000,
+                },
                 budget_ms: 200,
                 bidir: false,
                 io_timeout_s: 20,
@@ -413,12 +419,18 @@ pub struct Measured {
     /// What else the test saw, for the row's reason (the stall offload removed).
     #[serde(default)]
     pub note: Option<String>,
+    /// The adapter's PCIe link read while this test copied (D2H), or why it is not exposed.
+    #[serde(default)]
+    pub pcie: Option<Result<crate::pcie::Pcie, String>>,
 }
 
 /// A batch of tests on one rank, with the host's load around them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Batch {
     pub results: Vec<Measured>,
+    /// The adapter's PCIe link before and after the batch (for its AER counters' deltas).
+    #[serde(default)]
+    pub pcie_around: Option<(crate::pcie::Pcie, crate::pcie::Pcie)>,
     pub others_cores: Option<f64>,
     pub steal_pct: Option<f64>,
     pub busy: bool,
@@ -428,7 +440,13 @@ pub struct Batch {
 /// Runs `tests` on this rank, each until its samples or its deadline.
 pub fn run_batch(gpu: Option<&Gpu>, tests: &[TestSpec]) -> Batch {
     let before = noise::load::Sample::now();
+    let link = || {
+        let bus = gpu.map(|g| g.report.pci_bus_id.clone())?;
+        crate::pcie::read(&crate::pcie::sysfs_root(), &bus).ok()
+    };
+    let link_before = link();
     let results = tests.iter().map(|t| run_test(gpu, *t)).collect();
+    let pcie_around = link_before.zip(link());
     let load = noise::load::Load::between(&before, &noise::load::Sample::now());
     let injected = noise::injected_other_cores();
     let others_cores = injected.or(load.other_cores);
@@ -438,6 +456,7 @@ pub fn run_batch(gpu: Option<&Gpu>, tests: &[TestSpec]) -> Batch {
     };
     Batch {
         results,
+        pcie_around,
         others_cores: others_cores.map(|c| crate::record::csv::round(c, 2)),
         steal_pct: load
             .steal_fraction
@@ -465,6 +484,7 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
         error: None,
         skipped: None,
         note: None,
+        pcie: None,
     };
     let budget = Budget {
         iters: t.iters,
@@ -501,7 +521,17 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
     let probed: Result<(Probed, f64), String> = match (t.kind, gpu) {
         (TestKind::Memcpy, _) => probe::memcpy(t.size, budget).map(bytes),
         (TestKind::Gemm, Some(g)) => probe::gemm(g, gemm, budget).map(|p| (p, gemm.flops())),
-        (TestKind::D2h, Some(g)) => probe::d2h(g, t.size, budget).map(bytes),
+        (TestKind::D2h, Some(g)) => {
+            // The link's state is read while the copies run (a link trains down when idle).
+            let bus = g.report.pci_bus_id.clone();
+            let reader = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                crate::pcie::read(&crate::pcie::sysfs_root(), &bus)
+            });
+            let out = probe::d2h(g, t.size, budget).map(bytes);
+            m.pcie = reader.join().ok();
+            out
+        }
         (TestKind::H2d, Some(g)) => probe::h2d(g, t.size, budget).map(bytes),
         (TestKind::Fma, Some(g)) => crate::bench::peak::probe::fma(g, budget),
         (TestKind::Bandwidth, Some(g)) => crate::bench::peak::probe::copy(g, t.size, budget),

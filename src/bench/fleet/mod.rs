@@ -13,6 +13,7 @@ mod inventory;
 mod nested;
 pub mod network;
 pub mod ops;
+mod pcie;
 mod pipeline;
 mod report;
 pub mod table;

@@ -138,15 +138,25 @@ fn judged_links(ranks: &[RankOutcome], out: &LinksOutcome) -> Vec<Row> {
             .filter(|l| l.a == o.rank || l.b == o.rank)
             .map(|l| {
                 let other = if l.a == o.rank { l.b } else { l.a };
-                format!("{} (rank {other}) {:.1}x", host(other), l.slowdown)
+                match &l.tail {
+                    Some(w) => format!("{} (rank {other}): {w}", host(other)),
+                    None => format!("{} (rank {other}) {:.1}x", host(other), l.slowdown),
+                }
             })
             .collect();
         (f.verdict, f.reason) = if let Some(n) = blamed.get(&o.rank) {
-            let why = format!(
-                "slow node: {} of its {} links confirmed slow (median {:.1}x), their other ends \
-                 healthy with other partners ({}){cut}",
-                n.slow, n.measured, n.median_slowdown, out.pattern
-            );
+            let why = match out.node_tails.get(&o.rank) {
+                Some(w) => format!(
+                    "lossy node: {w}; {} of its {} links confirmed, their other ends healthy \
+                     with other partners ({}){cut}",
+                    n.slow, n.measured, out.pattern
+                ),
+                None => format!(
+                    "slow node: {} of its {} links confirmed slow (median {:.1}x), their other \
+                     ends healthy with other partners ({}){cut}",
+                    n.slow, n.measured, n.median_slowdown, out.pattern
+                ),
+            };
             (FAIL.into(), why)
         } else if !slow_links.is_empty() {
             let why = format!(
@@ -166,6 +176,60 @@ fn judged_links(ranks: &[RankOutcome], out: &LinksOutcome) -> Vec<Row> {
             };
             (verdict.into(), why)
         };
+        // A lossy node's stall ratio comes first: its first FAIL is its drain reason.
+        rows.extend(tail_rows(o, mine, out, &blamed));
+        rows.push((p, f));
+    }
+    rows
+}
+
+/// Each rank's tail rows (where its links had tails, and where its counters were read):
+/// `link stall_ratio` (the share of its ping-pongs' round trips that stalled, against the
+/// unblamed ranks' median) and `retransmits total`. A blamed lossy node FAILs both; a lossy
+/// link between healthy nodes WARNs its ends; the rest PASS. A failed lossy node's first FAIL
+/// row is its stall ratio, so the drain reason names the stalls, not the bandwidth.
+fn tail_rows(
+    o: &RankOutcome,
+    mine: &crate::bench::links::outcome::RankLinks,
+    out: &LinksOutcome,
+    blamed: &BTreeMap<u32, &crate::bench::links::blame::SlowNode>,
+) -> Vec<Row> {
+    let words = out.node_tails.get(&o.rank);
+    let verdict = match (blamed.contains_key(&o.rank), words, mine.lossy) {
+        (true, Some(_), _) => FAIL,
+        (false, _, n) if n > 0 => WARN,
+        _ => PASS,
+    };
+    let reason = match (verdict, words) {
+        (FAIL, Some(w)) => format!("lossy node: {w}"),
+        (WARN, _) => format!(
+            "{} of its links lossy, their other ends healthy: check the path",
+            mine.lossy
+        ),
+        _ => String::new(),
+    };
+    let level = |pick: fn(&crate::bench::links::outcome::RankLinks) -> Option<f64>| {
+        let healthy: Vec<f64> = out
+            .per_rank
+            .iter()
+            .filter(|(r, _)| !blamed.contains_key(r))
+            .filter_map(|(_, e)| pick(e))
+            .collect();
+        (!healthy.is_empty()).then(|| sig4(median(&healthy)))
+    };
+    let mut rows = Vec::new();
+    if let Some(ratio) = mine.stall_ratio {
+        let (p, mut f) = row(o, "link", "stall_ratio");
+        (f.value, f.expected, f.unit) =
+            (Some(sig4(ratio)), level(|e| e.stall_ratio), "ratio".into());
+        (f.verdict, f.reason) = (verdict.into(), reason.clone());
+        rows.push((p, f));
+    }
+    if let Some(n) = mine.retransmits {
+        let (p, mut f) = row(o, "retransmits", "total");
+        let healthy = level(|e| e.retransmits.map(|n| n as f64));
+        (f.value, f.expected, f.unit) = (Some(n as f64), healthy, "segments".into());
+        (f.verdict, f.reason) = (verdict.into(), reason);
         rows.push((p, f));
     }
     rows
@@ -186,6 +250,7 @@ mod tests {
                 slow: usize::from(r == 1) * 3,
                 gbps: Some(gbps),
                 busy: false,
+                ..Default::default()
             };
             per_rank.insert(r, e);
         }
@@ -205,6 +270,7 @@ mod tests {
                 slowdown: 12.0,
                 extra_us: Some(9000.0),
                 bytes: 1 << 20,
+                tail: None,
             }],
             per_rank,
             ..Default::default()
@@ -219,6 +285,31 @@ mod tests {
         rows.iter()
             .map(|(p, f)| (p.rank, f.verdict.clone(), f.reason.clone()))
             .collect()
+    }
+
+    #[test]
+    fn a_lossy_node_and_a_lossy_link_are_said_in_words() {
+        let ranks: Vec<RankOutcome> = (0..6)
+            .map(|r| RankOutcome::new(r, &format!("n{r}")))
+            .collect();
+        let mut o = outcome(0);
+        let words = "3 of 3 links stall: p99 104 ms vs 0.01 ms healthy, 2.1% of round trips";
+        o.node_tails.insert(1, words.into());
+        o.slow_links[0].tail = Some("1 of 1 links stall: p99 90 ms".into());
+        let v = verdicts(&rows_of(&ranks, &o));
+        let of = |r: u32| v.iter().find(|x| x.0 == r).unwrap().clone();
+        assert_eq!(of(1).1, "FAIL");
+        assert!(
+            of(1).2.starts_with("lossy node: 3 of 3 links stall"),
+            "{}",
+            of(1).2
+        );
+        assert_eq!(of(2).1, "WARN");
+        assert!(
+            of(2).2.contains("n4 (rank 4): 1 of 1 links stall"),
+            "{}",
+            of(2).2
+        );
     }
 
     #[test]

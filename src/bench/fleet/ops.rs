@@ -66,7 +66,10 @@ pub fn textfiles(
             figure: p.figure.clone(),
             case: None,
             value: f.value,
-            expected: f.expected,
+            // The ratio series reads higher as better: a lower-better figure has none.
+            expected: f
+                .expected
+                .filter(|_| !crate::record::metrics::lower_is_better(&f.unit)),
             verdict: Some(f.verdict.clone()),
             gpu,
         });

@@ -150,6 +150,7 @@ pub(super) fn row(o: &RankOutcome, test: &str, figure: &str) -> Row {
 pub fn judge(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
     let mut rows = super::inventory::rows(ranks);
     rows.extend(figure_rows(ranks, baseline));
+    rows.extend(super::pcie::rows(ranks));
     for o in ranks {
         if let Some(why) = &o.failure {
             let (p, mut f) = row(o, "gate", "answer");

@@ -39,6 +39,7 @@ fn outcome(rank: u32, gemm_us: f64, others: f64, memory_gib: u64) -> RankOutcome
         error: None,
         skipped: None,
         note: None,
+        pcie: None,
     };
     RankOutcome {
         rank,
@@ -46,6 +47,7 @@ fn outcome(rank: u32, gemm_us: f64, others: f64, memory_gib: u64) -> RankOutcome
         inventory: Some(inventory),
         batches: vec![Batch {
             results: vec![gemm],
+            pcie_around: None,
             others_cores: Some(others),
             steal_pct: Some(0.0),
             busy: others > crate::noise::BUSY_OTHER_CORES,

@@ -85,17 +85,23 @@ fn print_grid(n: usize, cell: impl Fn(u32, u32) -> Option<(String, bool)>) {
 }
 
 /// The nodes the links blame, one line each.
-pub(super) fn print_slow_nodes(world: &World, blamed: &[SlowNode]) {
-    for b in blamed {
+pub(super) fn print_slow_nodes(world: &World, outcome: &super::outcome::LinksOutcome) {
+    for b in &outcome.slow_nodes {
+        let median = match b.median_slowdown >= crate::noise::SLOW {
+            true => format!(", median slowdown {:.0}x", b.median_slowdown),
+            false => String::new(),
+        };
+        let tail = outcome
+            .node_tails
+            .get(&b.rank)
+            .map_or(String::new(), |w| format!("; {w}"));
         println!(
-            "SLOW NODE: {} (rank {}): {}/{} links slow, median slowdown {:.0}x",
-            world.roster[b.rank as usize].hostname, b.rank, b.slow, b.measured, b.median_slowdown
+            "SLOW NODE: {} (rank {}): {}/{} links slow{median}{tail}",
+            world.roster[b.rank as usize].hostname, b.rank, b.slow, b.measured
         );
     }
 }
 
-/// The flagged links (each confirmed by its retest) that no slow node explains, one line per
-/// pair with its worst slowdown in the matrix.
 pub(super) fn print_flagged(lines: &[Line<LinksTable>], blamed: &[SlowNode]) {
     let matrix = tables::matrix_rows(lines);
     let explained = |a: u32, b: u32| blamed.iter().any(|n| n.rank == a || n.rank == b);
@@ -118,15 +124,21 @@ pub(super) fn print_flagged(lines: &[Line<LinksTable>], blamed: &[SlowNode]) {
     println!("FLAGGED links, confirmed by a retest alone ({rows} rows):");
     for ((a, b), i) in worst {
         let l = &matrix[i];
+        let tail = super::words::tail_words(&matrix, |l| {
+            let (s, d) = (l.params.src_rank, l.params.dst_rank);
+            (s.min(d), s.max(d)) == (a, b)
+        })
+        .map_or(String::new(), |w| format!("; {w}"));
         println!(
-            "  r{a}-r{b} ({} -> {}): {:.2}x the baseline ({} {} {}, p50 {:.1} µs)",
+            "  r{a}-r{b} ({} -> {}): {:.2}x the baseline ({} {} {}, p50 {:.1} µs; {}){tail}",
             l.params.src_host,
             l.params.dst_host,
             l.figures.slowdown.unwrap_or(0.0),
             l.params.transport,
             human_bytes(l.params.bytes),
             l.params.direction,
-            l.stats().p50_us
+            l.stats().p50_us,
+            l.figures.why.as_deref().unwrap_or("median")
         );
     }
 }

@@ -13,6 +13,8 @@ pub mod outcome;
 pub mod pair;
 pub mod pattern;
 pub mod tables;
+pub mod tail;
+pub mod words;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -430,7 +432,7 @@ fn play_rounds(
     if !quiet {
         let matrix = tables::matrix_rows(&lines);
         console::print_matrices(crew.world(), &matrix);
-        console::print_slow_nodes(crew.world(), blamed);
+        console::print_slow_nodes(crew.world(), &outcome);
         console::print_flagged(&lines, blamed);
         if noisy > 0 {
             console::print_noisy(&lines);
@@ -566,6 +568,9 @@ fn link_line(
         others_cores: busy.others_cores,
         steal_pct: busy.steal_pct,
         busy: Some(busy.busy),
+        retransmits: m.retransmits,
+        tail: Some(m.tail.clone()),
+        ..Default::default()
     };
     let case = match round {
         tables::RETEST => format!("{}_{}", tables::link_case(&params), tables::RETEST),

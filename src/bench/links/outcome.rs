@@ -20,6 +20,8 @@ pub struct SlowLink {
     /// pipeline's send over it pays on top.
     pub extra_us: Option<f64>,
     pub bytes: u64,
+    /// Its stalls and retransmissions in words, when it was flagged on them.
+    pub tail: Option<String>,
 }
 
 /// One rank's links.
@@ -33,6 +35,12 @@ pub struct RankLinks {
     pub gbps: Option<f64>,
     /// Every row of it was measured while a machine was busy.
     pub busy: bool,
+    /// The share of its ping-pongs' round trips that stalled (None without tails).
+    pub stall_ratio: Option<f64>,
+    /// TCP segments retransmitted over its tests, both ends (None where unread).
+    pub retransmits: Option<u64>,
+    /// Its links flagged on their tails or retransmissions.
+    pub lossy: usize,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -44,6 +52,8 @@ pub struct LinksOutcome {
     pub rounds_cut: usize,
     pub links: LinkVerdicts,
     pub slow_nodes: Vec<SlowNode>,
+    /// Each blamed node's stalls and retransmissions in words, when it was flagged on them.
+    pub node_tails: BTreeMap<u32, String>,
     pub slow_links: Vec<SlowLink>,
     pub per_rank: BTreeMap<u32, RankLinks>,
 }
@@ -78,6 +88,10 @@ impl LinksOutcome {
                     slowdown,
                     extra_us,
                     bytes: largest,
+                    tail: super::words::tail_words(&matrix, |l| {
+                        let (s, d) = (l.params.src_rank, l.params.dst_rank);
+                        (s.min(d), s.max(d)) == (a, b)
+                    }),
                 }
             })
             .collect();
@@ -102,8 +116,39 @@ impl LinksOutcome {
         for (r, e) in per_rank.iter_mut() {
             e.gbps = gbps.get(r).map(|g| median(g));
             e.busy = !quiet.get(r).copied().unwrap_or(true);
+            let mine: Vec<&Line<LinksTable>> = matrix
+                .iter()
+                .filter(|l| l.params.src_rank == *r || l.params.dst_rank == *r)
+                .collect();
+            let pings: Vec<(u32, usize)> = mine
+                .iter()
+                .filter(|l| l.params.direction == "pingpong")
+                .filter_map(|l| Some((l.figures.stalls?, l.stats().n)))
+                .collect();
+            let trials: usize = pings.iter().map(|p| p.1).sum();
+            e.stall_ratio =
+                (trials > 0).then(|| pings.iter().map(|p| p.0 as f64).sum::<f64>() / trials as f64);
+            let counts: Vec<u64> = mine.iter().filter_map(|l| l.figures.retransmits).collect();
+            e.retransmits = (!counts.is_empty()).then(|| counts.iter().sum());
+            let lossy: std::collections::BTreeSet<(u32, u32)> = mine
+                .iter()
+                .filter(|l| super::words::lossy(l))
+                .map(|l| (l.params.src_rank, l.params.dst_rank))
+                .map(|(a, b)| (a.min(b), a.max(b)))
+                .collect();
+            e.lossy = lossy.len();
         }
+        let node_tails = slow_nodes
+            .iter()
+            .filter_map(|n| {
+                let on = |l: &Line<LinksTable>| {
+                    n.rank == l.params.src_rank || n.rank == l.params.dst_rank
+                };
+                super::words::tail_words(&matrix, on).map(|w| (n.rank, w))
+            })
+            .collect();
         LinksOutcome {
+            node_tails,
             pattern,
             rounds,
             rounds_cut: cut,

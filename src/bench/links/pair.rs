@@ -14,9 +14,12 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::tail::{Tail, TestClock};
 use crate::stats::Summary;
+use crate::transport::tcp_info;
 use crate::transport::TransportKind;
 
+mod rdma;
 mod stream;
 #[allow(unused_imports)]
 pub use stream::*;
@@ -30,6 +33,10 @@ const OP_SINK: u8 = 2;
 const OP_SOURCE: u8 = 3;
 /// Both stream at once.
 const OP_BOTH: u8 = 4;
+/// The driver asks for the server's retransmission counters (8 bytes back: total, lost).
+const OP_INFO: u8 = 5;
+/// The counters' answer where the server's OS has none.
+const NO_INFO: u32 = u32::MAX;
 const ACK: u8 = 0xA5;
 /// The most messages one header may announce.
 const MAX_COUNT: u32 = 1 << 16;
@@ -128,11 +135,13 @@ impl PairPlan {
         self.transports.len() * self.sizes.len() * self.kinds()
     }
 
-    /// An upper bound on one pair's time, for rank 0's wait: every test runs its budget, and
-    /// its last sample may take up to the I/O limit.
+    /// An upper bound on one pair's time, for rank 0's wait: every test runs to its stall
+    /// cap ([`super::tail::STALL_CAP`] budgets), and its last sample may take up to the I/O
+    /// limit.
     pub fn pair_bound(&self) -> Duration {
         let tests = self.tests() as u64;
-        Duration::from_millis(tests * (self.budget_ms * 2 + self.io_timeout_s * 1000))
+        let cap = super::tail::STALL_CAP as u64 + 1;
+        Duration::from_millis(tests * (self.budget_ms * cap + self.io_timeout_s * 1000))
             + Duration::from_secs(10)
     }
 
@@ -153,6 +162,12 @@ pub struct Measured {
     /// µs: one-way latency per round trip, or time per message of a stream.
     pub summary: Summary,
     pub gbps: Option<f64>,
+    /// The test's tail, for rank 0's stall count.
+    #[serde(default)]
+    pub tail: Tail,
+    /// Segments both ends retransmitted during the test (TCP_INFO; None where unread).
+    #[serde(default)]
+    pub retransmits: Option<u64>,
 }
 
 fn header(op: u8, count: u32, bytes: u64) -> [u8; 16] {
@@ -351,21 +366,54 @@ fn summary(samples: &[f64]) -> Result<Summary, PairError> {
     Summary::of(samples).ok_or_else(|| PairError::from("no valid samples"))
 }
 
-/// Whether a test has enough: `iters` samples, or MIN_SAMPLES and its budget spent.
-fn enough(n: usize, started: Instant, plan: &PairPlan) -> bool {
+/// Whether a test has enough: `iters` samples, or MIN_SAMPLES and its budget spent (stall
+/// time not charged) or its stall cap reached.
+fn enough(n: usize, clock: &TestClock, plan: &PairPlan) -> bool {
     n >= plan.iters as usize
-        || (n >= MIN_SAMPLES.min(plan.iters as usize)
-            && started.elapsed() >= Duration::from_millis(plan.budget_ms))
+        || (n >= MIN_SAMPLES.min(plan.iters as usize) && (clock.spent() || clock.capped()))
 }
 
-/// How many more samples fit the budget, judging by the mean so far.
-fn chunk(n: usize, spent_us: f64, started: Instant, plan: &PairPlan, cap: u32) -> u32 {
-    let left_us = (plan.budget_ms as f64 * 1e3 - started.elapsed().as_secs_f64() * 1e6).max(0.0);
-    let per = if n > 0 { spent_us / n as f64 } else { f64::MAX };
-    let fit = (left_us / per) as u64;
+/// How many more samples fit the budget, judging by the healthy samples' mean so far.
+fn chunk(n: usize, clock: &TestClock, plan: &PairPlan, cap: u32) -> u32 {
+    let fit = clock.fit(clock.left_us());
     let need = MIN_SAMPLES.saturating_sub(n) as u64;
     let left = plan.iters as u64 - n as u64;
     fit.max(need).clamp(1, left.min(cap as u64)) as u32
+}
+
+/// The samples a test that its stall cap stopped still owed the plan: what its budget left
+/// would have taken at its healthy pace (none when the budget, not the cap, ended it).
+fn missing(n: usize, clock: &TestClock, plan: &PairPlan) -> u32 {
+    match n < plan.iters as usize && clock.capped() && !clock.spent() {
+        true => clock.fit(clock.left_us()).min(plan.iters as u64 - n as u64) as u32,
+        false => 0,
+    }
+}
+
+/// Both ends' retransmission counters, summed: this end's read here, the server's asked for.
+fn retransmits_now(s: &mut TcpStream) -> Result<Option<u64>, PairError> {
+    s.write_all(&header(OP_INFO, 0, 0))
+        .map_err(|e| io_err("the counters", e))?;
+    let mut theirs = [0u8; 8];
+    s.read_exact(&mut theirs)
+        .map_err(|e| io_err("the counters", e))?;
+    let total = u32::from_le_bytes(theirs[..4].try_into().expect("4 bytes"));
+    let mine = tcp_info::read(s);
+    Ok(match (mine, total) {
+        (Some(m), t) if t != NO_INFO => Some(m.total as u64 + t as u64),
+        _ => None,
+    })
+}
+
+/// Runs `test`, counting the retransmissions both ends made meanwhile.
+fn counted<T>(
+    s: &mut TcpStream,
+    test: impl FnOnce(&mut TcpStream) -> Result<T, PairError>,
+) -> Result<(T, Option<u64>), PairError> {
+    let before = retransmits_now(s)?;
+    let out = test(s)?;
+    let after = retransmits_now(s)?;
+    Ok((out, before.zip(after).map(|(b, a)| a.saturating_sub(b))))
 }
 
 /// The driver's TCP tests at one size.
@@ -376,10 +424,9 @@ fn tcp_tests(
     server: u32,
     me: u32,
 ) -> Result<Vec<Measured>, PairError> {
-    let n = bytes as usize;
     let mut out = Vec::new();
-    let row = |src, dst, direction: &str, samples: &[f64], gbps| -> Result<Measured, PairError> {
-        Ok(Measured {
+    let row = |src, dst, direction: &str, samples: &[f64], gbps, tail, retransmits| {
+        Ok::<_, PairError>(Measured {
             transport: TransportKind::Tcp,
             src,
             dst,
@@ -387,14 +434,49 @@ fn tcp_tests(
             direction: direction.into(),
             summary: summary(samples)?,
             gbps,
+            tail,
+            retransmits,
         })
     };
-    // Ping-pong.
+    let ((lat, tail), retrans) = counted(s, |s| ping_pong(s, plan, bytes))?;
+    out.push(row(server, me, "pingpong", &lat, None, tail, retrans)?);
+    // Streams: to the server, from it, and both at once.
+    let mut ops = vec![(OP_SINK, me, server), (OP_SOURCE, server, me)];
+    if plan.bidir {
+        ops.push((OP_BOTH, server, me));
+    }
+    for (op, src, dst) in ops {
+        let ((per_msg, gbps, tail), retrans) = counted(s, |s| tcp_stream(s, plan, op, bytes))?;
+        let direction = if op == OP_BOTH { "bidir" } else { "oneway" };
+        out.push(row(
+            src,
+            dst,
+            direction,
+            &per_msg,
+            Some(gbps),
+            tail,
+            retrans,
+        )?);
+    }
+    Ok(out)
+}
+
+/// The ping-pong test: one-way latency (round trip / 2) per sample, and its tail.
+fn ping_pong(
+    s: &mut TcpStream,
+    plan: &PairPlan,
+    bytes: u64,
+) -> Result<(Vec<f64>, Tail), PairError> {
+    let n = bytes as usize;
     let mut msg = vec![0u8; n];
     let mut echo = vec![0u8; n];
     let warm = if bytes < 1 << 20 { 5 } else { 1 };
     let mut seq = 0u64;
-    let mut pings = |s: &mut TcpStream, count: u32, keep: &mut Vec<f64>| -> Result<(), PairError> {
+    let mut pings = |s: &mut TcpStream,
+                     count: u32,
+                     keep: &mut Vec<f64>,
+                     clock: &mut TestClock|
+     -> Result<(), PairError> {
         s.write_all(&header(OP_PING, count, bytes))
             .map_err(|e| io_err("a ping-pong", e))?;
         for _ in 0..count {
@@ -403,32 +485,28 @@ fn tcp_tests(
             s.write_all(&msg).map_err(|e| io_err("a ping-pong", e))?;
             s.read_exact(&mut echo)
                 .map_err(|e| io_err("a ping-pong", e))?;
-            keep.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+            let rtt = t0.elapsed().as_secs_f64() * 1e6;
+            keep.push(rtt / 2.0);
+            clock.note(rtt / 2.0, rtt);
             check_stamp(&echo, seq, "ping-pong")?;
             seq += 1;
         }
         Ok(())
     };
-    pings(s, warm, &mut Vec::new())?;
-    let started = Instant::now();
+    pings(
+        s,
+        warm,
+        &mut Vec::new(),
+        &mut TestClock::start(plan.budget_ms),
+    )?;
+    let mut clock = TestClock::start(plan.budget_ms);
     let mut lat = Vec::new();
-    while !enough(lat.len(), started, plan) {
-        let spent: f64 = lat.iter().sum::<f64>() * 2.0;
-        let c = chunk(lat.len(), spent, started, plan, 256);
-        pings(s, c, &mut lat)?;
+    while !enough(lat.len(), &clock, plan) {
+        let c = chunk(lat.len(), &clock, plan, 256);
+        pings(s, c, &mut lat, &mut clock)?;
     }
-    out.push(row(server, me, "pingpong", &lat, None)?);
-    // Streams: to the server, from it, and both at once.
-    let mut ops = vec![(OP_SINK, me, server), (OP_SOURCE, server, me)];
-    if plan.bidir {
-        ops.push((OP_BOTH, server, me));
-    }
-    for (op, src, dst) in ops {
-        let (per_msg, gbps) = tcp_stream(s, plan, op, bytes)?;
-        let direction = if op == OP_BOTH { "bidir" } else { "oneway" };
-        out.push(row(src, dst, direction, &per_msg, Some(gbps))?);
-    }
-    Ok(out)
+    let tail = Tail::of(&lat, missing(lat.len(), &clock, plan));
+    Ok((lat, tail))
 }
 
 /// The server's TCP side: answers headers until the driver moves on (END, or the next
@@ -443,6 +521,14 @@ fn tcp_answer(s: &mut TcpStream, plan: &PairPlan) -> Result<(), PairError> {
         let bytes = u64::from_le_bytes(h[8..].try_into().expect("8 bytes"));
         if op == OP_END {
             return Ok(());
+        }
+        if op == OP_INFO && count == 0 && bytes == 0 {
+            let total = tcp_info::read(s).map_or(NO_INFO, |r| r.total);
+            let mut answer = [0u8; 8];
+            answer[..4].copy_from_slice(&total.to_le_bytes());
+            s.write_all(&answer)
+                .map_err(|e| io_err("the counters", e))?;
+            continue;
         }
         // Bounded before anything is allocated: a size of the plan, a count within the cap.
         if !plan.sizes.contains(&bytes) || count == 0 || count > MAX_COUNT || op > OP_BOTH {
@@ -460,10 +546,12 @@ fn tcp_answer(s: &mut TcpStream, plan: &PairPlan) -> Result<(), PairError> {
         msg.resize(n, 0);
         match op {
             OP_PING => {
-                let mut m = vec![0u8; n];
+                // The echo buffer is the one kept across headers: nothing is allocated inside
+                // the driver's timed loop.
                 for _ in 0..count {
-                    s.read_exact(&mut m).map_err(|e| io_err("a ping-pong", e))?;
-                    s.write_all(&m).map_err(|e| io_err("a ping-pong", e))?;
+                    s.read_exact(&mut msg)
+                        .map_err(|e| io_err("a ping-pong", e))?;
+                    s.write_all(&msg).map_err(|e| io_err("a ping-pong", e))?;
                 }
             }
             OP_SINK => {
@@ -476,97 +564,6 @@ fn tcp_answer(s: &mut TcpStream, plan: &PairPlan) -> Result<(), PairError> {
                 s.write_all(&[ACK]).map_err(|e| io_err("a stream", e))?;
             }
         }
-    }
-}
-
-/// RDMA tests over the same pair: the TCP connection becomes the out-of-band channel of a
-/// verbs link, and perftest's ib_write_lat and ib_write_bw run over it (`rdma`'s code).
-mod rdma {
-    use super::*;
-    use crate::transport::rdma::oob::{OobChannel, Params, Purpose};
-    use crate::transport::rdma::perf::{self, Role, Session, TEST_BW, TEST_LAT};
-    use crate::transport::rdma::{client_hello, server_hello, DeviceChoice, Link};
-
-    /// perftest's defaults: 64 writes in flight, 220 B inline at most.
-    const WINDOW: u32 = 64;
-    const INLINE: u32 = 220;
-
-    pub(super) fn tests(
-        s: &TcpStream,
-        plan: &PairPlan,
-        me: u32,
-        peer: u32,
-        driver: bool,
-        choice: &DeviceChoice,
-    ) -> Result<Vec<Measured>, PairError> {
-        let e = |e: crate::transport::rdma::RdmaError| format!("RDMA: {e}");
-        let stream = s.try_clone().map_err(|e| e.to_string())?;
-        let mut oob = OobChannel::from_stream(stream, plan.io()).map_err(e)?;
-        let params = Params {
-            tests: TEST_LAT | TEST_BW,
-            iters: plan.iters,
-            warmup: plan.iters.min(100),
-            window: WINDOW,
-            inline_size: INLINE,
-            sizes: plan.sizes.clone(),
-        };
-        if driver {
-            client_hello(&mut oob, Purpose::Bench, &params).map_err(e)?;
-        } else {
-            let theirs = server_hello(&mut oob, Purpose::Bench).map_err(e)?;
-            if theirs != params {
-                return Err("the peer's RDMA parameters differ from rank 0's plan".into());
-            }
-        }
-        let mut link = Link::establish(oob, choice, perf::shape(&params)).map_err(e)?;
-        let (driver_role, other) = if driver {
-            (Role::Client, Role::Server)
-        } else {
-            (Role::Server, Role::Client)
-        };
-        let mut out = Vec::new();
-        let me_peer = |role: Role| {
-            if role == Role::Client {
-                (me, peer)
-            } else {
-                (peer, me)
-            }
-        };
-        for &bytes in &plan.sizes {
-            let mut sess = Session::new(&mut link, driver_role, plan.io());
-            let lat = sess
-                .latency(bytes, params.iters, params.warmup)
-                .map_err(e)?;
-            if driver {
-                out.push(Measured {
-                    transport: TransportKind::Rdma,
-                    src: peer,
-                    dst: me,
-                    bytes,
-                    direction: "pingpong".into(),
-                    summary: summary(&lat.samples_us)?,
-                    gbps: None,
-                });
-            }
-            // Each way: the driver writes first, then the server; the writer measures.
-            for role in [driver_role, other] {
-                let mut sess = Session::new(&mut link, role, plan.io());
-                if let Some(bw) = sess.bandwidth(bytes, params.iters, WINDOW).map_err(e)? {
-                    let (src, dst) = me_peer(role);
-                    out.push(Measured {
-                        transport: TransportKind::Rdma,
-                        src,
-                        dst,
-                        bytes,
-                        direction: "oneway".into(),
-                        summary: summary(&bw.per_write_us)?,
-                        gbps: Some(bw.avg_gbps),
-                    });
-                }
-            }
-        }
-        link.oob.barrier(u32::MAX, true).map_err(e)?;
-        Ok(out)
     }
 }
 

@@ -50,6 +50,19 @@ pub struct LinkFigures {
     pub steal_pct: Option<f64>,
     /// Either end's machine was busy: a slow row is not blamed on that measurement alone.
     pub busy: Option<bool>,
+    /// Samples at or over `stall_threshold_us`: round trips for a ping-pong, batches for a
+    /// stream. (The tail test also counts, as stalls, the samples a test's stall cap cut:
+    /// `n` is then short of the plan's `--iters`.)
+    pub stalls: Option<u32>,
+    /// The group's stall threshold (µs): ten times its healthy links' p99, at least 20 ms.
+    pub stall_threshold_us: Option<f64>,
+    /// TCP segments both ends retransmitted during the test (TCP_INFO deltas).
+    pub retransmits: Option<u64>,
+    /// Why the row is flagged: `median`, `tail`, `retransmits`, joined by `+`.
+    pub why: Option<String>,
+    /// The tail the measuring rank reported (rank 0's, in memory; not a column).
+    #[serde(skip)]
+    pub tail: Option<super::tail::Tail>,
 }
 
 impl CsvTable for LinksTable {
@@ -64,6 +77,10 @@ impl CsvTable for LinksTable {
         "others_cores",
         "steal_pct",
         "busy",
+        "stalls",
+        "stall_threshold_us",
+        "retransmits",
+        "why",
     ];
 }
 
@@ -165,10 +182,14 @@ pub fn suspects(
     {
         if again {
             let latest = rows.iter().rev().find(|t| is_retest(t) && same_test(t, l));
+            // Stalls beyond the floor and retransmitted segments are not what a shared
+            // host's scheduling makes of a healthy link: one confirming retest settles them.
             let clear = latest.is_some_and(|t| {
                 let s = t.figures.slowdown.unwrap_or(1.0);
                 let excess = t.stats().p50_us * (1.0 - 1.0 / s.max(1.0));
-                s >= clearly && excess >= clearly_us
+                let lossy = t.figures.confirmed == Some(true)
+                    && t.figures.why.as_deref().is_some_and(|w| w != "median");
+                lossy || (s >= clearly && excess >= clearly_us)
             });
             if clear {
                 continue;
@@ -252,6 +273,31 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
             let excess = t.stats().p50_us * (1.0 - 1.0 / v.slowdown.max(1.0));
             slow &= v.slowdown >= bound && excess >= crate::noise::CLEARLY_SLOWER_US;
         }
+        // Its tail and retransmissions, judged with it standing in for its row; a loaded
+        // window's stalls must lie beyond what the load explains.
+        let scale = match crate::noise::is_loaded(t.figures.busy == Some(true), others, steal) {
+            true => crate::noise::explained_by_load(others, steal),
+            false => 1.0,
+        };
+        let (tail_v, retransmits) = {
+            let mut tails: Vec<Option<&super::tail::Tail>> = group
+                .iter()
+                .map(|&i| rows[i].figures.tail.as_ref())
+                .collect();
+            tails[pos] = t.figures.tail.as_ref();
+            let mut counts: Vec<Option<u64>> =
+                group.iter().map(|&i| rows[i].figures.retransmits).collect();
+            counts[pos] = t.figures.retransmits;
+            (
+                super::tail::judge_one(&tails, pos, scale),
+                super::tail::retransmits_flagged(&counts, pos),
+            )
+        };
+        let tail = tail_v.is_some_and(|v| v.flagged);
+        t.figures.stalls = tail_v.map(|v| v.stalls);
+        t.figures.stall_threshold_us = tail_v.map(|v| crate::record::csv::round(v.threshold_us, 1));
+        let reasons = why(slow, tail, retransmits);
+        let slow = reasons.is_some();
         // A retest speaks only for a suspect: the other direction of a retested link, measured
         // along with it, keeps its slowdown but is no suspect of its own.
         let original = &mut rows[group[pos]];
@@ -259,9 +305,11 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
         t.figures.slowdown = Some(crate::record::csv::round(v.slowdown, 3));
         t.figures.flagged = Some(slow && suspect);
         t.figures.confirmed = suspect.then_some(slow);
+        t.figures.why = reasons.clone().filter(|_| suspect);
         if suspect {
             original.figures.confirmed = Some(slow);
             original.figures.flagged = Some(slow);
+            original.figures.why = reasons;
             if slow {
                 confirmed += 1;
             } else {
@@ -273,8 +321,10 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
     (confirmed, noisy)
 }
 
-/// Fills `slowdown` and `flagged` of every row, judging each group (transport, size,
-/// direction, locality, hop class) apart. Returns the number flagged.
+/// Fills `slowdown`, `flagged`, `stalls`, `stall_threshold_us` and `why` of every row,
+/// judging each group (transport, size, direction, locality, hop class) apart: on its median
+/// ([`super::flag`]), its tail and its retransmissions ([`super::tail`]). Returns the number
+/// flagged.
 pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
     judge_groups(
         rows,
@@ -284,7 +334,55 @@ pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
             l.figures.slowdown = Some(crate::record::csv::round(v.slowdown, 3));
             l.figures.flagged = Some(v.flagged);
         },
-    )
+    );
+    let mut flagged = 0;
+    let mut done = vec![false; rows.len()];
+    for i in 0..rows.len() {
+        if done[i] {
+            continue;
+        }
+        let k = group_of(&rows[i]);
+        let members: Vec<usize> = (i..rows.len())
+            .filter(|&j| !done[j] && group_of(&rows[j]) == k)
+            .collect();
+        let tails: Vec<Option<super::tail::Tail>> = members
+            .iter()
+            .map(|&j| rows[j].figures.tail.clone())
+            .collect();
+        let refs: Vec<Option<&super::tail::Tail>> = tails.iter().map(Option::as_ref).collect();
+        let counts: Vec<Option<u64>> = members
+            .iter()
+            .map(|&j| rows[j].figures.retransmits)
+            .collect();
+        for (m, &j) in members.iter().enumerate() {
+            let v = super::tail::judge_one(&refs, m, 1.0);
+            let retransmits = super::tail::retransmits_flagged(&counts, m);
+            let f = &mut rows[j].figures;
+            let median = f.flagged == Some(true);
+            let tail = v.is_some_and(|v| v.flagged);
+            f.stalls = v.map(|v| v.stalls);
+            f.stall_threshold_us = v.map(|v| crate::record::csv::round(v.threshold_us, 1));
+            f.flagged = Some(median || tail || retransmits);
+            f.why = why(median, tail, retransmits);
+            flagged += usize::from(median || tail || retransmits);
+            done[j] = true;
+        }
+    }
+    flagged
+}
+
+/// The `why` of a flag: its reasons joined by `+` (None when there is none).
+fn why(median: bool, tail: bool, retransmits: bool) -> Option<String> {
+    let reasons: Vec<&str> = [
+        (median, "median"),
+        (tail, "tail"),
+        (retransmits, "retransmits"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, name)| *name)
+    .collect();
+    (!reasons.is_empty()).then(|| reasons.join("+"))
 }
 
 /// The same for nodes, grouped by metric and size.
@@ -328,205 +426,5 @@ fn judge_groups<R, K: PartialEq>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::stats::Summary;
-
-    /// A ping-pong row of link a-b whose samples sit around `us`.
-    fn row(a: u32, b: u32, us: f64, round: &str) -> Line<LinksTable> {
-        let s = Summary::of(&[us * 0.98, us, us * 1.02]).unwrap();
-        let params = LinkParams {
-            src_rank: a,
-            dst_rank: b,
-            src_host: format!("h{a}"),
-            dst_host: format!("h{b}"),
-            transport: "tcp".into(),
-            bytes: 8,
-            direction: "pingpong".into(),
-        };
-        let figures = LinkFigures {
-            round: Some(round.into()),
-            verified: true,
-            ..Default::default()
-        };
-        let case = match round {
-            RETEST => format!("{}_{RETEST}", link_case(&params)),
-            _ => link_case(&params),
-        };
-        Line::new("run", case, params, Some(&s), figures)
-    }
-
-    #[test]
-    fn a_suspect_stays_flagged_only_when_its_retest_confirms_it() {
-        // Six links at 10 µs; 0-3 and 1-2 at 30 µs in their rounds.
-        let mut rows = vec![
-            row(0, 1, 10.0, "1"),
-            row(2, 3, 30.0, "1"),
-            row(0, 2, 10.0, "2"),
-            row(1, 3, 10.0, "2"),
-            row(0, 3, 30.0, "3"),
-            row(1, 2, 10.5, "3"),
-        ];
-        judge_links(&mut rows);
-        let flagged: Vec<String> = rows
-            .iter()
-            .filter(|l| l.figures.flagged == Some(true))
-            .map(|l| l.lead.case.clone())
-            .collect();
-        assert_eq!(flagged.len(), 2, "{flagged:?}");
-        // Alone, 2-3 is fast (noise in its round); 0-3 is still slow.
-        let (confirmed, noisy) = confirm(
-            &mut rows,
-            vec![row(2, 3, 10.2, RETEST), row(0, 3, 31.0, RETEST)],
-        );
-        assert_eq!((confirmed, noisy), (1, 1));
-        let of = |case: &str| rows.iter().find(|l| l.lead.case == case).unwrap();
-        assert_eq!(of("r2-r3_tcp_8_pingpong").figures.flagged, Some(false));
-        assert_eq!(of("r2-r3_tcp_8_pingpong").figures.confirmed, Some(false));
-        assert_eq!(of("r0-r3_tcp_8_pingpong").figures.flagged, Some(true));
-        assert_eq!(of("r0-r3_tcp_8_pingpong").figures.confirmed, Some(true));
-        assert_eq!(of("r0-r1_tcp_8_pingpong").figures.confirmed, None);
-        assert_eq!(rows.iter().filter(|l| is_retest(l)).count(), 2);
-        assert_eq!(matrix_rows(&rows).len(), 6);
-    }
-
-    #[test]
-    fn a_retest_under_steal_confirms_only_milliseconds_and_flags_no_unsuspected_row() {
-        // 2-3 at 8 B: 2.5x in its round; retested under 46% steal, 3x (microseconds).
-        let matrix = || {
-            let mut rows = vec![
-                row(0, 1, 10.0, "1"),
-                row(2, 3, 25.0, "1"),
-                row(3, 2, 10.0, "1"),
-                row(0, 2, 10.0, "2"),
-                row(1, 3, 10.0, "2"),
-                row(0, 3, 10.0, "3"),
-                row(1, 2, 10.5, "3"),
-            ];
-            judge_links(&mut rows);
-            rows
-        };
-        let stolen = |mut l: Line<LinksTable>, pct: f64| {
-            l.figures.steal_pct = Some(pct);
-            l.figures.busy = Some(false); // a window too short to call busy
-            l
-        };
-        let mut rows = matrix();
-        let retests = vec![
-            stolen(row(2, 3, 30.0, RETEST), 46.0),
-            stolen(row(3, 2, 30.0, RETEST), 46.0),
-        ];
-        assert_eq!(confirm(&mut rows, retests), (0, 1));
-        assert!(
-            rows.iter().all(|l| l.figures.flagged != Some(true)),
-            "{rows:?}"
-        );
-        let retest_of_32 = rows
-            .iter()
-            .find(|l| is_retest(l) && l.params.src_rank == 3)
-            .unwrap();
-        assert_eq!(retest_of_32.figures.confirmed, None);
-        assert!(retest_of_32.figures.slowdown.unwrap() > 2.5);
-        // Without steal the same retest confirms the suspect, and only the suspect.
-        let mut rows = matrix();
-        let retests = vec![row(2, 3, 30.0, RETEST), row(3, 2, 30.0, RETEST)];
-        assert_eq!(confirm(&mut rows, retests), (1, 0));
-        let flagged: Vec<String> = rows
-            .iter()
-            .filter(|l| l.figures.flagged == Some(true))
-            .map(|l| l.lead.case.clone())
-            .collect();
-        assert_eq!(
-            flagged,
-            ["r2-r3_tcp_8_pingpong", "r2-r3_tcp_8_pingpong_retest"]
-        );
-        // Under steal, a link slow by milliseconds is still confirmed.
-        let mut rows = matrix();
-        rows[1] = row(2, 3, 5000.0, "1");
-        judge_links(&mut rows);
-        let retests = vec![stolen(row(2, 3, 5000.0, RETEST), 46.0)];
-        assert_eq!(confirm(&mut rows, retests), (1, 0));
-    }
-
-    #[test]
-    fn a_later_pass_retests_only_rows_that_could_still_be_noise() {
-        // 0-3 is 3x slow at 8 B (could be a shared host's scheduling), 1-2 is 100x slow by
-        // milliseconds (beyond it).
-        let mut rows = vec![
-            row(0, 1, 10.0, "1"),
-            row(2, 3, 10.0, "1"),
-            row(0, 2, 10.0, "2"),
-            row(1, 3, 10.0, "2"),
-            row(0, 3, 30.0, "3"),
-            row(1, 2, 1000.0, "3"),
-        ];
-        judge_links(&mut rows);
-        let first = suspects(&rows, false, 10.0, 500.0);
-        let tcp8 = vec![("tcp".to_string(), 8)];
-        assert_eq!(first.get(&(0, 3)), Some(&tcp8));
-        assert_eq!(first.get(&(1, 2)), Some(&tcp8));
-        assert_eq!(first.len(), 2);
-        confirm(
-            &mut rows,
-            vec![row(0, 3, 31.0, RETEST), row(1, 2, 990.0, RETEST)],
-        );
-        // Both confirmed once; only 0-3 needs another retest.
-        let again = suspects(&rows, true, 10.0, 500.0);
-        assert_eq!(again.keys().copied().collect::<Vec<_>>(), [(0, 3)]);
-        // A second retest that is fast clears it for good.
-        let (_, cleared) = confirm(&mut rows, vec![row(0, 3, 10.1, RETEST)]);
-        assert_eq!(cleared, 1);
-        assert!(suspects(&rows, true, 10.0, 500.0).is_empty());
-        let of = |case: &str| rows.iter().find(|l| l.lead.case == case).unwrap();
-        assert_eq!(of("r0-r3_tcp_8_pingpong").figures.flagged, Some(false));
-        assert_eq!(of("r1-r2_tcp_8_pingpong").figures.flagged, Some(true));
-    }
-
-    #[test]
-    fn with_a_topology_a_longer_path_is_judged_against_its_own_class() {
-        // Hosts 0-5 under leaf0, 6-7 under leaf1: links across leaves take 2x as long, and
-        // 1-7 (across) is 4x slow beside them.
-        let t = crate::cluster::topology::Topology::parse(
-            "SwitchName=leaf0 Nodes=h[0-5]\nSwitchName=leaf1 Nodes=h[6-7]\n\
-             SwitchName=spine Switches=leaf[0-1]",
-        )
-        .unwrap();
-        let matrix = |hops: Option<&crate::cluster::topology::Topology>| {
-            let mut rows = Vec::new();
-            for a in 0..8u32 {
-                for b in a + 1..8 {
-                    let across = (a < 6) != (b < 6);
-                    let us = match (a, b) {
-                        (1, 7) => 80.0,
-                        _ if across => 20.0,
-                        _ => 10.0,
-                    };
-                    let mut l = row(a, b, us, "1");
-                    l.figures.hop_class =
-                        hops.map(|t| t.hop_class(&format!("h{a}"), &format!("h{b}")));
-                    rows.push(l);
-                }
-            }
-            judge_links(&mut rows);
-            let flagged: Vec<(u32, u32)> = rows
-                .iter()
-                .filter(|l| l.figures.flagged == Some(true))
-                .map(|l| (l.params.src_rank, l.params.dst_rank))
-                .collect();
-            (rows, flagged)
-        };
-        // One class: every healthy link across the spine looks slow.
-        let (_, flat) = matrix(None);
-        assert_eq!(flat.len(), 12, "{flat:?}");
-        // By hop class: only the slow one.
-        let (rows, by_class) = matrix(Some(&t));
-        assert_eq!(by_class, [(1, 7)]);
-        let class = |a, b| {
-            rows.iter()
-                .find(|l| (l.params.src_rank, l.params.dst_rank) == (a, b))
-                .and_then(|l| l.figures.hop_class.clone())
-        };
-        assert_eq!(class(0, 1).as_deref(), Some("same-leaf"));
-        assert_eq!(class(0, 6).as_deref(), Some("3-switches"));
-    }
-}
+#[path = "tables_tests.rs"]
+mod tests;

@@ -11,6 +11,7 @@ use crate::bench::hol::{HolTable, Mode};
 use crate::bench::kernels::KernelsTable;
 pub mod place;
 mod scenario;
+pub mod tail;
 pub mod validate;
 
 use crate::output::Progress;
@@ -91,7 +92,20 @@ pub struct SimPlan {
     pub cases: Vec<Case>,
     pub schedules: Vec<Schedule>,
     pub mem_limit: usize,
+    /// Random stalls over the base case, when asked ([`tail`]).
+    pub tail: Option<TailPlan>,
 }
+
+/// The stalls, the iterations and the seed of a tail run.
+#[derive(Debug, Clone)]
+pub struct TailPlan {
+    pub stalls: Vec<tail::Stall>,
+    pub iterations: u32,
+    pub seed: u64,
+}
+
+/// Iterations a tail run draws by default.
+pub const TAIL_ITERATIONS: u32 = 1000;
 
 /// `[sim]` in a suite config.
 pub fn from_toml(v: toml::Value) -> Result<Box<dyn crate::suite::Bench>, String> {
@@ -149,6 +163,19 @@ impl crate::suite::Bench for SimBench {
     ) -> Result<crate::suite::Notes> {
         let out = &self.output;
         let outcomes = run(&self.plan, dir, progress)?;
+        if let (Some(t), Some(case)) = (&self.plan.tail, self.plan.cases.first()) {
+            let rows = tail::run(
+                &case.scenario,
+                &self.plan.schedules,
+                self.plan.mem_limit,
+                &t.stalls,
+                t.iterations,
+                t.seed,
+            )
+            .map_err(|e| anyhow!("tail: {e}"))?;
+            tail::print(&rows, &t.stalls, t.iterations, t.seed);
+            tail::write(&rows, t, dir)?;
+        }
         let shown: Vec<_> = outcomes
             .iter()
             .filter(|o| out.timelines.iter().any(|t| t == &o.schedule))
@@ -268,13 +295,49 @@ impl SimPlan {
                 });
             }
         }
+        let tail = Self::tail_plan(cfg, links)?;
         let plan = SimPlan {
             cases,
             schedules,
             mem_limit,
+            tail,
         };
         plan.check_cost()?;
         Ok(plan)
+    }
+
+    /// The tail run a config asks for (stalls given), checked: links that exist, at most
+    /// [`tail::MAX_ITERATIONS`].
+    fn tail_plan(cfg: &SimConfig, links: usize) -> Result<Option<TailPlan>, String> {
+        if cfg.stall.is_empty() {
+            if cfg.iterations.is_some() || cfg.seed.is_some() {
+                return Err(
+                    "--iterations and --seed draw stalls: give --stall LINK:PROB:MS (or \
+                            --from a links run that stalled)"
+                        .into(),
+                );
+            }
+            return Ok(None);
+        }
+        if let Some(s) = cfg.stall.iter().find(|s| s.link >= links) {
+            return Err(format!(
+                "stall link {} does not exist: links are 0..={} (link i joins stages i and i+1)",
+                s.link,
+                links as i64 - 1
+            ));
+        }
+        let iterations = cfg.iterations.unwrap_or(TAIL_ITERATIONS);
+        if iterations == 0 || iterations > tail::MAX_ITERATIONS {
+            return Err(format!(
+                "--iterations {iterations}: give 1 to {}",
+                tail::MAX_ITERATIONS
+            ));
+        }
+        Ok(Some(TailPlan {
+            stalls: cfg.stall.clone(),
+            iterations,
+            seed: cfg.seed.unwrap_or(0),
+        }))
     }
 
     /// Ops the run will simulate, counting the adaptive planner's candidate runs and the
@@ -289,10 +352,20 @@ impl SimPlan {
                 _ => 1,
             })
             .sum();
-        self.cases
+        let cases: u64 = self
+            .cases
             .iter()
             .map(|c| 3 * (c.scenario.stages * c.scenario.microbatches) as u64 * per_case)
-            .sum()
+            .sum();
+        // A tail run: each schedule planned once, then run every iteration.
+        let tail = match (&self.tail, self.cases.first()) {
+            (Some(t), Some(c)) => {
+                let ops = 3 * (c.scenario.stages * c.scenario.microbatches) as u64;
+                ops * (per_case + self.schedules.len() as u64 * t.iterations as u64)
+            }
+            _ => 0,
+        };
+        cases + tail
     }
 
     /// Refuses, before anything runs, a plan over the case or op caps.

@@ -60,6 +60,12 @@ pub struct SimConfig {
     /// Links held by each transfer (bytes / bandwidth), `[{ link, ms }]`.
     #[serde(default)]
     pub occupy: Vec<Occupy>,
+    /// Transfers that stall at random, `[{ link, prob, ms }]`: the base case is run
+    /// `iterations` times with stalls drawn from `seed`.
+    #[serde(default)]
+    pub stall: Vec<super::tail::Stall>,
+    pub iterations: Option<u32>,
+    pub seed: Option<u64>,
 }
 
 /// A link each transfer holds for `ms` (its bytes over its bandwidth; a FIFO per direction).

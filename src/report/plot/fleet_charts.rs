@@ -28,9 +28,9 @@ struct Node {
     figures: BTreeMap<(String, String), NodeFigure>,
 }
 
-/// Whether a figure in `unit` is a time (a pipeline's iteration), where less is better.
+/// Whether a figure in `unit` reads lower as better (a pipeline's iteration, a stall ratio).
 fn is_time(unit: &str) -> bool {
-    matches!(unit, "s" | "ms" | "us" | "µs" | "ns")
+    crate::record::metrics::lower_is_better(unit)
 }
 
 impl Node {

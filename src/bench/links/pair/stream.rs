@@ -77,15 +77,15 @@ pub(super) fn read_ack(s: &mut TcpStream) -> Result<(), PairError> {
     Ok(())
 }
 
-/// One stream test from the driver's side: batches until the budget; returns µs per message
-/// and GB/s over the whole test. The clock runs from the announcement to the last byte (or the
+/// One stream test from the driver's side: batches until the budget (stall time not charged);
+/// returns µs per message, GB/s over the whole test, and its tail in batches. The clock runs from the announcement to the last byte (or the
 /// server's acknowledgement), so each batch carries one one-way latency in either direction.
 pub(super) fn tcp_stream(
     s: &mut TcpStream,
     plan: &PairPlan,
     op: u8,
     bytes: u64,
-) -> Result<(Vec<f64>, f64), PairError> {
+) -> Result<(Vec<f64>, f64, Tail), PairError> {
     let n = bytes as usize;
     let (mut buf, mut msg) = (Vec::new(), vec![0u8; n]);
     let mut one = |s: &mut TcpStream, k: u32| -> Result<f64, PairError> {
@@ -107,14 +107,17 @@ pub(super) fn tcp_stream(
     };
     let k0 = first_batch(bytes);
     let k = sized_batch(bytes, k0, one(s, k0)?); // the warm-up sizes the batches
-    let started = Instant::now();
-    let (mut per_msg, mut total_us) = (Vec::new(), 0.0);
-    while !enough(per_msg.len(), started, plan) {
+    let mut clock = TestClock::start(plan.budget_ms);
+    let (mut per_msg, mut batches, mut total_us) = (Vec::new(), Vec::new(), 0.0);
+    while !enough(per_msg.len(), &clock, plan) {
         let us = one(s, k)?;
+        clock.note(us, us);
         total_us += us;
         per_msg.push(us / k as f64);
+        batches.push(us);
     }
     let ways = if op == OP_BOTH { 2.0 } else { 1.0 };
     let moved = ways * per_msg.len() as f64 * k as f64 * bytes as f64;
-    Ok((per_msg, moved / total_us / 1e3))
+    let tail = Tail::of(&batches, missing(per_msg.len(), &clock, plan));
+    Ok((per_msg, moved / total_us / 1e3, tail))
 }

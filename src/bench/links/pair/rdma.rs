@@ -1,0 +1,93 @@
+//! RDMA tests over the same pair: the TCP connection becomes the out-of-band channel of a
+//! verbs link, and perftest's ib_write_lat and ib_write_bw run over it (`rdma`'s code).
+
+use super::*;
+use crate::transport::rdma::oob::{OobChannel, Params, Purpose};
+use crate::transport::rdma::perf::{self, Role, Session, TEST_BW, TEST_LAT};
+use crate::transport::rdma::{client_hello, server_hello, DeviceChoice, Link};
+
+/// perftest's defaults: 64 writes in flight, 220 B inline at most.
+const WINDOW: u32 = 64;
+const INLINE: u32 = 220;
+
+pub(super) fn tests(
+    s: &TcpStream,
+    plan: &PairPlan,
+    me: u32,
+    peer: u32,
+    driver: bool,
+    choice: &DeviceChoice,
+) -> Result<Vec<Measured>, PairError> {
+    let e = |e: crate::transport::rdma::RdmaError| format!("RDMA: {e}");
+    let stream = s.try_clone().map_err(|e| e.to_string())?;
+    let mut oob = OobChannel::from_stream(stream, plan.io()).map_err(e)?;
+    let params = Params {
+        tests: TEST_LAT | TEST_BW,
+        iters: plan.iters,
+        warmup: plan.iters.min(100),
+        window: WINDOW,
+        inline_size: INLINE,
+        sizes: plan.sizes.clone(),
+    };
+    if driver {
+        client_hello(&mut oob, Purpose::Bench, &params).map_err(e)?;
+    } else {
+        let theirs = server_hello(&mut oob, Purpose::Bench).map_err(e)?;
+        if theirs != params {
+            return Err("the peer's RDMA parameters differ from rank 0's plan".into());
+        }
+    }
+    let mut link = Link::establish(oob, choice, perf::shape(&params)).map_err(e)?;
+    let (driver_role, other) = if driver {
+        (Role::Client, Role::Server)
+    } else {
+        (Role::Server, Role::Client)
+    };
+    let mut out = Vec::new();
+    let me_peer = |role: Role| {
+        if role == Role::Client {
+            (me, peer)
+        } else {
+            (peer, me)
+        }
+    };
+    for &bytes in &plan.sizes {
+        let mut sess = Session::new(&mut link, driver_role, plan.io());
+        let lat = sess
+            .latency(bytes, params.iters, params.warmup)
+            .map_err(e)?;
+        if driver {
+            out.push(Measured {
+                transport: TransportKind::Rdma,
+                src: peer,
+                dst: me,
+                bytes,
+                direction: "pingpong".into(),
+                summary: summary(&lat.samples_us)?,
+                gbps: None,
+                tail: Tail::of(&lat.samples_us, 0),
+                retransmits: None,
+            });
+        }
+        // Each way: the driver writes first, then the server; the writer measures.
+        for role in [driver_role, other] {
+            let mut sess = Session::new(&mut link, role, plan.io());
+            if let Some(bw) = sess.bandwidth(bytes, params.iters, WINDOW).map_err(e)? {
+                let (src, dst) = me_peer(role);
+                out.push(Measured {
+                    transport: TransportKind::Rdma,
+                    src,
+                    dst,
+                    bytes,
+                    direction: "oneway".into(),
+                    summary: summary(&bw.per_write_us)?,
+                    gbps: Some(bw.avg_gbps),
+                    tail: Tail::default(),
+                    retransmits: None,
+                });
+            }
+        }
+    }
+    link.oob.barrier(u32::MAX, true).map_err(e)?;
+    Ok(out)
+}

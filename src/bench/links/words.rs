@@ -1,0 +1,120 @@
+//! Tail and retransmission flags in words, for the console, the fleet gate's reason and
+//! `health`: "3 of 3 links stall: p99 104 ms (p99.9 107 ms) vs 0.03 ms healthy, 2.1% of round trips; 41 TCP
+//! retransmissions".
+
+use std::collections::BTreeSet;
+
+use super::tables::LinksTable;
+use crate::record::csv::Line;
+use crate::stats::robust::lower_median;
+
+/// Whether a row was flagged on its tail or its retransmissions (not its median alone).
+pub fn lossy(l: &Line<LinksTable>) -> bool {
+    l.figures.flagged == Some(true)
+        && l.figures
+            .why
+            .as_deref()
+            .is_some_and(|w| w.contains("tail") || w.contains("retransmits"))
+}
+
+/// A time for people: "104 ms", "2.5 ms", "0.03 ms".
+pub fn ms(us: f64) -> String {
+    let m = us / 1e3;
+    match m {
+        m if m >= 10.0 => format!("{m:.0} ms"),
+        m if m >= 1.0 => format!("{m:.1} ms"),
+        m => format!("{m:.2} ms"),
+    }
+}
+
+/// What the lossy rows of the matrix rows `on` selects (a node's, a link's) say, or None when
+/// none of them is lossy.
+pub fn tail_words(
+    matrix: &[Line<LinksTable>],
+    on: impl Fn(&Line<LinksTable>) -> bool,
+) -> Option<String> {
+    let mine: Vec<&Line<LinksTable>> = matrix.iter().filter(|l| on(l)).collect();
+    let bad: Vec<&Line<LinksTable>> = mine.iter().copied().filter(|l| lossy(l)).collect();
+    if bad.is_empty() {
+        return None;
+    }
+    let pair = |l: &Line<LinksTable>| {
+        let (a, b) = (l.params.src_rank, l.params.dst_rank);
+        (a.min(b), a.max(b))
+    };
+    let links: BTreeSet<(u32, u32)> = mine.iter().map(|l| pair(l)).collect();
+    let stalling: BTreeSet<(u32, u32)> = bad
+        .iter()
+        .filter(|l| l.figures.stalls.unwrap_or(0) > 0)
+        .map(|l| pair(l))
+        .collect();
+    let mut parts = Vec::new();
+    // Ping-pongs speak in round trips; a node with only streams stalling, in batches.
+    let pings: Vec<&&Line<LinksTable>> = bad
+        .iter()
+        .filter(|l| l.params.direction == "pingpong" && l.figures.stalls.unwrap_or(0) > 0)
+        .collect();
+    let (rows, unit): (Vec<&Line<LinksTable>>, &str) = match pings.is_empty() {
+        true => (
+            bad.iter()
+                .copied()
+                .filter(|l| l.figures.stalls.unwrap_or(0) > 0)
+                .collect(),
+            "stream batches",
+        ),
+        false => (pings.iter().map(|l| **l).collect(), "round trips"),
+    };
+    if let Some(worst) = rows
+        .iter()
+        .max_by(|a, b| a.stats().p99_us.total_cmp(&b.stats().p99_us))
+    {
+        let healthy: Vec<f64> = matrix
+            .iter()
+            .filter(|l| {
+                l.figures.flagged != Some(true)
+                    && (&l.params.transport, l.params.bytes, &l.params.direction)
+                        == (
+                            &worst.params.transport,
+                            worst.params.bytes,
+                            &worst.params.direction,
+                        )
+            })
+            .map(|l| l.stats().p99_us)
+            .collect();
+        let stalls: u64 = rows
+            .iter()
+            .map(|l| l.figures.stalls.unwrap_or(0) as u64)
+            .sum();
+        let trials: u64 = rows.iter().map(|l| l.stats().n as u64).sum();
+        let vs = match healthy.is_empty() {
+            true => String::new(),
+            false => format!(" vs {} healthy", ms(lower_median(&healthy))),
+        };
+        parts.push(format!(
+            "{} of {} links stall: p99 {} (p99.9 {}){vs}, {:.1}% of {unit}",
+            stalling.len(),
+            links.len(),
+            ms(worst.stats().p99_us),
+            ms(worst.stats().p999_us),
+            100.0 * stalls as f64 / trials.max(1) as f64
+        ));
+    }
+    let retransmitting: Vec<u64> = bad
+        .iter()
+        .filter(|l| {
+            l.figures
+                .why
+                .as_deref()
+                .is_some_and(|w| w.contains("retransmits"))
+        })
+        .filter_map(|l| l.figures.retransmits)
+        .collect();
+    if !retransmitting.is_empty() {
+        parts.push(format!(
+            "{} TCP retransmissions in {} tests whose healthy peers had a tenth as many",
+            retransmitting.iter().sum::<u64>(),
+            retransmitting.len()
+        ));
+    }
+    Some(parts.join("; "))
+}
