@@ -33,6 +33,16 @@ pub fn process_cpu_us() -> Option<f64> {
     }
 }
 
+/// Where sysfs is: `/sys`, or (test builds only) `MORPHBENCH_SYSFS_ROOT`, so tests read a
+/// fake tree (PCIe link state, RDMA port counters).
+pub fn sysfs_root() -> std::path::PathBuf {
+    #[cfg(feature = "test-hooks")]
+    if let Some(root) = std::env::var_os("MORPHBENCH_SYSFS_ROOT") {
+        return std::path::PathBuf::from(root);
+    }
+    std::path::PathBuf::from("/sys")
+}
+
 /// /etc/machine-id (the hostname where there is none): processes that share it share a
 /// machine (the GPUs of one node, or network namespaces on one host).
 pub fn machine_id() -> String {

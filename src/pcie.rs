@@ -36,14 +36,9 @@ pub struct Pcie {
     pub upstream: Option<LinkState>,
 }
 
-/// Where sysfs is: `/sys`, or (test builds only) `MORPHBENCH_SYSFS_ROOT`, so tests read a
-/// fake tree.
+/// Where sysfs is ([`crate::host::sysfs_root`]).
 pub fn sysfs_root() -> PathBuf {
-    #[cfg(feature = "test-hooks")]
-    if let Some(root) = std::env::var_os("MORPHBENCH_SYSFS_ROOT") {
-        return PathBuf::from(root);
-    }
-    PathBuf::from("/sys")
+    crate::host::sysfs_root()
 }
 
 fn read_trim(path: &Path) -> Option<String> {

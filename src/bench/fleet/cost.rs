@@ -54,6 +54,10 @@ pub struct KeepCostFigures {
     pub kept_ms: f64,
     /// The throughput change from keeping it, in percent (negative: slower).
     pub throughput_pct: f64,
+    /// A lossy node's or link's sends: the share that stall and each stall's ms, drawn per
+    /// send over [`LOSSY_ITERATIONS`] iterations (`kept_ms` their mean); empty otherwise.
+    pub stall_share: Option<f64>,
+    pub stall_ms: Option<f64>,
 }
 
 impl CsvTable for KeepCostTable {
@@ -62,6 +66,7 @@ impl CsvTable for KeepCostTable {
     type Params = KeepCostParams;
     type Figures = KeepCostFigures;
     const SIGNED: &'static [&'static str] = &["throughput_pct"];
+    const ADDED: &'static [&'static str] = &["stall_share", "stall_ms"];
 }
 
 /// One failed node's estimate, a row per schedule.
@@ -292,10 +297,97 @@ fn cost_of(
                 healthy_ms: round(h, 3),
                 kept_ms: round(k, 3),
                 throughput_pct: round(100.0 * (h / k - 1.0), 1),
+                stall_share: None,
+                stall_ms: None,
             },
         ));
     }
     (!cost.is_empty()).then_some(cost)
+}
+
+/// Iterations a lossy node's or link's keep cost draws (a fixed seed: the same run, the same
+/// estimate).
+pub const LOSSY_ITERATIONS: u32 = 1000;
+
+/// What keeping a lossy node (`kind` "node": its sends to either neighbour stall) or a lossy
+/// link ("link": the middle link's) would cost: each send stalls with the measured share by
+/// the measured length, drawn per send (`sim --stall`'s model) over [`LOSSY_ITERATIONS`]
+/// iterations of the profile's pipeline under 1F1B and adaptive, each planned without the
+/// stalls; the throughput change is the healthy iteration's over the stalled iterations' mean.
+/// A model failure is said, never dropped (Err with its cause).
+pub fn estimate_lossy(
+    (rank, host, kind): (u32, &str, &str),
+    (share, ms): (f64, f64),
+    world: usize,
+    profile: Option<&Profile>,
+) -> Result<KeepCost, String> {
+    let p = profile
+        .cloned()
+        .unwrap_or_else(|| Profile::default_for(world));
+    let stages = p.stages;
+    let stage = match kind {
+        "link" => (stages - 1) / 2,
+        _ => stages / 2,
+    };
+    let links: Vec<usize> = match kind {
+        "link" => vec![stage],
+        _ => [stage.checked_sub(1), (stage + 1 < stages).then_some(stage)]
+            .into_iter()
+            .flatten()
+            .collect(),
+    };
+    let sc = crate::sim::Scenario::new(
+        stages,
+        p.microbatches,
+        &p.tf,
+        &p.tb,
+        &p.tw,
+        0.0,
+        &[],
+        crate::sim::CommModel::Latency,
+        0.0,
+    )
+    .map_err(|e| format!("the modelled pipeline: {e}"))?;
+    let stalls: Vec<crate::bench::sim::tail::Stall> = links
+        .iter()
+        .map(|&link| crate::bench::sim::tail::Stall {
+            link,
+            prob: share.clamp(0.0, 1.0),
+            ms,
+        })
+        .collect();
+    let schedules: Vec<crate::sim::Schedule> = ["1f1b", "adaptive"]
+        .iter()
+        .map(|s| s.parse().expect("built-in schedules"))
+        .collect();
+    let mem = crate::sim::default_mem_limit(&sc);
+    let rows = crate::bench::sim::tail::run(&sc, &schedules, mem, &stalls, LOSSY_ITERATIONS, 0)
+        .map_err(|e| format!("the simulator: {e}"))?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            (
+                KeepCostParams {
+                    rank,
+                    host: host.to_string(),
+                    kind: kind.to_string(),
+                    stages,
+                    stage,
+                    schedule: r.schedule.clone(),
+                },
+                KeepCostFigures {
+                    compute_slowdown: 1.0,
+                    staging_slowdown: 1.0,
+                    link_extra_ms: round(share * ms, 3),
+                    healthy_ms: round(r.healthy_ms, 3),
+                    kept_ms: round(r.mean_ms, 3),
+                    throughput_pct: round(100.0 * (r.healthy_ms / r.mean_ms - 1.0), 1),
+                    stall_share: Some(round(share, 5)),
+                    stall_ms: Some(round(ms, 3)),
+                },
+            )
+        })
+        .collect())
 }
 
 /// "keeping node07: -38% throughput with 1f1b, -11% with adaptive".
@@ -309,7 +401,19 @@ pub fn line(cost: &KeepCost) -> String {
         .iter()
         .map(|(p, f)| format!("{:+.0}% throughput with {}", f.throughput_pct, p.schedule))
         .collect();
-    format!("keeping {host}: {}", parts.join(", "))
+    let lossy = match cost.first() {
+        Some((_, f)) => f.stall_share.zip(f.stall_ms),
+        None => None,
+    };
+    match lossy {
+        Some((share, ms)) => format!(
+            "keeping {host}: {} (lossy: {:.2}% of its sends stall {ms:.0} ms, drawn per send over \
+             {LOSSY_ITERATIONS} iterations, their mean)",
+            parts.join(", "),
+            100.0 * share
+        ),
+        None => format!("keeping {host}: {}", parts.join(", ")),
+    }
 }
 
 #[cfg(test)]
@@ -333,6 +437,30 @@ mod tests {
                 ..Default::default()
             },
         )
+    }
+
+    #[test]
+    fn a_lossy_node_is_priced_by_its_drawn_stalls_and_says_so() {
+        let c = estimate_lossy((2, "n2", "node"), (0.02, 200.0), 4, None).unwrap();
+        assert_eq!(c.len(), 2);
+        for (p, f) in &c {
+            assert_eq!((p.kind.as_str(), p.stage), ("node", 2));
+            assert!(f.kept_ms > f.healthy_ms && f.throughput_pct < 0.0, "{f:?}");
+            assert_eq!((f.stall_share, f.stall_ms), (Some(0.02), Some(200.0)));
+        }
+        assert!(
+            line(&c).contains("lossy: 2.00% of its sends stall 200 ms"),
+            "{}",
+            line(&c)
+        );
+        // The same inputs, the same estimate (a fixed seed).
+        assert_eq!(
+            c,
+            estimate_lossy((2, "n2", "node"), (0.02, 200.0), 4, None).unwrap()
+        );
+        // A link between two healthy nodes: its one middle link.
+        let l = estimate_lossy((1, "n1-n2", "link"), (0.01, 100.0), 4, None).unwrap();
+        assert!(l.iter().all(|(_, f)| f.throughput_pct <= 0.0));
     }
 
     #[test]

@@ -271,6 +271,7 @@ mod tests {
                 extra_us: Some(9000.0),
                 bytes: 1 << 20,
                 tail: None,
+                stall: None,
             }],
             per_rank,
             ..Default::default()

@@ -265,12 +265,46 @@ fn keep_costs(
     (ranks, links): (&[RankOutcome], &LinksResult),
     profile: Option<&cost::Profile>,
 ) -> Vec<cost::KeepCost> {
-    let mut costs = cost::estimate(rows, failed, ranks.len(), profile);
-    costs.extend(cost::estimate_links(
-        &slow_links(ranks, links),
-        ranks.len(),
-        profile,
-    ));
+    // A lossy node or link is priced by its stalls, drawn per send; the rest by their figures.
+    let (node_stalls, link_stalls) = match links {
+        LinksResult::Done(out) => (
+            out.node_stalls.clone(),
+            out.slow_links
+                .iter()
+                .filter_map(|l| Some(((l.a, l.b), l.stall?)))
+                .collect(),
+        ),
+        _ => (Default::default(), std::collections::BTreeMap::new()),
+    };
+    let host = |r: u32| ranks.get(r as usize).map_or("?", |o| o.host.as_str());
+    let (lossy, rest): (Vec<_>, Vec<_>) = failed
+        .iter()
+        .cloned()
+        .partition(|(r, _)| node_stalls.contains_key(r));
+    let mut costs = cost::estimate(rows, &rest, ranks.len(), profile);
+    let mut said = |what: String, r: Result<cost::KeepCost, String>| match r {
+        Ok(c) => costs.push(c),
+        Err(e) => eprintln!("warning: no keep cost for {what}: {e}"),
+    };
+    for (r, h) in &lossy {
+        let stall = node_stalls[r];
+        said(
+            h.clone(),
+            cost::estimate_lossy((*r, h, "node"), stall, ranks.len(), profile),
+        );
+    }
+    let mut priced = std::collections::BTreeSet::new();
+    for (&(a, b), &stall) in &link_stalls {
+        let hosts = format!("{}-{}", host(a), host(b));
+        let r = cost::estimate_lossy((a, &hosts, "link"), stall, ranks.len(), profile);
+        said(format!("the link {hosts}"), r);
+        priced.insert(hosts);
+    }
+    let slow: Vec<(u32, String, f64)> = slow_links(ranks, links)
+        .into_iter()
+        .filter(|(_, hosts, _)| !priced.contains(hosts))
+        .collect();
+    costs.extend(cost::estimate_links(&slow, ranks.len(), profile));
     costs
 }
 

@@ -22,6 +22,8 @@ pub struct SlowLink {
     pub bytes: u64,
     /// Its stalls and retransmissions in words, when it was flagged on them.
     pub tail: Option<String>,
+    /// What a send over it pays in stalls: (share of sends, ms each), when it stalled.
+    pub stall: Option<(f64, f64)>,
 }
 
 /// One rank's links.
@@ -54,6 +56,8 @@ pub struct LinksOutcome {
     pub slow_nodes: Vec<SlowNode>,
     /// Each blamed node's stalls and retransmissions in words, when it was flagged on them.
     pub node_tails: BTreeMap<u32, String>,
+    /// What a send over a blamed lossy node's links pays in stalls: (share, ms each).
+    pub node_stalls: BTreeMap<u32, (f64, f64)>,
     pub slow_links: Vec<SlowLink>,
     pub per_rank: BTreeMap<u32, RankLinks>,
 }
@@ -91,6 +95,10 @@ impl LinksOutcome {
                     tail: super::words::tail_words(&matrix, |l| {
                         let (s, d) = (l.params.src_rank, l.params.dst_rank);
                         (s.min(d), s.max(d)) == (a, b)
+                    }),
+                    stall: super::words::stall_cost(&matrix, |l| {
+                        let (s, d) = (l.params.src_rank, l.params.dst_rank);
+                        (s.min(d), s.max(d)) == (a, b) && super::words::lossy(l)
                     }),
                 }
             })
@@ -138,7 +146,7 @@ impl LinksOutcome {
                 .collect();
             e.lossy = lossy.len();
         }
-        let node_tails = slow_nodes
+        let node_tails: BTreeMap<u32, String> = slow_nodes
             .iter()
             .filter_map(|n| {
                 let on = |l: &Line<LinksTable>| {
@@ -147,8 +155,18 @@ impl LinksOutcome {
                 super::words::tail_words(&matrix, on).map(|w| (n.rank, w))
             })
             .collect();
+        let node_stalls = node_tails
+            .keys()
+            .filter_map(|&r| {
+                let on = |l: &Line<LinksTable>| {
+                    (l.params.src_rank == r || l.params.dst_rank == r) && super::words::lossy(l)
+                };
+                super::words::stall_cost(&matrix, on).map(|c| (r, c))
+            })
+            .collect();
         LinksOutcome {
             node_tails,
+            node_stalls,
             pattern,
             rounds,
             rounds_cut: cut,

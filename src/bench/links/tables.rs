@@ -285,9 +285,12 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
                 .map(|&i| rows[i].figures.tail.as_ref())
                 .collect();
             tails[pos] = t.figures.tail.as_ref();
-            let mut counts: Vec<Option<u64>> =
-                group.iter().map(|&i| rows[i].figures.retransmits).collect();
-            counts[pos] = t.figures.retransmits;
+            let judged = super::tail::judges_retransmits(&t.params.direction, t.params.bytes);
+            let mut counts: Vec<Option<u64>> = group
+                .iter()
+                .map(|&i| rows[i].figures.retransmits.filter(|_| judged))
+                .collect();
+            counts[pos] = t.figures.retransmits.filter(|_| judged);
             (
                 super::tail::judge_one(&tails, pos, scale),
                 super::tail::retransmits_flagged(&counts, pos),
@@ -314,6 +317,15 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
                 confirmed += 1;
             } else {
                 noisy += 1;
+                // A retest that clears the row overrules the earlier ones that confirmed it:
+                // they keep `confirmed` (what their pass saw), not the flag.
+                let cleared = rows[group[pos]].clone();
+                for r in rows
+                    .iter_mut()
+                    .filter(|r| is_retest(r) && same_test(r, &cleared))
+                {
+                    r.figures.flagged = Some(false);
+                }
             }
         }
         rows.push(t);
@@ -350,9 +362,13 @@ pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
             .map(|&j| rows[j].figures.tail.clone())
             .collect();
         let refs: Vec<Option<&super::tail::Tail>> = tails.iter().map(Option::as_ref).collect();
+        let judged = |j: usize| {
+            let p = &rows[j].params;
+            super::tail::judges_retransmits(&p.direction, p.bytes)
+        };
         let counts: Vec<Option<u64>> = members
             .iter()
-            .map(|&j| rows[j].figures.retransmits)
+            .map(|&j| rows[j].figures.retransmits.filter(|_| judged(j)))
             .collect();
         for (m, &j) in members.iter().enumerate() {
             let v = super::tail::judge_one(&refs, m, 1.0);

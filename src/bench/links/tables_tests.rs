@@ -326,3 +326,25 @@ fn a_healthy_retest_or_a_loaded_one_with_short_stalls_clears_a_tail_suspect() {
     loaded.figures.others_cores = Some(1.0);
     assert_eq!(confirm(&mut rows, vec![loaded]), (0, 1));
 }
+
+#[test]
+fn a_row_cleared_by_a_later_retest_leaves_no_retest_row_flagged() {
+    let mut rows = vec![
+        row(0, 1, 10.0, "1"),
+        row(2, 3, 10.0, "1"),
+        row(0, 2, 10.0, "2"),
+        row(1, 3, 10.0, "2"),
+        row(0, 3, 30.0, "3"),
+        row(1, 2, 10.5, "3"),
+    ];
+    judge_links(&mut rows);
+    assert_eq!(confirm(&mut rows, vec![row(0, 3, 31.0, RETEST)]), (1, 0));
+    assert_eq!(confirm(&mut rows, vec![row(0, 3, 10.1, RETEST)]), (0, 1));
+    assert!(
+        rows.iter().all(|l| l.figures.flagged != Some(true)),
+        "{rows:?}"
+    );
+    // The first retest still says what it saw.
+    let first = rows.iter().find(|l| is_retest(l)).unwrap();
+    assert_eq!(first.figures.confirmed, Some(true));
+}

@@ -53,6 +53,10 @@ pub struct Tail {
     /// p99 of the samples in the unit stalls are judged in (µs: half a round trip, or a
     /// stream batch's time).
     pub p99_us: f64,
+    /// Their p50: a stall is also far beyond the link's own typical time (a link slow in
+    /// every sample is slow, not stalling).
+    #[serde(default)]
+    pub p50_us: f64,
     /// The samples at or over [`STALL_FLOOR_US`] (µs), largest first, at most [`MAX_KEPT`].
     pub over_floor_us: Vec<f64>,
 }
@@ -76,16 +80,18 @@ impl Tail {
                 true => 0.0,
                 false => crate::stats::percentile_sorted(&sorted, 0.99),
             },
+            p50_us: match sorted.is_empty() {
+                true => 0.0,
+                false => crate::stats::percentile_sorted(&sorted, 0.5),
+            },
             over_floor_us: over,
         }
     }
 
-    /// Its samples over `threshold` (µs).
+    /// Its samples at or over `threshold` (µs) and [`STALL_FACTOR`] times its own p50.
     pub fn stalls(&self, threshold: f64) -> u32 {
-        self.over_floor_us
-            .iter()
-            .filter(|&&s| s >= threshold)
-            .count() as u32
+        let at = threshold.max(STALL_FACTOR * self.p50_us);
+        self.over_floor_us.iter().filter(|&&s| s >= at).count() as u32
     }
 
     /// What the count test weighs: (stalls, trials), the cut samples counted as stalls.
@@ -210,6 +216,19 @@ pub const MIN_RETRANSMITS: u64 = 10;
 /// the virtual cluster's namespaces retransmit 50 to 6,000 segments a test (the veth backlog
 /// overflows when the two cores are busy), while a healthy 8 B ping-pong retransmits none.
 pub const RETRANSMIT_FACTOR: f64 = 10.0;
+
+/// The largest ping-pong whose retransmissions are judged. A round trip of at most this much
+/// never fills a healthy path's queues, so a healthy ping-pong retransmits nothing (measured:
+/// 0 in every healthy 8 B and 64 KiB ping-pong on the virtual cluster), while streams and
+/// 1 MiB ping-pongs overflow the veth backlog of a busy 2-core machine and retransmit
+/// thousands of segments on healthy links: their counts are kept, not judged.
+pub const MAX_JUDGED_RETRANSMIT_BYTES: u64 = 64 << 10;
+
+/// Whether a row's retransmissions are judged (TCP ping-pongs up to
+/// [`MAX_JUDGED_RETRANSMIT_BYTES`]).
+pub fn judges_retransmits(direction: &str, bytes: u64) -> bool {
+    direction == "pingpong" && bytes <= MAX_JUDGED_RETRANSMIT_BYTES
+}
 
 /// Whether member `i` retransmitted while its group's healthy members did not: at least
 /// [`MIN_RETRANSMITS`] and [`RETRANSMIT_FACTOR`] times the group's lower median.
@@ -395,6 +414,11 @@ mod tests {
         let mut t: Vec<Tail> = (0..5).map(|_| tail(1000, 0)).collect();
         t.push(Tail::of(&vec![15_000.0; 1000], 0));
         assert!(flags(&t).iter().all(|f| !f));
+        // Nor is one slower than the threshold in every sample (a 100 Mbit/s link at 1 MiB:
+        // 87 ms a round trip): its samples are its typical time, not stalls.
+        t[5] = Tail::of(&[87_000.0; 5], 0);
+        assert!(flags(&t).iter().all(|f| !f));
+        assert_eq!(t[5].stalls(STALL_FLOOR_US), 0);
     }
 
     #[test]

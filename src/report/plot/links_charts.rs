@@ -32,6 +32,37 @@ fn flagged(l: &Line<LinksTable>) -> bool {
     l.figures.flagged == Some(true)
 }
 
+/// A link's tail against its healthy level: the lower median of its group's p99s over its
+/// own p99 (below 1.0 a longer tail), for the runs that kept tails (`stalls` set).
+fn tail_ratios(rows: &[Line<LinksTable>]) -> Vec<Option<f64>> {
+    let key = |l: &Line<LinksTable>| {
+        (
+            l.params.transport.clone(),
+            l.params.bytes,
+            l.params.direction.clone(),
+            l.figures.hop_class.clone(),
+        )
+    };
+    rows.iter()
+        .map(|l| {
+            l.figures.stalls?;
+            let p99s: Vec<f64> = rows
+                .iter()
+                .filter(|m| key(m) == key(l))
+                .map(|m| m.stats().p99_us)
+                .collect();
+            let healthy = crate::stats::robust::lower_median(&p99s);
+            let own = l.stats().p99_us;
+            (own > 0.0 && healthy > 0.0).then(|| healthy / own)
+        })
+        .collect()
+}
+
+/// Whether a row was flagged on its tail.
+fn stalled(l: &Line<LinksTable>) -> bool {
+    flagged(l) && l.figures.why.as_deref().is_some_and(|w| w.contains("tail"))
+}
+
 pub(crate) fn links_charts(run: &Loaded) -> Vec<Named> {
     let Some(all) = run.table::<LinksTable>() else {
         return Vec::new();
@@ -75,11 +106,33 @@ pub(crate) fn links_charts(run: &Loaded) -> Vec<Named> {
         blamed: &blamed,
         note,
     };
+    let medians: Vec<Option<f64>> = rows.iter().map(ratio).collect();
+    let tails = tail_ratios(rows);
     let mut out = Vec::new();
     for t in transports {
         match n <= LINKS_HEATMAP_RANKS {
-            true => out.extend(heatmaps(&ctx, t)),
-            false => out.extend(node_strip(&ctx, t)),
+            true => {
+                out.extend(heatmaps(&ctx, t));
+                out.extend(tail_heatmap(&ctx, t, &tails));
+            }
+            false => {
+                let median = StripOf {
+                    ratios: &medians,
+                    flag: flagged,
+                    stem: "links_nodes",
+                    what: "typical time",
+                };
+                out.extend(node_strip(&ctx, t, &median));
+                if tails.iter().any(Option::is_some) {
+                    let tail = StripOf {
+                        ratios: &tails,
+                        flag: stalled,
+                        stem: "links_tails_nodes",
+                        what: "p99",
+                    };
+                    out.extend(node_strip(&ctx, t, &tail));
+                }
+            }
         }
     }
     out
@@ -205,20 +258,85 @@ fn heatmaps(ctx: &Ctx, t: &str) -> Vec<Named> {
     out
 }
 
+/// What a node strip shows: each link's ratio to its healthy level (median or tail) and its
+/// flag, and the strip's names.
+struct StripOf<'a> {
+    ratios: &'a [Option<f64>],
+    flag: fn(&Line<LinksTable>) -> bool,
+    stem: &'a str,
+    what: &'a str,
+}
+
+/// The tail beside the median: at the smallest ping-pong size, each link's p99 against its
+/// healthy level, the cell saying the share of round trips that stalled (none drawn for a run
+/// that kept no tails).
+fn tail_heatmap(ctx: &Ctx, t: &str, tails: &[Option<f64>]) -> Option<Named> {
+    let bytes = *ctx.sizes(t, "pingpong").first()?;
+    let cells: Vec<Cell> = ctx
+        .rows
+        .iter()
+        .zip(tails)
+        .filter(|(l, _)| {
+            l.params.transport == t && l.params.direction == "pingpong" && l.params.bytes == bytes
+        })
+        .filter_map(|(l, r)| {
+            let r = (*r)?;
+            let share = l.figures.stalls? as f64 / l.stats().n.max(1) as f64;
+            let text = match share > 0.0 {
+                true => format!("{:.1}%", 100.0 * share),
+                false => format!("{r:.2}x"),
+            };
+            let mark = if stalled(l) { Mark::Fail } else { Mark::Plain };
+            let (a, b) = (l.params.src_rank as usize, l.params.dst_rank as usize);
+            Some([(a, b), (b, a)].map(|(row, col)| Cell {
+                row,
+                col,
+                ratio: r,
+                text: text.clone(),
+                mark,
+            }))
+        })
+        .flatten()
+        .collect();
+    if cells.is_empty() {
+        return None;
+    }
+    let size = crate::units::human_bytes(bytes);
+    let mut h = ctx.heatmap(
+        format!("{t} tail at {size}: p99 against the healthy level"),
+        ("rank", "rank"),
+        cells,
+    );
+    h.key = "Cell: the healthy links' p99 over the link's (below 1x a longer tail); its text, \
+             the share of round trips that stalled (at or over the stall threshold)."
+        .into();
+    h.marks = vec![(
+        Mark::Fail,
+        "flagged on its tail (confirmed by its retest)".into(),
+    )];
+    Some(named(
+        &format!("links_tail_{t}_{bytes}"),
+        &format!("{t} tail latency (p99) between every pair of ranks at {size} against the healthy links' p99, with each link's stalled share; links flagged on their tail outlined"),
+        Chart::Heatmap(h),
+    ))
+}
+
 /// Past [`LINKS_HEATMAP_RANKS`]: each node's links (every size and direction) as its spread
 /// and median, nodes sorted by their median, slowest first.
-fn node_strip(ctx: &Ctx, t: &str) -> Option<Named> {
+fn node_strip(ctx: &Ctx, t: &str, of: &StripOf) -> Option<Named> {
     let n = ctx.names.len();
     let blamed = |r: u32| ctx.blamed.contains(&r);
     // Each end's view of a link: its ratio, and how it marks that end: a flagged link marks a
     // blamed end FAIL, and a healthy end WARN only when the other end is not blamed either
     // (the blamed node explains it).
     let mut per_node: Vec<Vec<(f64, Mark)>> = vec![Vec::new(); n];
-    for l in ctx.rows.iter().filter(|l| l.params.transport == t) {
-        let Some(r) = ratio(l) else { continue };
+    for (l, r) in ctx.rows.iter().zip(of.ratios) {
+        let Some(r) = r.filter(|_| l.params.transport == t) else {
+            continue;
+        };
         let (a, b) = (l.params.src_rank, l.params.dst_rank);
         for (end, other) in [(a, b), (b, a)] {
-            let mark = match (flagged(l), blamed(end), blamed(other)) {
+            let mark = match ((of.flag)(l), blamed(end), blamed(other)) {
                 (true, true, _) => Mark::Fail,
                 (true, false, false) => Mark::Warn,
                 _ => Mark::Plain,
@@ -236,9 +354,9 @@ fn node_strip(ctx: &Ctx, t: &str) -> Option<Named> {
     }
     order.sort_by(|&a, &b| median_of(&per_node[a]).total_cmp(&median_of(&per_node[b])));
     let mut strip = Strip {
-        title: format!("{t}: each node's links against their healthy level — {}", ctx.run.label.short()),
+        title: format!("{t}: each node's links' {} against their healthy level — {}", of.what, ctx.run.label.short()),
         x_label: format!("{} nodes, slowest median first", order.len()),
-        y_label: "link speed / healthy level (x, log)".into(),
+        y_label: format!("healthy level / link's {} (x, log)", of.what),
         y_log: true,
         expected_label: format!("healthy level (1x); shaded: short of the {SLOW_THRESHOLD}x slowdown that can flag a link"),
         marks: vec![
@@ -261,8 +379,8 @@ fn node_strip(ctx: &Ctx, t: &str) -> Option<Named> {
         strip.expected.push((i, 1.0, 1.0 / SLOW_THRESHOLD, 1.0));
     }
     Some(named(
-        &format!("links_nodes_{t}"),
-        &format!("{t}: every node's links against their healthy level, slowest nodes first, the blamed nodes named"),
+        &format!("{}_{t}", of.stem),
+        &format!("{t}: every node's links' {} against their healthy level, slowest nodes first, the blamed nodes named", of.what),
         Chart::Strip(strip),
     ))
 }

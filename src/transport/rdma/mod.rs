@@ -2,6 +2,7 @@
 //! connection setup (`oob`), perftest-style latency and bandwidth (`perf`, `morphbench rdma`),
 //! and the RDMA implementation of the offload `Transport` (`transport`).
 
+pub mod counters;
 pub mod oob;
 pub mod perf;
 pub mod transport;

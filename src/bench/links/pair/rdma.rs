@@ -18,7 +18,17 @@ pub(super) fn tests(
     driver: bool,
     choice: &DeviceChoice,
 ) -> Result<Vec<Measured>, PairError> {
-    let e = |e: crate::transport::rdma::RdmaError| format!("RDMA: {e}");
+    let e = |e: crate::transport::rdma::RdmaError| {
+        let text = e.to_string();
+        match text.contains("retry counter exceeded") || text.contains("RETRY_EXC") {
+            true => format!(
+                "RDMA link r{me}-r{peer}: the queue pair exceeded its retry count (7 tries of \
+                 67 ms): the path is dropping packets; see the port's hw_counters and `links` \
+                 tails ({text})"
+            ),
+            false => format!("RDMA: {text}"),
+        }
+    };
     let stream = s.try_clone().map_err(|e| e.to_string())?;
     let mut oob = OobChannel::from_stream(stream, plan.io()).map_err(e)?;
     let params = Params {
@@ -51,7 +61,13 @@ pub(super) fn tests(
             (peer, me)
         }
     };
+    // This end's port counters around each size's tests (the driver's go on its ping-pong
+    // row, the server's on the stream row it measures).
+    let root = crate::host::sysfs_root();
+    let (device, port) = (link.device_name.clone(), choice.port);
+    let counters = || crate::transport::rdma::counters::read(&root, &device, port);
     for &bytes in &plan.sizes {
+        let before = counters();
         let mut sess = Session::new(&mut link, driver_role, plan.io());
         let lat = sess
             .latency(bytes, params.iters, params.warmup)
@@ -86,6 +102,16 @@ pub(super) fn tests(
                     retransmits: None,
                 });
             }
+        }
+        let moved = before
+            .zip(counters())
+            .map(|(b, a)| crate::transport::rdma::counters::delta(&b, &a).0);
+        let mine = |m: &Measured| match driver {
+            true => m.direction == "pingpong",
+            false => m.src == me,
+        };
+        if let Some(m) = out.iter_mut().rev().find(|m| m.bytes == bytes && mine(m)) {
+            m.retransmits = moved;
         }
     }
     link.oob.barrier(u32::MAX, true).map_err(e)?;
