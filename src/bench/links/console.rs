@@ -88,7 +88,7 @@ fn print_grid(n: usize, cell: impl Fn(u32, u32) -> Option<(String, bool)>) {
 pub(super) fn print_slow_nodes(world: &World, outcome: &super::outcome::LinksOutcome) {
     for b in &outcome.slow_nodes {
         let median = match b.median_slowdown >= crate::noise::SLOW {
-            true => format!(", median slowdown {:.0}x", b.median_slowdown),
+            true => format!(", median slowdown {:.1}x", b.median_slowdown),
             false => String::new(),
         };
         let tail = outcome
