@@ -287,6 +287,62 @@ fn bad_input_names_the_field() {
     std::fs::write(&s, "stages = 4\nstagez = 3\n").unwrap();
     sim_fails_with(&["--scenario", s.to_str().unwrap()], "stagez");
     sim_fails_with(&["--trace", "/nonexistent"], "cannot read trace");
+    sim_fails_with(&["--stall", "2:1.5:200"], "PROB must be");
+    sim_fails_with(&["--stall", "7:0.1:20"], "stall link 7 does not exist");
+    sim_fails_with(
+        &["--stall", "1:0.1:20", "--iterations", "0"],
+        "--iterations 0",
+    );
+    sim_fails_with(&["--iterations", "10"], "give --stall");
+}
+
+#[test]
+fn stalls_are_drawn_per_transfer_and_priced_per_schedule() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("out");
+    let run = |seed: &str| {
+        let o = morphbench(
+            &[
+                "sim",
+                "--stages",
+                "4",
+                "--microbatches",
+                "8",
+                "--stall",
+                "1:0.05:100",
+                "--iterations",
+                "200",
+                "--seed",
+                seed,
+                "--schedule",
+                "1f1b,adaptive",
+                "--timeline",
+                "none",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            home.path(),
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = stdout(&o);
+        assert!(text.contains("tail: 200 iterations (seed"), "{text}");
+        let dir = out.join("latest");
+        let (h, rows) = read_csv(&dir.join("sim_tail.csv"));
+        assert_eq!(rows.len(), 2);
+        rows.iter()
+            .map(|r| {
+                let f = |c: &str| r[col(&h, c)].parse::<f64>().unwrap();
+                assert!(
+                    f("p99_ms") >= f("p50_ms") && f("mean_ms") > f("healthy_ms"),
+                    "{r:?}"
+                );
+                assert!(f("throughput_lost") > 0.0, "{r:?}");
+                (r[col(&h, "schedule")].to_string(), f("mean_ms"))
+            })
+            .collect::<Vec<_>>()
+    };
+    // The same seed, the same iterations.
+    assert_eq!(run("3"), run("3"));
 }
 
 #[test]
