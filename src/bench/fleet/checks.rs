@@ -155,9 +155,7 @@ impl Level {
             plan: PairPlan {
                 transports: vec![crate::transport::TransportKind::Tcp],
                 sizes: vec![8, LINK_BANDWIDTH_BYTES],
-                // Ten thousand round trips find a host dropping 0.1% of its packets (see
-                // links::tail); a healthy 8 B ping-pong takes them in about 0.1 s, and the
-                // large size is bounded by the budget.
+                // 10,000 round trips find a host dropping 0.1% (links::tail), in about 0.1 s.
                 iters: match self {
                     Level::Extended => 10_000,
                     _ => 1000,

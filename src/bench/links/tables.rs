@@ -348,15 +348,7 @@ pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
         },
     );
     let mut flagged = 0;
-    let mut done = vec![false; rows.len()];
-    for i in 0..rows.len() {
-        if done[i] {
-            continue;
-        }
-        let k = group_of(&rows[i]);
-        let members: Vec<usize> = (i..rows.len())
-            .filter(|&j| !done[j] && group_of(&rows[j]) == k)
-            .collect();
+    for members in groups(rows, group_of) {
         let tails: Vec<Option<super::tail::Tail>> = members
             .iter()
             .map(|&j| rows[j].figures.tail.clone())
@@ -381,10 +373,29 @@ pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
             f.flagged = Some(median || tail || retransmits);
             f.why = why(median, tail, retransmits);
             flagged += usize::from(median || tail || retransmits);
-            done[j] = true;
         }
     }
     flagged
+}
+
+/// The indices of `rows` grouped by `key`, each group in order, groups by their first row.
+fn groups<R, K: PartialEq>(rows: &[R], key: impl Fn(&R) -> K) -> Vec<Vec<usize>> {
+    let mut done = vec![false; rows.len()];
+    let mut out = Vec::new();
+    for i in 0..rows.len() {
+        if done[i] {
+            continue;
+        }
+        let k = key(&rows[i]);
+        let members: Vec<usize> = (i..rows.len())
+            .filter(|&j| !done[j] && key(&rows[j]) == k)
+            .collect();
+        for &j in &members {
+            done[j] = true;
+        }
+        out.push(members);
+    }
+    out
 }
 
 /// The `why` of a flag: its reasons joined by `+` (None when there is none).
@@ -420,22 +431,13 @@ fn judge_groups<R, K: PartialEq>(
     time: impl Fn(&R) -> (f64, f64),
     mut set: impl FnMut(&mut R, super::flag::Verdict),
 ) -> usize {
-    let mut done = vec![false; rows.len()];
     let mut flagged = 0;
-    for i in 0..rows.len() {
-        if done[i] {
-            continue;
-        }
-        let k = key(&rows[i]);
-        let members: Vec<usize> = (i..rows.len())
-            .filter(|&j| !done[j] && key(&rows[j]) == k)
-            .collect();
+    for members in groups(rows, key) {
         let (times, fastest): (Vec<f64>, Vec<f64>) =
             members.iter().map(|&j| time(&rows[j])).unzip();
         for (&j, v) in members.iter().zip(super::flag::judge(&times, &fastest)) {
             flagged += v.flagged as usize;
             set(&mut rows[j], v);
-            done[j] = true;
         }
     }
     flagged
