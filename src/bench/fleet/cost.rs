@@ -408,7 +408,8 @@ pub fn line(cost: &KeepCost) -> String {
     match lossy {
         Some((share, ms)) => format!(
             "keeping {host}: {} (lossy: {:.2}% of its sends stall {ms:.0} ms, drawn per send over \
-             {LOSSY_ITERATIONS} iterations, their mean)",
+             {LOSSY_ITERATIONS} iterations, their mean; the simulator's 1f1b and adaptive, not \
+             the runtime presets)",
             parts.join(", "),
             100.0 * share
         ),
