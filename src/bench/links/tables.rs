@@ -362,9 +362,10 @@ pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
             .iter()
             .map(|&j| rows[j].figures.retransmits.filter(|_| judged(j)))
             .collect();
+        let verdicts = super::tail::judge(&refs);
+        let lossy = super::tail::retransmits_judged(&counts);
         for (m, &j) in members.iter().enumerate() {
-            let v = super::tail::judge_one(&refs, m, 1.0);
-            let retransmits = super::tail::retransmits_flagged(&counts, m);
+            let (v, retransmits) = (verdicts[m], lossy[m]);
             let f = &mut rows[j].figures;
             let median = f.flagged == Some(true);
             let tail = v.is_some_and(|v| v.flagged);

@@ -187,26 +187,39 @@ pub struct TailVerdict {
     pub clearly: bool,
 }
 
-/// Member `i`'s tail verdict in its group (None for a member with no tail reported, as rows
-/// read back from a file). `scale` stretches its threshold: a loaded measurement's stall must
-/// lie beyond what the load explains.
-pub fn judge_one(tails: &[Option<&Tail>], i: usize, scale: f64) -> Option<TailVerdict> {
+/// A group's tail level: its stall threshold and its healthy stall rate at that threshold.
+fn level(tails: &[Option<&Tail>]) -> (f64, f64) {
     let known: Vec<&Tail> = tails.iter().flatten().copied().collect();
-    let threshold = threshold_us(&known) * scale.max(1.0);
-    let rate = healthy_rate(&known, threshold_us(&known));
-    let t = tails[i]?;
+    let threshold = threshold_us(&known);
+    (threshold, healthy_rate(&known, threshold))
+}
+
+/// A member's verdict at its group's `(threshold, rate)`; `scale` stretches the threshold.
+fn verdict(t: &Tail, (threshold, rate): (f64, f64), scale: f64) -> TailVerdict {
+    let threshold = threshold * scale.max(1.0);
     let flagged = tail_flagged(t, threshold, rate);
-    Some(TailVerdict {
+    TailVerdict {
         stalls: t.stalls(threshold),
         threshold_us: threshold,
         flagged,
         clearly: flagged && p_value(t, threshold, rate) < ALPHA * ALPHA,
-    })
+    }
 }
 
-/// Every member's tail verdict in one group.
+/// Member `i`'s tail verdict in its group (None for a member with no tail reported, as rows
+/// read back from a file). `scale` stretches its threshold: a loaded measurement's stall must
+/// lie beyond what the load explains.
+pub fn judge_one(tails: &[Option<&Tail>], i: usize, scale: f64) -> Option<TailVerdict> {
+    Some(verdict(tails[i]?, level(tails), scale))
+}
+
+/// Every member's tail verdict in one group (the group's level computed once).
 pub fn judge(tails: &[Option<&Tail>]) -> Vec<Option<TailVerdict>> {
-    (0..tails.len()).map(|i| judge_one(tails, i, 1.0)).collect()
+    let at = level(tails);
+    tails
+        .iter()
+        .map(|t| t.map(|t| verdict(t, at, 1.0)))
+        .collect()
 }
 
 /// Fewest retransmissions that flag a test.
@@ -233,12 +246,20 @@ pub fn judges_retransmits(direction: &str, bytes: u64) -> bool {
 /// Whether member `i` retransmitted while its group's healthy members did not: at least
 /// [`MIN_RETRANSMITS`] and [`RETRANSMIT_FACTOR`] times the group's lower median.
 pub fn retransmits_flagged(counts: &[Option<u64>], i: usize) -> bool {
-    let Some(r) = counts[i] else {
-        return false;
-    };
+    retransmits_judged(counts)[i]
+}
+
+/// [`retransmits_flagged`] for every member (the group's level computed once).
+pub fn retransmits_judged(counts: &[Option<u64>]) -> Vec<bool> {
     let known: Vec<f64> = counts.iter().flatten().map(|&c| c as f64).collect();
-    let healthy = lower_median(&known);
-    r >= MIN_RETRANSMITS && r as f64 >= RETRANSMIT_FACTOR * healthy
+    let healthy = match known.is_empty() {
+        true => 0.0,
+        false => lower_median(&known),
+    };
+    counts
+        .iter()
+        .map(|c| c.is_some_and(|r| r >= MIN_RETRANSMITS && r as f64 >= RETRANSMIT_FACTOR * healthy))
+        .collect()
 }
 
 /// Charges a test's time against its budget, stall time excepted: a sample at or over the

@@ -119,12 +119,23 @@ pub fn tail_words(
     Some(parts.join("; "))
 }
 
+/// One ping-pong row's stalls: (stalls, round trips, ms a stall costs a transfer). A stall's
+/// length is the smallest of the row's p99, p99.9 and max at or over its stall threshold, less
+/// its p50, taken as a whole round trip (a lost segment holds its transfer for the
+/// retransmission the round trip waited for; a ping-pong sample is half of it). None for a row
+/// without tails, or none of whose quantiles reaches its threshold.
+pub fn stall_of(l: &Line<LinksTable>) -> Option<(u32, usize, f64)> {
+    let (k, threshold) = (l.figures.stalls?, l.figures.stall_threshold_us?);
+    let st = l.stats();
+    let q = [st.p99_us, st.p999_us, st.max_us]
+        .into_iter()
+        .find(|&q| q >= threshold)?;
+    Some((k, st.n, 2.0 * (q - st.p50_us).max(0.0) / 1e3))
+}
+
 /// What a pipeline's send over the rows `on` selects would pay in stalls: (share of sends,
 /// ms each), from the ping-pong size whose stalls cost the most per transfer (share x
-/// length). A stall's length is the smallest of the row's p99, p99.9 and max at or over its
-/// stall threshold, less its p50, taken as a whole round trip (a lost segment holds its
-/// transfer for the retransmission the round trip waited for; a ping-pong sample is half of
-/// it). None when none of them stalled.
+/// length, [`stall_of`]). None when none of them stalled.
 pub fn stall_cost(
     matrix: &[Line<LinksTable>],
     on: impl Fn(&Line<LinksTable>) -> bool,
@@ -139,27 +150,18 @@ pub fn stall_cost(
     sizes
         .into_iter()
         .filter_map(|bytes| {
-            let rows: Vec<&Line<LinksTable>> = matrix
+            let (mut stalls, mut trials, mut lengths) = (0u64, 0u64, Vec::new());
+            for l in matrix
                 .iter()
                 .filter(|l| on(l) && l.params.direction == "pingpong" && l.params.bytes == bytes)
-                .collect();
-            let (mut stalls, mut trials, mut lengths) = (0u64, 0u64, Vec::new());
-            for l in &rows {
-                let (Some(k), Some(threshold)) = (l.figures.stalls, l.figures.stall_threshold_us)
-                else {
-                    continue;
-                };
-                let st = l.stats();
-                stalls += k as u64;
-                trials += st.n as u64;
-                if let Some(q) = [st.p99_us, st.p999_us, st.max_us]
-                    .into_iter()
-                    .find(|&q| q >= threshold)
-                {
-                    lengths.push(2.0 * (q - st.p50_us).max(0.0) / 1e3);
+            {
+                if let Some((k, n, ms)) = stall_of(l) {
+                    stalls += k as u64;
+                    trials += n as u64;
+                    lengths.push(ms);
                 }
             }
-            (stalls > 0 && trials > 0 && !lengths.is_empty()).then(|| {
+            (stalls > 0 && trials > 0).then(|| {
                 let ms = crate::stats::robust::median(&lengths);
                 (stalls as f64 / trials as f64, ms)
             })

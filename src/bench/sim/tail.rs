@@ -53,9 +53,7 @@ pub fn parse_stall(s: &str) -> Result<Stall, String> {
 /// The stalls a links run measured on the links of a pipeline in launcher order (stage i on
 /// rank i, link i between ranks i and i + 1): each link's ping-pong at the activation's size
 /// (or the nearest size under it), over `transport`, with its stall share as the probability
-/// and, as the stall's length, the smallest of its p99, p99.9 and max at or over its stall
-/// threshold taken as a whole round trip (a lost segment holds its transfer for the
-/// retransmission the round trip waited for; a ping-pong sample is half of that).
+/// and its stall's length ([`crate::bench::links::words::stall_of`]).
 pub fn from_links_run(
     dir: &std::path::Path,
     transport: &str,
@@ -88,27 +86,17 @@ pub fn from_links_run(
             .max_by_key(|l| l.params.bytes)
             .or_else(|| pings.iter().min_by_key(|l| l.params.bytes));
         let Some(l) = at else { continue };
-        let (Some(k), Some(threshold)) = (l.figures.stalls, l.figures.stall_threshold_us) else {
+        let Some((k, n, ms)) = crate::bench::links::words::stall_of(l).filter(|s| s.0 > 0) else {
             continue;
         };
-        let st = l.stats();
-        let Some(q) = [st.p99_us, st.p999_us, st.max_us]
-            .into_iter()
-            .find(|&q| q >= threshold)
-        else {
-            continue;
-        };
-        if k == 0 || st.n == 0 {
-            continue;
-        }
         let stall = Stall {
             link: link as usize,
-            prob: k as f64 / st.n as f64,
-            ms: ((2.0 * (q - st.p50_us)).max(0.0) / 1e3 * 1e3).round() / 1e3,
+            prob: k as f64 / n.max(1) as f64,
+            ms: (ms * 1e3).round() / 1e3,
         };
         let why = format!(
-            "link {link} (r{a}-r{b}): {k} of {} round trips at {} B stalled, {:.1} ms each",
-            st.n, l.params.bytes, stall.ms
+            "link {link} (r{a}-r{b}): {k} of {n} round trips at {} B stalled, {:.1} ms each",
+            l.params.bytes, stall.ms
         );
         out.push((stall, why));
     }

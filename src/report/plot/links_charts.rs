@@ -43,15 +43,19 @@ fn tail_ratios(rows: &[Line<LinksTable>]) -> Vec<Option<f64>> {
             l.figures.hop_class.clone(),
         )
     };
+    // Each group's healthy p99, computed once.
+    let mut p99s: std::collections::BTreeMap<_, Vec<f64>> = Default::default();
+    for l in rows {
+        p99s.entry(key(l)).or_default().push(l.stats().p99_us);
+    }
+    let healthy: std::collections::BTreeMap<_, f64> = p99s
+        .into_iter()
+        .map(|(k, v)| (k, crate::stats::robust::lower_median(&v)))
+        .collect();
     rows.iter()
         .map(|l| {
             l.figures.stalls?;
-            let p99s: Vec<f64> = rows
-                .iter()
-                .filter(|m| key(m) == key(l))
-                .map(|m| m.stats().p99_us)
-                .collect();
-            let healthy = crate::stats::robust::lower_median(&p99s);
+            let healthy = healthy[&key(l)];
             let own = l.stats().p99_us;
             (own > 0.0 && healthy > 0.0).then(|| healthy / own)
         })
