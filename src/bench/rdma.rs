@@ -16,6 +16,7 @@ use crate::record::csv::sig4;
 use crate::record::{CsvTable, Line, RunDir};
 use crate::stats::Summary;
 use crate::suite::{Bench, Notes};
+use crate::transport::rdma::counters;
 use crate::transport::rdma::oob::{OobChannel, Params, Purpose, MAX_MESSAGE};
 use crate::transport::rdma::perf::{
     self, BandwidthResult, LatencyResult, Role, Session, TEST_BW, TEST_LAT,
@@ -51,6 +52,10 @@ pub struct RdmaFigures {
     pub msg_rate_mpps: Option<f64>,
     pub verified: bool,
     pub timer: String,
+    /// The client port's retransmission and sequence-error counters' increase over the
+    /// test (None where the port has no hw_counters), and each that moved.
+    pub retransmits: Option<u64>,
+    pub counters_moved: String,
 }
 
 impl CsvTable for RdmaTable {
@@ -156,8 +161,10 @@ fn serve(plan: &RdmaPlan, listen: &str, quiet: bool) -> Result<()> {
         );
     }
     let mut link = Link::establish(oob, &plan.choice, perf::shape(&params))?;
+    let counters = PortCounters::of(&link, plan.choice.port);
     let mut session = Session::new(&mut link, Role::Server, timeout(plan));
     for_each_test(&params, |test, size| {
+        let before = counters.read();
         match test {
             TEST_LAT => {
                 session.latency(size, params.iters, params.warmup)?;
@@ -167,7 +174,14 @@ fn serve(plan: &RdmaPlan, listen: &str, quiet: bool) -> Result<()> {
             }
         }
         if !quiet {
-            println!("{} {size} B: done, payload verified", test_name(test));
+            let moved = counters.moved_since(before).1;
+            println!(
+                "{} {size} B: done, payload verified{}",
+                test_name(test),
+                words(&moved)
+                    .map(|w| format!("; port counters: {w}"))
+                    .unwrap_or_default()
+            );
         }
         Ok(())
     })?;
@@ -293,8 +307,13 @@ fn measure(
         Line::<RdmaTable>::new(&dir.id, format!("{test}_{bytes}"), params, Some(s), figures)
     };
     let mut printed = 0;
+    let counters = PortCounters::of(link, plan.choice.port);
     let mut session = Session::new(link, Role::Client, timeout(plan));
-    for_each_test(params, |test, size| {
+    // The counters at the start of the test under way: a test that fails says which moved.
+    let mut started = None;
+    let result = for_each_test(params, |test, size| {
+        let before = counters.read();
+        started = Some((test, size, before.clone()));
         if test == TEST_LAT {
             let r: LatencyResult = session.latency(size, params.iters, params.warmup)?;
             let s = Summary::of(&r.samples_us).expect("iterations >= 1");
@@ -322,7 +341,7 @@ fn measure(
             let figures = RdmaFigures {
                 verified: true,
                 timer: "host".into(),
-                ..Default::default()
+                ..counters.figures(before, quiet)
             };
             table.write(&row("lat", size, r.inline, &s, figures))?;
         } else {
@@ -359,13 +378,80 @@ fn measure(
                 msg_rate_mpps: Some(sig4(r.msg_rate_mpps)),
                 verified: true,
                 timer: "host".into(),
+                ..counters.figures(before, quiet)
             };
             table.write(&row("bw", size, false, &s, figures))?;
         }
         Ok(())
-    })?;
+    });
+    if let (Err(e), Some((test, size, before))) = (&result, started) {
+        let moved = counters.moved_since(before).1;
+        let counters_said = match words(&moved) {
+            Some(w) => format!(
+                "; {}:{} port counters moved during the test ({w}): the path is dropping \
+                 packets",
+                counters.device, counters.port
+            ),
+            None => String::new(),
+        };
+        anyhow::bail!("{} {size} B: {e:#}{counters_said}", test_name(test));
+    }
     session.link.oob.barrier(u32::MAX, true)?;
     Ok(())
+}
+
+/// One end's port counters (`counters.rs`), read around each test as perftest's `-W` reads
+/// them: a lossy path shows as retransmissions even where the median looks healthy.
+struct PortCounters {
+    root: PathBuf,
+    device: String,
+    port: u8,
+}
+
+impl PortCounters {
+    fn of(link: &Link, port: u8) -> Self {
+        PortCounters {
+            root: crate::host::sysfs_root(),
+            device: link.device_name.clone(),
+            port,
+        }
+    }
+
+    fn read(&self) -> Option<counters::Reading> {
+        counters::read(&self.root, &self.device, self.port)
+    }
+
+    /// The increase since `before` (None where the port has no counters), and each that moved.
+    fn moved_since(&self, before: Option<counters::Reading>) -> (Option<u64>, Vec<(String, u64)>) {
+        match before.zip(self.read()) {
+            Some((b, a)) => {
+                let (total, moved) = counters::delta(&b, &a);
+                (Some(total), moved)
+            }
+            None => (None, Vec::new()),
+        }
+    }
+
+    /// The counter figures of one test, said on the console when any moved.
+    fn figures(&self, before: Option<counters::Reading>, quiet: bool) -> RdmaFigures {
+        let (retransmits, moved) = self.moved_since(before);
+        let said = words(&moved);
+        if let (Some(w), false) = (&said, quiet) {
+            println!("{:>9} {}:{} port counters: {w}", "", self.device, self.port);
+        }
+        RdmaFigures {
+            retransmits,
+            counters_moved: said.unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+}
+
+/// "completer_retry_err +8; duplicate_request +4" (None when nothing moved; no commas, so
+/// the CSV field needs no quotes).
+fn words(moved: &[(String, u64)]) -> Option<String> {
+    let parts: Vec<String> = moved.iter().map(|(k, v)| format!("{k} +{v}")).collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 #[cfg(test)]
