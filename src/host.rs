@@ -33,6 +33,14 @@ pub fn process_cpu_us() -> Option<f64> {
     }
 }
 
+/// This process's peak resident memory so far, in bytes (`VmHWM`; None where /proc has none).
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// Where sysfs is: `/sys`, or (test builds only) `MORPHBENCH_SYSFS_ROOT`, so tests read a
 /// fake tree (PCIe link state, RDMA port counters).
 pub fn sysfs_root() -> std::path::PathBuf {

@@ -4,6 +4,8 @@
 
 pub mod d2h;
 pub mod fleet;
+#[cfg(feature = "test-hooks")]
+pub mod followers;
 pub mod health;
 pub mod hol;
 pub mod kernels;

@@ -70,6 +70,9 @@ pub enum ClusterError {
     /// The ranks did not come together (missing, duplicated, disagreeing).
     #[error("{0}")]
     Rendezvous(String),
+    /// This process's limits (open files, threads) are below what its rank needs.
+    #[error("{0}")]
+    Limits(String),
     #[error("{who} runs morphbench {theirs}, rank 0 runs {ours}: install one version everywhere")]
     Version {
         who: String,

@@ -15,22 +15,37 @@ use super::error::WireError;
 pub const MAX_MESSAGE: u32 = 4 << 20;
 pub(crate) const MAGIC: [u8; 4] = *b"MBR1";
 
-/// Writes one message.
-pub fn send<M: Serialize>(stream: &mut TcpStream, m: &M) -> std::io::Result<()> {
+/// Writes one message. A stream is read and written through a shared reference (as
+/// `&TcpStream` allows), so rank 0 needs one descriptor per rank, not one per thread that
+/// talks to it.
+pub fn send<M: Serialize>(stream: &TcpStream, m: &M) -> std::io::Result<()> {
+    send_encoded(stream, &encode(m)?)
+}
+
+/// One message's frame, encoded once for many ranks (a roster of 4,096 ranks is about 1 MB).
+pub fn encode<M: Serialize>(m: &M) -> std::io::Result<Vec<u8>> {
     let body = serde_json::to_vec(m).map_err(std::io::Error::other)?;
+    if body.len() > MAX_MESSAGE as usize {
+        return Err(std::io::Error::other(format!(
+            "a message of {} bytes is over the {MAX_MESSAGE}-byte cap",
+            body.len()
+        )));
+    }
     let mut frame = Vec::with_capacity(8 + body.len());
     frame.extend_from_slice(&MAGIC);
     frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
     frame.extend_from_slice(&body);
-    stream.write_all(&frame)
+    Ok(frame)
+}
+
+/// Writes a frame from [`encode`].
+pub fn send_encoded(mut stream: &TcpStream, frame: &[u8]) -> std::io::Result<()> {
+    stream.write_all(frame)
 }
 
 /// Reads one message by `deadline`; the error says what the peer did. The deadline holds for
 /// the whole message: a peer that drips a byte at a time is cut off at it, not after it.
-pub fn receive<M: DeserializeOwned>(
-    stream: &mut TcpStream,
-    deadline: Instant,
-) -> Result<M, WireError> {
+pub fn receive<M: DeserializeOwned>(stream: &TcpStream, deadline: Instant) -> Result<M, WireError> {
     let mut head = [0u8; 8];
     read_by(stream, &mut head, deadline)?;
     if head[..4] != MAGIC {
@@ -46,7 +61,7 @@ pub fn receive<M: DeserializeOwned>(
 }
 
 /// Fills `buf` by `deadline`, each read given only the time left.
-fn read_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), WireError> {
+fn read_by(mut stream: &TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), WireError> {
     let mut got = 0;
     while got < buf.len() {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -1,7 +1,8 @@
 //! The world of a multi-rank run, and nothing that measures: `launch` says who this process is
 //! and where the ranks meet (each launcher's environment), `rendezvous` and `world` bring them
 //! together (`frame` is the wire format of their messages), `clock` puts every rank's times on
-//! rank 0's clock, `local` starts ranks on this machine (`--local N`), and `session` is the one
+//! rank 0's clock, `local` starts ranks on this machine (`--local N`), `limits` raises and checks the
+//! per-process limits the world's size drives, and `session` is the one
 //! skeleton every multi-rank bench runs in (`Ranked`, `run_ranked`). Errors are `error`'s types.
 
 pub mod clock;
@@ -9,6 +10,7 @@ pub mod error;
 pub mod frame;
 pub mod hostlist;
 pub mod launch;
+pub mod limits;
 pub mod local;
 pub mod rendezvous;
 pub mod session;

@@ -48,8 +48,9 @@ pub fn serve(
     timeout: Duration,
 ) -> Result<(Vec<Registration>, Vec<TcpStream>), ClusterError> {
     let deadline = Instant::now() + timeout;
-    let io = |e: std::io::Error| ClusterError::Io(format!("the rendezvous listener: {e}"));
+    let io = |e: std::io::Error| ClusterError::Io(format!("the rendezvous: {e}"));
     listener.set_nonblocking(true).map_err(io)?;
+    widen_backlog(listener, me.world);
     let mut ranks: Vec<Option<(Registration, TcpStream)>> = (0..me.world).map(|_| None).collect();
     let mut roster0 = me.clone();
     if roster0.address.is_empty() {
@@ -85,7 +86,7 @@ pub fn serve(
             );
             return fail(&mut ranks, ClusterError::Rendezvous(why));
         }
-        let (mut stream, peer) = match listener.accept() {
+        let (stream, peer) = match listener.accept() {
             Ok(c) => c,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(10));
@@ -101,16 +102,13 @@ pub fn serve(
         stream.set_nonblocking(false).map_err(io)?;
         // A peer gets a short while to register; a silent or garbled one is refused and
         // dropped (a rank registers at once: it connected to do so).
-        let registered = receive(&mut stream, deadline.min(Instant::now() + REGISTER_WAIT));
+        let registered = receive(&stream, deadline.min(Instant::now() + REGISTER_WAIT));
         let mut reg = match registered {
             Ok(Message::Register(r)) => r,
             // A stranger (a port scan, a stray HTTP request, an old client) is refused and
             // logged; the run goes on waiting for its ranks.
             Ok(_) => {
-                let _ = send(
-                    &mut stream,
-                    &Message::Error("expected a registration".into()),
-                );
+                let _ = send(&stream, &Message::Error("expected a registration".into()));
                 tracing::warn!("rendezvous: refused {peer}: it sent a message out of turn");
                 continue;
             }
@@ -124,7 +122,7 @@ pub fn serve(
         }
         let why = refusal(&reg, &me, &ranks);
         if let Some(why) = why {
-            let _ = send(&mut stream, &Message::Error(why.to_string()));
+            let _ = send(&stream, &Message::Error(why.to_string()));
             return fail(&mut ranks, why);
         }
         let r = reg.rank as usize;
@@ -135,8 +133,10 @@ pub fn serve(
     roster.extend(ranks.iter().flatten().map(|(r, _)| r.clone()));
     roster.sort_by_key(|r| r.rank);
     let mut streams = Vec::new();
-    for (reg, mut stream) in ranks.into_iter().flatten() {
-        send(&mut stream, &Message::Roster(roster.clone())).map_err(|e| {
+    // Encoded once: a roster of 4,096 ranks is about 1 MB, and every rank gets the same one.
+    let frame = super::frame::encode(&Message::Roster(roster.clone())).map_err(io)?;
+    for (reg, stream) in ranks.into_iter().flatten() {
+        super::frame::send_encoded(&stream, &frame).map_err(|e| {
             ClusterError::Rendezvous(format!(
                 "rank {} ({}) dropped out before the roster: {e}",
                 reg.rank, reg.hostname
@@ -145,6 +145,37 @@ pub fn serve(
         streams.push(stream);
     }
     Ok((roster, streams))
+}
+
+/// Lets every rank's connection wait in the listener's queue at once: the standard library
+/// listens with a backlog of 128, and the ranks of a large world connect within moments of
+/// each other, so the rest would see their SYNs dropped and retry after 1, 3, 7, 15 s (a
+/// 4,096-rank rendezvous took 38 s). The kernel caps it at `net.core.somaxconn`, which is
+/// said when it is lower than the world.
+#[allow(unsafe_code)]
+fn widen_backlog(listener: &TcpListener, world: u32) {
+    use std::os::fd::AsRawFd;
+    let backlog = world.clamp(128, i32::MAX as u32) as i32;
+    // SAFETY: listen on the listener's own open socket, already listening: Linux takes a
+    // second listen as a new backlog and touches nothing else.
+    let rc = unsafe { libc::listen(listener.as_raw_fd(), backlog) };
+    if rc != 0 {
+        tracing::warn!(
+            "rendezvous: could not widen the listen queue to {backlog}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let cap = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    if let Some(cap) = cap.filter(|&c| c < world) {
+        eprintln!(
+            "note: net.core.somaxconn is {cap}, below the {world} ranks that connect to rank 0 \
+             at once: the others retry (seconds of rendezvous); `sysctl -w \
+             net.core.somaxconn={}` on rank 0's host raises it",
+            world.next_power_of_two()
+        );
+    }
 }
 
 /// Why rank 0 refuses a registration, if it does: another version, another world size, a rank

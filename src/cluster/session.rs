@@ -57,7 +57,7 @@ fn is_heartbeat<R>(m: &Up<R>) -> bool {
 fn heartbeat<R: Serialize>(world: &World) -> Option<Ticker> {
     world
         .root_stream()
-        .map(|mut s| Ticker::start(move || super::frame::send(&mut s, &Up::<R>::Alive).is_ok()))
+        .map(|s| Ticker::start(move || super::frame::send(&s, &Up::<R>::Alive).is_ok()))
 }
 
 /// A follower's ear on rank 0 for the whole run: a thread reads everything rank 0 sends (its
@@ -84,14 +84,14 @@ const NEWS_OF_ROOT: Duration = Duration::from_millis(500);
 impl<O: DeserializeOwned + Send + 'static> RootWatch<O> {
     fn start(world: &World) -> Result<RootWatch<O>, ClusterError> {
         let who = world.who(0);
-        let mut stream = world
+        let stream = world
             .root_stream()
             .ok_or_else(|| ClusterError::Io("no connection to rank 0 to watch".into()))?;
         let (tx, inbox) = std::sync::mpsc::channel();
         let armed = Arc::new(Mutex::new(true));
         let still_armed = Arc::clone(&armed);
         std::thread::spawn(move || loop {
-            let heard = super::frame::receive::<Down<O>>(&mut stream, Instant::now() + SILENCE);
+            let heard = super::frame::receive::<Down<O>>(&stream, Instant::now() + SILENCE);
             let fatal = match heard {
                 Ok(Down::Alive) => continue,
                 Ok(Down::Abort(why)) => ClusterError::Aborted(why),
@@ -242,6 +242,16 @@ fn lead<B: Ranked>(bench: &mut B, world: &mut World, opts: &SessionOptions) -> R
         Err(e) => abort_all(crew.world, &format!("{e:#}")),
     }
     dir.meta.notes.extend(bench.notes());
+    // What leading cost rank 0 (its peak memory and CPU, the run's setup included): the
+    // figures that show whether a larger world will fit.
+    dir.meta.notes.insert(
+        "rank0_usage".into(),
+        serde_json::json!({
+            "world": crew.world.size(),
+            "peak_rss_mib": crate::host::peak_rss_bytes().map(|b| b as f64 / (1u64 << 20) as f64),
+            "cpu_s": crate::host::process_cpu_us().map(|us| us / 1e6),
+        }),
+    );
     dir.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")))?;
     result.map(|()| dir.path.clone())
 }

@@ -27,7 +27,7 @@ pub const SILENCE: Duration = Duration::from_secs(3);
 /// The next message that is not a heartbeat, by `deadline`; silence for [`SILENCE`] is a
 /// timeout even before it.
 fn hear_through_heartbeats<M: DeserializeOwned>(
-    s: &mut TcpStream,
+    s: &TcpStream,
     deadline: Instant,
     alive: fn(&M) -> bool,
 ) -> Result<M, super::error::WireError> {
@@ -39,6 +39,9 @@ fn hear_through_heartbeats<M: DeserializeOwned>(
         }
     }
 }
+
+/// The stack of each of rank 0's reader threads (one a rank in a gather).
+const READER_STACK: usize = 256 << 10;
 
 /// How much longer than rank 0's wait a rank waits for the roster.
 const ROSTER_SLACK: Duration = Duration::from_secs(5);
@@ -58,8 +61,9 @@ pub struct WorldOptions {
 
 /// The connections to rank 0 (from any other rank) or to every other rank (at rank 0).
 pub enum Control {
-    /// At rank 0: the connection to rank i is `peers[i - 1]`.
-    Root(Vec<TcpStream>),
+    /// At rank 0: the connection to rank i is `peers[i - 1]`, shared (not duplicated) by the
+    /// threads that write orders and heartbeats and read replies: one descriptor a rank.
+    Root(Vec<Arc<TcpStream>>),
     Leaf(TcpStream),
 }
 
@@ -96,6 +100,8 @@ pub fn establish(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<World, ClusterError> {
     let launch = launch::detect(opts.explicit, env)?;
+    // Before anyone meets: a limit that cannot hold this world refuses here, not mid-run.
+    super::limits::settle(launch.rank, launch.world)?;
     let (host, port, from) = launch::rendezvous(opts.rendezvous.as_deref(), env, &launch.nodes)?;
     let me = Registration {
         version: env!("CARGO_PKG_VERSION").to_string(),
@@ -123,7 +129,17 @@ pub fn establish(
         me.address = ip.to_string();
         me.port = data.local_addr().map_err(io)?.port();
         let (roster, peers) = rendezvous::serve(&listener, me, opts.timeout)?;
-        (roster, data, Control::Root(peers))
+        for p in &peers {
+            // A rank that does not read for this long (stopped, its buffers full) fails the
+            // write that would block: rank 0 names it instead of hanging with every other
+            // rank's heartbeats held behind it.
+            p.set_write_timeout(Some(SILENCE)).map_err(io)?;
+        }
+        (
+            roster,
+            data,
+            Control::Root(peers.into_iter().map(Arc::new).collect()),
+        )
     } else {
         let addr = format!("{host}:{port}");
         let mut stream = rendezvous::connect(&addr, opts.timeout)?;
@@ -253,12 +269,13 @@ impl World {
         best_effort: bool,
     ) -> Result<(), ClusterError> {
         let whos: Vec<Who> = (1..self.size()).map(|r| self.who(r)).collect();
+        let frame = frame::encode(m).map_err(|e| ClusterError::Io(e.to_string()))?;
         let _writing = lock(&self.writing);
-        let Control::Root(peers) = &mut self.control else {
+        let Control::Root(peers) = &self.control else {
             return Err(ClusterError::Protocol("only rank 0 broadcasts".into()));
         };
-        for (s, who) in peers.iter_mut().zip(whos) {
-            if let Err(e) = frame::send(s, m) {
+        for (s, who) in peers.iter().zip(whos) {
+            if let Err(e) = frame::send_encoded(s, &frame) {
                 if !best_effort {
                     return Err(ClusterError::Died {
                         who,
@@ -274,10 +291,10 @@ impl World {
     pub fn send_to<M: Serialize>(&mut self, rank: u32, m: &M) -> Result<(), ClusterError> {
         let who = self.who(rank);
         let _writing = lock(&self.writing);
-        let Control::Root(peers) = &mut self.control else {
+        let Control::Root(peers) = &self.control else {
             return Err(ClusterError::Protocol("only rank 0 sends to ranks".into()));
         };
-        frame::send(&mut peers[rank as usize - 1], m).map_err(|e| ClusterError::Died {
+        frame::send(&peers[rank as usize - 1], m).map_err(|e| ClusterError::Died {
             who,
             how: format!("cannot reach it: {e}"),
         })
@@ -304,24 +321,32 @@ impl World {
         M: DeserializeOwned + Send + 'static,
     {
         let whos: Vec<Who> = ranks.iter().map(|&r| self.who(r)).collect();
-        let Control::Root(peers) = &mut self.control else {
+        let Control::Root(peers) = &self.control else {
             return vec![Some(Err(ClusterError::Protocol(
                 "only rank 0 gathers".into(),
             )))];
         };
         let (tx, rx) = std::sync::mpsc::channel();
         for (i, (&rank, who)) in ranks.iter().zip(whos).enumerate() {
-            let stream = peers[rank as usize - 1].try_clone();
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                let m = match stream {
-                    Ok(mut s) => hear_through_heartbeats(&mut s, deadline, alive).map_err(|e| {
+            let stream = Arc::clone(&peers[rank as usize - 1]);
+            let (tx, failed_tx) = (tx.clone(), tx.clone());
+            // A small stack: a reader parses one reply, and at 4,096 ranks there are 4,095.
+            let spawned = std::thread::Builder::new()
+                .stack_size(READER_STACK)
+                .spawn(move || {
+                    let m = hear_through_heartbeats(&stream, deadline, alive).map_err(|e| {
                         ClusterError::from_wire(who, e, "its connection to rank 0 closed")
-                    }),
-                    Err(e) => Err(ClusterError::Io(format!("{who}: {e}"))),
-                };
-                let _ = tx.send((i, m));
-            });
+                    });
+                    let _ = tx.send((i, m));
+                });
+            if let Err(e) = spawned {
+                let _ = failed_tx.send((
+                    i,
+                    Err(ClusterError::Io(format!(
+                        "rank 0 cannot start a thread to hear rank {rank}: {e} (see `ulimit -u`)"
+                    ))),
+                ));
+            }
         }
         drop(tx);
         let mut out: Vec<Option<Result<M, ClusterError>>> = ranks.iter().map(|_| None).collect();
@@ -344,7 +369,7 @@ impl World {
     /// Any other rank: sends `m` to rank 0.
     pub fn tell_root<M: Serialize>(&mut self, m: &M) -> Result<(), ClusterError> {
         let who = self.who(0);
-        let Control::Leaf(s) = &mut self.control else {
+        let Control::Leaf(s) = &self.control else {
             return Err(ClusterError::Protocol("rank 0 does not tell itself".into()));
         };
         frame::send(s, m).map_err(|e| ClusterError::Died {
@@ -360,15 +385,16 @@ impl World {
         let Control::Root(peers) = &self.control else {
             return None;
         };
-        let mut peers: Vec<Option<TcpStream>> = peers.iter().map(|s| s.try_clone().ok()).collect();
+        let mut peers: Vec<Option<Arc<TcpStream>>> = peers.iter().cloned().map(Some).collect();
         let writing = Arc::clone(&self.writing);
+        let frame = frame::encode(&beat).ok()?;
         Some(Ticker::start(move || {
             let _writing = lock(&writing);
             for peer in peers.iter_mut() {
                 // A rank that cannot be written to is gone: rank 0's own reads name it.
                 if peer
-                    .as_mut()
-                    .is_some_and(|s| frame::send(s, &beat).is_err())
+                    .as_ref()
+                    .is_some_and(|s| frame::send_encoded(s, &frame).is_err())
                 {
                     *peer = None;
                 }

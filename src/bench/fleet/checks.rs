@@ -464,12 +464,19 @@ pub fn run_batch(gpu: Option<&Gpu>, tests: &[TestSpec]) -> Batch {
     }
 }
 
+impl TestKind {
+    /// The figure a test reports (higher is better), and its unit.
+    pub fn figure(self) -> (&'static str, &'static str) {
+        match self {
+            TestKind::Gemm | TestKind::Fma => ("gflops", "GFLOP/s"),
+            TestKind::Hol => ("ops_per_s", "op/s"),
+            _ => ("gbps", "GB/s"),
+        }
+    }
+}
+
 fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
-    let (figure, unit) = match t.kind {
-        TestKind::Gemm | TestKind::Fma => ("gflops", "GFLOP/s"),
-        TestKind::Hol => ("ops_per_s", "op/s"),
-        _ => ("gbps", "GB/s"),
-    };
+    let (figure, unit) = t.kind.figure();
     let mut m = Measured {
         test: t.kind,
         figure: figure.into(),

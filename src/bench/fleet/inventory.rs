@@ -41,6 +41,31 @@ pub(super) fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
     for o in ranks.iter().filter(|o| o.inventory.is_some()) {
         by_adapter.entry(o.adapter()).or_default().push(o);
     }
+    // Each field's most common text per adapter, counted once (a count per rank would be
+    // quadratic: 4,096 ranks took 20 s), ties broken as before.
+    let commons: BTreeMap<&String, Vec<(String, usize, usize)>> = by_adapter
+        .iter()
+        .map(|(adapter, peers)| {
+            let mut counts: Vec<BTreeMap<String, usize>> = Vec::new();
+            for q in peers {
+                let f = fields(q.inventory.as_ref().expect("filtered"));
+                counts.resize_with(f.len(), BTreeMap::new);
+                for (k, (_, text, _)) in f.into_iter().enumerate() {
+                    *counts[k].entry(text).or_default() += 1;
+                }
+            }
+            let common = counts
+                .into_iter()
+                .map(|c| {
+                    c.iter()
+                        .max_by_key(|(_, n)| **n)
+                        .map(|(t, n)| (t.clone(), *n, peers.len()))
+                        .unwrap_or_default()
+                })
+                .collect();
+            (adapter, common)
+        })
+        .collect();
     for o in ranks {
         let Some(inv) = &o.inventory else { continue };
         if let Some(e) = &inv.gpu_error {
@@ -50,26 +75,17 @@ pub(super) fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
             rows.push((p, f));
             continue;
         }
-        let peers = &by_adapter[&o.adapter()];
+        let common = &commons[&o.adapter()];
         for (k, (field, text, number)) in fields(inv).into_iter().enumerate() {
             let (p, mut f) = row(o, "inventory", field);
             f.value = number;
-            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-            for q in peers {
-                let (_, t, _) = &fields(q.inventory.as_ref().expect("filtered"))[k];
-                *counts.entry(t.clone()).or_default() += 1;
-            }
-            let (common, n) = counts
-                .iter()
-                .max_by_key(|(_, n)| **n)
-                .map(|(t, n)| (t.clone(), *n))
-                .unwrap_or_default();
+            let (common, n, peers) = &common[k];
             // An odd node is one outvoted by a strict majority of its kind.
-            if text != common && 2 * n > peers.len() {
+            if &text != common && 2 * n > *peers {
                 f.verdict = WARN.into();
                 f.reason = format!(
-                    "{field} is {text:?} where {n} of {} nodes with this adapter have {common:?}",
-                    peers.len()
+                    "{field} is {text:?} where {n} of {peers} nodes with this adapter have \
+                     {common:?}"
                 );
             } else {
                 f.verdict = PASS.into();

@@ -7,11 +7,17 @@ use crate::cluster::world::World;
 use crate::record::csv::Line;
 use crate::units::human_bytes;
 
+/// The most ranks whose matrices the console shows (a row of 16 cells fills a wide
+/// terminal); a larger world gets one line per matrix, and links.csv and the plots the rest.
+pub(super) const CONSOLE_MATRIX_RANKS: usize = 16;
+
 /// The rank-by-rank matrices on the console: p50 latency at the smallest size, one-way GB/s
-/// at the largest, per transport (row: source, column: destination).
+/// at the largest, per transport (row: source, column: destination). Beyond
+/// [`CONSOLE_MATRIX_RANKS`], each matrix's spread in one line.
 pub(super) fn print_matrices(world: &World, lines: &[Line<LinksTable>]) {
     let n = world.size() as usize;
     let mut transports: Vec<&str> = lines.iter().map(|l| l.params.transport.as_str()).collect();
+    transports.sort();
     transports.dedup();
     for t in transports {
         let of = |dir: &str| -> Vec<&Line<LinksTable>> {
@@ -20,46 +26,72 @@ pub(super) fn print_matrices(world: &World, lines: &[Line<LinksTable>]) {
                 .filter(|l| l.params.transport == t && l.params.direction == dir)
                 .collect()
         };
-        let lat = of("pingpong");
-        let bw = of("oneway");
+        let (lat, bw) = (of("pingpong"), of("oneway"));
         if let Some(small) = lat.iter().map(|l| l.params.bytes).min() {
-            println!(
-                "{t} latency, p50 µs at {} (round trip / 2):",
+            let title = format!(
+                "{t} latency, p50 µs at {} (round trip / 2)",
                 human_bytes(small)
             );
-            print_grid(n, |a, b| {
-                lat.iter()
-                    .find(|l| l.params.bytes == small && matches(l, a, b, true))
-                    .map(|l| {
-                        (
-                            format!("{:.1}", l.stats().p50_us),
-                            l.figures.flagged == Some(true),
-                        )
-                    })
-            });
+            let cells = cells(&lat, small, true, |l| l.stats().p50_us, 1);
+            print_matrix(n, &title, &cells, "µs");
         }
         if let Some(big) = bw.iter().map(|l| l.params.bytes).max() {
-            println!(
-                "{t} bandwidth, GB/s at {} (row sends to column):",
+            let title = format!(
+                "{t} bandwidth, GB/s at {} (row sends to column)",
                 human_bytes(big)
             );
-            print_grid(n, |a, b| {
-                bw.iter()
-                    .find(|l| l.params.bytes == big && matches(l, a, b, false))
-                    .map(|l| {
-                        (
-                            format!("{:.3}", l.figures.gbps.unwrap_or(0.0)),
-                            l.figures.flagged == Some(true),
-                        )
-                    })
-            });
+            let cells = cells(&bw, big, false, |l| l.figures.gbps.unwrap_or(0.0), 3);
+            print_matrix(n, &title, &cells, "GB/s");
         }
     }
 }
 
-fn matches(l: &Line<LinksTable>, a: u32, b: u32, either_way: bool) -> bool {
-    let (s, d) = (l.params.src_rank, l.params.dst_rank);
-    (s, d) == (a, b) || (either_way && (s, d) == (b, a))
+/// One matrix's cells at one size, by (row, column): the value, its text, and whether the
+/// link is flagged. A ping-pong fills both cells of its pair.
+type Cells = std::collections::HashMap<(u32, u32), (f64, String, bool)>;
+
+fn cells(
+    lines: &[&Line<LinksTable>],
+    bytes: u64,
+    either_way: bool,
+    value: impl Fn(&Line<LinksTable>) -> f64,
+    decimals: usize,
+) -> Cells {
+    let mut cells = Cells::new();
+    for l in lines.iter().filter(|l| l.params.bytes == bytes) {
+        let v = value(l);
+        let cell = (
+            v,
+            format!("{v:.decimals$}"),
+            l.figures.flagged == Some(true),
+        );
+        let (s, d) = (l.params.src_rank, l.params.dst_rank);
+        // A link's first row holds its cell.
+        if either_way {
+            cells.entry((d, s)).or_insert_with(|| cell.clone());
+        }
+        cells.entry((s, d)).or_insert(cell);
+    }
+    cells
+}
+
+fn print_matrix(n: usize, title: &str, cells: &Cells, unit: &str) {
+    if n > CONSOLE_MATRIX_RANKS {
+        let mut values: Vec<f64> = cells.values().map(|c| c.0).collect();
+        values.sort_by(f64::total_cmp);
+        let flagged = cells.values().filter(|c| c.2).count();
+        if let (Some(lo), Some(hi)) = (values.first(), values.last()) {
+            println!(
+                "{title}: median {:.3} {unit}, {lo:.3} to {hi:.3} over {} cells of {n} ranks, \
+                 {flagged} flagged (each link in links.csv; `morphbench plot` draws the matrix)",
+                values[values.len() / 2],
+                values.len()
+            );
+        }
+        return;
+    }
+    println!("{title}:");
+    print_grid(n, |a, b| cells.get(&(a, b)).map(|c| (c.1.clone(), c.2)));
 }
 
 fn print_grid(n: usize, cell: impl Fn(u32, u32) -> Option<(String, bool)>) {

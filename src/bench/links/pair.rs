@@ -440,18 +440,12 @@ fn tcp_tests(
     };
     let ((lat, tail), retrans) = counted(s, |s| ping_pong(s, plan, bytes))?;
     out.push(row(server, me, "pingpong", &lat, None, tail, retrans)?);
-    // Streams: to the server, from it, and both at once.
-    let mut ops = vec![(OP_SINK, me, server), (OP_SOURCE, server, me)];
-    if plan.bidir {
-        ops.push((OP_BOTH, server, me));
-    }
-    for (op, src, dst) in ops {
+    for (op, src, dst) in stream_ops(plan, server, me) {
         let ((per_msg, gbps, tail), retrans) = counted(s, |s| tcp_stream(s, plan, op, bytes))?;
-        let direction = if op == OP_BOTH { "bidir" } else { "oneway" };
         out.push(row(
             src,
             dst,
-            direction,
+            direction_of(op),
             &per_msg,
             Some(gbps),
             tail,
@@ -459,6 +453,34 @@ fn tcp_tests(
         )?);
     }
     Ok(out)
+}
+
+/// The streams of a TCP pair test after its ping-pong, as (op, src, dst): to the server, from
+/// it, and (`--bidir`) both at once.
+fn stream_ops(plan: &PairPlan, server: u32, me: u32) -> Vec<(u8, u32, u32)> {
+    let mut ops = vec![(OP_SINK, me, server), (OP_SOURCE, server, me)];
+    if plan.bidir {
+        ops.push((OP_BOTH, server, me));
+    }
+    ops
+}
+
+fn direction_of(op: u8) -> &'static str {
+    if op == OP_BOTH {
+        "bidir"
+    } else {
+        "oneway"
+    }
+}
+
+/// The stream rows a pair's driver reports after its ping-pong, as (src, dst, direction):
+/// the shape the simulated followers copy.
+#[cfg(feature = "test-hooks")]
+pub fn tcp_streams(plan: &PairPlan, server: u32, me: u32) -> Vec<(u32, u32, &'static str)> {
+    stream_ops(plan, server, me)
+        .into_iter()
+        .map(|(op, src, dst)| (src, dst, direction_of(op)))
+        .collect()
 }
 
 /// The ping-pong test: one-way latency (round trip / 2) per sample, and its tail.
