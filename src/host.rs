@@ -33,6 +33,13 @@ pub fn process_cpu_us() -> Option<f64> {
     }
 }
 
+/// This process's user id (for per-user paths such as a private runtime directory).
+#[allow(unsafe_code)]
+pub fn uid() -> u32 {
+    // SAFETY: getuid has no arguments and cannot fail.
+    unsafe { libc::getuid() }
+}
+
 /// This process's peak resident memory so far, in bytes (`VmHWM`; None where /proc has none).
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

@@ -21,9 +21,11 @@ pub struct IterationTimes {
     pub gpu_rejected: Option<String>,
 }
 
-/// Why GPU timestamps cannot be what they claim, if so. Seen on lavapipe, whose timestamps
-/// are taken at the wrong point once anything has rendered in the process (e.g. a texture
-/// cleared through a render pass): 48 µs for a GEMM whose work took 8 ms.
+/// Why GPU timestamps cannot be what they claim, if so: on every driver, a span longer than
+/// the host's submit-to-done span that contains it; and on a CPU driver, one too short for
+/// the work. Seen on lavapipe, whose timestamps are taken at the wrong point once anything has
+/// rendered in the process (e.g. a texture cleared through a render pass): 48 µs for a GEMM
+/// whose work took 8 ms.
 ///
 /// The test is the CPU time this process used per iteration (`cpu_us`). A CPU driver does the
 /// kernel's work on this process's threads, so timestamps that span the work cover at least
@@ -39,6 +41,15 @@ pub fn implausible_gpu_times(
 ) -> Option<String> {
     let gpu = Summary::of(gpu_us)?.p50;
     let host = Summary::of(host_us)?.p50;
+    // On every driver: the pass runs between the submit and the wait's return, so its span
+    // cannot be longer than theirs (2% and 20 µs allowed for two clocks' rates and reads).
+    if gpu > 1.02 * host + 20.0 {
+        return Some(format!(
+            "GPU timestamps rejected: median {gpu:.1} µs, longer than the {host:.1} µs from \
+             submit to done that contain them (a wrong timestamp period, or a driver bug), so \
+             the host clock is used"
+        ));
+    }
     let cpu = Summary::of(cpu_us)?.p50;
     (cpu > 2.0 * cores as f64 * gpu + 1000.0).then(|| {
         format!(
@@ -254,6 +265,11 @@ mod tests {
         // A real GPU: the process idles while it works. Kept.
         assert!(implausible_gpu_times(&[900.0], &[1000.0], &[60.0], 64).is_none());
         // Nothing to judge by: kept.
+        // Longer than the host's submit-to-done span that contains them, on any driver (no
+        // CPU time read: a real GPU's).
+        let why = implausible_gpu_times(&[9000.0, 9100.0], &host, &[], 2).unwrap();
+        assert!(why.contains("longer than the 8000.0 µs"), "{why}");
+        assert!(implausible_gpu_times(&[7990.0, 8050.0], &host, &[], 2).is_none());
         assert!(implausible_gpu_times(&[], &host, &busy, 2).is_none());
         assert!(implausible_gpu_times(&[20.0], &host, &[], 2).is_none());
     }

@@ -118,6 +118,11 @@ impl RunLabel {
     pub fn short(&self) -> String {
         match &self.ranks {
             Some(r) => r.clone(),
+            // A folder whose meta.json says nothing of either (missing, or a multi-rank run's
+            // without a roster) is not a host called "?" without a GPU.
+            None if self.host.is_none() && self.adapter.is_none() => {
+                "host and adapter unknown".into()
+            }
             None => format!("{} / {}", self.host_name(), self.adapter_name()),
         }
     }

@@ -28,7 +28,14 @@ pub fn new_run_id(host: &str) -> String {
             }
         })
         .collect();
-    format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ"), host)
+    // The process id makes it unique on the host: two runs started in the same second (into
+    // two --out folders) would otherwise share an id, and `check` would take them for one.
+    format!(
+        "{}-{}-{}",
+        chrono::Utc::now().format("%Y%m%dT%H%M%SZ"),
+        host,
+        std::process::id()
+    )
 }
 
 /// Points `<out>/latest` at the run `id` (a relative symlink, replaced atomically). Best
@@ -136,17 +143,25 @@ impl RunDir {
         let base = new_run_id(&meta.host.hostname);
         let mut id = base.clone();
         let mut k = 1;
-        while out.join(&id).exists() {
-            k += 1;
-            id = format!("{base}-{k}");
-        }
-        let path = out.join(&id);
-        std::fs::create_dir(&path).with_context(|| {
-            format!(
-                "cannot create run folder {}: choose a writable one with --out DIR",
-                path.display()
-            )
-        })?;
+        // create_dir, not a look first: the folder is this run's only if this call made it.
+        let path = loop {
+            let path = out.join(&id);
+            match std::fs::create_dir(&path) {
+                Ok(()) => break path,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k < 1000 => {
+                    k += 1;
+                    id = format!("{base}-{k}");
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "cannot create run folder {}: choose a writable one with --out DIR",
+                            path.display()
+                        )
+                    })
+                }
+            }
+        };
         let mut dir = RunDir {
             id,
             path,

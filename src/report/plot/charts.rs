@@ -273,17 +273,105 @@ fn tx(v: f64, log: bool) -> f64 {
 fn fmt_tick(v: f64, log: bool) -> String {
     let x = if log { 10f64.powf(v) } else { v };
     let a = x.abs();
+    let trimmed = |s: String| match s.contains('.') {
+        true => s.trim_end_matches('0').trim_end_matches('.').to_string(),
+        false => s,
+    };
     if a == 0.0 {
         "0".into()
     } else if !(1e-3..1e6).contains(&a) {
         format!("{x:.0e}")
     } else if a >= 100.0 || (x - x.round()).abs() < 1e-9 {
         format!("{x:.0}")
+    } else if a >= 10.0 {
+        trimmed(format!("{x:.1}"))
     } else if a >= 1.0 {
-        format!("{x:.1}")
+        trimmed(format!("{x:.2}"))
     } else {
-        format!("{x:.3}")
+        trimmed(format!("{x:.3}"))
     }
+}
+
+/// Where an axis from `lo` to `hi` is labelled (in the axis's own coordinates: log10 of the
+/// value on a log axis). A log axis is labelled at 1, 2 and 5 times a power of ten (powers
+/// alone over more than 3 decades; 1 to 9 times one within less than one), never at 10^0.2 =
+/// 1.585; a linear one at multiples of 1, 2 or 5 times a power of ten. At most 10 labels.
+fn axis_ticks(lo: f64, hi: f64, log: bool) -> Vec<f64> {
+    if !(lo.is_finite() && hi.is_finite()) || hi <= lo {
+        return vec![lo];
+    }
+    if log {
+        let span = hi - lo;
+        let mantissas: &[f64] = match span {
+            s if s > 3.0 => &[1.0],
+            s if s >= 0.7 => &[1.0, 2.0, 5.0],
+            _ => &[1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
+        };
+        let mut ticks: Vec<f64> = (lo.floor() as i32 - 1..=hi.ceil() as i32 + 1)
+            .flat_map(|k| mantissas.iter().map(move |m| (m * 10f64.powi(k)).log10()))
+            .filter(|t| (lo - 1e-9..=hi + 1e-9).contains(t))
+            .collect();
+        if ticks.len() > 10 {
+            let every = ticks.len().div_ceil(10);
+            ticks = ticks.into_iter().step_by(every).collect();
+        }
+        if ticks.len() >= 2 {
+            return ticks;
+        }
+        // Too narrow for round values' logs: round values, linearly, within it.
+        let (a, b) = (10f64.powf(lo), 10f64.powf(hi));
+        return linear_ticks(a, b).into_iter().map(f64::log10).collect();
+    }
+    linear_ticks(lo, hi)
+}
+
+/// An f64 axis labelled at given points ([`axis_ticks`]). plotters' own `WithKeyPoints` has no
+/// default formatting, so no mesh with a label formatter can be drawn on it.
+#[derive(Clone)]
+pub(super) struct Ticked {
+    inner: plotters::coord::types::RangedCoordf64,
+    ticks: Vec<f64>,
+}
+
+impl Ticked {
+    pub(super) fn new(range: std::ops::Range<f64>, log: bool) -> Ticked {
+        let ticks = axis_ticks(range.start, range.end, log);
+        Ticked {
+            inner: range.into(),
+            ticks,
+        }
+    }
+}
+
+impl plotters::coord::ranged1d::Ranged for Ticked {
+    type FormatOption = plotters::coord::ranged1d::DefaultFormatting;
+    type ValueType = f64;
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(v, limit)
+    }
+    fn key_points<Hint: plotters::coord::ranged1d::KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        match hint.weight().allow_light_points() {
+            true => Vec::new(),
+            false => self.ticks.clone(),
+        }
+    }
+    fn range(&self) -> std::ops::Range<f64> {
+        self.inner.range()
+    }
+}
+
+fn linear_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let rough = (hi - lo) / 6.0;
+    let power = 10f64.powf(rough.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * power)
+        .find(|s| *s >= rough)
+        .unwrap_or(10.0 * power);
+    // A hair of slack: 1.0 / 0.05 is 19.999999999999996.
+    let first = (lo / step - 1e-9).ceil() as i64;
+    let last = (hi / step + 1e-9).floor() as i64;
+    (first..=last).map(|k| k as f64 * step).collect()
 }
 
 /// The label of the category at integer position `v` on a categorical axis ("" between them).
@@ -350,4 +438,43 @@ pub fn render(chart: &Chart, dir: &Path, name: &str, format: Format) -> Result<V
         out.push(path);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(lo: f64, hi: f64) -> Vec<String> {
+        axis_ticks(lo.log10(), hi.log10(), true)
+            .into_iter()
+            .map(|t| fmt_tick(t, true))
+            .collect()
+    }
+
+    #[test]
+    fn log_axes_are_labelled_at_round_values() {
+        assert_eq!(values(0.15, 3.0), ["0.2", "0.5", "1", "2"]);
+        assert_eq!(
+            values(1.0, 1e6),
+            ["1", "10", "100", "1000", "10000", "100000", "1e6"]
+        );
+        // Many decades: at most 10 labels, still powers of ten.
+        let wide = axis_ticks(-3.0, 12.0, true);
+        assert!(
+            wide.len() <= 10 && wide.iter().all(|t| t.fract() == 0.0),
+            "{wide:?}"
+        );
+        // Under one decade: 1 to 9 times a power of ten.
+        assert_eq!(values(2.5, 9.5), ["3", "4", "5", "6", "7", "8", "9"]);
+        // Too narrow for those: round values between.
+        assert_eq!(values(1.0, 1.2), ["1", "1.05", "1.1", "1.15", "1.2"]);
+    }
+
+    #[test]
+    fn linear_axes_step_by_one_two_or_five() {
+        assert_eq!(axis_ticks(0.0, 7.0, false), [0.0, 2.0, 4.0, 6.0]);
+        assert_eq!(axis_ticks(-0.5, 0.5, false), [-0.4, -0.2, 0.0, 0.2, 0.4]);
+        assert_eq!(fmt_tick(0.2, false), "0.2");
+        assert_eq!(fmt_tick(2.5, false), "2.5");
+    }
 }

@@ -31,13 +31,13 @@ where
         .margin(16)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d(x0..x1, y0..y1)?;
+        .build_cartesian_2d(Ticked::new(x0..x1, c.x_log), Ticked::new(y0..y1, c.y_log))?;
     chart
         .configure_mesh()
         .x_desc(&c.x_label)
         .y_desc(&c.y_label)
         .x_labels(10)
-        .y_labels(8)
+        .y_labels(10)
         .x_label_formatter(&|v| fmt_tick(*v, c.x_log))
         .y_label_formatter(&|v| fmt_tick(*v, c.y_log))
         .label_style(("sans-serif", 15))

@@ -48,7 +48,7 @@ where
         .margin_right(24)
         .x_label_area_size(if named { 56 } else { 40 })
         .y_label_area_size(80)
-        .build_cartesian_2d(-0.5..n as f64 - 0.5, y0..y1)?;
+        .build_cartesian_2d(-0.5..n as f64 - 0.5, Ticked::new(y0..y1, c.y_log))?;
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -56,7 +56,7 @@ where
         .y_desc(&c.y_label)
         .x_labels(2)
         .x_label_formatter(&|_| String::new())
-        .y_labels(8)
+        .y_labels(10)
         .y_label_formatter(&|v| fmt_tick(*v, c.y_log))
         .label_style(("sans-serif", 14))
         .axis_desc_style(("sans-serif", 15))
@@ -87,7 +87,7 @@ where
 }
 
 /// The strip's data area.
-type Area<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+type Area<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Ticked>>;
 
 /// The expected bands and levels, then each category's point or spread and median.
 fn draw_points<DB: DrawingBackend>(
