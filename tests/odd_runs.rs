@@ -6,22 +6,19 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::only_run;
 
 /// Runs morphbench, killed (and the test failed) if it takes longer than a reader ever should.
 fn within(args: &[&str], home: &Path) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_morphbench"))
-        .args(args)
-        .current_dir(home)
-        .env("XDG_CACHE_HOME", home.join("cache"))
-        .env("XDG_RUNTIME_DIR", home)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::in_home(
+        Command::new(env!("CARGO_BIN_EXE_morphbench")).args(args),
+        home,
+    )
+    .spawn()
+    .unwrap();
     let started = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if started.elapsed() > Duration::from_secs(60) {
@@ -33,9 +30,8 @@ fn within(args: &[&str], home: &Path) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// A run of its own: a run id is the second it started and its host, so one second apart.
+/// A run of its own (its id is unique: the second it started, its host and its process).
 fn measured(home: &Path, out: &str, args: &[&str]) -> PathBuf {
-    std::thread::sleep(Duration::from_millis(1100));
     let out = home.join(out);
     let mut all = args.to_vec();
     all.extend(["--quiet", "--out", out.to_str().unwrap()]);

@@ -9,7 +9,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -37,13 +37,7 @@ fn start_root(home: &Path, bench: &str, world: u32, port: u16, ulimit: &str, qui
          --rendezvous 127.0.0.1:{port}",
         out.display()
     );
-    Command::new("bash")
-        .args(["-c", &cmd])
-        .current_dir(home)
-        .env("XDG_CACHE_HOME", home.join("cache"))
-        .env("XDG_RUNTIME_DIR", home)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    common::in_home(Command::new("bash").args(["-c", &cmd]), home)
         .spawn()
         .unwrap()
 }

@@ -467,6 +467,18 @@ fn settle<R>(
     if let Some(r) = reported {
         return Err(r);
     }
+    // What a rank did wrong (garbage, an answer out of turn) before the ranks the grace cut
+    // short: those were still at work, through no fault of theirs.
+    if let Some(Some(Err(e))) = replies.iter().find(|r| matches!(r, Some(Err(_)))) {
+        return Err(e.clone());
+    }
+    let out_of_turn = |r: &Option<Result<Up<R>, ClusterError>>| matches!(r, Some(Ok(m)) if !matches!(m, Up::Reply(_)));
+    if let Some(rank) = ranks.iter().zip(&replies).find(|(_, r)| out_of_turn(r)) {
+        return Err(ClusterError::Protocol(format!(
+            "{} answered out of turn",
+            world.describe(*rank.0)
+        )));
+    }
     ranks
         .iter()
         .zip(replies)

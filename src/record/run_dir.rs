@@ -207,3 +207,22 @@ impl RunDir {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_id_names_its_second_its_host_and_its_process() {
+        let id = new_run_id("gpu 01");
+        let pid = std::process::id().to_string();
+        assert!(id.ends_with(&format!("-gpu_01-{pid}")), "{id}");
+        // Two runs of one process in one folder in the same second: two folders.
+        let out = tempfile::tempdir().unwrap();
+        let meta = || RunMeta::new(crate::host::HostInfo::probe());
+        let a = RunDir::create(out.path(), meta(), false).unwrap();
+        let b = RunDir::create(out.path(), meta(), false).unwrap();
+        assert_ne!(a.id, b.id);
+        assert!(a.path.is_dir() && b.path.is_dir());
+    }
+}

@@ -30,6 +30,16 @@ pub fn morphbench_with_env(args: &[&str], home: &Path, vars: &[(&str, &str)]) ->
         .expect("run morphbench")
 }
 
+/// `cmd` in the test's private environment (`home` as its folder, cache and runtime dir),
+/// its output piped.
+pub fn in_home<'a>(cmd: &'a mut Command, home: &Path) -> &'a mut Command {
+    cmd.current_dir(home)
+        .env("XDG_CACHE_HOME", home.join("cache"))
+        .env("XDG_RUNTIME_DIR", home)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
