@@ -12,8 +12,10 @@ use crate::bench::links::pattern::Pattern;
 use crate::bench::probe::{self, Budget, Probed};
 use crate::gpu::kernels::gemm::GemmSize;
 use crate::gpu::Gpu;
-use crate::host::HostInfo;
 use crate::noise;
+
+// What a rank is lives beside the rows that judge it.
+pub use super::inventory::{inventory, Inventory};
 
 /// How deep the gate goes (as DCGM's diagnostic levels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +79,15 @@ impl TestKind {
     /// does not; on a CPU driver it is CPU work and does.
     pub fn shares_host(self, cpu_adapter: bool) -> bool {
         !matches!(self, TestKind::Gemm | TestKind::Fma | TestKind::Bandwidth) || cpu_adapter
+    }
+
+    /// The figure a test reports (higher is better), and its unit.
+    pub fn figure(self) -> (&'static str, &'static str) {
+        match self {
+            TestKind::Gemm | TestKind::Fma => ("gflops", "GFLOP/s"),
+            TestKind::Hol => ("ops_per_s", "op/s"),
+            _ => ("gbps", "GB/s"),
+        }
     }
 }
 
@@ -323,76 +334,6 @@ impl LinksSpec {
     }
 }
 
-/// What a rank is: its host, its adapter and what else a node of its kind must agree on.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Inventory {
-    pub rank: u32,
-    pub local_rank: u32,
-    pub host: HostInfo,
-    /// /etc/machine-id (the hostname where there is none): ranks sharing it share a machine.
-    pub machine_id: String,
-    pub adapter: Option<String>,
-    pub adapter_index: Option<usize>,
-    pub driver: Option<String>,
-    pub backend: Option<String>,
-    pub device_type: Option<String>,
-    /// The adapter's PCI bus id, where the backend gives one.
-    #[serde(default)]
-    pub pci_bus_id: Option<String>,
-    /// Adapters this rank could see.
-    pub adapters: usize,
-    pub rdma_devices: Vec<String>,
-    /// Why there is no adapter, when there is none.
-    pub gpu_error: Option<String>,
-}
-
-impl Inventory {
-    /// Whether the adapter is a CPU driver (its "GPU" work is the host's).
-    pub fn cpu_adapter(&self) -> bool {
-        self.device_type.as_deref() == Some("Cpu")
-    }
-}
-
-pub fn inventory(rank: u32, local_rank: u32, gpu: Result<&Gpu, &str>) -> Inventory {
-    let host = HostInfo::probe();
-    let pci_bus_id = gpu
-        .ok()
-        .map(|g| g.report.pci_bus_id.clone())
-        .filter(|p| !p.is_empty());
-    let (adapter, index, driver, backend, device_type, gpu_error) = match gpu {
-        Ok(g) => (
-            Some(g.report.name.clone()),
-            Some(g.report.index),
-            Some(
-                format!("{} {}", g.report.driver, g.report.driver_info)
-                    .trim()
-                    .to_string(),
-            ),
-            Some(g.report.backend.clone()),
-            Some(g.report.device_type.clone()),
-            None,
-        ),
-        Err(e) => (None, None, None, None, None, Some(e.to_string())),
-    };
-    Inventory {
-        rank,
-        local_rank,
-        machine_id: crate::host::machine_id(),
-        host,
-        adapter,
-        adapter_index: index,
-        driver,
-        backend,
-        device_type,
-        pci_bus_id,
-        adapters: crate::gpu::enumerate(crate::gpu::BackendChoice::Auto).len(),
-        rdma_devices: crate::transport::rdma::verbs::list_devices()
-            .map(|l| l.into_iter().map(|d| d.name).collect())
-            .unwrap_or_default(),
-        gpu_error,
-    }
-}
-
 /// One test's outcome on one rank.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Measured {
@@ -461,17 +402,6 @@ pub fn run_batch(gpu: Option<&Gpu>, tests: &[TestSpec]) -> Batch {
             .map(|s| crate::record::csv::round(100.0 * s, 2)),
         busy,
         cores: load.cores,
-    }
-}
-
-impl TestKind {
-    /// The figure a test reports (higher is better), and its unit.
-    pub fn figure(self) -> (&'static str, &'static str) {
-        match self {
-            TestKind::Gemm | TestKind::Fma => ("gflops", "GFLOP/s"),
-            TestKind::Hol => ("ops_per_s", "op/s"),
-            _ => ("gbps", "GB/s"),
-        }
     }
 }
 

@@ -1,11 +1,85 @@
-//! The inventory's rows of fleet.csv: each field that nodes of one adapter must agree on
-//! (driver, adapter count, RDMA devices, CPU model, cores, memory), a WARN for the node a strict
-//! majority of its kind outvotes, and a FAIL for a rank with no adapter.
+//! What a rank is (its inventory, taken at each rank) and the inventory's rows of fleet.csv:
+//! each field that nodes of one adapter must agree on (driver, adapter count, RDMA devices,
+//! CPU model, cores, memory), a WARN for the node a strict majority of its kind outvotes, and
+//! a FAIL for a rank with no adapter.
 
 use std::collections::BTreeMap;
 
-use super::checks::Inventory;
+use serde::{Deserialize, Serialize};
+
 use super::verdict::{row, RankOutcome, Row, FAIL, PASS, WARN};
+use crate::gpu::Gpu;
+use crate::host::HostInfo;
+
+/// What a rank is: its host, its adapter and what else a node of its kind must agree on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Inventory {
+    pub rank: u32,
+    pub local_rank: u32,
+    pub host: HostInfo,
+    /// /etc/machine-id (the hostname where there is none): ranks sharing it share a machine.
+    pub machine_id: String,
+    pub adapter: Option<String>,
+    pub adapter_index: Option<usize>,
+    pub driver: Option<String>,
+    pub backend: Option<String>,
+    pub device_type: Option<String>,
+    /// The adapter's PCI bus id, where the backend gives one.
+    #[serde(default)]
+    pub pci_bus_id: Option<String>,
+    /// Adapters this rank could see.
+    pub adapters: usize,
+    pub rdma_devices: Vec<String>,
+    /// Why there is no adapter, when there is none.
+    pub gpu_error: Option<String>,
+}
+
+impl Inventory {
+    /// Whether the adapter is a CPU driver (its "GPU" work is the host's).
+    pub fn cpu_adapter(&self) -> bool {
+        self.device_type.as_deref() == Some("Cpu")
+    }
+}
+
+pub fn inventory(rank: u32, local_rank: u32, gpu: Result<&Gpu, &str>) -> Inventory {
+    let host = HostInfo::probe();
+    let pci_bus_id = gpu
+        .ok()
+        .map(|g| g.report.pci_bus_id.clone())
+        .filter(|p| !p.is_empty());
+    let (adapter, index, driver, backend, device_type, gpu_error) = match gpu {
+        Ok(g) => (
+            Some(g.report.name.clone()),
+            Some(g.report.index),
+            Some(
+                format!("{} {}", g.report.driver, g.report.driver_info)
+                    .trim()
+                    .to_string(),
+            ),
+            Some(g.report.backend.clone()),
+            Some(g.report.device_type.clone()),
+            None,
+        ),
+        Err(e) => (None, None, None, None, None, Some(e.to_string())),
+    };
+    Inventory {
+        rank,
+        local_rank,
+        machine_id: crate::host::machine_id(),
+        host,
+        adapter,
+        adapter_index: index,
+        driver,
+        backend,
+        device_type,
+        pci_bus_id,
+        adapters: crate::gpu::enumerate(crate::gpu::BackendChoice::Auto).len(),
+        rdma_devices: crate::transport::rdma::verbs::list_devices()
+            .map(|l| l.into_iter().map(|d| d.name).collect())
+            .unwrap_or_default(),
+        gpu_error,
+    }
+}
 
 /// The fields of the inventory that nodes of one adapter must agree on.
 fn fields(i: &Inventory) -> Vec<(&'static str, String, Option<f64>)> {
