@@ -11,13 +11,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use thiserror::Error;
 
-use super::model::{Op, OpKind, Scenario};
+use super::model::{Layout, Op, OpKind, Scenario};
 
 /// How a stage picks its next op.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Policy {
     /// Replays a fixed per-stage order; a stage waits for its next listed op, never skipping.
-    Fixed { orders: Vec<Vec<Op>>, split: bool },
+    /// The layout says which model chunks each rank holds (the hand schedules' orders name
+    /// chunks; every other policy runs one chunk per rank).
+    Fixed {
+        orders: Vec<Vec<Op>>,
+        split: bool,
+        layout: Layout,
+    },
     /// Runs the highest-priority ready op, within a warm-up rule and an in-flight cap.
     Priority(PriorityPolicy),
 }
@@ -42,6 +48,13 @@ impl Policy {
         match self {
             Policy::Fixed { split, .. } => *split,
             Policy::Priority(p) => p.split,
+        }
+    }
+
+    pub fn layout(&self) -> Layout {
+        match self {
+            Policy::Fixed { layout, .. } => *layout,
+            Policy::Priority(_) => Layout::Linear,
         }
     }
 }
@@ -105,6 +118,8 @@ pub enum SimError {
         total: usize,
         detail: String,
     },
+    #[error("{schedule} cannot run here: {detail}")]
+    Refused { schedule: String, detail: String },
     #[error("fixed order for stage {stage} has {got} ops, expected {want}")]
     BadOrder {
         stage: usize,
@@ -128,6 +143,7 @@ impl Ord for Time {
     }
 }
 
+/// One rank's state. Per-op vectors are indexed by `chunk * microbatches + mb`.
 struct Stage {
     free_at: f64,
     f_ready: Vec<Option<f64>>,
@@ -150,11 +166,12 @@ struct Stage {
     dirty: bool,
 }
 
-fn ready_of(st: &Stage, op: Op) -> Option<f64> {
+fn ready_of(st: &Stage, op: Op, n: usize) -> Option<f64> {
+    let i = op.chunk * n + op.mb;
     match op.kind {
-        OpKind::F => st.f_ready[op.mb],
-        OpKind::B => st.b_ready[op.mb],
-        OpKind::W => st.b_done[op.mb],
+        OpKind::F => st.f_ready[i],
+        OpKind::B => st.b_ready[i],
+        OpKind::W => st.b_done[i],
     }
 }
 
@@ -163,13 +180,13 @@ fn decide(st: &mut Stage, s: usize, policy: &Policy, n: usize) -> Option<(f64, O
         Policy::Fixed { orders, .. } => {
             let op = *orders[s].get(st.cursor)?;
             // A W listed before its B waits for the B.
-            let ready = ready_of(st, op)?;
+            let ready = ready_of(st, op, n)?;
             Some((st.free_at.max(ready), op))
         }
         Policy::Priority(p) => {
             let mut cands: [Option<(f64, Op)>; 3] = [None, None, None];
             let slot = |k: OpKind| p.priority.iter().position(|&x| x == k).unwrap_or(2);
-            let op = |kind, mb| Op { kind, stage: s, mb };
+            let op = |kind, mb| Op::new(kind, s, mb);
             let held = p.hold_after_warmup
                 && st.forwards_done >= p.warmup[s].min(n)
                 && st.backwards_done == 0;
@@ -220,38 +237,45 @@ fn decide(st: &mut Stage, s: usize, policy: &Policy, n: usize) -> Option<(f64, O
 
 static OPS_SIMULATED: AtomicU64 = AtomicU64::new(0);
 
-/// What op `exec` on stage `s` makes ready: an F's activation at the next stage (or the last
-/// stage's own B), a B's gradient at the previous stage (and its W, when split). Every stage
-/// it changes is marked and listed in `touched`.
+/// What op `exec` on stage `s` makes ready: an F's activation at the next virtual stage (or
+/// the last one's own B), a B's gradient at the previous one (and its W, when split). Every
+/// stage it changes is marked and listed in `touched`.
 fn finish_op(
     stages: &mut [Stage],
-    s: usize,
+    sc: &Scenario,
+    layout: Layout,
     exec: &Executed,
     split: bool,
     dynamic: bool,
     touched: &mut Vec<usize>,
 ) {
-    let op = exec.op;
-    let s_count = stages.len();
-    let st = &mut stages[s];
+    let (op, s, n) = (exec.op, exec.op.stage, sc.microbatches);
+    let here = op.chunk * n + op.mb;
+    let next = sc.next_of(op, layout);
     match op.kind {
         OpKind::F => {
+            let st = &mut stages[s];
             st.forwards_done += 1;
             st.in_flight += 1;
             st.peak = st.peak.max(st.in_flight);
-            if s + 1 < s_count {
-                let next = &mut stages[s + 1];
-                next.f_ready[op.mb] = Some(exec.arrival);
-                next.dirty = true;
-                touched.push(s + 1);
-            } else {
-                st.b_ready[op.mb] = Some(exec.end);
-                if dynamic {
-                    st.b_future.push(Reverse((Time(exec.end), op.mb)));
+            match next {
+                Some((to, _)) if !layout.binds(sc.stages, s, to, op.mb) => {}
+                Some((to, chunk)) => {
+                    let dest = &mut stages[to];
+                    dest.f_ready[chunk * n + op.mb] = Some(exec.arrival);
+                    dest.dirty = true;
+                    touched.push(to);
+                }
+                None => {
+                    st.b_ready[here] = Some(exec.end);
+                    if dynamic {
+                        st.b_future.push(Reverse((Time(exec.end), op.mb)));
+                    }
                 }
             }
         }
         OpKind::B => {
+            let st = &mut stages[s];
             st.in_flight -= 1;
             st.backwards_done += 1;
             // The chosen B is the top of one of the two queues (fixed orders use neither).
@@ -264,21 +288,23 @@ fn finish_op(
             {
                 st.b_future.pop();
             }
-            st.b_done[op.mb] = Some(exec.end);
+            st.b_done[here] = Some(exec.end);
             if split && dynamic {
                 st.w_pending.push(Reverse(op.mb));
             }
-            if s > 0 {
-                let prev = &mut stages[s - 1];
-                prev.b_ready[op.mb] = Some(exec.arrival);
+            if let Some((to, chunk)) = next.filter(|&(to, _)| layout.binds(sc.stages, s, to, op.mb))
+            {
+                let dest = &mut stages[to];
+                dest.b_ready[chunk * n + op.mb] = Some(exec.arrival);
                 if dynamic {
-                    prev.b_future.push(Reverse((Time(exec.arrival), op.mb)));
+                    dest.b_future.push(Reverse((Time(exec.arrival), op.mb)));
                 }
-                prev.dirty = true;
-                touched.push(s - 1);
+                dest.dirty = true;
+                touched.push(to);
             }
         }
         OpKind::W => {
+            let st = &mut stages[s];
             if st.w_pending.peek() == Some(&Reverse(op.mb)) {
                 st.w_pending.pop();
             }
@@ -315,8 +341,9 @@ pub fn simulate(sc: &Scenario, policy: &Policy) -> Result<Run, SimError> {
 /// need only the iteration time, busy times and peaks).
 pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run, SimError> {
     let (s_count, n) = (sc.stages, sc.microbatches);
-    let split = policy.split();
-    let per_stage_ops = if split { 3 * n } else { 2 * n };
+    let (split, layout) = (policy.split(), policy.layout());
+    let slots = layout.chunks() * n;
+    let per_stage_ops = if split { 3 * slots } else { 2 * slots };
     if let Policy::Fixed { orders, .. } = policy {
         for (stage, o) in orders.iter().enumerate() {
             if o.len() != per_stage_ops {
@@ -328,15 +355,38 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
             }
         }
     }
+    // An op whose input hop does not bind it (see `Layout::binds`) is ready from the start.
+    let unbound = |rank: usize, slot: usize, kind: OpKind| {
+        let op = Op {
+            kind,
+            stage: rank,
+            mb: slot % n,
+            chunk: slot / n,
+        };
+        let vs = layout.virtual_stage(s_count, rank, op.chunk);
+        let from = match kind {
+            OpKind::F if vs > 0 => layout.place(s_count, vs - 1).0,
+            OpKind::B if vs + 1 < s_count * layout.chunks() => layout.place(s_count, vs + 1).0,
+            _ => return false,
+        };
+        !layout.binds(s_count, from, rank, op.mb)
+    };
     let mut stages: Vec<Stage> = (0..s_count)
         .map(|s| Stage {
             free_at: 0.0,
-            f_ready: vec![if s == 0 { Some(0.0) } else { None }; n],
-            b_ready: vec![None; n],
+            f_ready: (0..slots)
+                .map(|i| {
+                    (layout.virtual_stage(s_count, s, i / n) == 0 || unbound(s, i, OpKind::F))
+                        .then_some(0.0)
+                })
+                .collect(),
+            b_ready: (0..slots)
+                .map(|i| unbound(s, i, OpKind::B).then_some(0.0))
+                .collect(),
             b_arrived: BinaryHeap::new(),
             b_future: BinaryHeap::new(),
             w_pending: BinaryHeap::new(),
-            b_done: vec![None; n],
+            b_done: vec![None; slots],
             forwards_done: 0,
             backwards_done: 0,
             in_flight: 0,
@@ -358,8 +408,9 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
     let mut versions = vec![0u64; s_count];
     // Stages whose state changed since their decision was made.
     let mut touched: Vec<usize> = (0..s_count).collect();
-    // When each link direction's channel is free (F downstream, B upstream): ops are taken in
-    // start order and each direction has one sender, so its sends arrive in FIFO order.
+    // When each link direction's channel is free (towards the higher rank, towards the lower):
+    // ops are taken in start order and each direction has one sender, so its sends arrive in
+    // FIFO order.
     let mut channel_free = vec![[0.0f64; 2]; s_count.saturating_sub(1)];
     while done < total {
         for s in touched.drain(..) {
@@ -389,8 +440,8 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
             });
         };
         let (_, op) = stages[s].decision.expect("chosen stage has a decision");
-        let compute = sc.compute(op, split);
-        let (queue_extra, arrival_after) = sc.send_costs(op);
+        let compute = sc.compute(op, split, layout);
+        let (queue_extra, arrival_after) = sc.send_costs(op, layout);
         let end = start + compute;
         let mut exec = Executed {
             op,
@@ -399,12 +450,13 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
             queue_end: end + queue_extra,
             arrival: end + arrival_after,
         };
-        if let Some(l) = sc.out_link(op).filter(|&l| sc.occupancy_ms[l] > 0.0) {
+        if let Some(l) = sc.out_link(op, layout).filter(|&l| sc.occupancy(l) > 0.0) {
             // The transfer leaves once its channel is free and holds it for the occupancy.
-            let free = &mut channel_free[l][usize::from(op.kind == OpKind::B)];
+            let upward = sc.next_of(op, layout).is_some_and(|(to, _)| to < s);
+            let free = &mut channel_free[l][usize::from(upward)];
             let depart = (end + queue_extra).max(*free);
-            *free = depart + sc.occupancy_ms[l];
-            exec.arrival = depart + sc.occupancy_ms[l] + (arrival_after - queue_extra).max(0.0);
+            *free = depart + sc.occupancy(l);
+            exec.arrival = depart + sc.occupancy(l) + (arrival_after - queue_extra).max(0.0);
         }
         if record {
             ops.push(exec);
@@ -417,7 +469,7 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
         st.cursor += 1;
         st.dirty = true;
         touched.push(s);
-        finish_op(&mut stages, s, &exec, split, dynamic, &mut touched);
+        finish_op(&mut stages, sc, layout, &exec, split, dynamic, &mut touched);
     }
     OPS_SIMULATED.fetch_add(done as u64, Ordering::Relaxed);
     Ok(Run {

@@ -2,6 +2,7 @@
 //! link delays, the schedules that run them, and pictures of the result.
 
 pub mod engine;
+pub mod hand;
 pub mod model;
 pub mod render;
 pub mod runtime;
@@ -10,8 +11,13 @@ pub mod trace;
 pub mod zb;
 
 pub use engine::{simulate, Executed, Policy, Run, SimError};
+pub use model::Layout;
 pub use model::{CommModel, Op, OpKind, Scenario, ScenarioError};
-pub use schedules::{adaptive, default_mem_limit, evaluate, Schedule, DEFAULT_SCHEDULES};
+pub use schedules::{
+    adaptive, bubble_rate, default_mem_limit, evaluate, policy_of, Schedule, DEFAULT_SCHEDULES,
+};
 
+#[cfg(test)]
+mod published;
 #[cfg(test)]
 mod tests;

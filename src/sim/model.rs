@@ -47,11 +47,93 @@ impl fmt::Display for OpKind {
     }
 }
 
+/// One op: its kind, the rank (`stage`) that runs it, its microbatch, and which of the rank's
+/// model chunks it runs (0 unless the schedule's [`Layout`] gives a rank several).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Op {
     pub kind: OpKind,
     pub stage: usize,
     pub mb: usize,
+    #[serde(skip_serializing_if = "is_first_chunk")]
+    pub chunk: usize,
+}
+
+fn is_first_chunk(chunk: &usize) -> bool {
+    *chunk == 0
+}
+
+impl Op {
+    /// An op of a rank's only (or first) chunk.
+    pub fn new(kind: OpKind, stage: usize, mb: usize) -> Op {
+        Op {
+            kind,
+            stage,
+            mb,
+            chunk: 0,
+        }
+    }
+}
+
+/// How the model is cut into virtual stages and which rank runs each: the schedule decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub enum Layout {
+    /// One chunk per rank: virtual stage r on rank r.
+    #[default]
+    Linear,
+    /// Megatron's interleaving: V chunks per rank, virtual stage c·p + r on rank r (the last
+    /// rank's output wraps round to the first).
+    Interleaved(usize),
+    /// The same placement as Zero Bubble's bubble-rate script accounts it (`efficiency.py`,
+    /// `get_interleave_schedule`: `elif _rk == 0 and v > 0`): a hop over the wrap link binds
+    /// only the first microbatch of each group of G (the second field); the others start as
+    /// if their input were there. What their published interleaved column measures.
+    InterleavedAsPublished(usize, usize),
+    /// Zero Bubble's ZB-V and DualPipeV: two chunks per rank, rank r holding virtual stages r
+    /// and 2p - 1 - r (the model goes down the ranks and back up).
+    Vee,
+}
+
+impl Layout {
+    /// Model chunks per rank.
+    pub fn chunks(self) -> usize {
+        match self {
+            Layout::Linear => 1,
+            Layout::Interleaved(v) | Layout::InterleavedAsPublished(v, _) => v,
+            Layout::Vee => 2,
+        }
+    }
+
+    /// The virtual stage rank `rank`'s chunk `chunk` runs, of `p` ranks.
+    pub fn virtual_stage(self, p: usize, rank: usize, chunk: usize) -> usize {
+        match self {
+            Layout::Linear => rank,
+            Layout::Interleaved(_) | Layout::InterleavedAsPublished(..) => chunk * p + rank,
+            Layout::Vee if chunk == 0 => rank,
+            Layout::Vee => 2 * p - 1 - rank,
+        }
+    }
+
+    /// Whether the hop of microbatch `mb` from rank `from` to rank `to` binds its receiver
+    /// (always, except over the wrap under [`Layout::InterleavedAsPublished`]).
+    pub fn binds(self, p: usize, from: usize, to: usize, mb: usize) -> bool {
+        match self {
+            Layout::InterleavedAsPublished(_, g) if p > 1 => {
+                let wrap = (from == p - 1 && to == 0) || (from == 0 && to == p - 1);
+                !wrap || mb.is_multiple_of(g)
+            }
+            _ => true,
+        }
+    }
+
+    /// The (rank, chunk) that runs virtual stage `vs`.
+    pub fn place(self, p: usize, vs: usize) -> (usize, usize) {
+        match self {
+            Layout::Linear => (vs, 0),
+            Layout::Interleaved(_) | Layout::InterleavedAsPublished(..) => (vs % p, vs / p),
+            Layout::Vee if vs < p => (vs, 0),
+            Layout::Vee => (2 * p - 1 - vs, 1),
+        }
+    }
 }
 
 /// How a transfer between stages uses the sender's single compute queue.
@@ -270,11 +352,6 @@ impl Scenario {
         Ok(self)
     }
 
-    /// Latency of link `l` (between stages l and l + 1).
-    pub fn link(&self, l: usize) -> f64 {
-        self.link_ms + self.delay_ms[l]
-    }
-
     /// The same scenario with other straggler delays.
     pub fn with_delays(&self, delay_ms: Vec<f64>) -> Scenario {
         assert_eq!(delay_ms.len(), self.delay_ms.len());
@@ -284,44 +361,74 @@ impl Scenario {
         }
     }
 
-    /// Compute time of an op on its stage; `split` says whether backward is split into B and W.
-    pub fn compute(&self, op: Op, split: bool) -> f64 {
+    /// Compute time of an op on its rank; `split` says whether backward is split into B and W.
+    /// A rank with several model chunks spends 1/chunks of its stage's time on each.
+    pub fn compute(&self, op: Op, split: bool, layout: Layout) -> f64 {
         let i = op.stage;
-        match (op.kind, split) {
+        let t = match (op.kind, split) {
             (OpKind::F, _) => self.tf[i],
             (OpKind::B, true) => self.tb[i],
             (OpKind::B, false) => self.tb[i] + self.tw[i],
             (OpKind::W, _) => self.tw[i],
-        }
+        };
+        t / layout.chunks() as f64
     }
 
-    /// The link an op's output crosses, if any: F goes downstream, B upstream, W nowhere.
-    pub fn out_link(&self, op: Op) -> Option<usize> {
+    /// Where an op's output goes: the (rank, chunk) of the next virtual stage for F, the
+    /// previous one for B; None for W, the last stage's F (its own B takes it) and the first
+    /// stage's B.
+    pub fn next_of(&self, op: Op, layout: Layout) -> Option<(usize, usize)> {
+        let p = self.stages;
+        let vs = layout.virtual_stage(p, op.stage, op.chunk);
         match op.kind {
-            OpKind::F if op.stage + 1 < self.stages => Some(op.stage),
-            OpKind::B if op.stage > 0 => Some(op.stage - 1),
+            OpKind::F if vs + 1 < p * layout.chunks() => Some(layout.place(p, vs + 1)),
+            OpKind::B if vs > 0 => Some(layout.place(p, vs - 1)),
             _ => None,
         }
     }
 
-    /// Where a transfer's stall sits in `stall_ms`: F and B of each stage and microbatch.
-    pub fn transfer_index(&self, op: Op) -> usize {
-        (usize::from(op.kind == OpKind::B) * self.stages + op.stage) * self.microbatches + op.mb
+    /// The link between two ranks: link i joins ranks i and i + 1; the wrap link
+    /// (`stages - 1`) joins the last rank and the first. None for the same rank.
+    pub fn link_between(&self, from: usize, to: usize) -> Option<usize> {
+        match from.abs_diff(to) {
+            0 => None,
+            1 => Some(from.min(to)),
+            _ => Some(self.stages - 1),
+        }
+    }
+
+    /// The link an op's output crosses, if any.
+    pub fn out_link(&self, op: Op, layout: Layout) -> Option<usize> {
+        let (to, _) = self.next_of(op, layout)?;
+        self.link_between(op.stage, to)
+    }
+
+    /// Latency of link `l` (between ranks l and l + 1, or the wrap link).
+    pub fn link(&self, l: usize) -> f64 {
+        self.link_ms + self.delay_ms.get(l).copied().unwrap_or(0.0)
+    }
+
+    /// Where a transfer's stall sits in `stall_ms`: F and B of each virtual stage and
+    /// microbatch.
+    pub fn transfer_index(&self, op: Op, layout: Layout) -> usize {
+        let stages = self.stages * layout.chunks();
+        let vs = layout.virtual_stage(self.stages, op.stage, op.chunk);
+        (usize::from(op.kind == OpKind::B) * stages + vs) * self.microbatches + op.mb
     }
 
     /// The number of slots `stall_ms` has when it is set.
-    pub fn transfer_slots(&self) -> usize {
-        2 * self.stages * self.microbatches
+    pub fn transfer_slots(&self, layout: Layout) -> usize {
+        2 * self.stages * layout.chunks() * self.microbatches
     }
 
     /// (extra time the sender's queue stays busy after compute, arrival delay after compute).
-    pub fn send_costs(&self, op: Op) -> (f64, f64) {
-        match self.out_link(op) {
+    pub fn send_costs(&self, op: Op, layout: Layout) -> (f64, f64) {
+        match self.out_link(op, layout) {
             None => (0.0, 0.0),
             Some(l) => {
                 let stall = match self.stall_ms.is_empty() {
                     true => 0.0,
-                    false => self.stall_ms[self.transfer_index(op)],
+                    false => self.stall_ms[self.transfer_index(op, layout)],
                 };
                 let c = self.link(l) + stall;
                 match self.comm {
@@ -331,6 +438,12 @@ impl Scenario {
                 }
             }
         }
+    }
+
+    /// Per link, the time a transfer holds it (0 for the wrap link, which `--occupy` does not
+    /// name).
+    pub fn occupancy(&self, l: usize) -> f64 {
+        self.occupancy_ms.get(l).copied().unwrap_or(0.0)
     }
 }
 

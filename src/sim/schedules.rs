@@ -1,24 +1,46 @@
-//! The schedules: GPipe, 1F1B, ZB-H1 and greedy as policies, `static:` replays of their
+//! The schedules: GPipe, 1F1B, ZB-fill and greedy as policies, the authors' hand schedules
+//! (ZB-H1, ZB-H2, interleaved 1F1B) as fixed orders, `static:` replays of the policies'
 //! delay-free orders, and the PipeMorph-style adaptive planner.
 
 use std::fmt;
 use std::str::FromStr;
 
 use super::engine::{simulate, simulate_with, Policy, PriorityPolicy, Run, SimError};
-use super::model::{OpKind, Scenario};
+use super::hand;
+use super::model::{Layout, OpKind, Scenario};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Schedule {
     Gpipe,
     OneFOneB,
+    /// Zero Bubble's ZB-H1 hand schedule (1F1B's memory).
     ZbH1,
+    /// Zero Bubble's ZB-H2 hand schedule (twice the warm-up, about twice the memory).
+    ZbH2,
+    /// 1F1B's warm-up and cap with backward split and W filling idle time: a ZB-H1-like policy
+    /// of our own (what `zb-h1` named before the authors' schedule).
+    ZbFill,
+    /// Megatron's interleaved 1F1B: model chunks per rank, and microbatches per group
+    /// (`microbatch_group_size_per_vp_stage`; None for Megatron's default, the ranks).
+    Interleaved {
+        chunks: usize,
+        group: Option<usize>,
+    },
+    /// The same order as Zero Bubble's bubble-rate script accounts it (see
+    /// [`Layout::InterleavedAsPublished`]): for checking their published column, not for
+    /// predicting a run.
+    InterleavedAsPublished(usize),
     Greedy,
     Adaptive,
     /// The delay-free op order of the inner schedule, replayed under the real delays.
     Static(Box<Schedule>),
 }
 
-pub const DEFAULT_SCHEDULES: &str = "1f1b,static:1f1b,zb-h1,static:zb-h1,greedy,adaptive";
+pub const DEFAULT_SCHEDULES: &str = "1f1b,static:1f1b,zb-h1,static:zb-fill,greedy,adaptive";
+
+/// Every schedule name `--schedule` takes, for error messages.
+const NAMES: &str =
+    "gpipe, 1f1b, zb-h1, zb-h2, zb-fill, interleaved:V, greedy, adaptive or static:<one of these>";
 
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -26,6 +48,13 @@ impl fmt::Display for Schedule {
             Schedule::Gpipe => f.write_str("gpipe"),
             Schedule::OneFOneB => f.write_str("1f1b"),
             Schedule::ZbH1 => f.write_str("zb-h1"),
+            Schedule::ZbH2 => f.write_str("zb-h2"),
+            Schedule::ZbFill => f.write_str("zb-fill"),
+            Schedule::Interleaved { chunks, group } => match group {
+                None => write!(f, "interleaved:{chunks}"),
+                Some(g) => write!(f, "interleaved:{chunks}:{g}"),
+            },
+            Schedule::InterleavedAsPublished(v) => write!(f, "interleaved-zb-paper:{v}"),
             Schedule::Greedy => f.write_str("greedy"),
             Schedule::Adaptive => f.write_str("adaptive"),
             Schedule::Static(inner) => write!(f, "static:{inner}"),
@@ -40,23 +69,116 @@ impl FromStr for Schedule {
         if let Some(inner) = s.strip_prefix("static:") {
             let inner: Schedule = inner.parse()?;
             return match inner {
-                Schedule::Adaptive | Schedule::Static(_) => {
-                    Err(format!("'{s}': static: takes gpipe, 1f1b, zb-h1 or greedy"))
-                }
+                Schedule::Adaptive | Schedule::Static(_) => Err(format!(
+                    "'{s}': static: takes any schedule but adaptive (a plan per scenario) or \
+                     another static:"
+                )),
                 other => Ok(Schedule::Static(Box::new(other))),
+            };
+        }
+        if let Some(v) = s.strip_prefix("interleaved-zb-paper:") {
+            return match v.parse::<usize>() {
+                Ok(v) if (2..=64).contains(&v) => Ok(Schedule::InterleavedAsPublished(v)),
+                _ => Err(format!(
+                    "'{s}': interleaved-zb-paper:V takes 2 to 64 chunks per rank"
+                )),
+            };
+        }
+        if let Some(spec) = s.strip_prefix("interleaved:") {
+            let bad = || {
+                format!(
+                    "'{s}': write interleaved:V (2 to 64 model chunks per rank) or \
+                     interleaved:V:G (G microbatches per group, at least the ranks)"
+                )
+            };
+            let (v, g) = match spec.split_once(':') {
+                Some((v, g)) => (v, Some(g.parse::<usize>().map_err(|_| bad())?)),
+                None => (spec, None),
+            };
+            return match v.parse::<usize>() {
+                Ok(chunks) if (2..=64).contains(&chunks) => {
+                    Ok(Schedule::Interleaved { chunks, group: g })
+                }
+                _ => Err(bad()),
             };
         }
         match s {
             "gpipe" => Ok(Schedule::Gpipe),
             "1f1b" => Ok(Schedule::OneFOneB),
             "zb-h1" | "zbh1" => Ok(Schedule::ZbH1),
+            "zb-h2" | "zbh2" => Ok(Schedule::ZbH2),
+            "zb-fill" => Ok(Schedule::ZbFill),
+            "interleaved" => Ok(Schedule::Interleaved {
+                chunks: 2,
+                group: None,
+            }),
             "greedy" => Ok(Schedule::Greedy),
             "adaptive" => Ok(Schedule::Adaptive),
-            _ => Err(format!(
-                "unknown schedule '{s}': choose gpipe, 1f1b, zb-h1, greedy, adaptive or static:<one of the first four>"
-            )),
+            _ => Err(format!("unknown schedule '{s}': choose {NAMES}")),
         }
     }
+}
+
+impl Schedule {
+    /// The model chunks each of `stages` ranks holds under this schedule.
+    pub fn layout(&self, stages: usize) -> Layout {
+        match self {
+            Schedule::Interleaved { chunks, .. } => Layout::Interleaved(*chunks),
+            // The script's groups are Megatron's default: the ranks.
+            Schedule::InterleavedAsPublished(v) => Layout::InterleavedAsPublished(*v, stages),
+            _ => Layout::Linear,
+        }
+    }
+
+    /// Whether this is a fixed order its authors wrote (rather than rules or a plan).
+    pub fn is_hand(&self) -> bool {
+        matches!(
+            self,
+            Schedule::ZbH1
+                | Schedule::ZbH2
+                | Schedule::Interleaved { .. }
+                | Schedule::InterleavedAsPublished(_)
+        )
+    }
+
+    /// Whether the iteration is measured as Zero Bubble's authors measure this schedule: from
+    /// each rank's first forward (ZB-H2, whose warm-up overlaps the previous iteration's
+    /// tail) rather than from time 0.
+    pub fn measured_from_first_forward(&self) -> bool {
+        matches!(self, Schedule::ZbH2)
+    }
+}
+
+/// The fixed order of a hand schedule on `sc`, or why it cannot run there.
+fn hand_policy(schedule: &Schedule, sc: &Scenario) -> Result<Policy, SimError> {
+    let (p, n) = (sc.stages, sc.microbatches);
+    let refused = |detail: String| SimError::Refused {
+        schedule: schedule.to_string(),
+        detail,
+    };
+    let (orders, split) = match schedule {
+        Schedule::ZbH1 => (hand::zero_bubble(p, n, 1), true),
+        Schedule::ZbH2 => (hand::zero_bubble(p, n, 2), true),
+        Schedule::Interleaved { chunks, group } => {
+            let g = group.unwrap_or(p);
+            if let Some(why) = hand::interleaved_refusal(p, n, *chunks, g) {
+                return Err(refused(why));
+            }
+            (hand::interleaved(p, n, *chunks, g), false)
+        }
+        Schedule::InterleavedAsPublished(v) => {
+            if let Some(why) = hand::interleaved_refusal(p, n, *v, p) {
+                return Err(refused(why));
+            }
+            (hand::interleaved(p, n, *v, p), false)
+        }
+        other => unreachable!("{other} is not a hand schedule"),
+    };
+    Ok(Policy::Fixed {
+        orders,
+        split,
+        layout: schedule.layout(p),
+    })
 }
 
 fn one_f_one_b_warmup(sc: &Scenario) -> Vec<usize> {
@@ -65,7 +187,7 @@ fn one_f_one_b_warmup(sc: &Scenario) -> Vec<usize> {
         .collect()
 }
 
-/// The rule-based policy of a named schedule (not `Adaptive` or `Static`).
+/// The rule-based policy of a policy schedule (gpipe, 1f1b, zb-fill, greedy).
 pub fn base_policy(schedule: &Schedule, sc: &Scenario) -> Policy {
     let s = sc.stages;
     let n = sc.microbatches;
@@ -88,8 +210,8 @@ pub fn base_policy(schedule: &Schedule, sc: &Scenario) -> Policy {
             priority: [OpKind::F, OpKind::B, OpKind::W],
             hold_after_warmup: false,
         },
-        // ZB-H1: 1F1B's warm-up and memory, backward split, W deferred to fill idle time.
-        Schedule::ZbH1 => PriorityPolicy {
+        // 1F1B's warm-up and memory, backward split, W deferred to fill idle time.
+        Schedule::ZbFill => PriorityPolicy {
             split: true,
             cap: w.iter().map(|x| x + 1).collect(),
             warmup: w,
@@ -104,21 +226,24 @@ pub fn base_policy(schedule: &Schedule, sc: &Scenario) -> Policy {
             priority: [OpKind::B, OpKind::F, OpKind::W],
             hold_after_warmup: false,
         },
-        Schedule::Adaptive | Schedule::Static(_) => {
-            unreachable!("{schedule} has no rule-based policy")
-        }
+        _ => unreachable!("{schedule} has no rule-based policy"),
     };
     Policy::Priority(policy)
 }
 
-/// The per-stage order `schedule` produces without straggler delay, as a fixed policy.
+/// The per-stage order `schedule` produces without straggler delay, as a fixed policy (a hand
+/// schedule's order is that already).
 pub fn static_policy(inner: &Schedule, sc: &Scenario) -> Result<Policy, SimError> {
+    if inner.is_hand() {
+        return hand_policy(inner, sc);
+    }
     let calm = sc.with_delays(vec![0.0; sc.delay_ms.len()]);
     let policy = base_policy(inner, &calm);
     let run = simulate(&calm, &policy)?;
     Ok(Policy::Fixed {
         orders: run.orders(sc.stages),
         split: policy.split(),
+        layout: Layout::Linear,
     })
 }
 
@@ -182,7 +307,7 @@ pub fn adaptive(sc: &Scenario, mem_limit: usize) -> Result<Plan, SimError> {
         }),
     ));
     candidates.push(("greedy".into(), base_policy(&Schedule::Greedy, sc)));
-    for inner in [Schedule::ZbH1, Schedule::OneFOneB] {
+    for inner in [Schedule::ZbFill, Schedule::OneFOneB] {
         candidates.push((format!("static:{inner}"), static_policy(&inner, sc)?));
     }
     let mut best: Option<Plan> = None;
@@ -231,6 +356,46 @@ pub fn evaluate(
             let policy = static_policy(inner, sc)?;
             Ok((schedule.to_string(), simulate(sc, &policy)?))
         }
-        other => Ok((other.to_string(), simulate(sc, &base_policy(other, sc))?)),
+        other => Ok((other.to_string(), simulate(sc, &policy_of(other, sc)?)?)),
+    }
+}
+
+/// The policy a non-adaptive, non-static schedule runs: its rules or its hand order.
+pub fn policy_of(schedule: &Schedule, sc: &Scenario) -> Result<Policy, SimError> {
+    match schedule {
+        hand if hand.is_hand() => hand_policy(hand, sc),
+        Schedule::Static(inner) => static_policy(inner, sc),
+        Schedule::Adaptive => unreachable!("adaptive plans per scenario: use `adaptive`"),
+        other => Ok(base_policy(other, sc)),
+    }
+}
+
+/// Zero Bubble's bubble rate, (T - m(F + B + W)) / T, with m(F + B + W) the busiest rank's
+/// compute and T the iteration: the makespan, or for a schedule measured from each rank's
+/// first forward (ZB-H2), the longest such span. `run` must have recorded its ops.
+pub fn bubble_rate(schedule: &Schedule, sc: &Scenario, run: &Run) -> f64 {
+    let work = (0..sc.stages)
+        .map(|r| sc.microbatches as f64 * (sc.tf[r] + sc.tb[r] + sc.tw[r]))
+        .fold(0.0, f64::max);
+    let t = if schedule.measured_from_first_forward() {
+        let mut first = vec![f64::INFINITY; sc.stages];
+        let mut last = vec![0.0f64; sc.stages];
+        for e in &run.ops {
+            let r = e.op.stage;
+            if e.op.kind == OpKind::F {
+                first[r] = first[r].min(e.start);
+            }
+            last[r] = last[r].max(e.end);
+        }
+        (0..sc.stages)
+            .map(|r| last[r] - first[r])
+            .fold(0.0, f64::max)
+    } else {
+        run.iteration_ms
+    };
+    if t > 0.0 {
+        (t - work) / t
+    } else {
+        0.0
     }
 }

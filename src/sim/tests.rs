@@ -4,8 +4,8 @@
 use proptest::prelude::*;
 
 use super::engine::{simulate, Run};
-use super::model::{CommModel, OpKind, Scenario};
-use super::schedules::{base_policy, default_mem_limit, evaluate, static_policy, Schedule};
+use super::model::{CommModel, Layout, OpKind, Scenario};
+use super::schedules::{default_mem_limit, evaluate, policy_of, static_policy, Schedule};
 
 fn uniform(s: usize, n: usize, t: f64, slow: &[(usize, f64)], comm: CommModel) -> Scenario {
     Scenario::new(s, n, &[t], &[t], &[t], 0.0, slow, comm, 0.0).unwrap()
@@ -105,9 +105,9 @@ fn queue_model_blocks_the_sender_and_offload_unblocks_it() {
 #[test]
 fn static_replay_equals_the_schedule_without_delay() {
     let sc = uniform(5, 9, 3.0, &[], CommModel::Latency);
-    for name in ["1f1b", "zb-h1", "gpipe", "greedy"] {
+    for name in ["1f1b", "zb-fill", "gpipe", "greedy", "zb-h1"] {
         let inner: Schedule = name.parse().unwrap();
-        let a = simulate(&sc, &base_policy(&inner, &sc)).unwrap();
+        let a = simulate(&sc, &policy_of(&inner, &sc).unwrap()).unwrap();
         let b = simulate(&sc, &static_policy(&inner, &sc).unwrap()).unwrap();
         assert!((a.iteration_ms - b.iteration_ms).abs() < 1e-9, "{name}");
     }
@@ -119,9 +119,15 @@ fn schedule_names_parse_and_print() {
         "gpipe",
         "1f1b",
         "zb-h1",
+        "zb-h2",
+        "zb-fill",
+        "interleaved:2",
+        "interleaved:3:6",
+        "interleaved-zb-paper:3",
         "greedy",
         "adaptive",
         "static:1f1b",
+        "static:zb-fill",
         "static:zb-h1",
     ] {
         assert_eq!(s.parse::<Schedule>().unwrap().to_string(), s);
@@ -133,23 +139,32 @@ fn schedule_names_parse_and_print() {
         .contains("unknown schedule"));
 }
 
-fn check_invariants(sc: &Scenario, r: &Run, split: bool) {
-    let (s, n) = (sc.stages, sc.microbatches);
+fn check_invariants(sc: &Scenario, r: &Run, split: bool, layout: Layout) {
+    let (s, n, v) = (sc.stages, sc.microbatches, layout.chunks());
     let per = if split { 3 } else { 2 };
-    assert_eq!(r.ops.len(), s * n * per, "every op exactly once");
+    assert_eq!(r.ops.len(), s * n * v * per, "every op exactly once");
     let mut seen = std::collections::HashSet::new();
     let mut by_op = std::collections::HashMap::new();
     for e in &r.ops {
         assert!(seen.insert(e.op), "{:?} ran twice", e.op);
         by_op.insert(e.op, *e);
     }
-    let get = |kind, stage, mb| by_op[&super::model::Op { kind, stage, mb }];
+    // The op of virtual stage `vs`.
+    let get = |kind, vs: usize, mb| {
+        let (stage, chunk) = layout.place(s, vs);
+        by_op[&super::model::Op {
+            kind,
+            stage,
+            mb,
+            chunk,
+        }]
+    };
     for e in &r.ops {
-        let (i, m) = (e.op.stage, e.op.mb);
+        let (i, m) = (layout.virtual_stage(s, e.op.stage, e.op.chunk), e.op.mb);
         let after = match e.op.kind {
             OpKind::F if i > 0 => get(OpKind::F, i - 1, m).arrival,
             OpKind::F => 0.0,
-            OpKind::B if i + 1 < s => get(OpKind::B, i + 1, m).arrival,
+            OpKind::B if i + 1 < s * v => get(OpKind::B, i + 1, m).arrival,
             OpKind::B => get(OpKind::F, i, m).end,
             OpKind::W => get(OpKind::B, i, m).end,
         };
@@ -187,11 +202,20 @@ proptest! {
         let slow: Vec<(usize, f64)> = slow.into_iter().filter(|(l, _)| l + 1 < s).collect();
         let sc = Scenario::new(s, n, &tf, &[tb], &[tw], link, &slow, comm, 0.3).unwrap();
         let mem = default_mem_limit(&sc);
-        for name in ["gpipe", "1f1b", "zb-h1", "greedy", "static:1f1b", "static:zb-h1", "static:gpipe", "adaptive"] {
+        for name in ["gpipe", "1f1b", "zb-h1", "zb-h2", "zb-fill", "greedy", "static:1f1b", "static:zb-fill", "static:gpipe", "adaptive"] {
             let schedule: Schedule = name.parse().unwrap();
             let (_, r) = evaluate(&schedule, &sc, mem).unwrap();
             let split = !matches!(name, "gpipe" | "1f1b" | "static:1f1b" | "static:gpipe");
-            check_invariants(&sc, &r, split);
+            check_invariants(&sc, &r, split, Layout::Linear);
+        }
+        // Interleaving needs whole groups of ranks: n rounded down to a multiple of s.
+        if n >= s {
+            let sc = Scenario::new(s, n / s * s, &tf, &[tb], &[tw], link, &slow, comm, 0.3).unwrap();
+            for name in ["interleaved:2", "interleaved:3"] {
+                let schedule: Schedule = name.parse().unwrap();
+                let (_, r) = evaluate(&schedule, &sc, mem).unwrap();
+                check_invariants(&sc, &r, false, schedule.layout(s));
+            }
         }
         let adaptive = run("adaptive", &sc);
         prop_assert!(adaptive.peak_in_flight.iter().all(|&p| p <= mem));
@@ -199,7 +223,7 @@ proptest! {
         // forward down the pipeline and backward back up, with every hop's link time.
         let work = n as f64 * (tf[0] + tb + tw);
         let one_microbatch = s as f64 * (tf[0] + tb) + 2.0 * (s as f64 - 1.0) * link;
-        for name in ["1f1b", "zb-h1", "greedy", "adaptive"] {
+        for name in ["1f1b", "zb-h1", "zb-h2", "zb-fill", "greedy", "adaptive"] {
             let t = run(name, &sc).iteration_ms;
             prop_assert!(t + 1e-9 >= work, "{name}: {t} ms < the {work} ms one stage must compute");
             prop_assert!(t + 1e-9 >= one_microbatch, "{name}: {t} ms < one microbatch's {one_microbatch} ms");
@@ -209,7 +233,7 @@ proptest! {
             let mut slower = slow.clone();
             slower.push((0, 7.5));
             let sc2 = Scenario::new(s, n, &tf, &[tb], &[tw], link, &slower, comm, 0.3).unwrap();
-            for name in ["static:1f1b", "static:zb-h1"] {
+            for name in ["static:1f1b", "static:zb-fill", "zb-h1", "zb-h2"] {
                 let (t1, t2) = (run(name, &sc).iteration_ms, run(name, &sc2).iteration_ms);
                 prop_assert!(t2 + 1e-9 >= t1, "{name}: {t2} ms with more delay < {t1} ms");
             }

@@ -37,11 +37,7 @@ pub(super) fn measured_run(times: &[StageTimes]) -> (f64, Vec<f64>, Run) {
         for o in &t.ops {
             b += (o.end_us - o.start_us) / 1e3;
             ops.push(Executed {
-                op: Op {
-                    kind: o.kind,
-                    stage: s,
-                    mb: o.mb as usize,
-                },
+                op: Op::new(o.kind, s, o.mb as usize),
                 start: (o.start_us - t0) / 1e3,
                 end: (o.end_us - t0) / 1e3,
                 queue_end: (o.queue_end_us - t0) / 1e3,
@@ -284,34 +280,13 @@ mod tests {
             microbatches: 1,
         };
         let orders = vec![
-            vec![
-                Op {
-                    kind: OpKind::F,
-                    stage: 0,
-                    mb: 0,
-                },
-                Op {
-                    kind: OpKind::B,
-                    stage: 0,
-                    mb: 0,
-                },
-            ],
-            vec![
-                Op {
-                    kind: OpKind::F,
-                    stage: 1,
-                    mb: 0,
-                },
-                Op {
-                    kind: OpKind::B,
-                    stage: 1,
-                    mb: 0,
-                },
-            ],
+            vec![Op::new(OpKind::F, 0, 0), Op::new(OpKind::B, 0, 0)],
+            vec![Op::new(OpKind::F, 1, 0), Op::new(OpKind::B, 1, 0)],
         ];
         let policy = Policy::Fixed {
             orders,
             split: false,
+            layout: crate::sim::Layout::Linear,
         };
         // Inline sends hold the sender's queue: F0 1 + send + F1 1 + B1 1 + send + B0 1 (ms).
         for send_us in [500.0, 1500.0] {

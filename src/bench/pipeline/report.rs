@@ -116,6 +116,7 @@ pub(super) fn write_case(
     let policy = Policy::Fixed {
         orders: pc.orders.clone(),
         split: pc.split,
+        layout: crate::sim::Layout::Linear,
     };
     let mut predictions = Vec::new();
     for it in &m.timed {

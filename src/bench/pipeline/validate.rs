@@ -46,7 +46,13 @@ impl PipelinePlan {
             ));
         }
         for c in &self.cases {
-            c.schedule.parse::<Schedule>()?;
+            let schedule = c.schedule.parse::<Schedule>()?;
+            if schedule.layout(stages as usize).chunks() > 1 {
+                return Err(format!(
+                    "--schedule {schedule}: the wgpu pipeline runs one model chunk per stage; \
+                     simulate it with `morphbench sim --schedule {schedule}`"
+                ));
+            }
             if let Some((link, ms)) = c.slow {
                 if link + 1 >= stages {
                     return Err(format!(

@@ -57,6 +57,8 @@ pub struct SimFigures {
     pub iteration_ms: f64,
     pub speedup_vs_1f1b: f64,
     pub bubble_mean: f64,
+    /// Zero Bubble's measure: (T - m(F + B + W)) / T (see `sim::bubble_rate`).
+    pub bubble_rate: f64,
     /// `;`-separated, stage 0 first.
     pub bubble_per_stage: String,
     pub peak_activations_per_stage: String,

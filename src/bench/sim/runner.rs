@@ -12,6 +12,13 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
     let mut timeline_room = Some(MAX_TIMELINE_ROWS);
     let mut outcomes = Vec::new();
     let one_f_one_b: Schedule = "1f1b".parse().expect("valid");
+    let name_width = plan
+        .schedules
+        .iter()
+        .map(|s| s.to_string().len())
+        .max()
+        .unwrap_or(0)
+        .max(14);
     for case in &plan.cases {
         let sc = &case.scenario;
         progress.set_message(format!("sim {}", case.label));
@@ -28,13 +35,19 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
             slow_label(&sc.delay_ms)
         ));
         progress.println(format!(
-            "  {:<14} {:>12} {:>9} {:>8} {:>10}  plan",
-            "schedule", "iteration ms", "vs 1f1b", "bubble", "peak act"
+            "  {:<w$} {:>12} {:>9} {:>11} {:>10}  plan",
+            "schedule",
+            "iteration ms",
+            "vs 1f1b",
+            "bubble rate",
+            "peak act",
+            w = name_width
         ));
         for schedule in &plan.schedules {
             let (plan_name, run) = evaluate(schedule, sc, plan.mem_limit)
                 .map_err(|e| anyhow!("{}: {schedule}: {e}", case.label))?;
             let speedup = reference / run.iteration_ms;
+            let figures_rate = crate::sim::bubble_rate(schedule, sc, &run);
             let bubbles = run.bubble_ratios();
             let peak_max = run.peak_in_flight.iter().copied().max().unwrap_or(0);
             let stats = Summary::of(&[run.iteration_ms * 1e3]).context("iteration time")?;
@@ -54,6 +67,7 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
                 iteration_ms: sig4(run.iteration_ms),
                 speedup_vs_1f1b: round(speedup, 4),
                 bubble_mean: round(run.mean_bubble(), 4),
+                bubble_rate: round(figures_rate, 4),
                 bubble_per_stage: join(bubbles.iter().map(|b| format!("{b:.4}")).collect()),
                 peak_activations_per_stage: join(
                     run.peak_in_flight.iter().map(|p| p.to_string()).collect(),
@@ -85,13 +99,14 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
                 None => {}
             }
             progress.println(format!(
-                "  {:<14} {:>12.2} {:>8.2}x {:>8.3} {:>10}  {}",
+                "  {:<w$} {:>12.2} {:>8.2}x {:>11.4} {:>10}  {}",
                 schedule.to_string(),
                 run.iteration_ms,
                 speedup,
-                run.mean_bubble(),
+                figures_rate,
                 peak_max,
-                plan_name
+                plan_name,
+                w = name_width
             ));
             outcomes.push(Outcome {
                 case: case.label.clone(),
@@ -175,9 +190,12 @@ pub fn throughput_bench(dir: &RunDir, reps: u32, progress: &Progress) -> Result<
         "gpipe",
         "1f1b",
         "zb-h1",
+        "zb-h2",
+        "zb-fill",
+        "interleaved:2",
         "greedy",
         "static:1f1b",
-        "static:zb-h1",
+        "static:zb-fill",
         "adaptive",
     ];
     for name in schedules {

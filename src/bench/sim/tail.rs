@@ -8,8 +8,7 @@
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use crate::sim::schedules::{base_policy, static_policy};
-use crate::sim::{adaptive, simulate, Policy, Scenario, Schedule, SimError};
+use crate::sim::{adaptive, policy_of, simulate, Layout, Policy, Scenario, Schedule, SimError};
 use crate::stats::percentile_sorted;
 
 /// A stall: each transfer over `link` takes `ms` longer with probability `prob`.
@@ -117,18 +116,30 @@ pub struct TailRow {
 }
 
 /// Draws one iteration's stalls: every transfer over a stalled link, in a fixed order.
-fn draw(sc: &Scenario, stalls: &[Stall], rng: &mut rand::rngs::SmallRng) -> Vec<f64> {
-    let mut out = vec![0.0; sc.transfer_slots()];
+fn draw(
+    sc: &Scenario,
+    layout: Layout,
+    stalls: &[Stall],
+    rng: &mut rand::rngs::SmallRng,
+) -> Vec<f64> {
+    let mut out = vec![0.0; sc.transfer_slots(layout)];
     for kind in [crate::sim::OpKind::F, crate::sim::OpKind::B] {
         for stage in 0..sc.stages {
-            for mb in 0..sc.microbatches {
-                let op = crate::sim::Op { kind, stage, mb };
-                let Some(link) = sc.out_link(op) else {
-                    continue;
-                };
-                for s in stalls.iter().filter(|s| s.link == link) {
-                    if rng.gen::<f64>() < s.prob {
-                        out[sc.transfer_index(op)] += s.ms;
+            for chunk in 0..layout.chunks() {
+                for mb in 0..sc.microbatches {
+                    let op = crate::sim::Op {
+                        kind,
+                        stage,
+                        mb,
+                        chunk,
+                    };
+                    let Some(link) = sc.out_link(op, layout) else {
+                        continue;
+                    };
+                    for s in stalls.iter().filter(|s| s.link == link) {
+                        if rng.gen::<f64>() < s.prob {
+                            out[sc.transfer_index(op, layout)] += s.ms;
+                        }
                     }
                 }
             }
@@ -141,8 +152,7 @@ fn draw(sc: &Scenario, stalls: &[Stall], rng: &mut rand::rngs::SmallRng) -> Vec<
 fn planned(schedule: &Schedule, sc: &Scenario, mem_limit: usize) -> Result<Policy, SimError> {
     match schedule {
         Schedule::Adaptive => Ok(adaptive(sc, mem_limit)?.policy),
-        Schedule::Static(inner) => static_policy(inner, sc),
-        other => Ok(base_policy(other, sc)),
+        other => policy_of(other, sc),
     }
 }
 
@@ -167,8 +177,14 @@ pub fn run(
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let mut stalled = sc.clone();
     for _ in 0..iterations {
-        stalled.stall_ms = draw(sc, stalls, &mut rng);
+        // One draw per layout, so schedules with the same transfers see the same stalls.
+        let mut draws: Vec<(Layout, Vec<f64>)> = Vec::new();
         for (p, t) in policies.iter().zip(times.iter_mut()) {
+            let layout = p.layout();
+            if !draws.iter().any(|(l, _)| *l == layout) {
+                draws.push((layout, draw(sc, layout, stalls, &mut rng)));
+            }
+            stalled.stall_ms = draws.iter().find(|(l, _)| *l == layout).unwrap().1.clone();
             t.push(simulate(&stalled, p)?.iteration_ms);
         }
     }
@@ -370,7 +386,7 @@ mod tests {
             0.0,
         )
         .unwrap();
-        let policy = base_policy(&"1f1b".parse().unwrap(), &slow);
+        let policy = policy_of(&"1f1b".parse().unwrap(), &slow).unwrap();
         let want = simulate(&slow, &policy).unwrap().iteration_ms;
         assert!((rows[0].p50_ms - want).abs() < 1e-9, "{rows:?} vs {want}");
         assert!(rows[0].lost > 0.0);

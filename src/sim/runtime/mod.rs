@@ -208,7 +208,7 @@ pub struct Mechanisms {
     pub single_queue: bool,
     /// The offload path's copies and host send take time.
     pub offload_cost: bool,
-    /// ZB runs its own planner's order (else: today's zb-h1).
+    /// ZB runs its own planner's order (else: today's zb-fill).
     pub zb_plan: bool,
     /// ZB-CPU and PipeMorph run ZB on the device path until a delay appears (else: their
     /// healthy iteration is their own offloaded one).
@@ -397,7 +397,7 @@ fn orders_of(run: &super::Run, stages: usize) -> Orders {
         .collect()
 }
 
-/// ZB's runtime lists (or, ablated, today's zb-h1 order with receives posted when needed).
+/// ZB's runtime lists (or, ablated, today's zb-fill order with receives posted when needed).
 fn zb_programs(job: &Job, mech: &Mechanisms) -> Result<Vec<Vec<Instr>>, String> {
     let (s, n) = (job.stages, job.microbatches);
     if mech.zb_plan {
@@ -415,7 +415,7 @@ fn zb_programs(job: &Job, mech: &Mechanisms) -> Result<Vec<Vec<Instr>>, String> 
         0.0,
     )
     .map_err(|e| e.to_string())?;
-    let policy = super::schedules::base_policy(&super::Schedule::ZbH1, &sc);
+    let policy = super::schedules::base_policy(&super::Schedule::ZbFill, &sc);
     let run = simulate(&sc, &policy).map_err(|e| e.to_string())?;
     let mut end = vec![0.0; 3 * s * n];
     for e in &run.ops {

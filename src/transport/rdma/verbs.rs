@@ -734,7 +734,9 @@ impl QueuePair {
         }
         Ok(QueuePair {
             qp,
-            max_inline: inline,
+            // The device may grant more than asked (rxe does): what was asked is the limit, as
+            // perftest's -I is, so --inline-size 0 sends nothing inline.
+            max_inline: inline.min(caps.max_inline),
             port,
             gid_index,
             pd: pd.clone(),
