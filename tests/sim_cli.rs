@@ -294,6 +294,83 @@ fn bad_input_names_the_field() {
         "--iterations 0",
     );
     sim_fails_with(&["--iterations", "10"], "give --stall");
+    sim_fails_with(&["--mem-limit", "8GiB"], "give the model's shape");
+    sim_fails_with(&["--hidden", "1024"], "--heads, --seq-len, --micro-batch");
+    let model = [
+        "--hidden",
+        "1000",
+        "--heads",
+        "16",
+        "--seq-len",
+        "128",
+        "--micro-batch",
+        "1",
+    ];
+    sim_fails_with(&model, "not a multiple of heads");
+    let model = [
+        "--hidden",
+        "1024",
+        "--heads",
+        "16",
+        "--seq-len",
+        "1024",
+        "--micro-batch",
+        "1",
+    ];
+    sim_fails_with(&[&model[..], &["--mem-limit", "20M"]].concat(), "raise it");
+    sim_fails_with(
+        &["--schedule", "interleaved:2", "--microbatches", "6"],
+        "multiple of 4",
+    );
+    sim_fails_with(&["--schedule", "interleaved:1"], "interleaved:V");
+}
+
+/// The hand schedules in sim.csv, with their bubble rates and memory in bytes; the adaptive
+/// planner keeps to a limit in bytes.
+#[test]
+fn schedules_report_bubble_rate_and_memory_in_bytes() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("out");
+    #[rustfmt::skip]
+    let o = morphbench(
+        &[
+            "sim", "--stages", "4", "--microbatches", "8", "--tf", "2", "--tb", "2", "--tw",
+            "1", "--schedule", "1f1b,zb-h1,zb-h2,interleaved:2,adaptive", "--hidden", "1024",
+            "--heads", "16", "--seq-len", "1024", "--micro-batch", "1", "--layers-per-stage",
+            "2", "--mem-limit", "1GiB", "--slow", "1:5", "--out", out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", output(&o));
+    let (headers, rows) = read_csv(&only_run(&out).join("sim.csv"));
+    let by = |name: &str, column: &str| -> String {
+        let row = rows
+            .iter()
+            .find(|r| &r[col(&headers, "schedule")] == name)
+            .unwrap();
+        row[col(&headers, column)].to_string()
+    };
+    // M_B = s·b·(34h + 5a·s) per layer, two layers: 1F1B's first stage holds 4 of them.
+    let m_b = 1024.0 * (34.0 * 1024.0 + 5.0 * 16.0 * 1024.0) * 2.0;
+    let first = |name: &str| -> f64 {
+        let cell = by(name, "peak_activation_bytes_per_stage");
+        cell.split(';').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(first("1f1b"), 4.0 * m_b);
+    assert!(first("zb-h2") > first("zb-h1"));
+    for name in ["1f1b", "zb-h1", "zb-h2", "interleaved:2", "adaptive"] {
+        let rate: f64 = by(name, "bubble_rate").parse().unwrap();
+        assert!((0.0..1.0).contains(&rate), "{name}: bubble_rate {rate}");
+        assert!(!by(name, "param_bytes_per_stage").is_empty());
+    }
+    let params: f64 = by("adaptive", "param_bytes_per_stage").parse().unwrap();
+    let limit = (1u64 << 30) as f64 - params;
+    let adaptive: f64 = by("adaptive", "peak_activation_bytes_max").parse().unwrap();
+    assert!(
+        adaptive <= limit,
+        "adaptive holds {adaptive} B over the {limit} B left"
+    );
+    assert_eq!(by("adaptive", "mem_limit"), "1 GiB");
 }
 
 #[test]

@@ -45,9 +45,24 @@ pub struct SimArgs {
     /// Schedules, comma separated: gpipe, 1f1b, zb-h1, zb-h2, zb-fill, interleaved:V[:G], greedy, adaptive, static:<schedule>, interleaved-zb-paper:V [default: 1f1b,static:1f1b,zb-h1,static:zb-fill,greedy,adaptive].
     #[arg(long, value_name = "LIST")]
     pub schedule: Option<String>,
-    /// Activation memory limit for adaptive, in microbatches [default: 2 x 1F1B's first stage].
+    /// Memory limit adaptive keeps to: microbatches in flight (a number), or bytes per stage
+    /// with a unit (e.g. 40GiB; parameters included; needs the model's shape) [default: 2 x
+    /// 1F1B's first stage].
+    #[arg(long, value_name = "N|SIZE")]
+    pub mem_limit: Option<crate::bench::sim::MemLimit>,
+    /// The model's hidden size (with --heads, --seq-len, --micro-batch: memory in bytes,
+    /// layers from --layers-per-stage).
     #[arg(long)]
-    pub mem_limit: Option<usize>,
+    pub hidden: Option<u64>,
+    /// Attention heads.
+    #[arg(long)]
+    pub heads: Option<u64>,
+    /// Sequence length in tokens.
+    #[arg(long)]
+    pub seq_len: Option<u64>,
+    /// Sequences per microbatch.
+    #[arg(long)]
+    pub micro_batch: Option<u64>,
     /// Transfers over LINK stall MS with probability PROB each (a lossy link's what-if): the
     /// base case runs --iterations times with stalls drawn; repeatable.
     #[arg(long = "stall", value_name = "LINK:PROB:MS", value_parser = crate::bench::sim::tail::parse_stall)]
@@ -73,7 +88,7 @@ pub struct SimArgs {
     /// iteration time under adaptive and 1f1b (exhaustive up to 8 ranks, a heuristic above).
     #[arg(long, requires = "from")]
     pub place: bool,
-    /// Layers per stage when calibrating with --from.
+    /// Layers per stage: for calibrating with --from, and the model's shape.
     #[arg(long, default_value_t = 1.0)]
     pub layers_per_stage: f64,
     /// Schedules whose ASCII timeline is printed, or "none" [default: static:1f1b,adaptive].
@@ -182,7 +197,30 @@ impl SimArgs {
         c.seed = self.seed.or(c.seed);
         c.comm = self.comm.or(c.comm);
         c.d2h_ms = self.d2h_ms.or(c.d2h_ms);
-        c.mem_limit = self.mem_limit.or(c.mem_limit);
+        c.mem_limit = self.mem_limit.clone().or(c.mem_limit);
+        let shape = [self.hidden, self.heads, self.seq_len, self.micro_batch];
+        if shape.iter().any(Option::is_some) {
+            let names = ["--hidden", "--heads", "--seq-len", "--micro-batch"];
+            let missing: Vec<&str> = names
+                .iter()
+                .zip(shape)
+                .filter(|(_, v)| v.is_none())
+                .map(|(n, _)| *n)
+                .collect();
+            if !missing.is_empty() {
+                anyhow::bail!(
+                    "the model's shape needs {} too (or a [model] table in the scenario)",
+                    missing.join(", ")
+                );
+            }
+            c.model = Some(crate::sim::memory::ModelShape {
+                hidden: self.hidden.unwrap_or_default(),
+                heads: self.heads.unwrap_or_default(),
+                seq_len: self.seq_len.unwrap_or_default(),
+                micro_batch: self.micro_batch.unwrap_or_default(),
+                layers_per_stage: self.layers_per_stage,
+            });
+        }
         if let Some(list) = &self.schedule {
             c.schedules = Some(list.split(',').map(|s| s.trim().to_string()).collect());
         }

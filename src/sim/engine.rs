@@ -79,6 +79,8 @@ pub struct Run {
     /// Compute time per stage (sends on the queue are not compute).
     pub busy_ms: Vec<f64>,
     pub peak_in_flight: Vec<usize>,
+    /// Most activation bytes each rank held (all 0 without a `[model]` shape).
+    pub peak_activation_bytes: Vec<f64>,
 }
 
 impl Run {
@@ -159,6 +161,8 @@ struct Stage {
     backwards_done: usize,
     in_flight: usize,
     peak: usize,
+    bytes: f64,
+    peak_bytes: f64,
     busy: f64,
     cursor: usize,
     /// Cached next decision (start time, op); recomputed when the stage's state changes.
@@ -391,6 +395,8 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
             backwards_done: 0,
             in_flight: 0,
             peak: 0,
+            bytes: 0.0,
+            peak_bytes: 0.0,
             busy: 0.0,
             cursor: 0,
             decision: None,
@@ -464,6 +470,8 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
         done += 1;
         iteration_ms = iteration_ms.max(end);
         let st = &mut stages[s];
+        st.bytes += sc.activation_delta(op, split, layout);
+        st.peak_bytes = st.peak_bytes.max(st.bytes);
         st.free_at = exec.queue_end;
         st.busy += compute;
         st.cursor += 1;
@@ -476,6 +484,7 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
         iteration_ms,
         busy_ms: stages.iter().map(|st| st.busy).collect(),
         peak_in_flight: stages.iter().map(|st| st.peak).collect(),
+        peak_activation_bytes: stages.iter().map(|st| st.peak_bytes).collect(),
         ops,
     })
 }

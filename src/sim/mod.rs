@@ -3,6 +3,7 @@
 
 pub mod engine;
 pub mod hand;
+pub mod memory;
 pub mod model;
 pub mod render;
 pub mod runtime;

@@ -5,6 +5,8 @@ use std::fmt;
 
 use thiserror::Error;
 
+use super::memory::ActivationBytes;
+
 /// What an op is, from the pipeline's wire through the simulator to the timeline CSVs and
 /// the Gantt charts (written `F`, `B`, `W`).
 #[derive(
@@ -222,6 +224,12 @@ pub struct Scenario {
     /// by [`Scenario::transfer_index`]; empty for none. Schedules plan without it: a stall is
     /// not known before it happens.
     pub stall_ms: Vec<f64>,
+    /// What a microbatch's forward keeps on a stage, in bytes (from a `[model]` shape); None
+    /// when no shape was given (memory is then counted in microbatches only).
+    pub activation: Option<ActivationBytes>,
+    /// The most activation bytes a stage may hold (`--mem-limit SIZE`, the parameters taken
+    /// off): the adaptive planner keeps to it.
+    pub activation_limit: Option<f64>,
 }
 
 fn per_stage(field: &'static str, v: &[f64], stages: usize) -> Result<Vec<f64>, ScenarioError> {
@@ -332,6 +340,8 @@ impl Scenario {
             d2h_ms: non_negative("d2h-ms", d2h_ms)?,
             occupancy_ms: vec![0.0; stages - 1],
             stall_ms: Vec::new(),
+            activation: None,
+            activation_limit: None,
         })
     }
 
@@ -401,6 +411,27 @@ impl Scenario {
     pub fn out_link(&self, op: Op, layout: Layout) -> Option<usize> {
         let (to, _) = self.next_of(op, layout)?;
         self.link_between(op.stage, to)
+    }
+
+    /// The same scenario with activations counted in bytes.
+    pub fn with_activation(mut self, activation: ActivationBytes) -> Scenario {
+        self.activation = Some(activation);
+        self
+    }
+
+    /// Bytes an op adds to its rank's activations when it ends (negative: frees), 1/chunks of
+    /// the stage's for a rank with several chunks; 0 without a `[model]` shape.
+    pub fn activation_delta(&self, op: Op, split: bool, layout: Layout) -> f64 {
+        let Some(a) = self.activation else {
+            return 0.0;
+        };
+        let bytes = match (op.kind, split) {
+            (OpKind::F, _) => a.held,
+            (OpKind::B, true) => -(a.held - a.weight_part),
+            (OpKind::B, false) => -a.held,
+            (OpKind::W, _) => -a.weight_part,
+        };
+        bytes / layout.chunks() as f64
     }
 
     /// Latency of link `l` (between ranks l and l + 1, or the wrap link).

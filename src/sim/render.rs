@@ -6,7 +6,8 @@ use super::model::OpKind;
 
 /// One row per stage, `width` cells across the iteration. A cell shows the op running at its
 /// midpoint: F, B or W in upper case for even microbatches and lower case for odd ones (so
-/// neighbours are told apart), `>` for a send holding the queue, `.` for idle.
+/// neighbours are told apart), `>` for a send holding the queue, `.` for idle. The row ends
+/// with the stage's peak activations (microbatches, or model chunks' under interleaving).
 pub fn ascii_timeline(run: &Run, stages: usize, width: usize) -> String {
     let width = width.max(10);
     let end = run
@@ -37,10 +38,17 @@ pub fn ascii_timeline(run: &Run, stages: usize, width: usize) -> String {
             }
         }
     }
+    // Each row ends with the stage's peak activations (and their bytes, with a model shape).
     let mut out = String::new();
     for (s, row) in rows.iter().enumerate() {
+        let peak = run.peak_in_flight.get(s).copied().unwrap_or(0);
+        let bytes = run.peak_activation_bytes.get(s).copied().unwrap_or(0.0);
+        let memory = match bytes > 0.0 {
+            true => format!(" {peak} act, {:.2} GiB", bytes / (1u64 << 30) as f64),
+            false => format!(" {peak} act"),
+        };
         out.push_str(&format!(
-            "stage {s:>2} |{}|\n",
+            "stage {s:>2} |{}|{memory}\n",
             row.iter().collect::<String>()
         ));
     }

@@ -315,7 +315,10 @@ pub fn adaptive(sc: &Scenario, mem_limit: usize) -> Result<Plan, SimError> {
     for (name, policy) in candidates {
         match simulate_with(sc, &policy, false) {
             Ok(run) => {
-                let fits = run.peak_in_flight.iter().all(|&p| p <= mem_limit);
+                let fits = run.peak_in_flight.iter().all(|&p| p <= mem_limit)
+                    && sc
+                        .activation_limit
+                        .is_none_or(|limit| run.peak_activation_bytes.iter().all(|&b| b <= limit));
                 let better = best
                     .as_ref()
                     .is_none_or(|b| run.iteration_ms < b.run.iteration_ms - 1e-9);
@@ -336,7 +339,14 @@ pub fn adaptive(sc: &Scenario, mem_limit: usize) -> Result<Plan, SimError> {
         (None, None) => Err(SimError::Deadlock {
             done: 0,
             total: 0,
-            detail: format!("no plan fits --mem-limit {mem_limit}"),
+            detail: match sc.activation_limit {
+                Some(bytes) => format!(
+                    "no plan keeps its activations within {:.3} GiB a stage (--mem-limit less \
+                     the parameters)",
+                    bytes / (1u64 << 30) as f64
+                ),
+                None => format!("no plan fits --mem-limit {mem_limit}"),
+            },
         }),
     }
 }

@@ -52,6 +52,7 @@ pub(super) fn measured_run(times: &[StageTimes]) -> (f64, Vec<f64>, Run) {
         iteration_ms: iteration,
         busy_ms: busy,
         peak_in_flight: Vec::new(),
+        peak_activation_bytes: Vec::new(),
     };
     (iteration, bubble, run)
 }

@@ -22,7 +22,7 @@ use crate::sim::model::{MAX_MICROBATCHES, MAX_MS, MAX_STAGES};
 use crate::sim::schedules::evaluate;
 use crate::sim::{default_mem_limit, CommModel, Run, Scenario, Schedule, DEFAULT_SCHEDULES};
 use crate::stats::Summary;
-pub use scenario::{Occupy, OneOrMany, SimConfig, SlowLink, SweepLink};
+pub use scenario::{MemLimit, Occupy, OneOrMany, SimConfig, SlowLink, SweepLink};
 
 mod runner;
 #[allow(unused_imports)]
@@ -49,7 +49,8 @@ pub struct SimParams {
     pub link_ms: f64,
     /// Slow links as `link:ms;...` (empty when none).
     pub slow: String,
-    pub mem_limit: usize,
+    /// Microbatches, or a size per stage (`40 GiB`).
+    pub mem_limit: String,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -63,6 +64,11 @@ pub struct SimFigures {
     pub bubble_per_stage: String,
     pub peak_activations_per_stage: String,
     pub peak_activations_max: usize,
+    /// With the model's shape: the most activation bytes each stage held (`;`-separated),
+    /// the largest of them, and each stage's parameters (empty without a shape).
+    pub peak_activation_bytes_per_stage: String,
+    pub peak_activation_bytes_max: Option<f64>,
+    pub param_bytes_per_stage: Option<f64>,
     pub ops: usize,
 }
 
@@ -93,7 +99,12 @@ pub struct Case {
 pub struct SimPlan {
     pub cases: Vec<Case>,
     pub schedules: Vec<Schedule>,
+    /// Microbatches in flight adaptive keeps to (no cap when the limit is in bytes).
     pub mem_limit: usize,
+    /// The limit as given, for the CSV: microbatches or a size.
+    pub mem_limit_label: String,
+    /// Each stage's parameters in bytes, when the model's shape was given.
+    pub param_bytes: Option<f64>,
     /// Random stalls over the base case, when asked ([`tail`]).
     pub tail: Option<TailPlan>,
 }
@@ -247,10 +258,43 @@ impl SimPlan {
         if schedules.is_empty() {
             return Err("schedules is empty: name at least one".into());
         }
-        let mem_limit = cfg.mem_limit.unwrap_or_else(|| default_mem_limit(&base));
-        if mem_limit == 0 {
-            return Err("mem_limit must be at least 1 microbatch".into());
+        let mut base = base;
+        if let Some(shape) = &cfg.model {
+            if let Some(problem) = shape.problem() {
+                return Err(problem);
+            }
+            base = base.with_activation(shape.activation());
         }
+        let (mem_limit, mem_limit_label) = match &cfg.mem_limit {
+            None => {
+                let n = default_mem_limit(&base);
+                (n, n.to_string())
+            }
+            Some(MemLimit::Microbatches(0)) => {
+                return Err("mem_limit must be at least 1 microbatch".into())
+            }
+            Some(MemLimit::Microbatches(n)) => (*n, n.to_string()),
+            Some(MemLimit::Size(text)) => {
+                let bytes = crate::units::parse_byte_count(text)? as f64;
+                let Some(shape) = &cfg.model else {
+                    return Err(format!(
+                        "mem_limit {text} is in bytes: give the model's shape ([model] or \
+                         --hidden, --heads, --seq-len, --micro-batch) or a number of microbatches"
+                    ));
+                };
+                let left = bytes - shape.param_bytes();
+                if left < shape.activation().held {
+                    return Err(format!(
+                        "mem_limit {text}: the parameters ({}) leave room for less than one \
+                         microbatch's activations ({}); raise it",
+                        crate::units::human_bytes(shape.param_bytes() as u64),
+                        crate::units::human_bytes(shape.activation().held as u64)
+                    ));
+                }
+                base.activation_limit = Some(left);
+                (usize::MAX, crate::units::human_bytes(bytes as u64))
+            }
+        };
         let links = base.stages - 1;
         let mut cases = Vec::new();
         if let Some(text) = trace {
@@ -302,6 +346,8 @@ impl SimPlan {
             cases,
             schedules,
             mem_limit,
+            mem_limit_label,
+            param_bytes: cfg.model.map(|m| m.param_bytes()),
             tail,
         };
         plan.check_cost()?;

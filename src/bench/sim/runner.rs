@@ -3,6 +3,8 @@
 #[allow(unused_imports)]
 use super::*;
 
+const GIB: f64 = (1u64 << 30) as f64;
+
 /// Simulates every schedule on every case, writing `sim.csv` row by row (and the ops of small
 /// scenarios to `sim_timeline.csv`).
 pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outcome>> {
@@ -61,7 +63,7 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
                 comm: sc.comm.to_string(),
                 link_ms: sc.link_ms,
                 slow: slow_label(&sc.delay_ms),
-                mem_limit: plan.mem_limit,
+                mem_limit: plan.mem_limit_label.clone(),
             };
             let figures = SimFigures {
                 iteration_ms: sig4(run.iteration_ms),
@@ -73,6 +75,23 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
                     run.peak_in_flight.iter().map(|p| p.to_string()).collect(),
                 ),
                 peak_activations_max: peak_max,
+                peak_activation_bytes_per_stage: match sc.activation {
+                    Some(_) => join(
+                        run.peak_activation_bytes
+                            .iter()
+                            .map(|b| format!("{b:.0}"))
+                            .collect(),
+                    ),
+                    None => String::new(),
+                },
+                peak_activation_bytes_max: sc.activation.map(|_| {
+                    run.peak_activation_bytes
+                        .iter()
+                        .copied()
+                        .fold(0.0, f64::max)
+                        .round()
+                }),
+                param_bytes_per_stage: plan.param_bytes.map(f64::round),
                 ops: run.ops.len(),
             };
             table.write(&Line::new(
@@ -108,6 +127,20 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
                 plan_name,
                 w = name_width
             ));
+            let peak_bytes = run
+                .peak_activation_bytes
+                .iter()
+                .copied()
+                .fold(0.0, f64::max);
+            if let Some(limit) = sc.activation_limit.filter(|&l| peak_bytes > l) {
+                progress.println(format!(
+                    "  {:<w$} holds {:.3} GiB of activations on a stage: over --mem-limit's {:.3} GiB",
+                    "",
+                    peak_bytes / GIB,
+                    limit / GIB,
+                    w = name_width
+                ));
+            }
             outcomes.push(Outcome {
                 case: case.label.clone(),
                 schedule: schedule.to_string(),

@@ -51,8 +51,12 @@ pub struct SimConfig {
     pub link_ms: Option<f64>,
     pub comm: Option<crate::sim::CommModel>,
     pub d2h_ms: Option<f64>,
-    pub mem_limit: Option<usize>,
+    /// Microbatches (a number) or bytes per stage (a size such as "40GiB", which needs
+    /// `model`).
+    pub mem_limit: Option<MemLimit>,
     pub schedules: Option<Vec<String>>,
+    /// The model's shape, for memory in bytes.
+    pub model: Option<crate::sim::memory::ModelShape>,
     #[serde(default)]
     pub slow: Vec<SlowLink>,
     #[serde(default)]
@@ -66,6 +70,27 @@ pub struct SimConfig {
     pub stall: Vec<super::tail::Stall>,
     pub iterations: Option<u32>,
     pub seed: Option<u64>,
+}
+
+/// The activation memory the adaptive planner keeps to: microbatches in flight, or bytes per
+/// stage (parameters included).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum MemLimit {
+    Microbatches(usize),
+    Size(String),
+}
+
+impl std::str::FromStr for MemLimit {
+    type Err = String;
+    fn from_str(s: &str) -> Result<MemLimit, String> {
+        match s.trim().parse::<usize>() {
+            Ok(n) => Ok(MemLimit::Microbatches(n)),
+            Err(_) => crate::units::parse_byte_count(s)
+                .map(|_| MemLimit::Size(s.trim().to_string()))
+                .map_err(|e| format!("--mem-limit: {e}; or give a number of microbatches")),
+        }
+    }
 }
 
 /// A link each transfer holds for `ms` (its bytes over its bandwidth; a FIFO per direction).
