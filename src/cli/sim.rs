@@ -42,7 +42,7 @@ pub struct SimArgs {
     /// D2H copy time on the sender's queue under --comm offload, in ms [default: 0.5].
     #[arg(long, allow_hyphen_values = true)]
     pub d2h_ms: Option<f64>,
-    /// Schedules, comma separated: gpipe, 1f1b, zb-h1, zb-h2, zb-fill, interleaved:V[:G], greedy, adaptive, static:<schedule>, interleaved-zb-paper:V [default: 1f1b,static:1f1b,zb-h1,static:zb-fill,greedy,adaptive].
+    /// Schedules, comma separated: gpipe, 1f1b, zb-h1, zb-h2, zb-v, zb-fill, interleaved:V[:G], greedy, adaptive, static:<schedule>, interleaved-zb-paper:V [default: 1f1b,static:1f1b,zb-h1,static:zb-fill,greedy,adaptive].
     #[arg(long, value_name = "LIST")]
     pub schedule: Option<String>,
     /// Memory limit adaptive keeps to: microbatches in flight (a number), or bytes per stage

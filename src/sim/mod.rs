@@ -10,6 +10,7 @@ pub mod runtime;
 pub mod schedules;
 pub mod trace;
 pub mod zb;
+pub mod zbv;
 
 pub use engine::{simulate, Executed, Policy, Run, SimError};
 pub use model::Layout;

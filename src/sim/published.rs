@@ -144,3 +144,57 @@ fn hand_schedules_obey_the_closed_forms_without_communication() {
         );
     }
 }
+
+/// The arXiv version's rows (`arxiv_bubble_rates`: p = 16 to 32, the table's per-chunk F, B,
+/// W doubled for a stage, h and a for the memory ratio, s = 1024): 1F1B, ZB-H1, ZB-H2 and
+/// ZB-V against the authors' script (ZB-V's column is the paper's; the script's other
+/// columns reproduce the ICLR table above exactly).
+#[test]
+fn the_arxiv_rows_and_zb_v_match_the_authors_script() {
+    /// p, m, per-chunk F, B, W, communication (ms), h, a, then 1F1B, ZB-H1, ZB-H2, ZB-V.
+    type ArxivRow = (usize, usize, f64, f64, f64, f64, u64, u64, [f64; 4]);
+    #[rustfmt::skip]
+    let rows: [ArxivRow; 9] = [
+        (16, 48, 14.407, 14.380, 9.676, 1.610, 4096, 32, [0.2668, 0.1536, 0.0823, 0.0697]),
+        (16, 64, 14.412, 14.393, 9.688, 1.621, 4096, 32, [0.2206, 0.1198, 0.0630, 0.0533]),
+        (16, 128, 14.316, 14.306, 9.639, 1.619, 4096, 32, [0.1390, 0.0637, 0.0325, 0.0274]),
+        (24, 72, 6.763, 6.969, 5.251, 0.755, 5120, 40, [0.2699, 0.1439, 0.0628, 0.0638]),
+        (24, 96, 6.783, 6.984, 5.259, 0.758, 5120, 40, [0.2229, 0.1121, 0.0480, 0.0483]),
+        (24, 192, 6.785, 6.990, 5.260, 0.770, 5120, 40, [0.1403, 0.0595, 0.0247, 0.0250]),
+        (32, 96, 9.458, 9.748, 7.288, 0.879, 6144, 48, [0.2676, 0.1429, 0.0629, 0.0593]),
+        (32, 128, 9.469, 9.744, 7.306, 0.892, 6144, 48, [0.2204, 0.1111, 0.0478, 0.0451]),
+        (32, 256, 9.447, 9.644, 7.193, 0.887, 6144, 48, [0.1362, 0.0593, 0.0251, 0.0236]),
+    ];
+    let mut failures = Vec::new();
+    for (i, (p, m, f, b, w, c, h, a, want)) in rows.into_iter().enumerate() {
+        let shape = super::memory::ModelShape {
+            hidden: h,
+            heads: a,
+            seq_len: 1024,
+            micro_batch: 1,
+            layers_per_stage: 1.0,
+        };
+        let sc = Scenario::new(
+            p,
+            m,
+            &[2.0 * f],
+            &[2.0 * b],
+            &[2.0 * w],
+            c,
+            &[],
+            CommModel::Latency,
+            0.0,
+        )
+        .unwrap()
+        .with_activation(shape.activation());
+        for (name, want) in ["1f1b", "zb-h1", "zb-h2", "zb-v"].into_iter().zip(want) {
+            check(
+                &format!("arXiv row {i} {name}"),
+                rate(name, &sc),
+                want,
+                &mut failures,
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

@@ -17,6 +17,8 @@ pub enum Schedule {
     ZbH1,
     /// Zero Bubble's ZB-H2 hand schedule (twice the warm-up, about twice the memory).
     ZbH2,
+    /// Zero Bubble's ZB-V: two chunks per rank in a V, planned by the authors' greedy search.
+    ZbV,
     /// 1F1B's warm-up and cap with backward split and W filling idle time: a ZB-H1-like policy
     /// of our own (what `zb-h1` named before the authors' schedule).
     ZbFill,
@@ -40,7 +42,7 @@ pub const DEFAULT_SCHEDULES: &str = "1f1b,static:1f1b,zb-h1,static:zb-fill,greed
 
 /// Every schedule name `--schedule` takes, for error messages.
 const NAMES: &str =
-    "gpipe, 1f1b, zb-h1, zb-h2, zb-fill, interleaved:V, greedy, adaptive or static:<one of these>";
+    "gpipe, 1f1b, zb-h1, zb-h2, zb-v, zb-fill, interleaved:V, greedy, adaptive or static:<one of these>";
 
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -49,6 +51,7 @@ impl fmt::Display for Schedule {
             Schedule::OneFOneB => f.write_str("1f1b"),
             Schedule::ZbH1 => f.write_str("zb-h1"),
             Schedule::ZbH2 => f.write_str("zb-h2"),
+            Schedule::ZbV => f.write_str("zb-v"),
             Schedule::ZbFill => f.write_str("zb-fill"),
             Schedule::Interleaved { chunks, group } => match group {
                 None => write!(f, "interleaved:{chunks}"),
@@ -107,6 +110,7 @@ impl FromStr for Schedule {
             "1f1b" => Ok(Schedule::OneFOneB),
             "zb-h1" | "zbh1" => Ok(Schedule::ZbH1),
             "zb-h2" | "zbh2" => Ok(Schedule::ZbH2),
+            "zb-v" | "zbv" => Ok(Schedule::ZbV),
             "zb-fill" => Ok(Schedule::ZbFill),
             "interleaved" => Ok(Schedule::Interleaved {
                 chunks: 2,
@@ -126,6 +130,7 @@ impl Schedule {
             Schedule::Interleaved { chunks, .. } => Layout::Interleaved(*chunks),
             // The script's groups are Megatron's default: the ranks.
             Schedule::InterleavedAsPublished(v) => Layout::InterleavedAsPublished(*v, stages),
+            Schedule::ZbV => Layout::Vee,
             _ => Layout::Linear,
         }
     }
@@ -136,16 +141,17 @@ impl Schedule {
             self,
             Schedule::ZbH1
                 | Schedule::ZbH2
+                | Schedule::ZbV
                 | Schedule::Interleaved { .. }
                 | Schedule::InterleavedAsPublished(_)
         )
     }
 
     /// Whether the iteration is measured as Zero Bubble's authors measure this schedule: from
-    /// each rank's first forward (ZB-H2, whose warm-up overlaps the previous iteration's
-    /// tail) rather than from time 0.
+    /// each rank's first forward (ZB-H2 and ZB-V, whose warm-ups overlap the previous
+    /// iteration's tail) rather than from time 0.
     pub fn measured_from_first_forward(&self) -> bool {
-        matches!(self, Schedule::ZbH2)
+        matches!(self, Schedule::ZbH2 | Schedule::ZbV)
     }
 }
 
@@ -159,6 +165,22 @@ fn hand_policy(schedule: &Schedule, sc: &Scenario) -> Result<Policy, SimError> {
     let (orders, split) = match schedule {
         Schedule::ZbH1 => (hand::zero_bubble(p, n, 1), true),
         Schedule::ZbH2 => (hand::zero_bubble(p, n, 2), true),
+        Schedule::ZbV => {
+            // Planned on the slowest stage's times, halved per chunk; memory as the authors'
+            // default, 2p chunk-activations, with the W share of the model's shape if given.
+            let most = |v: &[f64]| v.iter().copied().fold(0.0, f64::max) / 2.0;
+            let costs = super::zbv::VCosts {
+                f: most(&sc.tf),
+                b: most(&sc.tb),
+                w: most(&sc.tw),
+                c: sc.link_ms,
+                w_share: sc.activation.map_or(0.0, |a| a.weight_part / a.held),
+                max_mem: 2.0 * p as f64,
+            };
+            let orders = super::zbv::zb_v(p, n, costs)
+                .map_err(|e| refused(format!("the V planner stopped: {e}")))?;
+            (orders, true)
+        }
         Schedule::Interleaved { chunks, group } => {
             let g = group.unwrap_or(p);
             if let Some(why) = hand::interleaved_refusal(p, n, *chunks, g) {
@@ -382,7 +404,7 @@ pub fn policy_of(schedule: &Schedule, sc: &Scenario) -> Result<Policy, SimError>
 
 /// Zero Bubble's bubble rate, (T - m(F + B + W)) / T, with m(F + B + W) the busiest rank's
 /// compute and T the iteration: the makespan, or for a schedule measured from each rank's
-/// first forward (ZB-H2), the longest such span. `run` must have recorded its ops.
+/// first forward (ZB-H2, ZB-V), the longest such span. `run` must have recorded its ops.
 pub fn bubble_rate(schedule: &Schedule, sc: &Scenario, run: &Run) -> f64 {
     let work = (0..sc.stages)
         .map(|r| sc.microbatches as f64 * (sc.tf[r] + sc.tb[r] + sc.tw[r]))

@@ -211,10 +211,10 @@ proptest! {
         // Interleaving needs whole groups of ranks: n rounded down to a multiple of s.
         if n >= s {
             let sc = Scenario::new(s, n / s * s, &tf, &[tb], &[tw], link, &slow, comm, 0.3).unwrap();
-            for name in ["interleaved:2", "interleaved:3"] {
+            for name in ["interleaved:2", "interleaved:3", "zb-v"] {
                 let schedule: Schedule = name.parse().unwrap();
                 let (_, r) = evaluate(&schedule, &sc, mem).unwrap();
-                check_invariants(&sc, &r, false, schedule.layout(s));
+                check_invariants(&sc, &r, name == "zb-v", schedule.layout(s));
             }
         }
         let adaptive = run("adaptive", &sc);
