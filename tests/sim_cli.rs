@@ -589,3 +589,76 @@ fn validate_refuses_a_bad_file_naming_row_and_column() {
         "a refused file leaves no run folder"
     );
 }
+
+/// `--export-schedule torch` writes each schedule's order; `--schedule-file` reads one back
+/// and runs it in the same time; a deadlocked file names where each rank waits.
+#[test]
+fn pytorch_schedule_files_round_trip() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("out");
+    let csv = home.path().join("order.csv");
+    let base = [
+        "sim",
+        "--stages",
+        "4",
+        "--microbatches",
+        "8",
+        "--slow",
+        "2:4",
+    ];
+    let mut args = base.to_vec();
+    args.extend([
+        "--schedule",
+        "zb-v,interleaved:2",
+        "--export-schedule",
+        "torch",
+        csv.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let o = morphbench(&args, home.path());
+    assert!(o.status.success(), "{}", output(&o));
+    let time = |text: &str, name: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let first = stdout(&o);
+    for tag in ["zb-v", "interleaved_2"] {
+        let file = home.path().join(format!("order-{tag}.csv"));
+        let mut again = base.to_vec();
+        again.extend([
+            "--schedule-file",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let o = morphbench(&again, home.path());
+        assert!(o.status.success(), "{}", output(&o));
+        let name = tag.replace('_', ":");
+        assert_eq!(
+            time(&first, &name),
+            time(&stdout(&o), &format!("file:order-{tag}"))
+        );
+    }
+    let dead = home.path().join("dead.csv");
+    std::fs::write(&dead, "0F0,0B0,0F1,0B1\n1F0,1F1,1B1,1B0\n").unwrap();
+    let o = morphbench(
+        &[
+            "sim",
+            "--schedule-file",
+            dead.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(!o.status.success());
+    assert!(
+        output(&o).contains("rank 1 waits at step 1 for F1"),
+        "{}",
+        output(&o)
+    );
+}

@@ -97,6 +97,14 @@ pub struct SimArgs {
     /// Timeline width in characters (20 to 1000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(20..=1000))]
     pub width: u64,
+    /// Simulate PyTorch's schedule CSV (torch.distributed.pipelining's _dump_csv: one row per
+    /// rank, cells such as 0F0, 5I3, 5W3, 2B0); its ranks and microbatches set the scenario's.
+    #[arg(long, value_name = "FILE")]
+    pub schedule_file: Option<PathBuf>,
+    /// Write each simulated schedule's order (the first case's, as it ran) in another tool's
+    /// format: `torch FILE` writes PyTorch's schedule CSV (FILE-<schedule>.csv for several).
+    #[arg(long, num_args = 2, value_names = ["FORMAT", "FILE"])]
+    pub export_schedule: Vec<String>,
     /// Write a Chrome trace / Perfetto JSON of every simulated schedule.
     #[arg(long, value_name = "FILE")]
     pub trace_out: Option<PathBuf>,
@@ -176,6 +184,18 @@ pub(super) fn parse_sweep(s: &str) -> Result<SweepLink, String> {
 }
 
 impl SimArgs {
+    /// Where `--export-schedule torch FILE` writes, if given.
+    pub fn export_torch(&self) -> anyhow::Result<Option<PathBuf>> {
+        match self.export_schedule.as_slice() {
+            [] => Ok(None),
+            [format, file] if format == "torch" => Ok(Some(PathBuf::from(file))),
+            [format, _] => anyhow::bail!(
+                "--export-schedule {format}: the format it writes is `torch` (PyTorch's schedule CSV)"
+            ),
+            _ => anyhow::bail!("--export-schedule takes FORMAT FILE, e.g. torch order.csv"),
+        }
+    }
+
     /// The scenario file (if any) with every given flag laid over it.
     pub fn config(&self) -> anyhow::Result<SimConfig> {
         let mut c = match &self.scenario {
@@ -198,6 +218,7 @@ impl SimArgs {
         c.comm = self.comm.or(c.comm);
         c.d2h_ms = self.d2h_ms.or(c.d2h_ms);
         c.mem_limit = self.mem_limit.clone().or(c.mem_limit);
+        c.schedule_file = self.schedule_file.clone().or(c.schedule_file);
         let shape = [self.hidden, self.heads, self.seq_len, self.micro_batch];
         if shape.iter().any(Option::is_some) {
             let names = ["--hidden", "--heads", "--seq-len", "--micro-batch"];

@@ -82,6 +82,7 @@ pub(super) fn sim_command(
         width: a.width as usize,
         trace_out: a.trace_out.clone(),
         bench_reps: if a.bench { 5 } else { 0 },
+        export_torch: a.export_torch()?,
     };
     let bench: Box<dyn Bench> = Box::new(SimBench { plan, output });
     let dir = suite::run(

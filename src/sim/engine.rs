@@ -316,16 +316,24 @@ fn finish_op(
     }
 }
 
-/// Where each stage stood when the simulation could go no further.
-fn progress_of(stages: &[Stage]) -> String {
+/// Where each stage stood when the simulation could go no further; under a fixed order, the
+/// op each stage waits at (its step in the order).
+fn progress_of(stages: &[Stage], policy: &Policy) -> String {
     stages
         .iter()
         .enumerate()
-        .map(|(i, st)| {
-            format!(
+        .map(|(i, st)| match policy {
+            Policy::Fixed { orders, .. } => match orders[i].get(st.cursor) {
+                Some(op) => format!(
+                    "rank {i} waits at step {} for {}{} of chunk {}, whose input never comes",
+                    st.cursor, op.kind, op.mb, op.chunk
+                ),
+                None => format!("rank {i} has run its whole order"),
+            },
+            Policy::Priority(_) => format!(
                 "stage {i}: {} F done, {} in flight",
                 st.forwards_done, st.in_flight
-            )
+            ),
         })
         .collect::<Vec<_>>()
         .join("; ")
@@ -442,7 +450,7 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
             return Err(SimError::Deadlock {
                 done,
                 total,
-                detail: progress_of(&stages),
+                detail: progress_of(&stages, policy),
             });
         };
         let (_, op) = stages[s].decision.expect("chosen stage has a decision");

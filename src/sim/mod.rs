@@ -8,6 +8,7 @@ pub mod model;
 pub mod render;
 pub mod runtime;
 pub mod schedules;
+pub mod torch_csv;
 pub mod trace;
 pub mod zb;
 pub mod zbv;

@@ -127,6 +127,11 @@ impl Layout {
         }
     }
 
+    /// Which of its rank's chunks virtual stage `vs` is.
+    pub fn chunk_of(self, p: usize, vs: usize) -> usize {
+        self.place(p, vs).1
+    }
+
     /// The (rank, chunk) that runs virtual stage `vs`.
     pub fn place(self, p: usize, vs: usize) -> (usize, usize) {
         match self {

@@ -34,6 +34,11 @@ pub enum Schedule {
     InterleavedAsPublished(usize),
     Greedy,
     Adaptive,
+    /// A fixed order read from a file (`sim --schedule-file`, PyTorch's CSV), named by it.
+    File {
+        name: String,
+        schedule: Box<super::torch_csv::TorchSchedule>,
+    },
     /// The delay-free op order of the inner schedule, replayed under the real delays.
     Static(Box<Schedule>),
 }
@@ -60,6 +65,7 @@ impl fmt::Display for Schedule {
             Schedule::InterleavedAsPublished(v) => write!(f, "interleaved-zb-paper:{v}"),
             Schedule::Greedy => f.write_str("greedy"),
             Schedule::Adaptive => f.write_str("adaptive"),
+            Schedule::File { name, .. } => write!(f, "file:{name}"),
             Schedule::Static(inner) => write!(f, "static:{inner}"),
         }
     }
@@ -131,6 +137,7 @@ impl Schedule {
             // The script's groups are Megatron's default: the ranks.
             Schedule::InterleavedAsPublished(v) => Layout::InterleavedAsPublished(*v, stages),
             Schedule::ZbV => Layout::Vee,
+            Schedule::File { schedule, .. } => schedule.layout,
             _ => Layout::Linear,
         }
     }
@@ -142,6 +149,7 @@ impl Schedule {
             Schedule::ZbH1
                 | Schedule::ZbH2
                 | Schedule::ZbV
+                | Schedule::File { .. }
                 | Schedule::Interleaved { .. }
                 | Schedule::InterleavedAsPublished(_)
         )
@@ -165,6 +173,16 @@ fn hand_policy(schedule: &Schedule, sc: &Scenario) -> Result<Policy, SimError> {
     let (orders, split) = match schedule {
         Schedule::ZbH1 => (hand::zero_bubble(p, n, 1), true),
         Schedule::ZbH2 => (hand::zero_bubble(p, n, 2), true),
+        Schedule::File { schedule: f, .. } => {
+            if (f.ranks, f.microbatches) != (p, n) {
+                return Err(refused(format!(
+                    "the file schedules {} ranks and {} microbatches, the scenario {p} and {n}: \
+                     give --stages {} --microbatches {}",
+                    f.ranks, f.microbatches, f.ranks, f.microbatches
+                )));
+            }
+            (f.orders.clone(), f.split)
+        }
         Schedule::ZbV => {
             // Planned on the slowest stage's times, halved per chunk; memory as the authors'
             // default, 2p chunk-activations, with the W share of the model's shape if given.

@@ -138,6 +138,9 @@ pub struct SimOutput {
     pub trace_out: Option<std::path::PathBuf>,
     /// Repetitions of the simulator throughput benchmark (none when 0).
     pub bench_reps: u32,
+    /// Write the first case's orders as PyTorch schedule CSVs to this path (one file per
+    /// schedule when there are several).
+    pub export_torch: Option<std::path::PathBuf>,
 }
 
 impl Default for SimOutput {
@@ -147,6 +150,7 @@ impl Default for SimOutput {
             width: 100,
             trace_out: None,
             bench_reps: 0,
+            export_torch: None,
         }
     }
 }
@@ -198,6 +202,11 @@ impl crate::suite::Bench for SimBench {
             write_trace(&outcomes, path)?;
             progress.println(format!("trace written to {}", path.display()));
         }
+        if let Some(path) = &out.export_torch {
+            for written in export_torch(&outcomes, path)? {
+                progress.println(format!("PyTorch schedule written to {}", written.display()));
+            }
+        }
         if out.bench_reps == 0 {
             return Ok(crate::suite::Notes::new());
         }
@@ -205,6 +214,22 @@ impl crate::suite::Bench for SimBench {
         let rate = throughput_bench(dir, out.bench_reps, progress)?;
         super::note("sim_ops_per_s", rate)
     }
+}
+
+/// A PyTorch schedule CSV as a schedule named by its file.
+fn read_schedule_file(path: &Path) -> Result<Schedule, String> {
+    let text = crate::record::read_input(path)
+        .map_err(|e| format!("cannot read schedule file {}: {e}", path.display()))?;
+    let schedule = crate::sim::torch_csv::parse(&text)
+        .map_err(|e| format!("schedule file {}: {e}", path.display()))?;
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "schedule".into());
+    Ok(Schedule::File {
+        name,
+        schedule: Box::new(schedule),
+    })
 }
 
 fn slow_label(delays: &[f64]) -> String {
@@ -231,9 +256,22 @@ impl SimPlan {
     pub fn build(cfg: &SimConfig, trace: Option<&str>) -> Result<SimPlan, String> {
         let ten = OneOrMany::One(10.0);
         let slow: Vec<(usize, f64)> = cfg.slow.iter().map(|s| (s.link, s.delay_ms)).collect();
+        let file = cfg
+            .schedule_file
+            .as_deref()
+            .map(read_schedule_file)
+            .transpose()?;
+        let from_file = |f: fn(&crate::sim::torch_csv::TorchSchedule) -> usize| {
+            file.as_ref().map(|s| match s {
+                Schedule::File { schedule, .. } => f(schedule),
+                _ => unreachable!("read_schedule_file gives a file schedule"),
+            })
+        };
         let base = Scenario::new(
-            cfg.stages.unwrap_or(4),
-            cfg.microbatches.unwrap_or(12),
+            cfg.stages.or(from_file(|s| s.ranks)).unwrap_or(4),
+            cfg.microbatches
+                .or(from_file(|s| s.microbatches))
+                .unwrap_or(12),
             &cfg.tf.as_ref().unwrap_or(&ten).values(),
             &cfg.tb.as_ref().unwrap_or(&ten).values(),
             &cfg.tw.as_ref().unwrap_or(&ten).values(),
@@ -247,14 +285,16 @@ impl SimPlan {
             sc.with_occupancy(&occupy)
         })
         .map_err(|e| e.to_string())?;
-        let names = cfg
-            .schedules
-            .clone()
-            .unwrap_or_else(|| DEFAULT_SCHEDULES.split(',').map(String::from).collect());
-        let schedules = names
+        let names = match (&cfg.schedules, &file) {
+            (Some(names), _) => names.clone(),
+            (None, Some(_)) => Vec::new(),
+            (None, None) => DEFAULT_SCHEDULES.split(',').map(String::from).collect(),
+        };
+        let mut schedules = names
             .iter()
             .map(|s| s.parse::<Schedule>())
             .collect::<Result<Vec<_>, _>>()?;
+        schedules.extend(file);
         if schedules.is_empty() {
             return Err("schedules is empty: name at least one".into());
         }
@@ -452,6 +492,8 @@ pub struct Outcome {
     pub schedule: String,
     pub plan: String,
     pub run: Run,
+    /// The model chunks each rank held (for exporting the order).
+    pub layout: crate::sim::Layout,
 }
 
 /// `sim_timeline.csv`: every op of every simulated schedule, for Gantt charts (small

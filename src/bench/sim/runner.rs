@@ -144,6 +144,7 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
             outcomes.push(Outcome {
                 case: case.label.clone(),
                 schedule: schedule.to_string(),
+                layout: schedule.layout(sc.stages),
                 plan: plan_name,
                 run,
             });
@@ -189,6 +190,47 @@ pub fn print_timelines(outcomes: &[&Outcome], width: usize, progress: &Progress)
         ));
         progress.println(crate::sim::render::ascii_timeline(&o.run, stages, width));
     }
+}
+
+/// Writes the first case's orders as PyTorch schedule CSVs: `path` itself for one schedule,
+/// else `path` with `-<schedule>` before its extension for each. Returns the files written.
+pub fn export_torch(outcomes: &[Outcome], path: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let Some(first) = outcomes.first() else {
+        return Ok(Vec::new());
+    };
+    let case: Vec<&Outcome> = outcomes.iter().filter(|o| o.case == first.case).collect();
+    let mut written = Vec::new();
+    for o in &case {
+        let target = match case.len() {
+            1 => path.to_path_buf(),
+            _ => {
+                let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+                let tag: String = o
+                    .schedule
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '-' {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect();
+                let name = match path.extension() {
+                    Some(ext) => format!("{stem}-{tag}.{}", ext.to_string_lossy()),
+                    None => format!("{stem}-{tag}"),
+                };
+                path.with_file_name(name)
+            }
+        };
+        let stages = o.run.busy_ms.len();
+        let split = o.run.ops.iter().any(|e| e.op.kind == crate::sim::OpKind::W);
+        let text = crate::sim::torch_csv::format(&o.run.orders(stages), split, o.layout);
+        std::fs::write(&target, text)
+            .with_context(|| format!("cannot write {}", target.display()))?;
+        written.push(target);
+    }
+    Ok(written)
 }
 
 /// Writes Chrome trace / Perfetto JSON of the outcomes.

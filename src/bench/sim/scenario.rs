@@ -57,6 +57,9 @@ pub struct SimConfig {
     pub schedules: Option<Vec<String>>,
     /// The model's shape, for memory in bytes.
     pub model: Option<crate::sim::memory::ModelShape>,
+    /// A schedule to simulate from PyTorch's schedule CSV (its ranks and microbatches are the
+    /// scenario's unless given).
+    pub schedule_file: Option<std::path::PathBuf>,
     #[serde(default)]
     pub slow: Vec<SlowLink>,
     #[serde(default)]

@@ -1,0 +1,452 @@
+//! PyTorch's pipeline schedules in and out: the CSV `torch.distributed.pipelining` writes and
+//! reads (`_dump_csv` / `_load_csv` in pytorch/pytorch `torch/distributed/pipelining/
+//! schedules.py`, commit 00722e64): one row per rank, no header, each cell an action
+//! `{stage}{type}{microbatch}` as `_Action.from_str` parses it (`0F0`, `4I3`, `7W1`, `2B0`,
+//! `3SEND_F1`, `(0F3;7B1)OVERLAP_F_B`), an empty cell an idle slot. Stages are global; where
+//! each stage runs is inferred from the rows, as PyTorch infers it. Checked as
+//! `_validate_schedule` checks it (each F before its backward, I before W, every stage on one
+//! rank with m forwards and m backwards), then turned into the engine's fixed orders:
+//! F runs F, I runs B (input gradient) and W its weight gradient, a full B the two back to
+//! back; sends, receives, (un)sharding and gradient reductions are left to the model (it
+//! prices transfers itself), and an overlapped pair runs its two actions in turn (as PyTorch's
+//! runtime does unless a custom overlap is registered).
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::model::{Layout, Op, OpKind};
+
+/// A schedule read from a PyTorch CSV, ready for the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TorchSchedule {
+    pub ranks: usize,
+    pub microbatches: usize,
+    pub layout: Layout,
+    pub split: bool,
+    pub orders: Vec<Vec<Op>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    F,
+    I,
+    W,
+    B,
+    /// Sends, receives, UNSHARD, RESHARD, REDUCE_GRAD: no compute.
+    Other,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Action {
+    stage: usize,
+    kind: Kind,
+    mb: Option<usize>,
+}
+
+const TYPES: [(&str, Kind); 11] = [
+    ("REDUCE_GRAD", Kind::Other),
+    ("UNSHARD", Kind::Other),
+    ("RESHARD", Kind::Other),
+    ("SEND_F", Kind::Other),
+    ("RECV_F", Kind::Other),
+    ("SEND_B", Kind::Other),
+    ("RECV_B", Kind::Other),
+    ("F", Kind::F),
+    ("I", Kind::I),
+    ("B", Kind::B),
+    ("W", Kind::W),
+];
+
+/// The most stages, microbatches or cells a file may name (bounded before use).
+const MAX_INDEX: usize = 1 << 16;
+
+fn parse_action(cell: &str, rank: usize, step: usize) -> Result<Vec<Action>, String> {
+    let bad = || {
+        format!(
+            "rank {rank}, step {step}: '{cell}' is not an action: write [stage][type][microbatch], \
+             e.g. 2F0, 5I3, 5W3 (PyTorch's _Action format)"
+        )
+    };
+    if let Some(inner) = cell.strip_prefix('(') {
+        let (subs, tail) = inner.split_once(')').ok_or_else(bad)?;
+        if tail != "OVERLAP_F_B" {
+            return Err(bad());
+        }
+        let mut out = Vec::new();
+        for sub in subs.split(';') {
+            out.extend(parse_action(sub.trim(), rank, step)?);
+        }
+        return Ok(out);
+    }
+    let digits = cell.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let stage: usize = cell[..digits].parse().map_err(|_| bad())?;
+    let rest = &cell[digits..];
+    let (name, kind) = TYPES
+        .iter()
+        .find(|(name, _)| rest.starts_with(name))
+        .ok_or_else(bad)?;
+    let mb_text = &rest[name.len()..];
+    let mb = match mb_text {
+        "" => None,
+        t => Some(t.parse::<usize>().map_err(|_| bad())?),
+    };
+    if stage >= MAX_INDEX || mb.is_some_and(|m| m >= MAX_INDEX) {
+        return Err(format!(
+            "rank {rank}, step {step}: '{cell}' names an index over {MAX_INDEX}"
+        ));
+    }
+    if *kind != Kind::Other && mb.is_none() {
+        return Err(format!(
+            "rank {rank}, step {step}: '{cell}' has no microbatch"
+        ));
+    }
+    Ok(vec![Action {
+        stage,
+        kind: *kind,
+        mb,
+    }])
+}
+
+/// Where the stages run, as a layout: loop placement (stage s on rank s mod p: one chunk,
+/// or Megatron's interleaving) or the V (rank r holds stages r and 2p - 1 - r).
+fn layout_of(rank_of: &BTreeMap<usize, usize>, p: usize) -> Result<Layout, String> {
+    let stages = rank_of.len();
+    if rank_of.keys().next_back().is_some_and(|&s| s + 1 != stages) {
+        return Err(format!(
+            "the stages run are not 0..{stages}: every stage from 0 to the last must appear"
+        ));
+    }
+    if !stages.is_multiple_of(p) {
+        return Err(format!(
+            "{stages} stages on {p} ranks: each rank must hold as many"
+        ));
+    }
+    let v = stages / p;
+    let fits = |layout: Layout| rank_of.iter().all(|(&s, &r)| layout.place(p, s).0 == r);
+    let loop_layout = if v == 1 {
+        Layout::Linear
+    } else {
+        Layout::Interleaved(v)
+    };
+    if fits(loop_layout) {
+        Ok(loop_layout)
+    } else if v == 2 && fits(Layout::Vee) {
+        Ok(Layout::Vee)
+    } else {
+        Err(format!(
+            "stages are placed neither as a loop (stage s on rank s mod {p}) nor as a V (rank r \
+             holding r and {} - r): the simulator runs those two",
+            2 * p - 1
+        ))
+    }
+}
+
+/// Reads a PyTorch schedule CSV and checks it as `_validate_schedule` does; the error names
+/// the rank, the step and the action.
+pub fn parse(text: &str) -> Result<TorchSchedule, String> {
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split(',').map(str::trim).collect())
+        .collect();
+    let p = rows.len();
+    if p == 0 {
+        return Err("the schedule has no rows: one row per rank".into());
+    }
+    if p > super::model::MAX_STAGES || rows.iter().any(|r| r.len() > MAX_INDEX) {
+        return Err("the schedule is too large for the simulator".into());
+    }
+    let mut rank_of: BTreeMap<usize, usize> = BTreeMap::new();
+    // Per rank: the compute actions in order (stage, kind, microbatch).
+    let mut lists: Vec<Vec<(usize, Kind, usize)>> = vec![Vec::new(); p];
+    let (mut forwards, mut inputs, mut weights, mut fulls) = (
+        HashSet::new(),
+        HashSet::new(),
+        HashSet::new(),
+        HashSet::new(),
+    );
+    for (rank, row) in rows.iter().enumerate() {
+        for (step, cell) in row.iter().enumerate().filter(|(_, c)| !c.is_empty()) {
+            for a in parse_action(cell, rank, step)? {
+                let at = |what: &str| format!("rank {rank}, step {step} ({cell}): {what}");
+                if let Some(&other) = rank_of.get(&a.stage) {
+                    if other != rank {
+                        return Err(at(&format!(
+                            "stage {} is assigned to both rank {rank} and rank {other}",
+                            a.stage
+                        )));
+                    }
+                }
+                rank_of.insert(a.stage, rank);
+                let Some(mb) = a.mb else { continue };
+                let key = (a.stage, mb);
+                match a.kind {
+                    Kind::F => {
+                        forwards.insert(key);
+                    }
+                    Kind::B | Kind::I if !forwards.contains(&key) => {
+                        let what = if a.kind == Kind::B {
+                            "Full Backward"
+                        } else {
+                            "Backward Input"
+                        };
+                        return Err(at(&format!(
+                            "running {what} for stage {}, microbatch {mb} without first running Forward",
+                            a.stage
+                        )));
+                    }
+                    Kind::W if !inputs.contains(&key) => {
+                        return Err(at(&format!(
+                            "running Backward Weight for stage {}, microbatch {mb} without first running Backward Input",
+                            a.stage
+                        )));
+                    }
+                    Kind::I => {
+                        inputs.insert(key);
+                    }
+                    Kind::W => {
+                        weights.insert(key);
+                    }
+                    Kind::B => {
+                        fulls.insert(key);
+                    }
+                    Kind::Other => continue,
+                }
+                lists[rank].push((a.stage, a.kind, mb));
+            }
+        }
+    }
+    if let Some(rank) = lists.iter().position(Vec::is_empty) {
+        return Err(format!("the schedule is missing actions for rank {rank}"));
+    }
+    let layout = layout_of(&rank_of, p)?;
+    let per_stage =
+        |set: &HashSet<(usize, usize)>, s: usize| set.iter().filter(|k| k.0 == s).count();
+    let m = per_stage(&forwards, 0);
+    for &s in rank_of.keys() {
+        let (f, i, w, b) = (
+            per_stage(&forwards, s),
+            per_stage(&inputs, s),
+            per_stage(&weights, s),
+            per_stage(&fulls, s),
+        );
+        if f != m {
+            return Err(format!(
+                "got {f} F microbatches for stage {s}, expected {m}"
+            ));
+        }
+        if i != w {
+            return Err(format!(
+                "invalid backward microbatches for stage {s}: I and W must have equal counts, but got I={i}, W={w}"
+            ));
+        }
+        if b + i != m {
+            return Err(format!(
+                "invalid backward microbatches for stage {s}: expected {m} total backwards, but got B={b}, I={i}, W={w}"
+            ));
+        }
+        let mbs: HashSet<usize> = forwards.iter().filter(|k| k.0 == s).map(|k| k.1).collect();
+        if let Some(&odd) = mbs.iter().find(|&&mb| mb >= m) {
+            return Err(format!(
+                "stage {s} runs microbatch {odd}, but there are {m}: microbatches are 0..{m}"
+            ));
+        }
+    }
+    let split = !inputs.is_empty();
+    let orders = lists
+        .into_iter()
+        .enumerate()
+        .map(|(rank, list)| {
+            let mut order = Vec::with_capacity(list.len() * 2);
+            for (stage, kind, mb) in list {
+                let chunk = layout.chunk_of(p, stage);
+                let op = |kind| Op {
+                    kind,
+                    stage: rank,
+                    mb,
+                    chunk,
+                };
+                match (kind, split) {
+                    (Kind::F, _) => order.push(op(OpKind::F)),
+                    (Kind::I, _) | (Kind::B, false) => order.push(op(OpKind::B)),
+                    (Kind::W, _) => order.push(op(OpKind::W)),
+                    // A full backward among split ones: its two halves back to back.
+                    (Kind::B, true) => order.extend([op(OpKind::B), op(OpKind::W)]),
+                    (Kind::Other, _) => {}
+                }
+            }
+            order
+        })
+        .collect();
+    Ok(TorchSchedule {
+        ranks: p,
+        microbatches: m,
+        layout,
+        split,
+        orders,
+    })
+}
+
+/// Writes per-rank orders as PyTorch's compute-only CSV (`_dump_csv(format="compute_only")`,
+/// without idle slots): F as F, a split backward as I then W, a fused one as B.
+pub fn format(orders: &[Vec<Op>], split: bool, layout: Layout) -> String {
+    let p = orders.len();
+    let mut out = String::new();
+    for order in orders {
+        let cells: Vec<String> = order
+            .iter()
+            .map(|op| {
+                let stage = layout.virtual_stage(p, op.stage, op.chunk);
+                let kind = match (op.kind, split) {
+                    (OpKind::F, _) => "F",
+                    (OpKind::B, true) => "I",
+                    (OpKind::B, false) => "B",
+                    (OpKind::W, _) => "W",
+                };
+                format!("{stage}{kind}{}", op.mb)
+            })
+            .collect();
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::schedules::{policy_of, static_policy};
+    use crate::sim::{simulate, CommModel, Policy, Scenario, Schedule};
+
+    /// PyTorch's Schedule1F1B for p = 4, m = 8, as `_step_microbatches` runs it (p - r
+    /// warm-up forwards, then backward and forward in turn), with the REDUCE_GRAD that
+    /// `_add_reduce_grad` appends. (Its `_get_pipeline_order` listing numbers the last rank's
+    /// forwards 1..m, a bug in the listing only.)
+    const TORCH_1F1B: &str = "\
+0F0,0F1,0F2,0F3,0B0,0F4,0B1,0F5,0B2,0F6,0B3,0F7,0B4,0B5,0B6,0B7,0REDUCE_GRAD
+1F0,1F1,1F2,1B0,1F3,1B1,1F4,1B2,1F5,1B3,1F6,1B4,1F7,1B5,1B6,1B7,1REDUCE_GRAD
+2F0,2F1,2B0,2F2,2B1,2F3,2B2,2F4,2B3,2F5,2B4,2F6,2B5,2F7,2B6,2B7,2REDUCE_GRAD
+3F0,3B0,3F1,3B1,3F2,3B2,3F3,3B3,3F4,3B4,3F5,3B5,3F6,3B6,3F7,3B7,3REDUCE_GRAD
+";
+
+    /// ScheduleInterleaved1F1B for p = 4, m = 8, two stages per rank, as
+    /// `_dump_csv(format="compute_only")` writes it (`_get_1f1b_rank_ops`: idle slots empty).
+    const TORCH_INTERLEAVED: &str = "\
+0F0,0F1,0F2,0F3,4F0,4F1,4F2,4F3,0F4,0F5,,,,,0F6,4B0,0F7,4B1,4F4,4B2,4F5,4B3,4F6,0B0,4F7,0B1,,0B2,,0B3,,4B4,,4B5,,4B6,,4B7,,0B4,,0B5,,0B6,,0B7
+,1F0,1F1,1F2,1F3,5F0,5F1,5F2,5F3,,,,1F4,5B0,1F5,5B1,1F6,5B2,1F7,5B3,5F4,1B0,5F5,1B1,5F6,1B2,5F7,1B3,,5B4,,5B5,,5B6,,5B7,,1B4,,1B5,,1B6,,1B7
+,,2F0,2F1,2F2,2F3,6F0,6F1,,,6F2,6B0,6F3,6B1,2F4,6B2,2F5,6B3,2F6,2B0,2F7,2B1,6F4,2B2,6F5,2B3,6F6,6B4,6F7,6B5,,6B6,,6B7,,2B4,,2B5,,2B6,,2B7
+,,,3F0,3F1,3F2,3F3,,7F0,7B0,7F1,7B1,7F2,7B2,7F3,7B3,3F4,3B0,3F5,3B1,3F6,3B2,3F7,3B3,7F4,7B4,7F5,7B5,7F6,7B6,7F7,7B7,,3B4,,3B5,,3B6,,3B7
+";
+
+    fn scenario() -> Scenario {
+        Scenario::new(
+            4,
+            8,
+            &[2.0],
+            &[2.0],
+            &[1.0],
+            0.2,
+            &[(1, 3.0)],
+            CommModel::Latency,
+            0.0,
+        )
+        .unwrap()
+    }
+
+    fn fixed(policy: Policy) -> (Vec<Vec<Op>>, bool, Layout) {
+        match policy {
+            Policy::Fixed {
+                orders,
+                split,
+                layout,
+            } => (orders, split, layout),
+            Policy::Priority(_) => panic!("not a fixed order"),
+        }
+    }
+
+    #[test]
+    fn pytorchs_own_orders_are_ours() {
+        let sc = scenario();
+        let torch = parse(TORCH_1F1B).unwrap();
+        assert_eq!(
+            (torch.ranks, torch.microbatches, torch.split),
+            (4, 8, false)
+        );
+        let ours = fixed(static_policy(&Schedule::OneFOneB, &sc).unwrap()).0;
+        assert_eq!(torch.orders, ours);
+        let torch = parse(TORCH_INTERLEAVED).unwrap();
+        assert_eq!(torch.layout, Layout::Interleaved(2));
+        let interleaved: Schedule = "interleaved:2".parse().unwrap();
+        assert_eq!(torch.orders, fixed(policy_of(&interleaved, &sc).unwrap()).0);
+    }
+
+    #[test]
+    fn every_schedule_round_trips() {
+        let sc = scenario();
+        for name in [
+            "1f1b",
+            "zb-h1",
+            "zb-h2",
+            "zb-v",
+            "interleaved:2",
+            "adaptive",
+        ] {
+            let schedule: Schedule = name.parse().unwrap();
+            let (_, run) = crate::sim::evaluate(&schedule, &sc, 8).unwrap();
+            let split = run.ops.iter().any(|e| e.op.kind == OpKind::W);
+            let layout = schedule.layout(4);
+            let text = format(&run.orders(4), split, layout);
+            let back = parse(&text).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
+            assert_eq!((back.layout, back.split), (layout, split), "{name}");
+            assert_eq!(back.orders, run.orders(4), "{name}");
+            let policy = Policy::Fixed {
+                orders: back.orders,
+                split,
+                layout,
+            };
+            let again = simulate(&sc, &policy).unwrap().iteration_ms;
+            assert!((again - run.iteration_ms).abs() < 1e-9, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_full_backward_among_split_ones_runs_as_both_halves() {
+        let t = parse("0F0,0I0,0W0,0F1,0B1\n1F0,1B0,1F1,1I1,1W1\n").unwrap();
+        assert!(t.split);
+        let kinds: Vec<OpKind> = t.orders[0].iter().map(|o| o.kind).collect();
+        use OpKind::*;
+        assert_eq!(kinds, [F, B, W, F, B, W]);
+        // Communication and overlapped pairs: the compute in turn.
+        let t = parse("0F0,0SEND_F0,(0F1;0B0)OVERLAP_F_B,0B1\n1RECV_F0,1F0,1B0,1F1,1B1\n").unwrap();
+        assert_eq!(t.orders[0].len(), 4);
+    }
+
+    #[test]
+    fn an_invalid_schedule_is_refused_naming_rank_step_and_action() {
+        let err = |text: &str| parse(text).unwrap_err();
+        let e = err("0F0,0F1,0B0,0B1\n1F0,1B1,1F1,1B0\n");
+        assert!(
+            e.contains("rank 1, step 1 (1B1)") && e.contains("without first running Forward"),
+            "{e}"
+        );
+        let e = err("0F0,0W0,0I0\n1F0,1I0,1W0\n");
+        assert!(
+            e.contains("rank 0, step 1 (0W0)") && e.contains("Backward Input"),
+            "{e}"
+        );
+        let e = err("0F0,0B0\n0F1,0B1\n");
+        assert!(
+            e.contains("rank 1, step 0") && e.contains("both rank 1 and rank 0"),
+            "{e}"
+        );
+        let e = err("0F0,0F1,0B0,0B1\n1F0,1B0\n");
+        assert!(
+            e.contains("got 1 F microbatches for stage 1, expected 2"),
+            "{e}"
+        );
+        let e = err("0F0,0X0\n1F0\n");
+        assert!(e.contains("rank 0, step 1: '0X0' is not an action"), "{e}");
+        let e = err("0F0,0B0\n2F0,2B0\n");
+        assert!(e.contains("every stage from 0"), "{e}");
+    }
+}
