@@ -17,9 +17,9 @@ pub struct RunDir {
 }
 
 /// `20261129T140102Z-hostname`: sortable, unique per host and second.
-pub fn new_run_id(host: &str) -> String {
-    let host: String = host
-        .chars()
+/// `text` with every character but letters, digits and `-` made `_` (for file names).
+pub fn file_safe(text: &str) -> String {
+    text.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' {
                 c
@@ -27,7 +27,11 @@ pub fn new_run_id(host: &str) -> String {
                 '_'
             }
         })
-        .collect();
+        .collect()
+}
+
+pub fn new_run_id(host: &str) -> String {
+    let host = file_safe(host);
     // The process id makes it unique on the host: two runs started in the same second (into
     // two --out folders) would otherwise share an id, and `check` would take them for one.
     format!(

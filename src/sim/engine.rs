@@ -339,6 +339,50 @@ fn progress_of(stages: &[Stage], policy: &Policy) -> String {
         .join("; ")
 }
 
+/// Every rank before the first op: the first virtual stage's forwards ready at 0, and so is
+/// any op whose input hop does not bind it (see `Layout::binds`).
+fn initial_stages(p: usize, n: usize, layout: Layout) -> Vec<Stage> {
+    let slots = layout.chunks() * n;
+    let unbound = |rank: usize, slot: usize, kind: OpKind| {
+        let (chunk, mb) = (slot / n, slot % n);
+        let vs = layout.virtual_stage(p, rank, chunk);
+        let from = match kind {
+            OpKind::F if vs > 0 => layout.place(p, vs - 1).0,
+            OpKind::B if vs + 1 < p * layout.chunks() => layout.place(p, vs + 1).0,
+            _ => return false,
+        };
+        !layout.binds(p, from, rank, mb)
+    };
+    (0..p)
+        .map(|s| Stage {
+            free_at: 0.0,
+            f_ready: (0..slots)
+                .map(|i| {
+                    (layout.virtual_stage(p, s, i / n) == 0 || unbound(s, i, OpKind::F))
+                        .then_some(0.0)
+                })
+                .collect(),
+            b_ready: (0..slots)
+                .map(|i| unbound(s, i, OpKind::B).then_some(0.0))
+                .collect(),
+            b_arrived: BinaryHeap::new(),
+            b_future: BinaryHeap::new(),
+            w_pending: BinaryHeap::new(),
+            b_done: vec![None; slots],
+            forwards_done: 0,
+            backwards_done: 0,
+            in_flight: 0,
+            peak: 0,
+            bytes: 0.0,
+            peak_bytes: 0.0,
+            busy: 0.0,
+            cursor: 0,
+            decision: None,
+            dirty: true,
+        })
+        .collect()
+}
+
 /// Ops executed by every simulation in this process so far (for throughput figures).
 pub fn ops_simulated() -> u64 {
     OPS_SIMULATED.load(Ordering::Relaxed)
@@ -367,50 +411,7 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
             }
         }
     }
-    // An op whose input hop does not bind it (see `Layout::binds`) is ready from the start.
-    let unbound = |rank: usize, slot: usize, kind: OpKind| {
-        let op = Op {
-            kind,
-            stage: rank,
-            mb: slot % n,
-            chunk: slot / n,
-        };
-        let vs = layout.virtual_stage(s_count, rank, op.chunk);
-        let from = match kind {
-            OpKind::F if vs > 0 => layout.place(s_count, vs - 1).0,
-            OpKind::B if vs + 1 < s_count * layout.chunks() => layout.place(s_count, vs + 1).0,
-            _ => return false,
-        };
-        !layout.binds(s_count, from, rank, op.mb)
-    };
-    let mut stages: Vec<Stage> = (0..s_count)
-        .map(|s| Stage {
-            free_at: 0.0,
-            f_ready: (0..slots)
-                .map(|i| {
-                    (layout.virtual_stage(s_count, s, i / n) == 0 || unbound(s, i, OpKind::F))
-                        .then_some(0.0)
-                })
-                .collect(),
-            b_ready: (0..slots)
-                .map(|i| unbound(s, i, OpKind::B).then_some(0.0))
-                .collect(),
-            b_arrived: BinaryHeap::new(),
-            b_future: BinaryHeap::new(),
-            w_pending: BinaryHeap::new(),
-            b_done: vec![None; slots],
-            forwards_done: 0,
-            backwards_done: 0,
-            in_flight: 0,
-            peak: 0,
-            bytes: 0.0,
-            peak_bytes: 0.0,
-            busy: 0.0,
-            cursor: 0,
-            decision: None,
-            dirty: true,
-        })
-        .collect();
+    let mut stages = initial_stages(s_count, n, layout);
     let total = per_stage_ops * s_count;
     // Only priority policies keep the queues of ready backward and weight ops.
     let dynamic = matches!(policy, Policy::Priority(_));

@@ -140,6 +140,127 @@ fn layout_of(rank_of: &BTreeMap<usize, usize>, p: usize) -> Result<Layout, Strin
     }
 }
 
+/// What a scan of the rows found: where each stage runs, each rank's compute actions in order
+/// (stage, kind, microbatch), and which (stage, microbatch) ran F, I, W and a full B.
+#[derive(Default)]
+struct Scan {
+    rank_of: BTreeMap<usize, usize>,
+    lists: Vec<Vec<(usize, Kind, usize)>>,
+    forwards: HashSet<(usize, usize)>,
+    inputs: HashSet<(usize, usize)>,
+    weights: HashSet<(usize, usize)>,
+    fulls: HashSet<(usize, usize)>,
+}
+
+impl Scan {
+    /// One action at `rank`'s `step`, checked against what ran before it.
+    fn take(&mut self, a: Action, rank: usize, step: usize, cell: &str) -> Result<(), String> {
+        let at = |what: String| format!("rank {rank}, step {step} ({cell}): {what}");
+        if let Some(&other) = self.rank_of.get(&a.stage) {
+            if other != rank {
+                let s = a.stage;
+                return Err(at(format!(
+                    "stage {s} is assigned to both rank {rank} and rank {other}"
+                )));
+            }
+        }
+        self.rank_of.insert(a.stage, rank);
+        let Some(mb) = a.mb else { return Ok(()) };
+        let key = (a.stage, mb);
+        let set = match a.kind {
+            Kind::F => &mut self.forwards,
+            Kind::B | Kind::I if !self.forwards.contains(&key) => {
+                let what = match a.kind {
+                    Kind::B => "Full Backward",
+                    _ => "Backward Input",
+                };
+                return Err(at(format!(
+                    "running {what} for stage {}, microbatch {mb} without first running Forward",
+                    a.stage
+                )));
+            }
+            Kind::W if !self.inputs.contains(&key) => {
+                return Err(at(format!(
+                    "running Backward Weight for stage {}, microbatch {mb} without first \
+                     running Backward Input",
+                    a.stage
+                )));
+            }
+            Kind::I => &mut self.inputs,
+            Kind::W => &mut self.weights,
+            Kind::B => &mut self.fulls,
+            Kind::Other => return Ok(()),
+        };
+        set.insert(key);
+        self.lists[rank].push((a.stage, a.kind, mb));
+        Ok(())
+    }
+
+    /// Every stage with m forwards and m backwards (m: stage 0's forwards); returns m.
+    fn microbatches(&self) -> Result<usize, String> {
+        let per_stage =
+            |set: &HashSet<(usize, usize)>, s: usize| set.iter().filter(|k| k.0 == s).count();
+        let m = per_stage(&self.forwards, 0);
+        for &s in self.rank_of.keys() {
+            let (f, i, w, b) = (
+                per_stage(&self.forwards, s),
+                per_stage(&self.inputs, s),
+                per_stage(&self.weights, s),
+                per_stage(&self.fulls, s),
+            );
+            let why = if f != m {
+                format!("got {f} F microbatches for stage {s}, expected {m}")
+            } else if i != w {
+                format!(
+                    "invalid backward microbatches for stage {s}: I and W must have equal \
+                     counts, but got I={i}, W={w}"
+                )
+            } else if b + i != m {
+                format!(
+                    "invalid backward microbatches for stage {s}: expected {m} total \
+                     backwards, but got B={b}, I={i}, W={w}"
+                )
+            } else if let Some(&(_, odd)) = self.forwards.iter().find(|k| k.0 == s && k.1 >= m) {
+                format!(
+                    "stage {s} runs microbatch {odd}, but there are {m}: microbatches are 0..{m}"
+                )
+            } else {
+                continue;
+            };
+            return Err(why);
+        }
+        Ok(m)
+    }
+
+    /// The engine's orders: F runs F, I the input gradient, W the weight gradient, a full B
+    /// both halves back to back when others are split (else one fused B).
+    fn orders(self, layout: Layout, split: bool) -> Vec<Vec<Op>> {
+        let p = self.lists.len();
+        let mut orders = Vec::with_capacity(p);
+        for (rank, list) in self.lists.into_iter().enumerate() {
+            let mut order = Vec::with_capacity(list.len() * 2);
+            for (stage, kind, mb) in list {
+                let chunk = layout.chunk_of(p, stage);
+                let op = |kind| Op {
+                    kind,
+                    stage: rank,
+                    mb,
+                    chunk,
+                };
+                match (kind, split) {
+                    (Kind::F, _) => order.push(op(OpKind::F)),
+                    (Kind::I, _) | (Kind::B, false) => order.push(op(OpKind::B)),
+                    (Kind::W, _) => order.push(op(OpKind::W)),
+                    (Kind::B, true) => order.extend([op(OpKind::B), op(OpKind::W)]),
+                    (Kind::Other, _) => {}
+                }
+            }
+            orders.push(order);
+        }
+        orders
+    }
+}
+
 /// Reads a PyTorch schedule CSV and checks it as `_validate_schedule` does; the error names
 /// the rank, the step and the action.
 pub fn parse(text: &str) -> Result<TorchSchedule, String> {
@@ -156,134 +277,29 @@ pub fn parse(text: &str) -> Result<TorchSchedule, String> {
     if p > super::model::MAX_STAGES || rows.iter().any(|r| r.len() > MAX_INDEX) {
         return Err("the schedule is too large for the simulator".into());
     }
-    let mut rank_of: BTreeMap<usize, usize> = BTreeMap::new();
-    // Per rank: the compute actions in order (stage, kind, microbatch).
-    let mut lists: Vec<Vec<(usize, Kind, usize)>> = vec![Vec::new(); p];
-    let (mut forwards, mut inputs, mut weights, mut fulls) = (
-        HashSet::new(),
-        HashSet::new(),
-        HashSet::new(),
-        HashSet::new(),
-    );
+    let mut scan = Scan {
+        lists: vec![Vec::new(); p],
+        ..Scan::default()
+    };
     for (rank, row) in rows.iter().enumerate() {
         for (step, cell) in row.iter().enumerate().filter(|(_, c)| !c.is_empty()) {
-            for a in parse_action(cell, rank, step)? {
-                let at = |what: &str| format!("rank {rank}, step {step} ({cell}): {what}");
-                if let Some(&other) = rank_of.get(&a.stage) {
-                    if other != rank {
-                        return Err(at(&format!(
-                            "stage {} is assigned to both rank {rank} and rank {other}",
-                            a.stage
-                        )));
-                    }
-                }
-                rank_of.insert(a.stage, rank);
-                let Some(mb) = a.mb else { continue };
-                let key = (a.stage, mb);
-                match a.kind {
-                    Kind::F => {
-                        forwards.insert(key);
-                    }
-                    Kind::B | Kind::I if !forwards.contains(&key) => {
-                        let what = if a.kind == Kind::B {
-                            "Full Backward"
-                        } else {
-                            "Backward Input"
-                        };
-                        return Err(at(&format!(
-                            "running {what} for stage {}, microbatch {mb} without first running Forward",
-                            a.stage
-                        )));
-                    }
-                    Kind::W if !inputs.contains(&key) => {
-                        return Err(at(&format!(
-                            "running Backward Weight for stage {}, microbatch {mb} without first running Backward Input",
-                            a.stage
-                        )));
-                    }
-                    Kind::I => {
-                        inputs.insert(key);
-                    }
-                    Kind::W => {
-                        weights.insert(key);
-                    }
-                    Kind::B => {
-                        fulls.insert(key);
-                    }
-                    Kind::Other => continue,
-                }
-                lists[rank].push((a.stage, a.kind, mb));
+            for action in parse_action(cell, rank, step)? {
+                scan.take(action, rank, step, cell)?;
             }
         }
     }
-    if let Some(rank) = lists.iter().position(Vec::is_empty) {
+    if let Some(rank) = scan.lists.iter().position(Vec::is_empty) {
         return Err(format!("the schedule is missing actions for rank {rank}"));
     }
-    let layout = layout_of(&rank_of, p)?;
-    let per_stage =
-        |set: &HashSet<(usize, usize)>, s: usize| set.iter().filter(|k| k.0 == s).count();
-    let m = per_stage(&forwards, 0);
-    for &s in rank_of.keys() {
-        let (f, i, w, b) = (
-            per_stage(&forwards, s),
-            per_stage(&inputs, s),
-            per_stage(&weights, s),
-            per_stage(&fulls, s),
-        );
-        if f != m {
-            return Err(format!(
-                "got {f} F microbatches for stage {s}, expected {m}"
-            ));
-        }
-        if i != w {
-            return Err(format!(
-                "invalid backward microbatches for stage {s}: I and W must have equal counts, but got I={i}, W={w}"
-            ));
-        }
-        if b + i != m {
-            return Err(format!(
-                "invalid backward microbatches for stage {s}: expected {m} total backwards, but got B={b}, I={i}, W={w}"
-            ));
-        }
-        let mbs: HashSet<usize> = forwards.iter().filter(|k| k.0 == s).map(|k| k.1).collect();
-        if let Some(&odd) = mbs.iter().find(|&&mb| mb >= m) {
-            return Err(format!(
-                "stage {s} runs microbatch {odd}, but there are {m}: microbatches are 0..{m}"
-            ));
-        }
-    }
-    let split = !inputs.is_empty();
-    let orders = lists
-        .into_iter()
-        .enumerate()
-        .map(|(rank, list)| {
-            let mut order = Vec::with_capacity(list.len() * 2);
-            for (stage, kind, mb) in list {
-                let chunk = layout.chunk_of(p, stage);
-                let op = |kind| Op {
-                    kind,
-                    stage: rank,
-                    mb,
-                    chunk,
-                };
-                match (kind, split) {
-                    (Kind::F, _) => order.push(op(OpKind::F)),
-                    (Kind::I, _) | (Kind::B, false) => order.push(op(OpKind::B)),
-                    (Kind::W, _) => order.push(op(OpKind::W)),
-                    // A full backward among split ones: its two halves back to back.
-                    (Kind::B, true) => order.extend([op(OpKind::B), op(OpKind::W)]),
-                    (Kind::Other, _) => {}
-                }
-            }
-            order
-        })
-        .collect();
+    let layout = layout_of(&scan.rank_of, p)?;
+    let microbatches = scan.microbatches()?;
+    let split = !scan.inputs.is_empty();
     Ok(TorchSchedule {
         ranks: p,
-        microbatches: m,
+        microbatches,
         layout,
         split,
-        orders,
+        orders: scan.orders(layout, split),
     })
 }
 

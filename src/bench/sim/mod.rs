@@ -216,6 +216,48 @@ impl crate::suite::Bench for SimBench {
     }
 }
 
+/// The model's shape and the memory limit laid on the base scenario: (microbatches in flight
+/// adaptive keeps to, the limit as the CSV shows it).
+fn memory_of(cfg: &SimConfig, base: &mut Scenario) -> Result<(usize, String), String> {
+    if let Some(shape) = &cfg.model {
+        if let Some(problem) = shape.problem() {
+            return Err(problem);
+        }
+        base.activation = Some(shape.activation());
+    }
+    let limit = match &cfg.mem_limit {
+        None => {
+            let n = default_mem_limit(base);
+            (n, n.to_string())
+        }
+        Some(MemLimit::Microbatches(0)) => {
+            return Err("mem_limit must be at least 1 microbatch".into())
+        }
+        Some(MemLimit::Microbatches(n)) => (*n, n.to_string()),
+        Some(MemLimit::Size(text)) => {
+            let bytes = crate::units::parse_byte_count(text)? as f64;
+            let Some(shape) = &cfg.model else {
+                return Err(format!(
+                    "mem_limit {text} is in bytes: give the model's shape ([model] or \
+                     --hidden, --heads, --seq-len, --micro-batch) or a number of microbatches"
+                ));
+            };
+            let left = bytes - shape.param_bytes();
+            if left < shape.activation().held {
+                return Err(format!(
+                    "mem_limit {text}: the parameters ({}) leave room for less than one \
+                     microbatch's activations ({}); raise it",
+                    crate::units::human_bytes(shape.param_bytes() as u64),
+                    crate::units::human_bytes(shape.activation().held as u64)
+                ));
+            }
+            base.activation_limit = Some(left);
+            (usize::MAX, crate::units::human_bytes(bytes as u64))
+        }
+    };
+    Ok(limit)
+}
+
 /// A PyTorch schedule CSV as a schedule named by its file.
 fn read_schedule_file(path: &Path) -> Result<Schedule, String> {
     let text = crate::record::read_input(path)
@@ -299,42 +341,7 @@ impl SimPlan {
             return Err("schedules is empty: name at least one".into());
         }
         let mut base = base;
-        if let Some(shape) = &cfg.model {
-            if let Some(problem) = shape.problem() {
-                return Err(problem);
-            }
-            base = base.with_activation(shape.activation());
-        }
-        let (mem_limit, mem_limit_label) = match &cfg.mem_limit {
-            None => {
-                let n = default_mem_limit(&base);
-                (n, n.to_string())
-            }
-            Some(MemLimit::Microbatches(0)) => {
-                return Err("mem_limit must be at least 1 microbatch".into())
-            }
-            Some(MemLimit::Microbatches(n)) => (*n, n.to_string()),
-            Some(MemLimit::Size(text)) => {
-                let bytes = crate::units::parse_byte_count(text)? as f64;
-                let Some(shape) = &cfg.model else {
-                    return Err(format!(
-                        "mem_limit {text} is in bytes: give the model's shape ([model] or \
-                         --hidden, --heads, --seq-len, --micro-batch) or a number of microbatches"
-                    ));
-                };
-                let left = bytes - shape.param_bytes();
-                if left < shape.activation().held {
-                    return Err(format!(
-                        "mem_limit {text}: the parameters ({}) leave room for less than one \
-                         microbatch's activations ({}); raise it",
-                        crate::units::human_bytes(shape.param_bytes() as u64),
-                        crate::units::human_bytes(shape.activation().held as u64)
-                    ));
-                }
-                base.activation_limit = Some(left);
-                (usize::MAX, crate::units::human_bytes(bytes as u64))
-            }
-        };
+        let (mem_limit, mem_limit_label) = memory_of(cfg, &mut base)?;
         let links = base.stages - 1;
         let mut cases = Vec::new();
         if let Some(text) = trace {

@@ -5,6 +5,43 @@ use super::*;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
+/// One sim.csv row's figures.
+fn figures_of(
+    run: &Run,
+    sc: &Scenario,
+    param_bytes: Option<f64>,
+    speedup: f64,
+    bubble_rate: f64,
+) -> SimFigures {
+    let join = |v: Vec<String>| v.join(";");
+    let bytes = &run.peak_activation_bytes;
+    SimFigures {
+        iteration_ms: sig4(run.iteration_ms),
+        speedup_vs_1f1b: round(speedup, 4),
+        bubble_mean: round(run.mean_bubble(), 4),
+        bubble_rate: round(bubble_rate, 4),
+        bubble_per_stage: join(
+            run.bubble_ratios()
+                .iter()
+                .map(|b| format!("{b:.4}"))
+                .collect(),
+        ),
+        peak_activations_per_stage: join(
+            run.peak_in_flight.iter().map(|p| p.to_string()).collect(),
+        ),
+        peak_activations_max: run.peak_in_flight.iter().copied().max().unwrap_or(0),
+        peak_activation_bytes_per_stage: match sc.activation {
+            Some(_) => join(bytes.iter().map(|b| format!("{b:.0}")).collect()),
+            None => String::new(),
+        },
+        peak_activation_bytes_max: sc
+            .activation
+            .map(|_| bytes.iter().copied().fold(0.0, f64::max).round()),
+        param_bytes_per_stage: param_bytes.map(f64::round),
+        ops: run.ops.len(),
+    }
+}
+
 /// Simulates every schedule on every case, writing `sim.csv` row by row (and the ops of small
 /// scenarios to `sim_timeline.csv`).
 pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outcome>> {
@@ -50,10 +87,8 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
                 .map_err(|e| anyhow!("{}: {schedule}: {e}", case.label))?;
             let speedup = reference / run.iteration_ms;
             let figures_rate = crate::sim::bubble_rate(schedule, sc, &run);
-            let bubbles = run.bubble_ratios();
             let peak_max = run.peak_in_flight.iter().copied().max().unwrap_or(0);
             let stats = Summary::of(&[run.iteration_ms * 1e3]).context("iteration time")?;
-            let join = |v: Vec<String>| v.join(";");
             let params = SimParams {
                 iteration: case.iteration,
                 schedule: schedule.to_string(),
@@ -65,35 +100,7 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
                 slow: slow_label(&sc.delay_ms),
                 mem_limit: plan.mem_limit_label.clone(),
             };
-            let figures = SimFigures {
-                iteration_ms: sig4(run.iteration_ms),
-                speedup_vs_1f1b: round(speedup, 4),
-                bubble_mean: round(run.mean_bubble(), 4),
-                bubble_rate: round(figures_rate, 4),
-                bubble_per_stage: join(bubbles.iter().map(|b| format!("{b:.4}")).collect()),
-                peak_activations_per_stage: join(
-                    run.peak_in_flight.iter().map(|p| p.to_string()).collect(),
-                ),
-                peak_activations_max: peak_max,
-                peak_activation_bytes_per_stage: match sc.activation {
-                    Some(_) => join(
-                        run.peak_activation_bytes
-                            .iter()
-                            .map(|b| format!("{b:.0}"))
-                            .collect(),
-                    ),
-                    None => String::new(),
-                },
-                peak_activation_bytes_max: sc.activation.map(|_| {
-                    run.peak_activation_bytes
-                        .iter()
-                        .copied()
-                        .fold(0.0, f64::max)
-                        .round()
-                }),
-                param_bytes_per_stage: plan.param_bytes.map(f64::round),
-                ops: run.ops.len(),
-            };
+            let figures = figures_of(&run, sc, plan.param_bytes, speedup, figures_rate);
             table.write(&Line::new(
                 &dir.id,
                 &case.label,
@@ -205,17 +212,7 @@ pub fn export_torch(outcomes: &[Outcome], path: &Path) -> Result<Vec<std::path::
             1 => path.to_path_buf(),
             _ => {
                 let stem = path.file_stem().unwrap_or_default().to_string_lossy();
-                let tag: String = o
-                    .schedule
-                    .chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() || c == '-' {
-                            c
-                        } else {
-                            '_'
-                        }
-                    })
-                    .collect();
+                let tag = crate::record::run_dir::file_safe(&o.schedule);
                 let name = match path.extension() {
                     Some(ext) => format!("{stem}-{tag}.{}", ext.to_string_lossy()),
                     None => format!("{stem}-{tag}"),
