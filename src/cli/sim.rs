@@ -23,6 +23,10 @@ pub struct SimArgs {
     /// Weight-gradient backward time in ms (one or per stage) [default: 10].
     #[arg(long, value_name = "MS[,MS...]", value_parser = parse_ms_list, allow_hyphen_values = true)]
     pub tw: Option<MsList>,
+    /// DualPipeV's overlapped forward-and-backward in ms (one or per stage) [default: tf + tb
+    /// + tw, no overlap gain].
+    #[arg(long, value_parser = parse_ms_list, value_name = "MS[,MS...]")]
+    pub tfb: Option<MsList>,
     /// Base latency of every link in ms [default: 0].
     #[arg(long, allow_hyphen_values = true)]
     pub link_ms: Option<f64>,
@@ -42,7 +46,7 @@ pub struct SimArgs {
     /// D2H copy time on the sender's queue under --comm offload, in ms [default: 0.5].
     #[arg(long, allow_hyphen_values = true)]
     pub d2h_ms: Option<f64>,
-    /// Schedules, comma separated: gpipe, 1f1b, zb-h1, zb-h2, zb-v, zb-fill, interleaved:V[:G], greedy, adaptive, static:<schedule>, interleaved-zb-paper:V [default: 1f1b,static:1f1b,zb-h1,static:zb-fill,greedy,adaptive].
+    /// Schedules, comma separated: gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipev, zb-fill, interleaved:V[:G], greedy, adaptive, static:<schedule>, interleaved-zb-paper:V [default: 1f1b,static:1f1b,zb-h1,static:zb-fill,greedy,adaptive].
     #[arg(long, value_name = "LIST")]
     pub schedule: Option<String>,
     /// Memory limit adaptive keeps to: microbatches in flight (a number), or bytes per stage
@@ -208,6 +212,7 @@ impl SimArgs {
         c.tf = many(&self.tf).or(c.tf);
         c.tb = many(&self.tb).or(c.tb);
         c.tw = many(&self.tw).or(c.tw);
+        c.tfb = many(&self.tfb).or(c.tfb);
         c.link_ms = self.link_ms.or(c.link_ms);
         c.slow.extend(self.slow.iter().cloned());
         c.sweep.extend(self.sweep.iter().cloned());

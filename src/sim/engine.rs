@@ -23,6 +23,10 @@ pub enum Policy {
         orders: Vec<Vec<Op>>,
         split: bool,
         layout: Layout,
+        /// `together[s][i]`: op i of stage s runs with op i - 1 as one op, all ending together:
+        /// a whole backward (B and its W, the gradient sent when both are done), or DualPipe's
+        /// overlapped forward-and-backward (taking the scenario's `tfb`); empty for none.
+        together: Vec<Vec<bool>>,
     },
     /// Runs the highest-priority ready op, within a warm-up rule and an in-flight cap.
     Priority(PriorityPolicy),
@@ -179,12 +183,34 @@ fn ready_of(st: &Stage, op: Op, n: usize) -> Option<f64> {
     }
 }
 
+/// The ops a fixed order runs next from `at`: one, or an overlapped group.
+fn group_at<'a>(order: &'a [Op], together: Option<&Vec<bool>>, at: usize) -> &'a [Op] {
+    let mut end = (at + 1).min(order.len());
+    while end < order.len() && together.is_some_and(|t| t.get(end) == Some(&true)) {
+        end += 1;
+    }
+    &order[at.min(order.len())..end]
+}
+
 fn decide(st: &mut Stage, s: usize, policy: &Policy, n: usize) -> Option<(f64, Op)> {
     match policy {
-        Policy::Fixed { orders, .. } => {
-            let op = *orders[s].get(st.cursor)?;
-            // A W listed before its B waits for the B.
-            let ready = ready_of(st, op, n)?;
+        Policy::Fixed {
+            orders, together, ..
+        } => {
+            let group = group_at(&orders[s], together.get(s), st.cursor);
+            let op = *group.first()?;
+            // A W listed before its B waits for the B; an overlapped group for all its inputs
+            // (a W whose B is in the group comes with it).
+            let mut ready = 0.0f64;
+            for o in group {
+                let with_its_b = o.kind == OpKind::W
+                    && group
+                        .iter()
+                        .any(|b| b.kind == OpKind::B && (b.chunk, b.mb) == (o.chunk, o.mb));
+                if !with_its_b {
+                    ready = ready.max(ready_of(st, *o, n)?);
+                }
+            }
             Some((st.free_at.max(ready), op))
         }
         Policy::Priority(p) => {
@@ -454,39 +480,56 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
                 detail: progress_of(&stages, policy),
             });
         };
-        let (_, op) = stages[s].decision.expect("chosen stage has a decision");
-        let compute = sc.compute(op, split, layout);
-        let (queue_extra, arrival_after) = sc.send_costs(op, layout);
-        let end = start + compute;
-        let mut exec = Executed {
-            op,
-            start,
-            end,
-            queue_end: end + queue_extra,
-            arrival: end + arrival_after,
+        let (_, first) = stages[s].decision.expect("chosen stage has a decision");
+        let group: Vec<Op> = match policy {
+            Policy::Fixed {
+                orders, together, ..
+            } => group_at(&orders[s], together.get(s), stages[s].cursor).to_vec(),
+            Policy::Priority(_) => vec![first],
         };
-        if let Some(l) = sc.out_link(op, layout).filter(|&l| sc.occupancy(l) > 0.0) {
-            // The transfer leaves once its channel is free and holds it for the occupancy.
-            let upward = sc.next_of(op, layout).is_some_and(|(to, _)| to < s);
-            let free = &mut channel_free[l][usize::from(upward)];
-            let depart = (end + queue_extra).max(*free);
-            *free = depart + sc.occupancy(l);
-            exec.arrival = depart + sc.occupancy(l) + (arrival_after - queue_extra).max(0.0);
+        // A group's ops end together: a forward with a backward takes the scenario's
+        // overlapped time, a whole backward (B with its W) the two's.
+        let overlapped = group.iter().any(|o| o.kind == OpKind::F) && group.len() > 1;
+        let compute = match overlapped {
+            true => sc.tfb[s] / layout.chunks() as f64,
+            false => group.iter().map(|&o| sc.compute(o, split, layout)).sum(),
+        };
+        let end = start + compute;
+        let mut queue_end = end;
+        for &op in &group {
+            let (queue_extra, arrival_after) = sc.send_costs(op, layout);
+            let mut exec = Executed {
+                op,
+                start,
+                end,
+                queue_end: end + queue_extra,
+                arrival: end + arrival_after,
+            };
+            if let Some(l) = sc.out_link(op, layout).filter(|&l| sc.occupancy(l) > 0.0) {
+                // The transfer leaves once its channel is free and holds it for the occupancy.
+                let upward = sc.next_of(op, layout).is_some_and(|(to, _)| to < s);
+                let free = &mut channel_free[l][usize::from(upward)];
+                let depart = (end + queue_extra).max(*free);
+                *free = depart + sc.occupancy(l);
+                exec.arrival = depart + sc.occupancy(l) + (arrival_after - queue_extra).max(0.0);
+            }
+            if record {
+                ops.push(exec);
+            }
+            done += 1;
+            queue_end = queue_end.max(exec.queue_end);
+            let st = &mut stages[s];
+            st.bytes += sc.activation_delta(op, split, layout);
+            st.peak_bytes = st.peak_bytes.max(st.bytes);
+            st.cursor += 1;
+            finish_op(&mut stages, sc, layout, &exec, split, dynamic, &mut touched);
         }
-        if record {
-            ops.push(exec);
-        }
-        done += 1;
         iteration_ms = iteration_ms.max(end);
         let st = &mut stages[s];
-        st.bytes += sc.activation_delta(op, split, layout);
-        st.peak_bytes = st.peak_bytes.max(st.bytes);
-        st.free_at = exec.queue_end;
+        st.free_at = queue_end;
         st.busy += compute;
-        st.cursor += 1;
         st.dirty = true;
         touched.push(s);
-        finish_op(&mut stages, sc, layout, &exec, split, dynamic, &mut touched);
     }
     OPS_SIMULATED.fetch_add(done as u64, Ordering::Relaxed);
     Ok(Run {

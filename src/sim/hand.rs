@@ -121,3 +121,151 @@ pub fn interleaved(p: usize, n: usize, v: usize, g: usize) -> Vec<Vec<Op>> {
         })
         .collect()
 }
+
+/// One rank's DualPipeV order as it is built: the next forward and backward microbatch of
+/// each chunk, the weight gradients waiting (oldest first), and which ops overlap the one
+/// before them.
+struct DualBuilder {
+    rank: usize,
+    forward: [usize; 2],
+    backward: [usize; 2],
+    waiting_w: std::collections::VecDeque<(usize, usize)>,
+    order: Vec<Op>,
+    together: Vec<bool>,
+}
+
+impl DualBuilder {
+    fn push(&mut self, kind: OpKind, chunk: usize, mb: usize, with_previous: bool) {
+        self.order.push(Op {
+            kind,
+            stage: self.rank,
+            mb,
+            chunk,
+        });
+        self.together.push(with_previous);
+    }
+
+    fn f(&mut self, chunk: usize) {
+        let mb = self.forward[chunk];
+        self.forward[chunk] += 1;
+        self.push(OpKind::F, chunk, mb, false);
+    }
+
+    /// A whole backward (input and weight gradients as one op, its gradient sent when both
+    /// are done), or, `overlapped`, as part of the op before it.
+    fn b(&mut self, chunk: usize, overlapped: bool) {
+        let mb = self.backward[chunk];
+        self.backward[chunk] += 1;
+        self.push(OpKind::B, chunk, mb, overlapped);
+        self.push(OpKind::W, chunk, mb, true);
+    }
+
+    /// The input gradient only; its weight gradient waits (DualPipe's zero-bubble half).
+    fn i(&mut self, chunk: usize) {
+        let mb = self.backward[chunk];
+        self.backward[chunk] += 1;
+        self.push(OpKind::B, chunk, mb, false);
+        self.waiting_w.push_back((chunk, mb));
+    }
+
+    fn w(&mut self) {
+        if let Some((chunk, mb)) = self.waiting_w.pop_front() {
+            self.push(OpKind::W, chunk, mb, false);
+        }
+    }
+
+    /// One chunk's forward overlapped with the other's whole backward.
+    fn f_and_b(&mut self, forward: usize, backward: usize) {
+        self.f(forward);
+        self.b(backward, true);
+    }
+}
+
+/// Why DualPipeV cannot run `n` microbatches on `p` ranks, if it cannot (`DualPipeV.step`'s
+/// assert).
+pub fn dualpipe_v_refusal(p: usize, n: usize) -> Option<String> {
+    (n < 2 * p).then(|| {
+        format!(
+            "DualPipeV needs at least 2 x ranks microbatches (num_chunks >= num_ranks * 2): {n} \
+             on {p} ranks; use at least {}",
+            2 * p
+        )
+    })
+}
+
+/// DeepSeek's DualPipeV (deepseek-ai/DualPipe `dualpipe/dualpipev.py`, `DualPipeV.step`, the
+/// same as PyTorch's `ScheduleDualPipeV`): rank r holds chunks r and 2p - 1 - r, and runs
+/// its eight steps: 2(p - r - 1) forwards of chunk 0; r + 1 pairs of forwards; p - r - 1 of
+/// [input gradient of chunk 1, a waiting W, forward of chunk 1]; n - 2p + r + 1 pairs of
+/// overlapped forward-and-backward (the last rank's first pair not overlapped); p - r - 1 of
+/// [backward of chunk 1, overlapped F1&B0]; r + 1 pairs of backwards, from the middle one on
+/// with the weight gradient left waiting; p - r - 1 of [W, input gradient of chunk 0]; the
+/// last r + 1 W's. Returns the orders and which ops overlap the one before them. Check
+/// [`dualpipe_v_refusal`] first.
+pub fn dualpipe_v(p: usize, n: usize) -> (Vec<Vec<Op>>, Vec<Vec<bool>>) {
+    let mut orders = Vec::with_capacity(p);
+    let mut together = Vec::with_capacity(p);
+    for r in 0..p {
+        let mut d = DualBuilder {
+            rank: r,
+            forward: [0; 2],
+            backward: [0; 2],
+            waiting_w: Default::default(),
+            order: Vec::with_capacity(6 * n),
+            together: Vec::with_capacity(6 * n),
+        };
+        let ahead = p - r - 1;
+        (0..2 * ahead).for_each(|_| d.f(0));
+        for _ in 0..=r {
+            d.f(0);
+            d.f(1);
+        }
+        for _ in 0..ahead {
+            d.i(1);
+            d.w();
+            d.f(1);
+        }
+        for i in 0..(n + r + 1 - 2 * p) {
+            if i == 0 && r == p - 1 {
+                d.f(0);
+                d.b(1, false);
+            } else {
+                d.f_and_b(0, 1);
+            }
+            d.f_and_b(1, 0);
+        }
+        for _ in 0..ahead {
+            d.b(1, false);
+            d.f_and_b(1, 0);
+        }
+        // DualPipe's switch to the zero-bubble half, at step (r + 1) / 2.
+        let half = r.div_ceil(2); // (r + 1) / 2
+        let mut zero_bubble = false;
+        for i in 0..=r {
+            if i == half && r % 2 == 1 {
+                zero_bubble = true;
+            }
+            if zero_bubble {
+                d.i(1)
+            } else {
+                d.b(1, false)
+            }
+            if i == half && r % 2 == 0 {
+                zero_bubble = true;
+            }
+            if zero_bubble {
+                d.i(0)
+            } else {
+                d.b(0, false)
+            }
+        }
+        for _ in 0..ahead {
+            d.w();
+            d.i(0);
+        }
+        (0..=r).for_each(|_| d.w());
+        orders.push(d.order);
+        together.push(d.together);
+    }
+    (orders, together)
+}

@@ -225,6 +225,9 @@ pub struct Scenario {
     /// Per link, the time a transfer holds it (bytes / bandwidth): each direction of a link is
     /// one FIFO channel, so back-to-back sends queue behind each other; 0 for none.
     pub occupancy_ms: Vec<f64>,
+    /// Per stage, DualPipe's overlapped forward-and-backward (one chunk's forward with another's
+    /// whole backward) as one op: F + B + W unless told (`with_tfb`).
+    pub tfb: Vec<f64>,
     /// Extra time each transfer took this iteration (a stall drawn by `sim --stall`), indexed
     /// by [`Scenario::transfer_index`]; empty for none. Schedules plan without it: a stall is
     /// not known before it happens.
@@ -333,6 +336,7 @@ impl Scenario {
             delay_ms[link] += non_negative("slow delay", d)?;
             non_negative("slow delay", delay_ms[link])?;
         }
+        let tfb = (0..stages).map(|i| tf[i] + tb[i] + tw[i]).collect();
         Ok(Scenario {
             stages,
             microbatches,
@@ -345,6 +349,7 @@ impl Scenario {
             d2h_ms: non_negative("d2h-ms", d2h_ms)?,
             occupancy_ms: vec![0.0; stages - 1],
             stall_ms: Vec::new(),
+            tfb,
             activation: None,
             activation_limit: None,
         })
@@ -416,6 +421,20 @@ impl Scenario {
     pub fn out_link(&self, op: Op, layout: Layout) -> Option<usize> {
         let (to, _) = self.next_of(op, layout)?;
         self.link_between(op.stage, to)
+    }
+
+    /// The same scenario with the overlapped forward-and-backward taking `tfb` ms (one value
+    /// or one per stage).
+    pub fn with_tfb(mut self, tfb: &[f64]) -> Result<Scenario, ScenarioError> {
+        self.tfb = per_stage("tfb", tfb, self.stages)?;
+        if let Some(&x) = self.tfb.iter().find(|&&x| x <= 0.0) {
+            return Err(ScenarioError::BadDuration {
+                field: "tfb",
+                value: x,
+                extra: " and it must take > 0",
+            });
+        }
+        Ok(self)
     }
 
     /// The same scenario with activations counted in bytes.

@@ -198,3 +198,70 @@ fn the_arxiv_rows_and_zb_v_match_the_authors_script() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// DualPipeV against the DualPipe README: bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2p
+/// stages (F, B, W per chunk, B a whole backward) as the most idle rank's idle time,
+/// activations PP + 1 chunks, and its refusal under 2p microbatches. The formula holds for
+/// these cost sets (not for every one: (F, B, W, F&B) = (2, 4, 1, 6) comes out 2 under it, in
+/// DeepSeek's step as here).
+#[test]
+fn dualpipev_matches_the_dualpipe_readme() {
+    // (F, I, W, F&B) per chunk: B = I + W.
+    for (f, i, w, fb) in [
+        (1.0, 1.0, 1.0, 3.0),
+        (2.0, 2.0, 2.0, 5.0),
+        (3.0, 3.0, 2.0, 7.0),
+        (2.0, 2.0, 1.0, 4.0),
+    ] {
+        for (p, n) in [(4usize, 8usize), (4, 10), (3, 9), (6, 12)] {
+            let sc = Scenario::new(
+                p,
+                n,
+                &[2.0 * f],
+                &[2.0 * i],
+                &[2.0 * w],
+                0.0,
+                &[],
+                CommModel::Latency,
+                0.0,
+            )
+            .unwrap()
+            .with_tfb(&[2.0 * fb])
+            .unwrap();
+            let schedule: Schedule = "dualpipev".parse().unwrap();
+            let (_, run) = evaluate(&schedule, &sc, usize::MAX).unwrap();
+            let b = i + w;
+            // The README's bubble is a rank's idle time: ranks differ in how many pairs they
+            // overlap, so the busiest-idle rank's.
+            let least_busy = run.busy_ms.iter().copied().fold(f64::INFINITY, f64::min);
+            let bubble = run.iteration_ms - least_busy;
+            let readme = (p as f64 - 1.0) * (fb + b - 3.0 * w);
+            assert!(
+                (bubble - readme).abs() < 1e-9,
+                "p {p} n {n} costs {:?}: bubble {bubble}, README {readme}",
+                (f, i, w, fb)
+            );
+            assert!(
+                run.peak_in_flight.iter().all(|&a| a == 2 * p + 1),
+                "{:?}",
+                run.peak_in_flight
+            );
+        }
+    }
+    let sc = Scenario::new(
+        4,
+        7,
+        &[1.0],
+        &[1.0],
+        &[1.0],
+        0.0,
+        &[],
+        CommModel::Latency,
+        0.0,
+    )
+    .unwrap();
+    let e = evaluate(&"dualpipev".parse().unwrap(), &sc, usize::MAX)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("at least 8"), "{e}");
+}

@@ -19,6 +19,8 @@ pub enum Schedule {
     ZbH2,
     /// Zero Bubble's ZB-V: two chunks per rank in a V, planned by the authors' greedy search.
     ZbV,
+    /// DeepSeek's DualPipeV: the V with overlapped forward-and-backward ops.
+    DualPipeV,
     /// 1F1B's warm-up and cap with backward split and W filling idle time: a ZB-H1-like policy
     /// of our own (what `zb-h1` named before the authors' schedule).
     ZbFill,
@@ -47,7 +49,7 @@ pub const DEFAULT_SCHEDULES: &str = "1f1b,static:1f1b,zb-h1,static:zb-fill,greed
 
 /// Every schedule name `--schedule` takes, for error messages.
 const NAMES: &str =
-    "gpipe, 1f1b, zb-h1, zb-h2, zb-v, zb-fill, interleaved:V, greedy, adaptive or static:<one of these>";
+    "gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipev, zb-fill, interleaved:V, greedy, adaptive or static:<one of these>";
 
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -57,6 +59,7 @@ impl fmt::Display for Schedule {
             Schedule::ZbH1 => f.write_str("zb-h1"),
             Schedule::ZbH2 => f.write_str("zb-h2"),
             Schedule::ZbV => f.write_str("zb-v"),
+            Schedule::DualPipeV => f.write_str("dualpipev"),
             Schedule::ZbFill => f.write_str("zb-fill"),
             Schedule::Interleaved { chunks, group } => match group {
                 None => write!(f, "interleaved:{chunks}"),
@@ -117,6 +120,7 @@ impl FromStr for Schedule {
             "zb-h1" | "zbh1" => Ok(Schedule::ZbH1),
             "zb-h2" | "zbh2" => Ok(Schedule::ZbH2),
             "zb-v" | "zbv" => Ok(Schedule::ZbV),
+            "dualpipev" | "dualpipe-v" => Ok(Schedule::DualPipeV),
             "zb-fill" => Ok(Schedule::ZbFill),
             "interleaved" => Ok(Schedule::Interleaved {
                 chunks: 2,
@@ -136,7 +140,7 @@ impl Schedule {
             Schedule::Interleaved { chunks, .. } => Layout::Interleaved(*chunks),
             // The script's groups are Megatron's default: the ranks.
             Schedule::InterleavedAsPublished(v) => Layout::InterleavedAsPublished(*v, stages),
-            Schedule::ZbV => Layout::Vee,
+            Schedule::ZbV | Schedule::DualPipeV => Layout::Vee,
             Schedule::File { schedule, .. } => schedule.layout,
             _ => Layout::Linear,
         }
@@ -149,6 +153,7 @@ impl Schedule {
             Schedule::ZbH1
                 | Schedule::ZbH2
                 | Schedule::ZbV
+                | Schedule::DualPipeV
                 | Schedule::File { .. }
                 | Schedule::Interleaved { .. }
                 | Schedule::InterleavedAsPublished(_)
@@ -170,7 +175,16 @@ fn hand_policy(schedule: &Schedule, sc: &Scenario) -> Result<Policy, SimError> {
         schedule: schedule.to_string(),
         detail,
     };
+    let mut together = Vec::new();
     let (orders, split) = match schedule {
+        Schedule::DualPipeV => {
+            if let Some(why) = hand::dualpipe_v_refusal(p, n) {
+                return Err(refused(why));
+            }
+            let orders;
+            (orders, together) = hand::dualpipe_v(p, n);
+            (orders, true)
+        }
         Schedule::ZbH1 => (hand::zero_bubble(p, n, 1), true),
         Schedule::ZbH2 => (hand::zero_bubble(p, n, 2), true),
         Schedule::File { schedule: f, .. } => {
@@ -181,6 +195,7 @@ fn hand_policy(schedule: &Schedule, sc: &Scenario) -> Result<Policy, SimError> {
                     f.ranks, f.microbatches, f.ranks, f.microbatches
                 )));
             }
+            together = f.together.clone();
             (f.orders.clone(), f.split)
         }
         Schedule::ZbV => {
@@ -218,6 +233,7 @@ fn hand_policy(schedule: &Schedule, sc: &Scenario) -> Result<Policy, SimError> {
         orders,
         split,
         layout: schedule.layout(p),
+        together,
     })
 }
 
@@ -284,6 +300,7 @@ pub fn static_policy(inner: &Schedule, sc: &Scenario) -> Result<Policy, SimError
         orders: run.orders(sc.stages),
         split: policy.split(),
         layout: Layout::Linear,
+        together: Vec::new(),
     })
 }
 

@@ -6,10 +6,10 @@
 //! each stage runs is inferred from the rows, as PyTorch infers it. Checked as
 //! `_validate_schedule` checks it (each F before its backward, I before W, every stage on one
 //! rank with m forwards and m backwards), then turned into the engine's fixed orders:
-//! F runs F, I runs B (input gradient) and W its weight gradient, a full B the two back to
-//! back; sends, receives, (un)sharding and gradient reductions are left to the model (it
-//! prices transfers itself), and an overlapped pair runs its two actions in turn (as PyTorch's
-//! runtime does unless a custom overlap is registered).
+//! F runs F, I runs B (input gradient) and W its weight gradient, a full B the two as one op;
+//! sends, receives, (un)sharding and gradient reductions are left to the model (it prices
+//! transfers itself), and an overlapped pair runs as one op of the scenario's `tfb` (its
+//! default, F + B + W, is PyTorch's runtime running the two in turn).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -23,6 +23,9 @@ pub struct TorchSchedule {
     pub layout: Layout,
     pub split: bool,
     pub orders: Vec<Vec<Op>>,
+    /// Which ops run as one with the op before them (a whole backward's B and W, an
+    /// overlapped pair).
+    pub together: Vec<Vec<bool>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,7 +148,8 @@ fn layout_of(rank_of: &BTreeMap<usize, usize>, p: usize) -> Result<Layout, Strin
 #[derive(Default)]
 struct Scan {
     rank_of: BTreeMap<usize, usize>,
-    lists: Vec<Vec<(usize, Kind, usize)>>,
+    /// Per rank, each compute action (stage, kind, microbatch, part of the action before it).
+    lists: Vec<Vec<(usize, Kind, usize, bool)>>,
     forwards: HashSet<(usize, usize)>,
     inputs: HashSet<(usize, usize)>,
     weights: HashSet<(usize, usize)>,
@@ -154,7 +158,12 @@ struct Scan {
 
 impl Scan {
     /// One action at `rank`'s `step`, checked against what ran before it.
-    fn take(&mut self, a: Action, rank: usize, step: usize, cell: &str) -> Result<(), String> {
+    fn take(
+        &mut self,
+        a: Action,
+        (rank, step, cell): (usize, usize, &str),
+        joined: bool,
+    ) -> Result<(), String> {
         let at = |what: String| format!("rank {rank}, step {step} ({cell}): {what}");
         if let Some(&other) = self.rank_of.get(&a.stage) {
             if other != rank {
@@ -192,7 +201,7 @@ impl Scan {
             Kind::Other => return Ok(()),
         };
         set.insert(key);
-        self.lists[rank].push((a.stage, a.kind, mb));
+        self.lists[rank].push((a.stage, a.kind, mb, joined));
         Ok(())
     }
 
@@ -232,32 +241,40 @@ impl Scan {
         Ok(m)
     }
 
-    /// The engine's orders: F runs F, I the input gradient, W the weight gradient, a full B
-    /// both halves back to back when others are split (else one fused B).
-    fn orders(self, layout: Layout, split: bool) -> Vec<Vec<Op>> {
+    /// The engine's orders and which ops run with the one before: F runs F, I the input
+    /// gradient, W the weight gradient, a full B both halves as one op when others are split
+    /// (else one fused B); an overlapped pair's actions run as one.
+    fn orders(self, layout: Layout, split: bool) -> (Vec<Vec<Op>>, Vec<Vec<bool>>) {
         let p = self.lists.len();
-        let mut orders = Vec::with_capacity(p);
+        let (mut orders, mut together) = (Vec::with_capacity(p), Vec::with_capacity(p));
         for (rank, list) in self.lists.into_iter().enumerate() {
-            let mut order = Vec::with_capacity(list.len() * 2);
-            for (stage, kind, mb) in list {
+            let (mut order, mut joined) = (Vec::new(), Vec::new());
+            for (stage, kind, mb, with_previous) in list {
                 let chunk = layout.chunk_of(p, stage);
-                let op = |kind| Op {
-                    kind,
-                    stage: rank,
-                    mb,
-                    chunk,
+                let mut push = |kind, with: bool| {
+                    order.push(Op {
+                        kind,
+                        stage: rank,
+                        mb,
+                        chunk,
+                    });
+                    joined.push(with);
                 };
                 match (kind, split) {
-                    (Kind::F, _) => order.push(op(OpKind::F)),
-                    (Kind::I, _) | (Kind::B, false) => order.push(op(OpKind::B)),
-                    (Kind::W, _) => order.push(op(OpKind::W)),
-                    (Kind::B, true) => order.extend([op(OpKind::B), op(OpKind::W)]),
+                    (Kind::F, _) => push(OpKind::F, with_previous),
+                    (Kind::I, _) | (Kind::B, false) => push(OpKind::B, with_previous),
+                    (Kind::W, _) => push(OpKind::W, with_previous),
+                    (Kind::B, true) => {
+                        push(OpKind::B, with_previous);
+                        push(OpKind::W, true);
+                    }
                     (Kind::Other, _) => {}
                 }
             }
             orders.push(order);
+            together.push(joined);
         }
-        orders
+        (orders, together)
     }
 }
 
@@ -283,8 +300,8 @@ pub fn parse(text: &str) -> Result<TorchSchedule, String> {
     };
     for (rank, row) in rows.iter().enumerate() {
         for (step, cell) in row.iter().enumerate().filter(|(_, c)| !c.is_empty()) {
-            for action in parse_action(cell, rank, step)? {
-                scan.take(action, rank, step, cell)?;
+            for (k, action) in parse_action(cell, rank, step)?.into_iter().enumerate() {
+                scan.take(action, (rank, step, cell), k > 0)?;
             }
         }
     }
@@ -294,38 +311,80 @@ pub fn parse(text: &str) -> Result<TorchSchedule, String> {
     let layout = layout_of(&scan.rank_of, p)?;
     let microbatches = scan.microbatches()?;
     let split = !scan.inputs.is_empty();
+    let (orders, together) = scan.orders(layout, split);
     Ok(TorchSchedule {
         ranks: p,
         microbatches,
         layout,
         split,
-        orders: scan.orders(layout, split),
+        orders,
+        together,
     })
 }
 
 /// Writes per-rank orders as PyTorch's compute-only CSV (`_dump_csv(format="compute_only")`,
-/// without idle slots): F as F, a split backward as I then W, a fused one as B.
-pub fn format(orders: &[Vec<Op>], split: bool, layout: Layout) -> String {
+/// without idle slots): F as F, a split backward as I then W, a fused one (or a B and W that
+/// run as one, `together`) as B, a forward run with a backward as `(..;..)OVERLAP_F_B`.
+pub fn format(orders: &[Vec<Op>], together: &[Vec<bool>], split: bool, layout: Layout) -> String {
     let p = orders.len();
     let mut out = String::new();
-    for order in orders {
-        let cells: Vec<String> = order
+    for (rank, order) in orders.iter().enumerate() {
+        let joined = |i: usize| together.get(rank).and_then(|t| t.get(i)) == Some(&true);
+        let mut groups: Vec<Vec<Op>> = Vec::new();
+        for (i, &op) in order.iter().enumerate() {
+            match groups.last_mut() {
+                Some(g) if joined(i) => g.push(op),
+                _ => groups.push(vec![op]),
+            }
+        }
+        let cell = |op: &Op, whole: bool| {
+            let stage = layout.virtual_stage(p, op.stage, op.chunk);
+            let kind = match (op.kind, split && !whole) {
+                (OpKind::F, _) => "F",
+                (OpKind::B, true) => "I",
+                (OpKind::B, false) => "B",
+                (OpKind::W, _) => "W",
+            };
+            format!("{stage}{kind}{}", op.mb)
+        };
+        let cells: Vec<String> = groups
             .iter()
-            .map(|op| {
-                let stage = layout.virtual_stage(p, op.stage, op.chunk);
-                let kind = match (op.kind, split) {
-                    (OpKind::F, _) => "F",
-                    (OpKind::B, true) => "I",
-                    (OpKind::B, false) => "B",
-                    (OpKind::W, _) => "W",
-                };
-                format!("{stage}{kind}{}", op.mb)
+            .map(|g| {
+                // A B with its W in the group is one whole backward.
+                let parts: Vec<String> = g
+                    .iter()
+                    .filter(|o| {
+                        !(o.kind == OpKind::W
+                            && g.iter()
+                                .any(|b| b.kind == OpKind::B && (b.chunk, b.mb) == (o.chunk, o.mb)))
+                    })
+                    .map(|o| cell(o, g.len() > 1))
+                    .collect();
+                match parts.len() {
+                    1 => parts[0].clone(),
+                    _ => format!("({})OVERLAP_F_B", parts.join(";")),
+                }
             })
             .collect();
         out.push_str(&cells.join(","));
         out.push('\n');
     }
     out
+}
+
+/// Which ops of a run ran as one with the op before them on their rank (the same start and
+/// end), for [`format`]; `orders` as `Run::orders` gives them.
+pub fn together_of(run: &super::engine::Run, stages: usize) -> Vec<Vec<bool>> {
+    let mut per: Vec<Vec<(f64, f64)>> = vec![Vec::new(); stages];
+    for e in &run.ops {
+        per[e.op.stage].push((e.start, e.end));
+    }
+    per.into_iter()
+        .map(|mut v| {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (0..v.len()).map(|i| i > 0 && v[i] == v[i - 1]).collect()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -375,6 +434,7 @@ mod tests {
                 orders,
                 split,
                 layout,
+                ..
             } => (orders, split, layout),
             Policy::Priority(_) => panic!("not a fixed order"),
         }
@@ -411,7 +471,8 @@ mod tests {
             let (_, run) = crate::sim::evaluate(&schedule, &sc, 8).unwrap();
             let split = run.ops.iter().any(|e| e.op.kind == OpKind::W);
             let layout = schedule.layout(4);
-            let text = format(&run.orders(4), split, layout);
+            let together = together_of(&run, 4);
+            let text = format(&run.orders(4), &together, split, layout);
             let back = parse(&text).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
             assert_eq!((back.layout, back.split), (layout, split), "{name}");
             assert_eq!(back.orders, run.orders(4), "{name}");
@@ -419,6 +480,7 @@ mod tests {
                 orders: back.orders,
                 split,
                 layout,
+                together: back.together,
             };
             let again = simulate(&sc, &policy).unwrap().iteration_ms;
             assert!((again - run.iteration_ms).abs() < 1e-9, "{name}");

@@ -117,6 +117,7 @@ pub(super) fn write_case(
         orders: pc.orders.clone(),
         split: pc.split,
         layout: crate::sim::Layout::Linear,
+        together: Vec::new(),
     };
     let mut predictions = Vec::new();
     for it in &m.timed {

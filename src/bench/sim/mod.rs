@@ -326,6 +326,10 @@ impl SimPlan {
             let occupy: Vec<(usize, f64)> = cfg.occupy.iter().map(|o| (o.link, o.ms)).collect();
             sc.with_occupancy(&occupy)
         })
+        .and_then(|sc| match &cfg.tfb {
+            Some(tfb) => sc.with_tfb(&tfb.values()),
+            None => Ok(sc),
+        })
         .map_err(|e| e.to_string())?;
         let names = match (&cfg.schedules, &file) {
             (Some(names), _) => names.clone(),

@@ -222,7 +222,8 @@ pub fn export_torch(outcomes: &[Outcome], path: &Path) -> Result<Vec<std::path::
         };
         let stages = o.run.busy_ms.len();
         let split = o.run.ops.iter().any(|e| e.op.kind == crate::sim::OpKind::W);
-        let text = crate::sim::torch_csv::format(&o.run.orders(stages), split, o.layout);
+        let together = crate::sim::torch_csv::together_of(&o.run, stages);
+        let text = crate::sim::torch_csv::format(&o.run.orders(stages), &together, split, o.layout);
         std::fs::write(&target, text)
             .with_context(|| format!("cannot write {}", target.display()))?;
         written.push(target);

@@ -48,6 +48,8 @@ pub struct SimConfig {
     pub tf: Option<OneOrMany>,
     pub tb: Option<OneOrMany>,
     pub tw: Option<OneOrMany>,
+    /// DualPipeV's overlapped forward-and-backward (default tf + tb + tw).
+    pub tfb: Option<OneOrMany>,
     pub link_ms: Option<f64>,
     pub comm: Option<crate::sim::CommModel>,
     pub d2h_ms: Option<f64>,
