@@ -120,6 +120,8 @@ fn every_csv_kind_is_drawn_and_reported() {
         "hol_busy",
         "hol_offload_split",
         "sim_iteration",
+        "sim_bubble",
+        "sim_memory",
     ] {
         check_image(&plots.join(format!("{name}.png")));
         check_image(&plots.join(format!("{name}.svg")));

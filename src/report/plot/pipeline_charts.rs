@@ -7,30 +7,50 @@ use crate::bench::sim::SimTable;
 use crate::bench::sim::TimelineTable as SimTimelineTable;
 
 pub(crate) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
-    let mut iter = LineChart::new(
-        format!("Iteration time against straggler delay — {title}"),
-        "extra link delay (ms)",
-        "iteration time (ms)",
-        (false, false),
-    );
+    let chart = |what: &str, y: &str| {
+        LineChart::new(
+            format!("{what} against straggler delay — {title}"),
+            "extra link delay (ms)",
+            y,
+            (false, false),
+        )
+    };
+    // Every schedule side by side: its iteration, its bubble rate and its peak memory (bytes
+    // with a model shape, else activations), each against the delay.
+    let mut iter = chart("Iteration time", "iteration time (ms)");
+    let mut bubble = chart("Bubble rate", "bubble rate (T - m(F+B+W)) / T");
+    let mut memory = chart("Peak activation memory", "peak activations per stage");
     let mut out = Vec::new();
     for run in runs {
         let Some(t) = run.table::<SimTable>() else {
             continue;
         };
-        let mut by: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        type Points = Vec<(f64, f64)>;
+        let mut by: BTreeMap<String, [Points; 3]> = BTreeMap::new();
         for r in t {
-            by.entry(r.params.schedule.clone())
-                .or_default()
-                .push((total_delay(&r.params.slow), r.figures.iteration_ms));
+            let d = total_delay(&r.params.slow);
+            let f = &r.figures;
+            let peak = match f.peak_activation_bytes_max {
+                Some(bytes) => bytes / (1u64 << 30) as f64,
+                None => f.peak_activations_max as f64,
+            };
+            if f.peak_activation_bytes_max.is_some() {
+                memory.y_label = "peak activation memory per stage (GiB)".into();
+            }
+            let entry = by.entry(r.params.schedule.clone()).or_default();
+            entry[0].push((d, f.iteration_ms));
+            entry[1].push((d, f.bubble_rate));
+            entry[2].push((d, peak));
         }
-        for (sched, pts) in by {
-            if pts.len() > 1 {
-                iter.series.push(Series {
-                    label: label(runs, run, &sched),
-                    points: sorted(pts),
-                    ..Default::default()
-                });
+        for (sched, [i, b, m]) in by {
+            if i.len() > 1 {
+                for (c, pts) in [(&mut iter, i), (&mut bubble, b), (&mut memory, m)] {
+                    c.series.push(Series {
+                        label: label(runs, run, &sched),
+                        points: sorted(pts),
+                        ..Default::default()
+                    });
+                }
             }
         }
     }
@@ -39,6 +59,18 @@ pub(crate) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         "sim_iteration",
         "Simulated iteration time against delay, per schedule",
         iter,
+    );
+    push_lines(
+        &mut out,
+        "sim_bubble",
+        "Simulated bubble rate against delay, per schedule",
+        bubble,
+    );
+    push_lines(
+        &mut out,
+        "sim_memory",
+        "Peak activation memory against delay, per schedule",
+        memory,
     );
     // Gantt charts of the first run, for its most delayed case.
     if let Some(t) = runs.first().and_then(|r| r.table::<SimTimelineTable>()) {
