@@ -299,12 +299,20 @@ fn a_busy_rank_is_a_warn_not_a_fail_and_the_gate_passes() {
             fleet_rank(home.path(), &out, port, r, vars)
         })
         .collect();
-    let mut codes = Vec::new();
-    for c in ranks {
-        codes.push(c.wait_with_output().unwrap().status.code());
-    }
-    assert_eq!(codes[0], Some(0), "{codes:?}");
+    let outputs: Vec<_> = ranks
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let codes: Vec<_> = outputs.iter().map(|o| o.status.code()).collect();
     let run = only_run(&out);
+    // A failed gate says why: rank 0's words and every row.
+    assert_eq!(
+        codes[0],
+        Some(0),
+        "{codes:?}\nrank 0 said: {}\nrows: {:#?}",
+        String::from_utf8_lossy(&outputs[0].stderr),
+        fleet_rows(&run)
+    );
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("fleet.json")).unwrap()).unwrap();
     let busy: Vec<&str> = doc["busy"]

@@ -15,6 +15,10 @@ use std::collections::VecDeque;
 
 use super::model::{Op, OpKind};
 
+/// Times that differ by less than this are equal: the authors plan in whole microseconds, so
+/// their comparisons tie exactly where sums of milliseconds in f64 differ by rounding.
+const TIE: f64 = 1e-9;
+
 /// Per-chunk op costs (ms), the link latency, and memory in units of one chunk-activation.
 #[derive(Debug, Clone, Copy)]
 pub struct VCosts {
@@ -98,7 +102,7 @@ impl Planner {
                 "FfBbWw".as_bytes()[cat * 2 + dir] as char
             ));
         }
-        if self.mem[stage] + self.mem_of(cat) > self.k.max_mem + 1e-9 {
+        if self.mem[stage] + self.mem_of(cat) > self.k.max_mem + TIE {
             return Err(format!("rank {stage} would go over its memory limit"));
         }
         if cat < 2 {
@@ -145,14 +149,15 @@ impl Planner {
     /// more if the wait is more bubble than this rank may add (`extra`: the fill flag).
     fn fill_wait(&mut self, i: usize, fa: Option<usize>, extra: bool) -> Result<(), String> {
         while let Some(ready) = self.ended(fa) {
-            if self.pending_w[i].is_empty() || ready + self.k.c < self.cur[i] + self.k.w {
+            if self.pending_w[i].is_empty() || ready + self.k.c + TIE < self.cur[i] + self.k.w {
                 break;
             }
             self.put_w(i)?;
         }
         if let Some(ready) = self.ended(fa) {
             let room = self.max_bubble(Some(i)) - self.bubble[i];
-            if !self.pending_w[i].is_empty() && ready + self.k.c - self.cur[i] > room && extra {
+            if !self.pending_w[i].is_empty() && ready + self.k.c - self.cur[i] > room + TIE && extra
+            {
                 self.put_w(i)?;
             }
         }
@@ -170,8 +175,8 @@ impl Planner {
                 continue;
             }
             let due = self.end[self.id(0, 1, i + 1, 0)].unwrap_or(0.0) + self.k.c;
-            while self.mem[i] + (2 + 2 * i) as f64 <= self.k.max_mem
-                && self.cur[i] + self.k.f <= due
+            while self.mem[i] + (2 + 2 * i) as f64 <= self.k.max_mem + TIE
+                && self.cur[i] + self.k.f <= due + TIE
                 && self.count[i][0] < n - i
             {
                 for j in 0..=i {
@@ -207,7 +212,7 @@ impl Planner {
     fn steady_round(&mut self) -> Result<(), String> {
         let (p, n) = (self.p, self.n);
         for i in 0..p {
-            while self.mem[i] + self.mem_of(1) > self.k.max_mem + 1e-9 {
+            while self.mem[i] + self.mem_of(1) > self.k.max_mem + TIE {
                 self.put_w(i)?;
             }
         }
@@ -253,7 +258,7 @@ impl Planner {
                 None
             };
             let Some(item) = item else { continue };
-            while self.mem[i] + 1.0 > self.k.max_mem + 1e-9 {
+            while self.mem[i] + 1.0 > self.k.max_mem + TIE {
                 self.put_w(i)?;
             }
             let fa = match item {
@@ -294,7 +299,7 @@ fn try_v_schedule(
         Planner::new(p, n, k, fill, vec![-1.0; p]).run()?;
     loop {
         let (s, b, w) = Planner::new(p, n, k, fill, bubbles.clone()).run()?;
-        if w < worst {
+        if w < worst - TIE {
             (schedule, bubbles, worst) = (s, b, w);
         } else {
             return Ok((schedule, worst));
@@ -309,7 +314,7 @@ pub fn zb_v(p: usize, n: usize, k: VCosts) -> Result<Vec<Vec<Op>>, String> {
     for fill_b in [true, false] {
         for fill_f in [true, false] {
             let (s, w) = try_v_schedule(p, n, k, (fill_f, fill_b))?;
-            if best.as_ref().is_none_or(|(_, b)| w < *b) {
+            if best.as_ref().is_none_or(|(_, b)| w < *b - TIE) {
                 best = Some((s, w));
             }
         }
