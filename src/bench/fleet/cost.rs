@@ -196,7 +196,7 @@ fn slowed(profile: &Profile, stage: usize, kept: Kept) -> (Profile, Vec<f64>) {
 /// The iteration time of `system` (the runtime presets of `sim --validate`) under `delay`;
 /// with nothing delayed, the faster of its two paths (PipeMorph's re-planned offload can beat
 /// ZB's plan on the device), so that keeping a slow node never reads as a gain.
-fn iteration_ms(system: System, p: &Profile, delay: &[f64]) -> Option<f64> {
+fn iteration_ms(system: System, p: &Profile, delay: &[f64]) -> Result<f64, String> {
     let job = Job {
         stages: p.stages,
         microbatches: p.microbatches,
@@ -209,31 +209,50 @@ fn iteration_ms(system: System, p: &Profile, delay: &[f64]) -> Option<f64> {
         fused_backward: false,
         measured: None,
     };
-    let pred = predict(system, &job, &Machine::ARTIFACT, &Mechanisms::ALL).ok()?;
-    Some(if delay.iter().any(|&d| d > 0.0) {
+    let pred =
+        predict(system, &job, &Machine::ARTIFACT, &Mechanisms::ALL).map_err(|e| e.to_string())?;
+    Ok(if delay.iter().any(|&d| d > 0.0) {
         pred.slow_ms
     } else {
         pred.healthy_ms.min(pred.slow_ms)
     })
 }
 
-/// The estimate for every failed node with a measured slowdown, in rank order.
+/// Estimates made, and for each the model could not make, what it was and why (said, never
+/// dropped).
+pub type Estimates = (Vec<KeepCost>, Vec<(String, String)>);
+
+fn gather(results: Vec<(String, Result<KeepCost, String>)>) -> Estimates {
+    let mut out: Estimates = (Vec::new(), Vec::new());
+    for (what, r) in results {
+        match r {
+            Ok(c) => out.0.push(c),
+            Err(e) => out.1.push((what, e)),
+        }
+    }
+    out
+}
+
+/// The estimate for every failed node with a measured slowdown, in rank order (a node with
+/// none, one that did not answer, has nothing to estimate).
 pub fn estimate(
     rows: &[Row],
     failed: &[(u32, String)],
     world: usize,
     profile: Option<&Profile>,
-) -> Vec<KeepCost> {
+) -> Estimates {
     let profile = profile
         .cloned()
         .unwrap_or_else(|| Profile::default_for(world));
-    failed
-        .iter()
-        .filter_map(|(rank, host)| {
-            let kept = slowdowns(rows, *rank)?;
-            cost_of((*rank, host, "node"), kept, &profile)
-        })
-        .collect()
+    gather(
+        failed
+            .iter()
+            .filter_map(|(rank, host)| {
+                let kept = slowdowns(rows, *rank)?;
+                Some((host.clone(), cost_of((*rank, host, "node"), kept, &profile)))
+            })
+            .collect(),
+    )
 }
 
 /// The estimate for each confirmed slow link no node explains (`links`: lower rank, both
@@ -242,29 +261,32 @@ pub fn estimate_links(
     links: &[(u32, String, f64)],
     world: usize,
     profile: Option<&Profile>,
-) -> Vec<KeepCost> {
+) -> Estimates {
     let profile = profile
         .cloned()
         .unwrap_or_else(|| Profile::default_for(world));
-    links
-        .iter()
-        .filter_map(|(rank, hosts, extra_us)| {
-            let kept = Kept {
-                link_extra_ms: extra_us / 1e3,
-                ..HEALTHY
-            };
-            cost_of((*rank, hosts, "link"), kept, &profile)
-        })
-        .collect()
+    gather(
+        links
+            .iter()
+            .map(|(rank, hosts, extra_us)| {
+                let kept = Kept {
+                    link_extra_ms: extra_us / 1e3,
+                    ..HEALTHY
+                };
+                let what = format!("the link {hosts}");
+                (what, cost_of((*rank, hosts, "link"), kept, &profile))
+            })
+            .collect(),
+    )
 }
 
 /// One kept node's or link's rows: 1F1B (Megatron's runtime) and adaptive (PipeMorph's),
-/// kept against healthy.
+/// kept against healthy; a runtime the model cannot predict is an error naming it.
 fn cost_of(
     (rank, host, kind): (u32, &str, &str),
     kept: Kept,
     profile: &Profile,
-) -> Option<KeepCost> {
+) -> Result<KeepCost, String> {
     let stages = profile.stages;
     // The node in the middle; a link between the two middle stages.
     let stage = match kind {
@@ -275,12 +297,9 @@ fn cost_of(
     let (kept_profile, delay) = slowed(profile, stage, kept);
     let mut cost = Vec::new();
     for (schedule, system) in [("1f1b", System::OneFOneB), ("adaptive", System::Pipemorph)] {
-        let (Some(h), Some(k)) = (
-            iteration_ms(system, &healthy, &calm),
-            iteration_ms(system, &kept_profile, &delay),
-        ) else {
-            continue;
-        };
+        let model = |r: Result<f64, String>| r.map_err(|e| format!("{schedule}: {e}"));
+        let h = model(iteration_ms(system, &healthy, &calm))?;
+        let k = model(iteration_ms(system, &kept_profile, &delay))?;
         cost.push((
             KeepCostParams {
                 rank,
@@ -302,7 +321,7 @@ fn cost_of(
             },
         ));
     }
-    (!cost.is_empty()).then_some(cost)
+    Ok(cost)
 }
 
 /// Iterations a lossy node's or link's keep cost draws (a fixed seed: the same run, the same
@@ -472,9 +491,9 @@ mod tests {
             failed_row(3, "d2h", 1.0, 2.0),
         ];
         let failed: Vec<(u32, String)> = (1..=4).map(|r| (r, format!("n{r}"))).collect();
-        let costs = estimate(&rows, &failed, 4, None);
-        // Rank 4 failed without a figure (it did not answer): no estimate.
-        assert_eq!(costs.len(), 3);
+        let (costs, unmade) = estimate(&rows, &failed, 4, None);
+        // Rank 4 failed without a figure (it did not answer): nothing to estimate.
+        assert_eq!((costs.len(), unmade.len()), (3, 0));
         let pct = |c: &KeepCost, s: &str| {
             c.iter()
                 .find(|(p, _)| p.schedule == s)
@@ -503,7 +522,7 @@ mod tests {
 
     #[test]
     fn a_slow_link_costs_1f1b_more_than_adaptive_and_more_when_slower() {
-        let costs = estimate_links(
+        let (costs, _) = estimate_links(
             &[(0, "a-b".into(), 20_000.0), (2, "c-d".into(), 2_000.0)],
             4,
             None,
@@ -528,7 +547,7 @@ mod tests {
     fn a_node_the_links_blame_pays_for_its_sends() {
         // 12.5 MB/s against the fleet's 1 GB/s: a 1 MiB send is about 83 ms late.
         let rows = vec![failed_row(5, "links", 0.0125, 1.0)];
-        let costs = estimate(&rows, &[(5, "n5".into())], 4, None);
+        let (costs, _) = estimate(&rows, &[(5, "n5".into())], 4, None);
         assert_eq!(costs.len(), 1);
         let (p, f) = &costs[0][0];
         assert_eq!(p.kind, "node");
@@ -544,8 +563,8 @@ mod tests {
         assert_eq!((profile.stages, profile.microbatches), (4, 12));
         let rows = vec![failed_row(1, "gemm", 50.0, 100.0)];
         let failed = [(1, "n1".to_string())];
-        let with = estimate(&rows, &failed, 16, Some(&profile));
-        let without = estimate(&rows, &failed, 16, None);
+        let (with, _) = estimate(&rows, &failed, 16, Some(&profile));
+        let (without, _) = estimate(&rows, &failed, 16, None);
         assert_eq!(with[0][0].0.stages, 4);
         assert_eq!(without[0][0].0.stages, MAX_STAGES);
         // The profile's 8-10 ms forwards, 12 microbatches: a healthy 1F1B iteration of about

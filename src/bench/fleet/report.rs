@@ -281,10 +281,12 @@ fn keep_costs(
         .iter()
         .cloned()
         .partition(|(r, _)| node_stalls.contains_key(r));
-    let mut costs = cost::estimate(rows, &rest, ranks.len(), profile);
+    let (mut costs, unmade) = cost::estimate(rows, &rest, ranks.len(), profile);
+    let unsaid = |(what, e): (String, String)| eprintln!("warning: no keep cost for {what}: {e}");
+    unmade.into_iter().for_each(unsaid);
     let mut said = |what: String, r: Result<cost::KeepCost, String>| match r {
         Ok(c) => costs.push(c),
-        Err(e) => eprintln!("warning: no keep cost for {what}: {e}"),
+        Err(e) => unsaid((what, e)),
     };
     for (r, h) in &lossy {
         let stall = node_stalls[r];
@@ -304,7 +306,9 @@ fn keep_costs(
         .into_iter()
         .filter(|(_, hosts, _)| !priced.contains(hosts))
         .collect();
-    costs.extend(cost::estimate_links(&slow, ranks.len(), profile));
+    let (links, unmade) = cost::estimate_links(&slow, ranks.len(), profile);
+    unmade.into_iter().for_each(unsaid);
+    costs.extend(links);
     costs
 }
 
