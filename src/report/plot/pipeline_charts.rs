@@ -72,7 +72,12 @@ pub(crate) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
         "Peak activation memory against delay, per schedule",
         memory,
     );
-    // Gantt charts of the first run, for its most delayed case.
+    sim_gantts(runs, title, &mut out);
+    Ok(out)
+}
+
+/// Gantt charts of the first run, for its most delayed case.
+fn sim_gantts(runs: &[Loaded], title: &str, out: &mut Vec<Named>) {
     if let Some(t) = runs.first().and_then(|r| r.table::<SimTimelineTable>()) {
         let mut cases: BTreeMap<String, BTreeMap<String, Vec<TimelineOp>>> = BTreeMap::new();
         for r in t {
@@ -144,7 +149,6 @@ pub(crate) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
             }
         }
     }
-    Ok(out)
 }
 
 /// Where injected delays sit: for each op whose output crosses a slow link (F down from stage
