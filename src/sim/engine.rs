@@ -481,11 +481,12 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
             });
         };
         let (_, first) = stages[s].decision.expect("chosen stage has a decision");
-        let group: Vec<Op> = match policy {
+        // Borrowed from the policy, not copied: this runs once per simulated op.
+        let group: &[Op] = match policy {
             Policy::Fixed {
                 orders, together, ..
-            } => group_at(&orders[s], together.get(s), stages[s].cursor).to_vec(),
-            Policy::Priority(_) => vec![first],
+            } => group_at(&orders[s], together.get(s), stages[s].cursor),
+            Policy::Priority(_) => std::slice::from_ref(&first),
         };
         // A group's ops end together: a forward with a backward takes the scenario's
         // overlapped time, a whole backward (B with its W) the two's.
@@ -496,7 +497,7 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
         };
         let end = start + compute;
         let mut queue_end = end;
-        for &op in &group {
+        for &op in group {
             let (queue_extra, arrival_after) = sc.send_costs(op, layout);
             let mut exec = Executed {
                 op,
