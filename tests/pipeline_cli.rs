@@ -477,3 +477,114 @@ fn a_pipeline_run_is_validated_against_the_runtime_model() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("pipeline.csv"), "{}", stderr(&o));
 }
+
+/// Interleaved 1F1B on the real pipeline: each of 3 ranks holds two model chunks, the last
+/// rank's first chunk feeds the first rank's second over the wrap link, every chunk's weight
+/// gradients verify, and a delay on the wrap link slows the interleaved case as predicted.
+#[test]
+fn an_interleaved_pipeline_runs_two_chunks_per_rank_over_the_wrap_link() {
+    let home = tempfile::tempdir().unwrap();
+    let args = [
+        "pipeline",
+        "--local",
+        "3",
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--tokens",
+        "16",
+        "--microbatches",
+        "3",
+        "--iters",
+        "2",
+        "--warmup",
+        "1",
+        "--schedule",
+        "1f1b,interleaved:2",
+        "--comm",
+        "inline",
+        "--slow",
+        "2:0,40",
+        "-q",
+    ];
+    let o = morphbench(&args, home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = only_run(&home.path().join("results"));
+    let (h, rows) = read_csv(&run.join("pipeline.csv"));
+    assert_eq!(rows.len(), 4);
+    let figure = |r: &csv::StringRecord, c: &str| -> f64 { r[col(&h, c)].parse().unwrap() };
+    for r in &rows {
+        assert_eq!(&r[col(&h, "verified")], "true", "{:?}", r);
+        assert!(figure(r, "error").abs() <= 0.5, "{:?}", r);
+    }
+    let row = |sched: &str, slow: &str| {
+        rows.iter()
+            .find(|r| &r[col(&h, "schedule")] == sched && &r[col(&h, "slow")] == slow)
+            .unwrap()
+    };
+    // Every microbatch crosses the wrap link twice under interleaving (an F down, its B up):
+    // 40 ms at least is added, measured and predicted.
+    let (calm, slow) = (row("interleaved:2", "2:0"), row("interleaved:2", "2:40"));
+    for c in ["predicted_ms", "iteration_ms"] {
+        let gained = figure(slow, c) - figure(calm, c);
+        assert!(
+            gained >= 40.0,
+            "{c}: {} -> {}",
+            figure(calm, c),
+            figure(slow, c)
+        );
+    }
+    // The timeline names each op's chunk: 1f1b runs chunk 0 only, interleaving both.
+    let (th, ops) = read_csv(&run.join("pipeline_timeline.csv"));
+    let chunks = |case: &str| -> std::collections::BTreeSet<String> {
+        ops.iter()
+            .filter(|r| r[col(&th, "case")].starts_with(case))
+            .map(|r| r[col(&th, "chunk")].to_string())
+            .collect()
+    };
+    assert_eq!(chunks("1f1b").into_iter().collect::<Vec<_>>(), ["0"]);
+    assert_eq!(
+        chunks("interleaved").into_iter().collect::<Vec<_>>(),
+        ["0", "1"]
+    );
+}
+
+/// Schedules the pipeline cannot run, and layers that do not split into the chunks, are
+/// refused before any rank starts, naming the fix.
+#[test]
+fn schedules_a_pipeline_cannot_run_are_refused_with_the_fix() {
+    let home = tempfile::tempdir().unwrap();
+    for (extra, says) in [
+        (
+            vec!["--schedule", "dualpipev"],
+            "morphbench sim --schedule dualpipev",
+        ),
+        (
+            vec!["--schedule", "interleaved:2", "--layers", "3"],
+            "multiple of 2 layers",
+        ),
+        (
+            vec!["--schedule", "interleaved:2", "--microbatches", "1"],
+            "microbatch group",
+        ),
+        (
+            vec!["--schedule", "interleaved-zb-paper:2"],
+            "run interleaved:V",
+        ),
+        (
+            vec!["--slow", "3:20"],
+            "links 0..=2; link 2 is the wrap link",
+        ),
+    ] {
+        let mut args = vec!["pipeline", "--local", "3", "-q"];
+        args.extend(extra);
+        let o = morphbench(&args, home.path());
+        let err = stderr(&o);
+        assert!(!o.status.success() && err.contains(says), "{args:?}: {err}");
+        assert!(
+            !err.contains("rank 0 ended the run"),
+            "refused before the ranks: {err}"
+        );
+    }
+}

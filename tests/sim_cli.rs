@@ -274,7 +274,7 @@ fn bad_input_names_the_field() {
     sim_fails_with(&["--tf", "-3"], "tf = -3");
     sim_fails_with(&["--tb", "inf"], "tb = inf");
     sim_fails_with(&["--tf", "1,2,3"], "tf has 3 values");
-    sim_fails_with(&["--slow", "3:10"], "link 3 does not exist");
+    sim_fails_with(&["--slow", "4:10"], "link 4 does not exist");
     sim_fails_with(&["--slow", "x:10"], "not a whole number");
     sim_fails_with(&["--sweep", "9:1,2"], "sweep link 9");
     sim_fails_with(&["--schedule", "2f2b"], "unknown schedule");
@@ -371,6 +371,34 @@ fn schedules_report_bubble_rate_and_memory_in_bytes() {
         "adaptive holds {adaptive} B over the {limit} B left"
     );
     assert_eq!(by("adaptive", "mem_limit"), "1 GiB");
+}
+
+/// The wrap link (last stage to first, link S - 1) is a link of its own: a delay there slows
+/// interleaving, whose chunks cross it, and leaves 1F1B as it was; one past it is refused.
+#[test]
+fn a_delay_on_the_wrap_link_slows_only_the_interleaved_schedule() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("out");
+    #[rustfmt::skip]
+    let o = morphbench(
+        &[
+            "sim", "--stages", "4", "--microbatches", "8", "--schedule", "1f1b,interleaved:2",
+            "--sweep", "3:0,20", "--out", out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", output(&o));
+    let (h, rows) = read_csv(&only_run(&out).join("sim.csv"));
+    let iteration = |schedule: &str, slow: &str| -> f64 {
+        let r = rows
+            .iter()
+            .find(|r| &r[col(&h, "schedule")] == schedule && &r[col(&h, "slow")] == slow)
+            .unwrap_or_else(|| panic!("{schedule} {slow}"));
+        r[col(&h, "iteration_ms")].parse().unwrap()
+    };
+    assert_eq!(iteration("1f1b", "none"), iteration("1f1b", "3:20"));
+    assert!(iteration("interleaved:2", "3:20") >= iteration("interleaved:2", "none") + 20.0);
+    sim_fails_with(&["--stages", "4", "--sweep", "4:5"], "the wrap link");
 }
 
 #[test]

@@ -51,12 +51,12 @@ impl fmt::Display for OpKind {
 
 /// One op: its kind, the rank (`stage`) that runs it, its microbatch, and which of the rank's
 /// model chunks it runs (0 unless the schedule's [`Layout`] gives a rank several).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Op {
     pub kind: OpKind,
     pub stage: usize,
     pub mb: usize,
-    #[serde(skip_serializing_if = "is_first_chunk")]
+    #[serde(default, skip_serializing_if = "is_first_chunk")]
     pub chunk: usize,
 }
 
@@ -77,7 +77,7 @@ impl Op {
 }
 
 /// How the model is cut into virtual stages and which rank runs each: the schedule decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Layout {
     /// One chunk per rank: virtual stage r on rank r.
     #[default]
@@ -188,7 +188,7 @@ pub enum ScenarioError {
         value: f64,
         extra: &'static str,
     },
-    #[error("link {link} does not exist: with {stages} stages links are 0..={max} (link i joins stages i and i+1)")]
+    #[error("link {link} does not exist: with {stages} stages links are 0..={max} (link i joins stages i and i+1; with 3 or more, link {stages_less_one} is the wrap link from the last stage to the first, which interleaved schedules cross)", stages_less_one = stages.saturating_sub(1))]
     NoSuchLink {
         link: usize,
         stages: usize,
@@ -207,6 +207,26 @@ pub const MAX_STAGE_MICROBATCHES: usize = 1 << 19;
 /// link, and small enough that sums of many stay exact in f64.
 pub const MAX_MS: f64 = 1e6;
 
+/// The links `stages` ranks have: one between each pair of neighbours, and from 3 ranks on
+/// the wrap link from the last rank back to the first (with 2 it is link 0 again).
+pub fn links_of(stages: usize) -> usize {
+    match stages {
+        0 | 1 => 0,
+        2 => 1,
+        p => p,
+    }
+}
+
+/// The link between ranks `from` and `to` of `stages`: link i joins ranks i and i + 1, the
+/// wrap link (`stages - 1`) the last rank and the first. None for the same rank.
+pub fn link_between(stages: usize, from: usize, to: usize) -> Option<usize> {
+    match from.abs_diff(to) {
+        0 => None,
+        1 => Some(from.min(to)),
+        _ => Some(stages - 1),
+    }
+}
+
 /// One simulated iteration's inputs.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Scenario {
@@ -217,7 +237,8 @@ pub struct Scenario {
     pub tw: Vec<f64>,
     /// Base latency of every link.
     pub link_ms: f64,
-    /// Extra straggler delay per link (length stages - 1).
+    /// Extra straggler delay per link: stages - 1 entries, or `stages` when the wrap link
+    /// (last rank to first, [`Scenario::link_between`]) has one.
     pub delay_ms: Vec<f64>,
     pub comm: CommModel,
     /// Queue time of the device-to-host copy under `CommModel::Offload`.
@@ -326,12 +347,15 @@ impl Scenario {
         }
         let mut delay_ms = vec![0.0; stages - 1];
         for &(link, d) in slow {
-            if link + 1 >= stages {
+            if link >= links_of(stages) {
                 return Err(ScenarioError::NoSuchLink {
                     link,
                     stages,
-                    max: stages as i64 - 2,
+                    max: links_of(stages) as i64 - 1,
                 });
+            }
+            if link >= delay_ms.len() {
+                delay_ms.push(0.0);
             }
             delay_ms[link] += non_negative("slow delay", d)?;
             non_negative("slow delay", delay_ms[link])?;
@@ -372,9 +396,10 @@ impl Scenario {
         Ok(self)
     }
 
-    /// The same scenario with other straggler delays.
+    /// The same scenario with other straggler delays (one per link, the wrap link's
+    /// optional).
     pub fn with_delays(&self, delay_ms: Vec<f64>) -> Scenario {
-        assert_eq!(delay_ms.len(), self.delay_ms.len());
+        assert!((self.stages - 1..=links_of(self.stages)).contains(&delay_ms.len()));
         Scenario {
             delay_ms,
             ..self.clone()
@@ -410,11 +435,13 @@ impl Scenario {
     /// The link between two ranks: link i joins ranks i and i + 1; the wrap link
     /// (`stages - 1`) joins the last rank and the first. None for the same rank.
     pub fn link_between(&self, from: usize, to: usize) -> Option<usize> {
-        match from.abs_diff(to) {
-            0 => None,
-            1 => Some(from.min(to)),
-            _ => Some(self.stages - 1),
-        }
+        link_between(self.stages, from, to)
+    }
+
+    /// The delay on the wrap link, when one was given.
+    pub fn wrap_delay(&self) -> Option<f64> {
+        (self.delay_ms.len() == self.stages && self.stages > 2)
+            .then(|| self.delay_ms[self.stages - 1])
     }
 
     /// The link an op's output crosses, if any.
@@ -526,8 +553,14 @@ mod tests {
             .contains("tf"));
         assert!(ok(2, 4, &[f64::NAN], &[]).is_err());
         assert!(ok(2, 4, &[0.0], &[]).is_err());
-        let e = ok(4, 4, &[1.0], &[(3, 1.0)]).unwrap_err().to_string();
-        assert!(e.contains("link 3") && e.contains("0..=2"), "{e}");
+        let e = ok(4, 4, &[1.0], &[(4, 1.0)]).unwrap_err().to_string();
+        assert!(e.contains("link 4") && e.contains("0..=3"), "{e}");
+        let e = ok(2, 4, &[1.0], &[(1, 1.0)]).unwrap_err().to_string();
+        assert!(e.contains("link 1") && e.contains("0..=0"), "{e}");
+        // Link 3 of 4 ranks is the wrap link: its delay is kept apart.
+        let wrap = ok(4, 4, &[1.0], &[(3, 2.0)]).unwrap();
+        assert_eq!((wrap.wrap_delay(), wrap.link(3)), (Some(2.0), 2.0));
+        assert_eq!(ok(4, 4, &[1.0], &[]).unwrap().wrap_delay(), None);
         assert!(ok(4, 4, &[1.0], &[(2, -5.0)]).is_err());
         let s = ok(4, 4, &[1.0], &[(1, 5.0), (1, 2.5)]).unwrap();
         assert_eq!(s.delay_ms, vec![0.0, 7.5, 0.0]);

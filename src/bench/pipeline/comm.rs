@@ -20,19 +20,29 @@ use crate::transport::{Receiver, Transport, TransportKind};
 const MAGIC: [u8; 4] = *b"MBP1";
 /// What a stage writes first on a connection it opens, then its rank.
 const PREAMBLE: [u8; 4] = *b"MBPL";
-/// Magic, kind (and 3 bytes of padding), iteration, microbatch.
+/// Magic, kind, the receiver's model chunk (and 2 bytes of padding), iteration, microbatch.
 const HEADER: usize = 16;
 pub const ACT: u8 = 0;
 pub const GRAD: u8 = 1;
 
-/// (kind, iteration, microbatch).
-type Key = (u8, u32, u32);
+/// (kind, the receiver's chunk, iteration, microbatch).
+type Key = (u8, u8, u32, u32);
+
+/// What a link takes: the kinds of data that come in over it and the chunks of this stage
+/// they may be for.
+#[derive(Debug, Clone, Copy)]
+pub struct Accepts {
+    pub act: bool,
+    pub grad: bool,
+    pub chunks: u8,
+}
 
 #[derive(Default)]
 struct Shelf {
     items: HashMap<Key, Vec<f32>>,
-    /// The next microbatch expected per (kind, iteration): messages come in microbatch order.
-    next: HashMap<(u8, u32), u32>,
+    /// The next microbatch expected per (kind, chunk, iteration): each chunk's messages come
+    /// in microbatch order.
+    next: HashMap<(u8, u8, u32), u32>,
     error: Option<String>,
 }
 
@@ -78,19 +88,25 @@ impl Inbox {
     fn file(
         &self,
         bytes: &[u8],
-        incoming: u8,
+        accepts: Accepts,
         elements: usize,
         microbatches: u32,
     ) -> Result<(), String> {
         if bytes.len() < HEADER || bytes[..4] != MAGIC {
             return Err("sent something that is not a pipeline message".into());
         }
-        let kind = bytes[4];
+        let (kind, chunk) = (bytes[4], bytes[5]);
         let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
         let (iter, mb) = (word(8), word(12));
-        if kind != incoming {
+        if !((kind == ACT && accepts.act) || (kind == GRAD && accepts.grad)) {
             return Err(format!(
                 "sent a message of kind {kind}, which this end does not take"
+            ));
+        }
+        if chunk >= accepts.chunks {
+            return Err(format!(
+                "sent a message for model chunk {chunk}, past this stage's last ({})",
+                accepts.chunks - 1
             ));
         }
         if mb >= microbatches {
@@ -107,13 +123,9 @@ impl Inbox {
             ));
         }
         let mut shelf = self.shelf.lock().expect("inbox lock");
-        let next = shelf.next.entry((kind, iter)).or_insert(0);
+        let next = shelf.next.entry((kind, chunk, iter)).or_insert(0);
         if mb != *next {
-            let what = if kind == ACT {
-                "activation"
-            } else {
-                "gradient"
-            };
+            let what = describe(kind, chunk, accepts.chunks);
             return Err(if mb < *next {
                 format!("sent {what} {mb} of iteration {iter} twice")
             } else {
@@ -122,7 +134,7 @@ impl Inbox {
         }
         *next += 1;
         shelf.items.insert(
-            (kind, iter, mb),
+            (kind, chunk, iter, mb),
             bytemuck::pod_collect_to_vec::<u8, f32>(&bytes[HEADER..]),
         );
         self.ready.notify_all();
@@ -138,12 +150,27 @@ pub struct Link {
     pub peer: String,
     elements: usize,
     timeout: Duration,
+    /// This stage's model chunks, for messages.
+    chunks: u8,
 }
 
-fn frame(kind: u8, iter: u32, mb: u32, payload: &[f32]) -> Vec<u8> {
+/// "activation" or "gradient", naming the chunk where a stage has several.
+fn describe(kind: u8, chunk: u8, chunks: u8) -> String {
+    let name = if kind == ACT {
+        "activation"
+    } else {
+        "gradient"
+    };
+    match chunks {
+        0 | 1 => name.to_string(),
+        _ => format!("chunk {chunk}'s {name}"),
+    }
+}
+
+fn frame(kind: u8, chunk: u8, iter: u32, mb: u32, payload: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + payload.len() * 4);
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&[kind, 0, 0, 0]);
+    out.extend_from_slice(&[kind, chunk, 0, 0]);
     out.extend_from_slice(&iter.to_le_bytes());
     out.extend_from_slice(&mb.to_le_bytes());
     out.extend_from_slice(bytemuck::cast_slice(payload));
@@ -156,12 +183,13 @@ pub fn max_message(elements: usize) -> u64 {
 }
 
 impl Link {
-    /// Joins the two connections with a neighbour; `incoming` is the data kind this end
-    /// receives (ACT from the previous stage, GRAD from the next).
+    /// Joins the two connections with a neighbour; `accepts` says what this end receives (ACT
+    /// from the previous stage, GRAD from the next; both where the neighbour is both, as
+    /// interleaving's wrap makes it with two stages).
     pub fn new(
         sender: Box<dyn Transport>,
         mut receiver: Box<dyn Receiver>,
-        incoming: u8,
+        accepts: Accepts,
         peer: String,
         elements: usize,
         microbatches: u32,
@@ -175,7 +203,7 @@ impl Link {
                 let why = loop {
                     match receiver.recv(&mut buf) {
                         Ok(Some(_)) => {
-                            if let Err(e) = inbox.file(&buf, incoming, elements, microbatches) {
+                            if let Err(e) = inbox.file(&buf, accepts, elements, microbatches) {
                                 break e;
                             }
                         }
@@ -194,14 +222,21 @@ impl Link {
             peer,
             elements,
             timeout,
+            chunks: accepts.chunks,
         }
     }
 
-    /// Sends a data message and waits for the peer's confirmation; returns µs from the start
-    /// of the send to the confirmation.
-    pub fn send(&self, kind: u8, iter: u32, mb: u32, data: &[f32]) -> Result<f64, String> {
+    /// Sends a data message for the peer's model chunk `chunk` and waits for the peer's
+    /// confirmation; returns µs from the start of the send to the confirmation.
+    pub fn send(
+        &self,
+        (kind, chunk): (u8, u8),
+        iter: u32,
+        mb: u32,
+        data: &[f32],
+    ) -> Result<f64, String> {
         assert_eq!(data.len(), self.elements, "a whole activation");
-        let bytes = frame(kind, iter, mb, data);
+        let bytes = frame(kind, chunk, iter, mb, data);
         let t0 = Instant::now();
         self.sender
             .lock()
@@ -211,18 +246,14 @@ impl Link {
         Ok(t0.elapsed().as_secs_f64() * 1e6)
     }
 
-    /// Waits for a data message.
-    pub fn receive(&self, kind: u8, iter: u32, mb: u32) -> Result<Vec<f32>, String> {
+    /// Waits for a data message for this stage's model chunk `chunk`.
+    pub fn receive(&self, (kind, chunk): (u8, u8), iter: u32, mb: u32) -> Result<Vec<f32>, String> {
         let what = || {
-            let name = if kind == ACT {
-                "activation"
-            } else {
-                "gradient"
-            };
+            let name = describe(kind, chunk, self.chunks);
             format!("{name} {mb} of iteration {iter} from {}", self.peer)
         };
         self.inbox
-            .take((kind, iter, mb), Instant::now() + self.timeout, what)
+            .take((kind, chunk, iter, mb), Instant::now() + self.timeout, what)
     }
 }
 
@@ -358,6 +389,12 @@ mod tests {
     use super::*;
     use std::net::TcpStream;
 
+    const ACT_ONLY: Accepts = Accepts {
+        act: true,
+        grad: false,
+        chunks: 1,
+    };
+
     fn wiring() -> Wiring {
         Wiring {
             transport: TransportKind::Tcp,
@@ -388,9 +425,14 @@ mod tests {
             let b = sc.spawn(|| connect(&l1, 1, &[p0], &w).unwrap().pop().unwrap());
             (a.join().unwrap(), b.join().unwrap())
         });
+        let only = |act, grad| Accepts {
+            act,
+            grad,
+            chunks: 1,
+        };
         (
-            Link::new(a.0, a.1, GRAD, "stage 1".into(), 4, 3, t),
-            Link::new(b.0, b.1, ACT, "stage 0".into(), 4, 3, t),
+            Link::new(a.0, a.1, only(false, true), "stage 1".into(), 4, 3, t),
+            Link::new(b.0, b.1, only(true, false), "stage 0".into(), 4, 3, t),
         )
     }
 
@@ -399,14 +441,14 @@ mod tests {
         let (up, down) = pair();
         let sender = std::thread::spawn(move || {
             for mb in 0..3 {
-                up.send(ACT, 0, mb, &[mb as f32; 4]).unwrap();
+                up.send((ACT, 0), 0, mb, &[mb as f32; 4]).unwrap();
             }
-            up.receive(GRAD, 0, 0).unwrap()
+            up.receive((GRAD, 0), 0, 0).unwrap()
         });
         for mb in 0..3 {
-            assert_eq!(down.receive(ACT, 0, mb).unwrap(), vec![mb as f32; 4]);
+            assert_eq!(down.receive((ACT, 0), 0, mb).unwrap(), vec![mb as f32; 4]);
         }
-        down.send(GRAD, 0, 0, &[9.0; 4]).unwrap();
+        down.send((GRAD, 0), 0, 0, &[9.0; 4]).unwrap();
         assert_eq!(sender.join().unwrap(), vec![9.0; 4]);
     }
 
@@ -416,7 +458,7 @@ mod tests {
             let inbox = Inbox::default();
             let mut err = None;
             for mb in order {
-                if let Err(e) = inbox.file(&frame(ACT, 0, mb, &[1.0, 2.0]), ACT, 2, 4) {
+                if let Err(e) = inbox.file(&frame(ACT, 0, 0, mb, &[1.0, 2.0]), ACT_ONLY, 2, 4) {
                     err = Some(e);
                 }
             }
@@ -429,15 +471,39 @@ mod tests {
     fn a_wrong_size_kind_or_microbatch_is_refused() {
         let inbox = Inbox::default();
         let cases = [
-            (frame(ACT, 0, 0, &[1.0]), "bytes"),
-            (frame(GRAD, 0, 0, &[1.0, 2.0]), "kind"),
-            (frame(ACT, 0, 9, &[1.0, 2.0]), "past the last"),
+            (frame(ACT, 0, 0, 0, &[1.0]), "bytes"),
+            (frame(GRAD, 0, 0, 0, &[1.0, 2.0]), "kind"),
+            (frame(ACT, 0, 0, 9, &[1.0, 2.0]), "past the last"),
+            (frame(ACT, 1, 0, 0, &[1.0, 2.0]), "model chunk 1"),
             (b"garbage".to_vec(), "not a pipeline message"),
         ];
         for (bytes, want) in cases {
-            let e = inbox.file(&bytes, ACT, 2, 4).unwrap_err();
+            let e = inbox.file(&bytes, ACT_ONLY, 2, 4).unwrap_err();
             assert!(e.contains(want), "{e}");
         }
+    }
+
+    #[test]
+    fn each_chunk_keeps_its_own_order_on_a_link_that_takes_both_kinds() {
+        let both = Accepts {
+            act: true,
+            grad: true,
+            chunks: 2,
+        };
+        let inbox = Inbox::default();
+        // Chunk 1's activations interleave with chunk 0's gradients, each in order.
+        for (kind, chunk, mb) in [(ACT, 1, 0), (GRAD, 0, 0), (ACT, 1, 1), (GRAD, 0, 1)] {
+            inbox
+                .file(&frame(kind, chunk, 0, mb, &[1.0, 2.0]), both, 2, 4)
+                .unwrap();
+        }
+        let e = inbox
+            .file(&frame(ACT, 1, 0, 1, &[1.0, 2.0]), both, 2, 4)
+            .unwrap_err();
+        assert!(
+            e.contains("chunk 1's activation 1") && e.contains("twice"),
+            "{e}"
+        );
     }
 
     #[test]

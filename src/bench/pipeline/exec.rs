@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::comm::{Link, ACT, GRAD};
 use super::stage::Stage;
-use crate::sim::OpKind;
+use crate::sim::{Layout, Op, OpKind};
 
 /// How a stage's sends use its queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -43,6 +43,9 @@ const STOPPED: &str = "the sender thread stopped";
 pub struct OpTime {
     pub kind: OpKind,
     pub mb: u32,
+    /// Which of the stage's model chunks ran it (0 unless interleaved).
+    #[serde(default)]
+    pub chunk: u32,
     pub start_us: f64,
     /// End of the computation.
     pub end_us: f64,
@@ -107,12 +110,37 @@ pub fn map_gpu_spans(ops: &mut [OpTime], spans: &[(f64, f64)]) -> Option<f64> {
 /// The microseconds since the Unix epoch: one clock for every process on one machine.
 pub use crate::cluster::clock::now_us;
 
-/// This stage's neighbours and the injected delay on each.
+/// One of this stage's links: the neighbouring rank at its other end, the link's index (as
+/// the simulator numbers links: i joins ranks i and i + 1, the wrap link the last and the
+/// first) and the delay injected on it.
+pub struct NeighbourLink {
+    pub rank: u32,
+    pub link: Arc<Link>,
+    pub index: u32,
+    pub delay: Duration,
+}
+
+/// This stage's links and where the model's chunks live.
 pub struct Neighbours {
-    /// To stage s - 1 (link s - 1), and its delay.
-    pub prev: Option<(Arc<Link>, Duration)>,
-    /// To stage s + 1 (link s), and its delay.
-    pub next: Option<(Arc<Link>, Duration)>,
+    pub links: Vec<NeighbourLink>,
+    pub stages: u32,
+    pub layout: Layout,
+}
+
+impl Neighbours {
+    fn to(&self, rank: u32) -> Result<(usize, &NeighbourLink), String> {
+        self.links
+            .iter()
+            .enumerate()
+            .find(|(_, l)| l.rank == rank)
+            .ok_or_else(|| format!("this stage has no link to stage {rank}"))
+    }
+
+    /// The (rank, chunk) running virtual stage `vs`.
+    fn place(&self, vs: usize) -> (u32, u8) {
+        let (rank, chunk) = self.layout.place(self.stages as usize, vs);
+        (rank as u32, chunk as u8)
+    }
 }
 
 struct Outgoing {
@@ -122,7 +150,8 @@ struct Outgoing {
     /// message waits out its own delay, not the delays of the messages before it.
     handed: std::time::Instant,
     delay: Duration,
-    kind: u8,
+    /// The kind of data and the receiver's chunk it is for.
+    kind: (u8, u8),
     mb: u32,
     data: Vec<f32>,
     d2h_us: f64,
@@ -149,7 +178,7 @@ type Lane = (
 /// Ends the offload lanes and collects their sends. The iteration's first error wins, except
 /// that a lane's own error says why it stopped where the stage only saw that it had.
 fn join_lanes(
-    lanes: [Option<Lane>; 2],
+    lanes: Vec<Option<Lane>>,
     times: &mut StageTimes,
     mut result: Result<(), String>,
     s: u32,
@@ -170,11 +199,51 @@ fn join_lanes(
     result
 }
 
-/// Runs `order` ((kind, microbatch) pairs) for iteration `iter`.
+/// Outputs handed from one of this stage's chunks to another (the V layouts' turn at the
+/// last rank): (kind, receiving chunk, microbatch) to the values.
+type Local = std::collections::HashMap<(u8, u8, u32), Vec<f32>>;
+
+/// What one op of this stage takes in and hands on.
+struct Route {
+    /// Where its input comes from: (rank, kind, this stage's chunk), None for the model's own.
+    input: Option<(u32, u8, u8)>,
+    /// Where its output goes: (rank, kind, the receiver's chunk), None for none.
+    output: Option<(u32, u8, u8)>,
+}
+
+/// Where `op`'s input comes from and its output goes: F takes the previous virtual stage's
+/// activation and hands its own to the next, B takes the next one's gradient and hands its
+/// own back; W neither.
+fn route(nb: &Neighbours, me: u32, op: &Op) -> Route {
+    let p = nb.stages as usize;
+    let vs = nb.layout.virtual_stage(p, me as usize, op.chunk);
+    let total = p * nb.layout.chunks();
+    let chunk = op.chunk as u8;
+    let at = |vs: usize, kind: u8| {
+        let (rank, c) = nb.place(vs);
+        (rank, kind, c)
+    };
+    match op.kind {
+        OpKind::F => Route {
+            input: (vs > 0).then(|| (nb.place(vs - 1).0, ACT, chunk)),
+            output: (vs + 1 < total).then(|| at(vs + 1, ACT)),
+        },
+        OpKind::B => Route {
+            input: (vs + 1 < total).then(|| (nb.place(vs + 1).0, GRAD, chunk)),
+            output: (vs > 0).then(|| at(vs - 1, GRAD)),
+        },
+        OpKind::W => Route {
+            input: None,
+            output: None,
+        },
+    }
+}
+
+/// Runs `order` (the simulator's ops for this stage) for iteration `iter`.
 pub fn run_iteration(
     stage: &mut Stage,
     nb: &Neighbours,
-    order: &[(OpKind, u32)],
+    order: &[Op],
     fused: bool,
     comm: Comm,
     iter: u32,
@@ -199,71 +268,57 @@ pub fn run_iteration(
         (tx, h)
     };
     let offload = comm == Comm::Offload;
-    // [to the previous stage (gradients), to the next (activations)]
-    let lanes: [Option<Lane>; 2] = [
-        (offload && nb.prev.is_some()).then(lane),
-        (offload && nb.next.is_some()).then(lane),
-    ];
+    let lanes: Vec<Option<Lane>> = nb.links.iter().map(|_| offload.then(lane)).collect();
+    let mut local = Local::new();
     let mut result = Ok(());
-    for &(kind, mb) in order {
+    for op in order {
+        let (kind, mb, chunk) = (op.kind, op.mb as u32, op.chunk);
         let step = (|| -> Result<(), String> {
-            let (start, end) = match kind {
-                OpKind::F => {
-                    let input = match &nb.prev {
-                        Some((link, _)) => Some(link.receive(ACT, iter, mb)?),
-                        None => None,
-                    };
-                    let t0 = now_us();
-                    stage.forward(mb, input).map_err(e)?;
-                    (t0, now_us())
-                }
-                OpKind::B => {
-                    let dy = match &nb.next {
-                        Some((link, _)) => Some(link.receive(GRAD, iter, mb)?),
-                        None => None,
-                    };
-                    let t0 = now_us();
-                    stage.backward(mb, dy, fused).map_err(e)?;
-                    (t0, now_us())
-                }
-                _ => {
-                    let t0 = now_us();
-                    stage.weight(mb).map_err(e)?;
-                    (t0, now_us())
-                }
+            let r = route(nb, s, op);
+            let input = match r.input {
+                None => None,
+                Some((rank, k, c)) if rank == s => Some(
+                    local
+                        .remove(&(k, c, mb))
+                        .ok_or_else(|| format!("stage {s}: chunk {c}'s input {mb} was not made"))?,
+                ),
+                Some((rank, k, c)) => Some(nb.to(rank)?.1.link.receive((k, c), iter, mb)?),
             };
-            // F sends downstream, B upstream.
-            let out = match kind {
-                OpKind::F => nb.next.as_ref().map(|(l, d)| (l, *d, ACT, s)),
-                OpKind::B => nb.prev.as_ref().map(|(l, d)| (l, *d, GRAD, s - 1)),
-                _ => None,
-            };
-            if let Some((link, delay, k, link_index)) = out {
-                let (data, d2h_us) = stage.read_out(mb, k == GRAD).map_err(e)?;
-                let o = Outgoing {
-                    link: link.clone(),
-                    link_index,
-                    handed: std::time::Instant::now(),
-                    delay,
-                    kind: k,
-                    mb,
-                    data,
-                    d2h_us,
-                };
-                match comm {
-                    Comm::Inline => times.sends.push(deliver(&o, iter)?),
-                    Comm::Offload => lanes[(k == ACT) as usize]
-                        .as_ref()
-                        .expect("a lane per neighbour")
-                        .0
-                        .send(o)
-                        .map_err(|_| format!("stage {s}: {STOPPED}"))?,
+            let t0 = now_us();
+            match kind {
+                OpKind::F => stage.forward(chunk, mb, input),
+                OpKind::B => stage.backward(chunk, mb, input, fused),
+                OpKind::W => stage.weight(chunk, mb),
+            }
+            .map_err(e)?;
+            let end = now_us();
+            if let Some((rank, k, c)) = r.output {
+                let (data, d2h_us) = stage.read_out(chunk, mb, k == GRAD).map_err(e)?;
+                if rank == s {
+                    local.insert((k, c, mb), data);
+                } else {
+                    let (i, to) = nb.to(rank)?;
+                    let o = Outgoing {
+                        link: to.link.clone(),
+                        link_index: to.index,
+                        handed: std::time::Instant::now(),
+                        delay: to.delay,
+                        kind: (k, c),
+                        mb,
+                        data,
+                        d2h_us,
+                    };
+                    match &lanes[i] {
+                        None => times.sends.push(deliver(&o, iter)?),
+                        Some((tx, _)) => tx.send(o).map_err(|_| format!("stage {s}: {STOPPED}"))?,
+                    }
                 }
             }
             times.ops.push(OpTime {
                 kind,
                 mb,
-                start_us: start,
+                chunk: chunk as u32,
+                start_us: t0,
                 end_us: end,
                 queue_end_us: now_us(),
             });
@@ -294,6 +349,7 @@ mod tests {
         OpTime {
             kind: OpKind::F,
             mb: 0,
+            chunk: 0,
             start_us,
             end_us,
             queue_end_us: end_us,

@@ -1,11 +1,14 @@
 //! `morphbench pipeline`: a real multi-stage training pipeline on the testbed, measured against
-//! the simulator's prediction. Each rank is one stage (`stage`) with its own GPU; neighbours
-//! exchange activations and gradients over the project's transport (`comm`); each stage
-//! replays the simulator's op order for the schedule (`exec`). A [`Ranked`] bench: rank 0
+//! the simulator's prediction. Each rank is one stage (`stage`) with its own GPU, holding one
+//! model chunk or, interleaved, several (`chunk`); ranks whose chunks hand data to each other
+//! (`wiring`: neighbours, and interleaving's wrap from the last rank to the first) exchange
+//! activations and gradients over the project's transport (`comm`); each stage replays the
+//! simulator's op order for the schedule (`exec`). A [`Ranked`] bench: rank 0
 //! plans, collects every op's times, predicts each iteration from its measured op and link
 //! times (`predict`), and writes pipeline.csv and pipeline_timeline.csv, a Perfetto trace and
 //! a measured-against-predicted Gantt chart (`report`).
 
+mod chunk;
 pub mod comm;
 pub mod exec;
 mod predict;
@@ -13,9 +16,9 @@ mod report;
 pub mod stage;
 pub mod table;
 mod validate;
+mod wiring;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
@@ -27,13 +30,13 @@ use crate::cluster::{run_ranked, Crew, Ranked, SessionOptions};
 use crate::gpu::{BackendChoice, Gpu};
 use crate::noise::load::BusyWarning;
 use crate::record::run_dir::RunDir;
-use crate::sim::{OpKind, Schedule};
+use crate::sim::{Layout, Op, Schedule};
 use crate::stats::Summary;
 use crate::transport::TransportKind;
-use comm::{Link, ACT, GRAD};
-use exec::{Comm, Neighbours, StageTimes};
+use exec::{Comm, StageTimes};
 use predict::{Measured, PlannedCase};
 use stage::{Shape, Stage};
+use wiring::{connect, neighbours, Links};
 
 /// One configuration of the run (a row of pipeline.csv).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,8 +110,14 @@ pub enum Order {
     Plan(PipelinePlan),
     /// Connect to the neighbours, then time each op alone.
     Connect,
-    /// Case index, each stage's op order, backward fused or split.
-    Case(usize, Vec<OpOrder>, bool),
+    /// Run this case next: its index, each stage's op order, backward fused or split, and
+    /// where the model's chunks live.
+    Case {
+        index: usize,
+        orders: Vec<OpOrder>,
+        fused: bool,
+        layout: Layout,
+    },
     Iter(u32),
     Verify,
 }
@@ -181,9 +190,9 @@ impl Pipeline {
 struct Follower {
     plan: PipelinePlan,
     stage: Stage,
-    links: Option<(Neighbour, Neighbour)>,
-    /// (case index, this stage's order, backward fused)
-    case: Option<(usize, OpOrder, bool)>,
+    links: Option<Links>,
+    /// The case it runs: its index, this stage's order, backward fused, the layout.
+    case: Option<(usize, OpOrder, bool, Layout)>,
 }
 
 impl Ranked for Pipeline {
@@ -234,7 +243,8 @@ impl Ranked for Pipeline {
         match (order, self.follower.as_mut()) {
             (Order::Plan(plan), None) => {
                 let gpu = open_device(&self.opts, plan.transport, world.local_rank())?;
-                let stage = Stage::new(gpu, plan.shape, world.rank(), world.size())?;
+                let layouts = plan.layouts(world.size()).map_err(anyhow::Error::msg)?;
+                let stage = Stage::new(gpu, plan.shape, world.rank(), world.size(), &layouts)?;
                 self.follower = Some(Follower {
                     plan,
                     stage,
@@ -245,27 +255,37 @@ impl Ranked for Pipeline {
             }
             (Order::Connect, Some(f)) => {
                 f.links = Some(connect(world, &f.plan, &self.opts.rdma)?);
-                Ok(Reply::Calibrated(calibrate(&mut f.stage)?))
+                let layouts = f.plan.layouts(world.size()).map_err(anyhow::Error::msg)?;
+                Ok(Reply::Calibrated(calibrate(&mut f.stage, layouts[0])?))
             }
-            (Order::Case(i, orders, fused), Some(f)) => {
+            (
+                Order::Case {
+                    index,
+                    orders,
+                    fused,
+                    layout,
+                },
+                Some(f),
+            ) => {
                 let mine = orders
                     .get(world.rank() as usize)
                     .cloned()
                     .ok_or_else(|| anyhow!("rank 0's plan has no order for this stage"))?;
-                f.case = Some((i, mine, fused));
+                f.stage.use_layout(layout)?;
+                f.case = Some((index, mine, fused, layout));
                 Ok(Reply::Ready)
             }
             (Order::Iter(it), Some(f)) => {
-                let (i, order, fused) = f
+                let (i, order, fused, layout) = f
                     .case
                     .as_ref()
                     .ok_or_else(|| anyhow!("an iteration before a case"))?;
-                let (prev, next) = f
+                let links = f
                     .links
                     .as_ref()
                     .ok_or_else(|| anyhow!("an iteration before the links"))?;
                 let c = &f.plan.cases[*i];
-                let nb = neighbours(world.rank(), prev, next, c);
+                let nb = neighbours(world, links, c, *layout);
                 exec::run_iteration(&mut f.stage, &nb, order, *fused, c.comm, it)
                     .map(Reply::Iter)
                     .map_err(anyhow::Error::msg)
@@ -288,57 +308,11 @@ fn open_device(opts: &PipelineOptions, transport: TransportKind, local_rank: u32
     Ok(gpu)
 }
 
-/// The link to one neighbour, if the stage has one there.
-type Neighbour = Option<Arc<Link>>;
-/// A stage's order: (kind, microbatch) pairs.
-pub type OpOrder = Vec<(OpKind, u32)>;
-
-/// Connects this stage to its neighbours, one connection each way per neighbour, over the
-/// plan's transport.
-fn connect(
-    world: &World,
-    plan: &PipelinePlan,
-    rdma: &crate::transport::rdma::DeviceChoice,
-) -> Result<(Neighbour, Neighbour)> {
-    let (me, n) = (world.rank(), world.size());
-    let timeout = Duration::from_secs(plan.timeout_s);
-    let wiring = comm::Wiring {
-        transport: plan.transport,
-        rdma: rdma.clone(),
-        max_message: comm::max_message(plan.shape.elements()),
-        timeout,
-        idle: timeout.max(IDLE),
-    };
-    // The previous stage first, then the next: the order `link` takes them in below.
-    let peers: Vec<comm::Peer> = [me.checked_sub(1), (me + 1 < n).then_some(me + 1)]
-        .into_iter()
-        .flatten()
-        .map(|rank| comm::Peer {
-            rank,
-            address: world.data_address(rank),
-        })
-        .collect();
-    let mut links = comm::connect(&world.data, me, &peers, &wiring)
-        .map_err(anyhow::Error::msg)?
-        .into_iter();
-    let mut link = |rank: u32, incoming: u8| {
-        let (tx, rx) = links.next().expect("one link per peer");
-        Arc::new(Link::new(
-            tx,
-            rx,
-            incoming,
-            world.describe(rank),
-            plan.shape.elements(),
-            plan.shape.microbatches,
-            timeout,
-        ))
-    };
-    let prev = (me > 0).then(|| link(me - 1, ACT));
-    let next = (me + 1 < n).then(|| link(me + 1, GRAD));
-    Ok((prev, next))
-}
-
-fn calibrate(stage: &mut Stage) -> Result<Calibration> {
+/// Times each op of the stage alone, on the model of the plan's first layout: a model chunk's
+/// op times the chunks it has, as the simulator counts a stage.
+fn calibrate(stage: &mut Stage, layout: Layout) -> Result<Calibration> {
+    stage.use_layout(layout)?;
+    let chunks = layout.chunks() as f64;
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         let mut v = Vec::new();
         for _ in 0..3 {
@@ -351,34 +325,26 @@ fn calibrate(stage: &mut Stage) -> Result<Calibration> {
     let shape = stage.shape;
     let x = Some(stage::input(&shape, 0));
     let dy = Some(stage::seeded(5, shape.elements(), 1.0));
-    stage.forward(0, x.clone())?;
-    let f = time(&mut || stage.forward(0, x.clone()))?;
-    let b = time(&mut || stage.backward(0, dy.clone(), false))?;
-    let w = time(&mut || stage.weight(0))?;
-    let d2h = time(&mut || stage.read_out(0, false).map(|_| ()))?;
-    Ok(Calibration { f, b, w, d2h })
+    stage.forward(0, 0, x.clone())?;
+    let f = time(&mut || stage.forward(0, 0, x.clone()))?;
+    let b = time(&mut || stage.backward(0, 0, dy.clone(), false))?;
+    let w = time(&mut || stage.weight(0, 0))?;
+    let d2h = time(&mut || stage.read_out(0, 0, false).map(|_| ()))?;
+    Ok(Calibration {
+        f: f * chunks,
+        b: b * chunks,
+        w: w * chunks,
+        d2h,
+    })
 }
 
-fn neighbours(me: u32, prev: &Option<Arc<Link>>, next: &Option<Arc<Link>>, c: &Case) -> Neighbours {
-    let delay = |link: u32| match c.slow {
-        Some((l, ms)) if l == link => Duration::from_secs_f64(ms / 1e3),
-        _ => Duration::ZERO,
-    };
-    Neighbours {
-        prev: prev.clone().map(|l| (l, delay(me.wrapping_sub(1)))),
-        next: next.clone().map(|l| (l, delay(me))),
-    }
-}
-
-/// The least time a link's reader waits for the next message: between cases rank 0 checks
-/// gradients and predicts, which can take a while on big shapes.
-const IDLE: Duration = Duration::from_secs(600);
+/// A stage's order: the simulator's ops for it.
+pub type OpOrder = Vec<Op>;
 
 /// The links and clocks of rank 0's side of the run.
 struct Rig<'a> {
     stage: Stage,
-    prev: Neighbour,
-    next: Neighbour,
+    links: Links,
     offsets: &'a [f64],
     timeout: Duration,
 }
@@ -392,20 +358,22 @@ fn lead(
     busy: &mut Vec<BusyWarning>,
 ) -> Result<(Vec<CaseRow>, Cut)> {
     let plan = &opts.plan;
-    let stage = Stage::new(gpu, plan.shape, 0, crew.world().size())?;
+    let layouts = plan
+        .layouts(crew.world().size())
+        .map_err(anyhow::Error::msg)?;
+    let stage = Stage::new(gpu, plan.shape, 0, crew.world().size(), &layouts)?;
     let long = Instant::now() + Duration::from_secs(600);
     crew.order_all(Order::Plan(plan.clone()))?;
     crew.hear_all(long)?;
     crew.order_all(Order::Connect)?;
-    let (prev, next) = connect(crew.world(), plan, &opts.rdma)?;
+    let links = connect(crew.world(), plan, &opts.rdma)?;
     let mut rig = Rig {
         stage,
-        prev,
-        next,
+        links,
         offsets: &[],
         timeout: Duration::from_secs(plan.timeout_s),
     };
-    let mut cals = vec![calibrate(&mut rig.stage)?];
+    let mut cals = vec![calibrate(&mut rig.stage, layouts[0])?];
     for (i, r) in crew.hear_all(long)?.into_iter().enumerate() {
         match r {
             Reply::Calibrated(c) => cals.push(c),
@@ -521,15 +489,22 @@ fn run_case_iteration(
     iter_no: u32,
 ) -> Result<Vec<StageTimes>> {
     let long = Instant::now() + Duration::from_secs(600);
-    crew.order_all(Order::Case(ci, pc.wire.clone(), !pc.split))?;
+    crew.order_all(Order::Case {
+        index: ci,
+        orders: pc.orders.clone(),
+        fused: !pc.split,
+        layout: pc.layout,
+    })?;
     crew.hear_all(long)?;
     crew.order_all(Order::Iter(iter_no))?;
-    let nb = neighbours(0, &rig.prev, &rig.next, case);
+    let nb = neighbours(crew.world(), &rig.links, case, pc.layout);
     let stage = &mut rig.stage;
+    stage.use_layout(pc.layout)?;
     let wait = Instant::now() + rig.timeout * 4;
     let (mine, heard) = std::thread::scope(|sc| {
-        let own = sc
-            .spawn(|| exec::run_iteration(stage, &nb, &pc.wire[0], !pc.split, case.comm, iter_no));
+        let own = sc.spawn(|| {
+            exec::run_iteration(stage, &nb, &pc.orders[0], !pc.split, case.comm, iter_no)
+        });
         let heard = crew.hear_all(wait);
         if let Err(e) = &heard {
             crew.abort(&e.to_string());

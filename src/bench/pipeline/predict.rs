@@ -6,7 +6,7 @@ use anyhow::{anyhow, Result};
 use super::exec::{self, Comm, StageTimes};
 use super::stage::Shape;
 use super::{Calibration, Case, OpOrder};
-use crate::sim::{evaluate, CommModel, Executed, Op, OpKind, Run, Scenario, Schedule};
+use crate::sim::{evaluate, CommModel, Executed, Layout, Op, OpKind, Run, Scenario, Schedule};
 use crate::stats::Summary;
 
 /// Puts a rank's op times on rank 0's clock.
@@ -37,7 +37,10 @@ pub(super) fn measured_run(times: &[StageTimes]) -> (f64, Vec<f64>, Run) {
         for o in &t.ops {
             b += (o.end_us - o.start_us) / 1e3;
             ops.push(Executed {
-                op: Op::new(o.kind, s, o.mb as usize),
+                op: Op {
+                    chunk: o.chunk as usize,
+                    ..Op::new(o.kind, s, o.mb as usize)
+                },
                 start: (o.start_us - t0) / 1e3,
                 end: (o.end_us - t0) / 1e3,
                 queue_end: (o.queue_end_us - t0) / 1e3,
@@ -66,8 +69,10 @@ pub(super) fn measured_scenario(
     shape: &Shape,
     comm: Comm,
     iters: &[Vec<StageTimes>],
-    fused: bool,
+    (fused, layout): (bool, Layout),
 ) -> Result<Scenario> {
+    // The simulator gives each of a rank's chunks 1/chunks of its stage's time.
+    let chunks = layout.chunks() as f64;
     let average = |v: Vec<f64>| Summary::of(&v).map_or(1e-3, |s| s.mean.max(1e-3));
     let per = |s: usize, k: OpKind| -> f64 {
         average(
@@ -81,7 +86,7 @@ pub(super) fn measured_scenario(
                         .map(|o| (o.end_us - o.start_us) / 1e3)
                 })
                 .collect(),
-        )
+        ) * chunks
     };
     let tf: Vec<f64> = (0..stages).map(|s| per(s, OpKind::F)).collect();
     let tb: Vec<f64> = (0..stages).map(|s| per(s, OpKind::B)).collect();
@@ -107,9 +112,12 @@ pub(super) fn measured_scenario(
             Comm::Offload => mean(on.iter().map(|s| s.send_us / 1e3).collect()),
         }
     };
-    let slow: Vec<(usize, f64)> = (0..stages.saturating_sub(1))
-        .map(|l| (l, link(l)))
-        .collect();
+    // The links the run used: the neighbours' and, interleaved, the wrap link.
+    let used = match layout {
+        Layout::Interleaved(_) => crate::sim::links_of(stages),
+        _ => stages.saturating_sub(1),
+    };
+    let slow: Vec<(usize, f64)> = (0..used).map(|l| (l, link(l))).collect();
     let model = match comm {
         Comm::Inline => CommModel::Queue,
         Comm::Offload => CommModel::Offload,
@@ -128,12 +136,13 @@ pub(super) fn measured_scenario(
     .map_err(|e| anyhow!("the measured scenario: {e}"))
 }
 
-/// One case as planned: the simulator's plan, its op orders, and what each stage is sent.
+/// One case as planned: the simulator's plan, each stage's op order, and where the model's
+/// chunks live.
 pub(super) struct PlannedCase {
     pub(super) name: String,
-    pub(super) orders: Vec<Vec<Op>>,
-    pub(super) wire: Vec<OpOrder>,
+    pub(super) orders: Vec<OpOrder>,
     pub(super) split: bool,
+    pub(super) layout: Layout,
 }
 
 /// What one case measured: each timed iteration's stage times, its iteration time and the
@@ -173,16 +182,11 @@ pub(super) fn plan_case(case: &Case, cals: &[Calibration], shape: &Shape) -> Res
     let (name, planned) =
         evaluate(&schedule, &planning, mem).map_err(|e| anyhow!("{schedule}: {e}"))?;
     let split = planned.ops.iter().any(|e| e.op.kind == OpKind::W);
-    let orders: Vec<Vec<Op>> = planned.orders(n);
-    let wire = orders
-        .iter()
-        .map(|o| o.iter().map(|op| (op.kind, op.mb as u32)).collect())
-        .collect();
     Ok(PlannedCase {
         name,
-        orders,
-        wire,
+        orders: planned.orders(n),
         split,
+        layout: schedule.layout(n),
     })
 }
 
@@ -215,6 +219,7 @@ mod tests {
         OpTime {
             kind,
             mb: 0,
+            chunk: 0,
             start_us,
             end_us,
             queue_end_us,
@@ -293,7 +298,8 @@ mod tests {
         // Inline sends hold the sender's queue: F0 1 + send + F1 1 + B1 1 + send + B0 1 (ms).
         for send_us in [500.0, 1500.0] {
             let times = two_stages(send_us);
-            let sc = measured_scenario(2, &shape, Comm::Inline, &[times], true).unwrap();
+            let sc = measured_scenario(2, &shape, Comm::Inline, &[times], (true, Layout::Linear))
+                .unwrap();
             let predicted = simulate(&sc, &policy).unwrap().iteration_ms;
             let by_hand = 4.0 + 2.0 * send_us / 1e3;
             assert!(

@@ -116,7 +116,7 @@ pub(super) fn write_case(
     let policy = Policy::Fixed {
         orders: pc.orders.clone(),
         split: pc.split,
-        layout: crate::sim::Layout::Linear,
+        layout: pc.layout,
         together: Vec::new(),
     };
     let mut predictions = Vec::new();
@@ -126,7 +126,7 @@ pub(super) fn write_case(
             &plan.shape,
             case.comm,
             std::slice::from_ref(it),
-            !pc.split,
+            (!pc.split, pc.layout),
         )?;
         predictions
             .push(simulate(&sc, &policy).map_err(|e| anyhow!("predicting {schedule}: {e}"))?);
@@ -228,6 +228,7 @@ fn write_lanes(out: &mut Outputs, case_name: &str, lanes: [(&str, &Run); 2]) -> 
                 start_ms: round(e.start, 4),
                 end_ms: round(e.end, 4),
                 queue_end_ms: round(e.queue_end, 4),
+                chunk: Some(e.op.chunk as u32),
             };
             out.timeline.write(&Line::new(
                 &out.run_id,

@@ -87,6 +87,9 @@ pub struct TimelineRow {
     pub end_ms: f64,
     /// When the op let go of its stage (after its copy to the host, or its inline send).
     pub queue_end_ms: f64,
+    /// Which of the stage's model chunks ran it (0 unless interleaved; empty in files from
+    /// before it was added).
+    pub chunk: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -97,6 +100,7 @@ impl CsvTable for TimelineTable {
     const WITH_STATS: bool = false;
     type Params = TimelineRow;
     type Figures = NoFigures;
+    const ADDED: &'static [&'static str] = &["chunk"];
 
     /// Stages and microbatches a pipeline run can have (a chart is sized by them), ops that end
     /// after they start.

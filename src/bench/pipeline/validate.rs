@@ -1,8 +1,25 @@
 //! The checks of a pipeline plan before any rank starts: sizes, counts, cases and links.
 
 use super::*;
+use crate::sim::{evaluate, CommModel, Scenario};
 
 impl PipelinePlan {
+    /// The layouts the cases' schedules put the model in (one chunk per stage, interleaved,
+    /// ...), each once, in the cases' order.
+    pub fn layouts(&self, stages: u32) -> Result<Vec<Layout>, String> {
+        let mut out = Vec::new();
+        for c in &self.cases {
+            let layout = c.schedule.parse::<Schedule>()?.layout(stages as usize);
+            if !out.contains(&layout) {
+                out.push(layout);
+            }
+        }
+        if out.is_empty() {
+            out.push(Layout::Linear);
+        }
+        Ok(out)
+    }
+
     pub fn validate(&self, stages: u32) -> Result<(), String> {
         let s = &self.shape;
         if s.layers == 0 || s.layers > MAX_LAYERS {
@@ -32,7 +49,11 @@ impl PipelinePlan {
                 self.cases.len()
             ));
         }
-        let bytes = s.stage_bytes();
+        let layouts = self.layouts(stages)?;
+        let bytes: u64 = layouts
+            .iter()
+            .map(|l| s.stage_bytes(l.chunks() as u32))
+            .sum();
         if bytes > MAX_STAGE_BYTES {
             return Err(format!(
                 "--layers {} --microbatches {} --tokens {} --hidden {}: a stage would hold {} \
@@ -47,17 +68,18 @@ impl PipelinePlan {
         }
         for c in &self.cases {
             let schedule = c.schedule.parse::<Schedule>()?;
-            if schedule.layout(stages as usize).chunks() > 1 {
-                return Err(format!(
-                    "--schedule {schedule}: the wgpu pipeline runs one model chunk per stage; \
-                     simulate it with `morphbench sim --schedule {schedule}`"
-                ));
-            }
+            runnable(&schedule, s, stages)?;
             if let Some((link, ms)) = c.slow {
-                if link + 1 >= stages {
+                let links = crate::sim::links_of(stages as usize) as u32;
+                if link >= links {
                     return Err(format!(
-                        "--slow {link}:{ms}: link {link} does not exist with {stages} stages (links 0..={})",
-                        stages as i64 - 2
+                        "--slow {link}:{ms}: link {link} does not exist with {stages} stages (links 0..={}{})",
+                        links as i64 - 1,
+                        if links > 2 {
+                            format!("; link {} is the wrap link from the last stage to the first, which interleaved schedules cross", links - 1)
+                        } else {
+                            String::new()
+                        }
                     ));
                 }
                 if !(0.0..=60_000.0).contains(&ms) {
@@ -67,4 +89,53 @@ impl PipelinePlan {
         }
         Ok(())
     }
+}
+
+/// Whether the wgpu pipeline can run `schedule` on `stages` ranks of `shape`: its chunks split
+/// the layers evenly, its ops are ones a stage runs one at a time (not DualPipe's overlapped
+/// pairs), and the simulator plans it (each schedule's own rules on microbatches and ranks).
+fn runnable(schedule: &Schedule, shape: &stage::Shape, stages: u32) -> Result<(), String> {
+    let layout = schedule.layout(stages as usize);
+    let simulate_it = format!("simulate it with `morphbench sim --schedule {schedule}`");
+    match (schedule, layout) {
+        (Schedule::DualPipeV, _) => {
+            return Err(format!(
+                "--schedule {schedule}: its overlapped forward-and-backward pairs need two \
+                 streams a stage does not have here; {simulate_it}"
+            ))
+        }
+        (_, Layout::InterleavedAsPublished(..)) => {
+            return Err(format!(
+                "--schedule {schedule}: this is the Zero Bubble script's accounting, not a \
+                 schedule a pipeline can run; run interleaved:V, or {simulate_it}"
+            ))
+        }
+        _ => {}
+    }
+    let v = layout.chunks() as u32;
+    if !shape.layers.is_multiple_of(v) {
+        return Err(format!(
+            "--schedule {schedule} --layers {}: each stage holds {v} model chunks, so give a \
+             multiple of {v} layers",
+            shape.layers
+        ));
+    }
+    if v > 1 && stages < 2 {
+        return Err(format!("--schedule {schedule}: it needs at least 2 stages"));
+    }
+    let unit = Scenario::new(
+        stages as usize,
+        shape.microbatches as usize,
+        &[1.0],
+        &[1.0],
+        &[1.0],
+        0.0,
+        &[],
+        CommModel::Latency,
+        0.0,
+    )
+    .map_err(|e| e.to_string())?;
+    evaluate(schedule, &unit, usize::MAX)
+        .map(|_| ())
+        .map_err(|e| format!("--schedule {schedule}: {e}"))
 }

@@ -349,7 +349,9 @@ impl SimPlan {
         let links = base.stages - 1;
         let mut cases = Vec::new();
         if let Some(text) = trace {
-            for (iteration, extra) in crate::sim::trace::parse_link_trace(text, links)? {
+            for (iteration, mut extra) in crate::sim::trace::parse_link_trace(text, links)? {
+                // A wrap link's delay (`--slow`) stays on it.
+                extra.resize(base.delay_ms.len(), 0.0);
                 let delays: Vec<f64> = base
                     .delay_ms
                     .iter()
@@ -369,12 +371,14 @@ impl SimPlan {
                 scenario: base.clone(),
             });
         }
+        let sweepable = crate::sim::links_of(base.stages);
         for sw in &cfg.sweep {
-            if sw.link >= links {
+            if sw.link >= sweepable {
                 return Err(format!(
-                    "sweep link {} does not exist: links are 0..={} (link i joins stages i and i+1)",
+                    "sweep link {} does not exist: links are 0..={} (link i joins stages i and \
+                     i+1; from 3 stages on the last is the wrap link, last stage to first)",
                     sw.link,
-                    links as i64 - 1
+                    sweepable as i64 - 1
                 ));
             }
             for &d in &sw.delays_ms {
@@ -384,6 +388,7 @@ impl SimPlan {
                     ));
                 }
                 let mut delays = base.delay_ms.clone();
+                delays.resize(delays.len().max(sw.link + 1), 0.0);
                 delays[sw.link] += d;
                 cases.push(Case {
                     label: format!("link {} +{d} ms", sw.link),
