@@ -138,6 +138,14 @@ fn the_prediction_follows_an_injected_delay_and_stays_close() {
     }
     let by_slow = |slow: &str| rows.iter().find(|r| &r[col(&h, "slow")] == slow).unwrap();
     let (calm, slow) = (by_slow("0:0"), by_slow("0:40"));
+    // The delayed case is predicted from the healthy one and the delay; the replay of its own
+    // times (the delay inside them) is a column of its own.
+    assert_eq!(&slow[col(&h, "predicted_from")], "healthy");
+    assert_eq!(&calm[col(&h, "predicted_from")], "itself");
+    for r in [calm, slow] {
+        assert!(figure(r, "replayed_ms") > 0.0);
+        assert!(figure(r, "replay_error").abs() <= 0.5);
+    }
     // 1F1B crosses the link at least twice per iteration (an F and its B): +80 ms at least;
     // half of that leaves room for overlap with other microbatches.
     for c in ["predicted_ms", "iteration_ms"] {

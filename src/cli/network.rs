@@ -165,8 +165,8 @@ impl LinksArgs {
 
 #[derive(Debug, Args)]
 pub struct PipelineArgs {
-    /// Schedules to run, each replaying the simulator's order (1f1b, zb-h1, greedy, adaptive,
-    /// static:X).
+    /// Schedules to run, each replaying the simulator's order (1f1b, interleaved:V, zb-h1,
+    /// zb-h2, zb-v, greedy, adaptive, static:X).
     #[arg(long, default_value = "1f1b,adaptive")]
     pub schedule: String,
     /// inline: a stage waits for each send to be acknowledged; offload: a host thread sends.

@@ -143,6 +143,9 @@ pub(super) struct PlannedCase {
     pub(super) orders: Vec<OpOrder>,
     pub(super) split: bool,
     pub(super) layout: Layout,
+    /// What the plan was made on: each stage's calibrated op times, the copy to the host as
+    /// every link's cost, and the injected delay.
+    pub(super) planning: Scenario,
 }
 
 /// What one case measured: each timed iteration's stage times, its iteration time and the
@@ -187,7 +190,63 @@ pub(super) fn plan_case(case: &Case, cals: &[Calibration], shape: &Shape) -> Res
         orders: planned.orders(n),
         split,
         layout: schedule.layout(n),
+        planning,
     })
+}
+
+/// Where a delayed case's prediction comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Basis {
+    /// The case of the same schedule and comm without a delay, measured in the same run.
+    Healthy,
+    /// Rank 0's timing of each op alone before the run (no healthy case to go by).
+    Calibration,
+    /// A case without a delay: its own op and link times.
+    Itself,
+}
+
+impl Basis {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Basis::Healthy => "healthy",
+            Basis::Calibration => "calibration",
+            Basis::Itself => "itself",
+        }
+    }
+}
+
+/// The scenario a delayed case is predicted on, from what a user knows before the fault: the
+/// healthy case's measured op and link times (`healthy`: its scenario and whether its
+/// backward was fused) with the injected delay added to its link, or without a healthy case
+/// the plan's calibrated times. A healthy case measured with a fused backward lends its B
+/// split by the calibrated B : W ratio to a case that splits it.
+pub(super) fn predicting_scenario(
+    pc: &PlannedCase,
+    healthy: Option<(&Scenario, bool)>,
+    slow: Option<(u32, f64)>,
+) -> (Scenario, Basis) {
+    let Some((sc, fused)) = healthy else {
+        return (pc.planning.clone(), Basis::Calibration);
+    };
+    let mut sc = sc.clone();
+    if fused && pc.split {
+        let plan = &pc.planning;
+        for i in 0..sc.stages {
+            let share = plan.tw[i] / (plan.tb[i] + plan.tw[i]).max(1e-12);
+            sc.tw[i] = sc.tb[i] * share;
+            sc.tb[i] -= sc.tw[i];
+        }
+    }
+    let Some((link, ms)) = slow else {
+        return (sc, Basis::Itself);
+    };
+    let mut delays = sc.delay_ms.clone();
+    let l = link as usize;
+    if l < crate::sim::links_of(sc.stages) {
+        delays.resize(delays.len().max(l + 1), 0.0);
+        delays[l] += ms;
+    }
+    (sc.with_delays(delays), Basis::Healthy)
 }
 
 /// Activations in flight at most per stage (F done, its B not yet), from the orders.
@@ -266,6 +325,49 @@ mod tests {
             load: None,
         };
         vec![s0, s1]
+    }
+
+    fn planned(split: bool, planning: Scenario) -> PlannedCase {
+        PlannedCase {
+            name: "1f1b".into(),
+            orders: Vec::new(),
+            split,
+            layout: Layout::Linear,
+            planning,
+        }
+    }
+
+    #[test]
+    fn a_delayed_case_is_predicted_from_the_healthy_one_and_the_delay_alone() {
+        let sc = |tb: f64, tw: f64, links: &[(usize, f64)]| {
+            Scenario::new(
+                3,
+                4,
+                &[1.0],
+                &[tb],
+                &[tw],
+                0.0,
+                links,
+                CommModel::Queue,
+                0.0,
+            )
+            .unwrap()
+        };
+        // Healthy: links cost 0.5 and 0.7 ms as measured; the fault adds 20 ms to link 1.
+        let healthy = sc(3.0, 0.0, &[(0, 0.5), (1, 0.7)]);
+        let plan = planned(false, sc(2.0, 1.0, &[(1, 20.0)]));
+        let (got, basis) = predicting_scenario(&plan, Some((&healthy, true)), Some((1, 20.0)));
+        assert_eq!(basis, Basis::Healthy);
+        assert_eq!(got.delay_ms, vec![0.5, 20.7]);
+        assert_eq!((got.tb[0], got.tw[0]), (3.0, 0.0));
+        // A case that splits backward takes the healthy fused B by the calibrated B : W (2 : 1).
+        let split = planned(true, sc(2.0, 1.0, &[]));
+        let (got, _) = predicting_scenario(&split, Some((&healthy, true)), Some((0, 5.0)));
+        assert!((got.tb[0] - 2.0).abs() < 1e-12 && (got.tw[0] - 1.0).abs() < 1e-12);
+        assert_eq!(got.delay_ms, vec![5.5, 0.7]);
+        // No healthy case in the run: the plan's calibrated scenario, said.
+        let (got, basis) = predicting_scenario(&plan, None, Some((1, 20.0)));
+        assert_eq!((basis, got), (Basis::Calibration, plan.planning.clone()));
     }
 
     #[test]

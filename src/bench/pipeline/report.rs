@@ -5,7 +5,9 @@
 use anyhow::{anyhow, bail, Result};
 
 use super::exec::StageTimes;
-use super::predict::{measured_scenario, peak_in_flight, Measured, PlannedCase};
+use super::predict::{
+    measured_scenario, peak_in_flight, predicting_scenario, Basis, Measured, PlannedCase,
+};
 use super::table::{PipelineFigures, PipelineParams, PipelineTable, TimelineRow, TimelineTable};
 use super::{Case, PipelinePlan, GRAD_TOLERANCE};
 use std::collections::BTreeMap;
@@ -15,7 +17,7 @@ use crate::noise::load::BusyWarning;
 use crate::noise::rank::{others_by_rank, worst, Busiest, Busy, RankLoad};
 use crate::record::csv::{round, CsvSink, Line};
 use crate::record::run_dir::RunDir;
-use crate::sim::{simulate, Policy, Run};
+use crate::sim::{simulate, Policy, Run, Scenario};
 use crate::stats::Summary;
 
 /// Where the cases' results go.
@@ -54,8 +56,30 @@ pub(super) fn write_all(
         busiest: Default::default(),
         rows: Vec::new(),
     };
-    for ((case, pc), m) in plan.cases.iter().zip(planned).zip(measured) {
-        write_case(&mut out, case, pc, m, plan, quiet)?;
+    // Each case's mean op and link times over its timed iterations: a delayed case is
+    // predicted from its healthy case's.
+    let means: Vec<Scenario> = plan
+        .cases
+        .iter()
+        .zip(planned)
+        .zip(&measured)
+        .map(|((case, pc), m)| {
+            let n = pc.orders.len();
+            measured_scenario(n, &plan.shape, case.comm, &m.timed, (!pc.split, pc.layout))
+        })
+        .collect::<Result<_>>()?;
+    for (i, ((case, pc), m)) in plan.cases.iter().zip(planned).zip(measured).enumerate() {
+        let healthy = plan
+            .cases
+            .iter()
+            .position(|h| calm(h) && h.schedule == case.schedule && h.comm == case.comm)
+            .map(|h| (&means[h], !planned[h].split));
+        let slow = case.slow.filter(|_| !calm(case));
+        let (sc, basis) = match calm(case) {
+            true => predicting_scenario(pc, Some((&means[i], !pc.split)), None),
+            false => predicting_scenario(pc, healthy, slow),
+        };
+        write_case(&mut out, (case, pc, m), (&sc, basis), plan, quiet)?;
     }
     for (r, b) in &out.busiest.0 {
         let line = b.line(
@@ -97,28 +121,36 @@ fn case_load(timed: &[Vec<StageTimes>]) -> BTreeMap<u32, Busy> {
     others_by_rank(&by_stage.into_values().collect::<Vec<_>>())
 }
 
-/// Predicts `case` from what it measured and writes its row, its timeline and its console
-/// line.
+/// A case without an injected delay (none, or 0 ms in a sweep).
+fn calm(c: &Case) -> bool {
+    c.slow.is_none_or(|(_, ms)| ms == 0.0)
+}
+
+/// Predicts `case` on `predicting` (from its healthy case and the delay, see
+/// [`predicting_scenario`]), replays it on what it measured itself, and writes its row, its
+/// timeline and its console line.
 pub(super) fn write_case(
     out: &mut Outputs,
-    case: &Case,
-    pc: &PlannedCase,
-    m: Measured,
+    (case, pc, m): (&Case, &PlannedCase, Measured),
+    (predicting, basis): (&Scenario, Basis),
     plan: &PipelinePlan,
     quiet: bool,
 ) -> Result<()> {
     let n = pc.orders.len();
     let schedule = &case.schedule;
     let verified = m.grad_err <= GRAD_TOLERANCE;
-    // Predicted: the same orders replayed on each timed iteration's own op and link times
-    // (a shared machine changes speed from one iteration to the next, so each iteration is
-    // set against its own prediction); the row holds the medians of both.
     let policy = Policy::Fixed {
         orders: pc.orders.clone(),
         split: pc.split,
         layout: pc.layout,
         together: Vec::new(),
     };
+    let predicted_ms = simulate(predicting, &policy)
+        .map_err(|e| anyhow!("predicting {schedule}: {e}"))?
+        .iteration_ms;
+    // Replayed: the same orders on each timed iteration's own op and link times (a shared
+    // machine changes speed from one iteration to the next, so each iteration is set against
+    // its own replay); the row holds the medians of both.
     let mut predictions = Vec::new();
     for it in &m.timed {
         let sc = measured_scenario(
@@ -128,17 +160,17 @@ pub(super) fn write_case(
             std::slice::from_ref(it),
             (!pc.split, pc.layout),
         )?;
-        predictions
-            .push(simulate(&sc, &policy).map_err(|e| anyhow!("predicting {schedule}: {e}"))?);
+        predictions.push(simulate(&sc, &policy).map_err(|e| anyhow!("replaying {schedule}: {e}"))?);
     }
-    let predicted_ms = Summary::of(
+    let replayed_ms = Summary::of(
         &predictions
             .iter()
             .map(|r| r.iteration_ms)
             .collect::<Vec<_>>(),
     )
     .map_or(0.0, |s| s.p50);
-    // The predicted lane of the timeline is the last iteration's, as the measured lane is.
+    // The predicted lane of the timeline is the last iteration's replay, as the measured lane
+    // is its last iteration.
     let predicted = predictions.pop().expect("at least one timed iteration");
     let s = Summary::of(&m.iteration_us).ok_or_else(|| anyhow!("no timed iterations"))?;
     let measured_ms = s.p50 / 1e3;
@@ -162,6 +194,9 @@ pub(super) fn write_case(
         iteration_ms: round(measured_ms, 3),
         predicted_ms: round(predicted_ms, 3),
         error: round((measured_ms - predicted_ms) / measured_ms, 4),
+        predicted_from: Some(basis.as_str().into()),
+        replayed_ms: Some(round(replayed_ms, 3)),
+        replay_error: Some(round((measured_ms - replayed_ms) / measured_ms, 4)),
         bubble: round(bubbles.iter().sum::<f64>() / n as f64, 4),
         peak_activations: peak.iter().copied().max().unwrap_or(0) as u32,
         grad_rel_err: crate::record::csv::sig(m.grad_err, 3),
@@ -184,10 +219,12 @@ pub(super) fn write_case(
     );
     if !quiet {
         println!(
-            "{case_name:<28} measured {:>9.2} ms  predicted {:>9.2} ms  error {:>+6.1}%  bubble {:.3}  grad err {:.1e}  ops timed by {}{}",
+            "{case_name:<28} measured {:>9.2} ms  predicted {:>9.2} ms (from {}) error {:>+6.1}%  replayed error {:>+6.1}%  bubble {:.3}  grad err {:.1e}  ops timed by {}{}",
             figures.iteration_ms,
             figures.predicted_ms,
+            basis.as_str(),
             figures.error * 100.0,
+            (measured_ms - replayed_ms) / measured_ms * 100.0,
             figures.bubble,
             m.grad_err,
             op_clock(&m.timed),

@@ -27,8 +27,9 @@ pub struct PipelineParams {
 pub struct PipelineFigures {
     /// The median iteration, first op's start to last op's end over all stages.
     pub iteration_ms: f64,
-    /// The median over timed iterations of the simulator's iteration for the same orders on
-    /// that iteration's measured op and link times.
+    /// The simulator's iteration for the same orders from what is known before the fault: a
+    /// delayed case on its healthy case's mean op and link times (same schedule and comm, no
+    /// delay, measured in the same run) plus the injected delay; see `predicted_from`.
     pub predicted_ms: f64,
     /// (measured - predicted) / measured.
     pub error: f64,
@@ -54,6 +55,15 @@ pub struct PipelineFigures {
     pub steal_pct: Option<f64>,
     /// Some stage's machine was busy while the case was timed.
     pub busy: Option<bool>,
+    /// What `predicted_ms` stands on: `healthy` (the healthy case and the delay), `itself` (a
+    /// case without a delay: its own means), `calibration` (a delayed case with no healthy
+    /// case in the run: rank 0's op timing before the run). Empty in files from before it.
+    pub predicted_from: Option<String>,
+    /// The median over timed iterations of the simulator's iteration for the same orders on
+    /// that iteration's own measured op and link times (a replay, not a prediction: the delay
+    /// is inside what it replays), and its (measured - replayed) / measured.
+    pub replayed_ms: Option<f64>,
+    pub replay_error: Option<f64>,
 }
 
 impl CsvTable for PipelineTable {
@@ -68,8 +78,11 @@ impl CsvTable for PipelineTable {
         "others_cores",
         "steal_pct",
         "busy",
+        "predicted_from",
+        "replayed_ms",
+        "replay_error",
     ];
-    const SIGNED: &'static [&'static str] = &["error"];
+    const SIGNED: &'static [&'static str] = &["error", "replay_error"];
 }
 
 /// `pipeline_timeline.csv`: every op of the last timed iteration of each case, measured and

@@ -87,6 +87,20 @@ pub fn errors(case: &Case, p: &Prediction) -> (Option<f64>, Option<f64>) {
     }
 }
 
+/// The error of a prediction on the time the fault added, |predicted extra - measured extra| /
+/// measured extra, or why a row is left out: no measured pair, or a fault that added under a
+/// tenth of the healthy iteration (a small extra makes any miss a large share of it).
+pub fn error_added(case: &Case, p: &Prediction) -> Result<f64, &'static str> {
+    let (Some(h), Some(s)) = (case.healthy_ms, case.slow_ms) else {
+        return Err("no measured healthy and slow iteration");
+    };
+    let measured = s - h;
+    if measured < 0.1 * h {
+        return Err("the fault added under a tenth of the healthy iteration");
+    }
+    Ok(((p.slow_ms - p.healthy_ms) - measured).abs() / measured)
+}
+
 /// The rows of a validation file, with its header and raw records for carrying through.
 pub struct Input {
     pub header: Vec<String>,

@@ -2,10 +2,11 @@
 
 use anyhow::{anyhow, Context, Result};
 
-use super::{errors, spread, Input, BENCH};
+use super::{error_added, errors, spread, Input, BENCH};
 use crate::output::Progress;
 use crate::record::RunDir;
 use crate::sim::runtime::Mechanisms;
+use std::collections::BTreeMap;
 
 /// The validation as a bench of a run: writes validate.csv and prints the table.
 pub struct ValidateBench {
@@ -98,21 +99,36 @@ impl crate::suite::Bench for ValidateBench {
                 "predicted_slow_ms",
                 "error_extra",
                 "error_slow",
+                "error_added",
+                "added_left_out",
             ]
             .map(String::from),
         );
         w.write_record(&header)?;
         progress.println(format!(
-            "{:<18} {:<12} {:>6} {:>9} {:>9} {:>10} {:>10} {:>7}",
-            "system", "slow links", "delay", "healthy", "slow", "meas. +", "pred. +", "error"
+            "{:<18} {:<12} {:>6} {:>9} {:>9} {:>10} {:>10} {:>7} {:>7}",
+            "system",
+            "slow links",
+            "delay",
+            "healthy",
+            "slow",
+            "meas. +",
+            "pred. +",
+            "error",
+            "on +"
         ));
         let mut extra_errors = Vec::new();
+        let mut added: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for (case, rec) in self.input.cases.iter().zip(&self.input.records) {
             let p = case
                 .predict(&Mechanisms::ALL)
                 .map_err(|e| anyhow!("{} row: {e}", case.system))?;
             let (e_extra, e_slow) = errors(case, &p);
             extra_errors.extend(e_extra);
+            let e_added = error_added(case, &p);
+            if let Ok(e) = e_added {
+                added.entry(case.system.to_string()).or_default().push(e);
+            }
             let mut row = rec.clone();
             row.resize(self.input.header.len(), String::new());
             let opt = |x: Option<f64>| x.map(|v| format!("{v:.4}")).unwrap_or_default();
@@ -121,6 +137,8 @@ impl crate::suite::Bench for ValidateBench {
                 format!("{:.2}", p.slow_ms),
                 opt(e_extra),
                 opt(e_slow),
+                opt(e_added.ok()),
+                e_added.err().unwrap_or_default().to_string(),
             ]);
             w.write_record(&row)?;
             w.flush()?;
@@ -133,7 +151,7 @@ impl crate::suite::Bench for ValidateBench {
                 _ => "-".into(),
             };
             progress.println(format!(
-                "{:<18} {:<12} {:>6} {:>9} {:>9} {:>10} {:>10.1} {:>7}",
+                "{:<18} {:<12} {:>6} {:>9} {:>9} {:>10} {:>10.1} {:>7} {:>7}",
                 case.system.to_string(),
                 col("slow_links"),
                 col("delay_ms"),
@@ -141,7 +159,8 @@ impl crate::suite::Bench for ValidateBench {
                 col("slow_ms"),
                 measured,
                 p.slow_ms - p.healthy_ms,
-                pct(e_extra)
+                pct(e_extra),
+                pct(e_added.ok())
             ));
             progress.inc();
         }
@@ -177,6 +196,30 @@ impl crate::suite::Bench for ValidateBench {
             }
         };
         progress.println(line);
+        // Per system, the error on the added time itself: an iteration-level median can hide
+        // a system the model predicts badly.
+        let mut by_system = serde_json::Map::new();
+        for (system, e) in &added {
+            let (m, p90, max) = spread(e).expect("a system listed has rows");
+            progress.println(format!(
+                "validate: {system}: error_added median {}, p90 {}, max {} over {} rows (a fault \
+                 adding at least a tenth of the iteration)",
+                pct(Some(m)),
+                pct(Some(p90)),
+                pct(Some(max)),
+                e.len()
+            ));
+            by_system.insert(
+                system.clone(),
+                serde_json::json!({ "rows": e.len(), "median": m, "p90": p90, "max": max }),
+            );
+        }
+        if let Some(serde_json::Value::Object(v)) = notes.get_mut("validate") {
+            v.insert(
+                "error_added_by_system".into(),
+                serde_json::Value::Object(by_system),
+            );
+        }
         if self.ablation {
             let a = ablation(&self.input, dir, progress)?;
             notes.insert("validate_ablation".into(), a);
