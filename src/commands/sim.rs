@@ -67,7 +67,9 @@ pub(super) fn sim_command(
     };
     let plan = SimPlan::build(&cfg, trace.as_deref()).map_err(anyhow::Error::msg)?;
     if let (Some(costs), true) = (&links, a.place) {
-        place(costs, &plan, quiet)?;
+        // The schedules named (every one of them judged), or adaptive against 1f1b.
+        let named = cfg.schedules.is_some() || cfg.schedule_file.is_some();
+        place(costs, &plan, named, quiet)?;
     }
     let timelines = match a.timeline.as_deref() {
         Some("none") => Vec::new(),
@@ -112,8 +114,16 @@ fn sim_links(
         _ => cfg.stages = Some(costs.ranks),
     }
     let launcher: Vec<usize> = (0..costs.ranks).collect();
+    // The wrap link's cost only where a named schedule crosses it.
+    let named: Vec<crate::sim::Schedule> = cfg
+        .schedules
+        .iter()
+        .flatten()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let wrap = crate::bench::sim::place::crosses_wrap(&named, costs.ranks);
     if cfg.link_ms.is_none() {
-        let (link_ms, slow) = costs.links_of(&launcher);
+        let (link_ms, slow) = costs.links_of(&launcher, wrap);
         cfg.link_ms = Some(link_ms);
         cfg.slow.extend(
             slow.into_iter()
@@ -126,7 +136,7 @@ fn sim_links(
         );
         cfg.occupy.extend(
             costs
-                .occupancy_of(&launcher)
+                .occupancy_of(&launcher, wrap)
                 .into_iter()
                 .filter(|(_, ms)| *ms > 0.0)
                 .map(|(link, ms)| crate::bench::sim::Occupy { link, ms }),
@@ -151,12 +161,15 @@ fn sim_links(
 }
 
 /// `sim --place`: the best order of ranks into stages per schedule, against the launcher's.
-fn place(costs: &LinkCosts, plan: &SimPlan, quiet: bool) -> anyhow::Result<()> {
+fn place(costs: &LinkCosts, plan: &SimPlan, named: bool, quiet: bool) -> anyhow::Result<()> {
     let base = &plan.cases[0].scenario;
-    let schedules: Vec<crate::sim::Schedule> = ["adaptive", "1f1b"]
-        .iter()
-        .map(|s| s.parse().expect("built-in schedules"))
-        .collect();
+    let schedules: Vec<crate::sim::Schedule> = match named {
+        true => plan.schedules.clone(),
+        false => ["adaptive", "1f1b"]
+            .iter()
+            .map(|s| s.parse().expect("built-in schedules"))
+            .collect(),
+    };
     let (found, exhaustive) =
         crate::bench::sim::place::place(costs, base, plan.mem_limit, &schedules)?;
     let n = costs.ranks;
@@ -180,12 +193,12 @@ fn place(costs: &LinkCosts, plan: &SimPlan, quiet: bool) -> anyhow::Result<()> {
     }
     println!("placement of {n} ranks into stages ({how}), predicted iteration time:");
     println!(
-        "  {:<10} {:<24} {:>12}   {:<24} {:>12} {:>8}",
+        "  {:<14} {:<24} {:>12}   {:<24} {:>12} {:>8}",
         "schedule", "launcher order", "ms", "best order", "ms", "gain"
     );
     for p in &found {
         println!(
-            "  {:<10} {:<24} {:>12.3}   {:<24} {:>12.3} {:>7.3}x",
+            "  {:<14} {:<24} {:>12.3}   {:<24} {:>12.3} {:>7.3}x",
             p.schedule,
             show(&(0..n).collect::<Vec<_>>()),
             p.launcher_ms,

@@ -383,12 +383,15 @@ impl Scenario {
     /// (`(link, ms)` pairs, added up per link).
     pub fn with_occupancy(mut self, occupancy: &[(usize, f64)]) -> Result<Scenario, ScenarioError> {
         for &(link, ms) in occupancy {
-            if link + 1 >= self.stages {
+            if link >= links_of(self.stages) {
                 return Err(ScenarioError::NoSuchLink {
                     link,
                     stages: self.stages,
-                    max: self.stages as i64 - 2,
+                    max: links_of(self.stages) as i64 - 1,
                 });
+            }
+            if link >= self.occupancy_ms.len() {
+                self.occupancy_ms.resize(link + 1, 0.0);
             }
             self.occupancy_ms[link] += non_negative("occupy", ms)?;
             non_negative("occupy", self.occupancy_ms[link])?;
@@ -522,8 +525,7 @@ impl Scenario {
         }
     }
 
-    /// Per link, the time a transfer holds it (0 for the wrap link, which `--occupy` does not
-    /// name).
+    /// Per link, the time a transfer holds it (the wrap link's, when one was given).
     pub fn occupancy(&self, l: usize) -> f64 {
         self.occupancy_ms.get(l).copied().unwrap_or(0.0)
     }

@@ -162,10 +162,9 @@ impl LinkCosts {
     /// (link_ms, per-link extra delays) of the pipeline whose stage i is rank `order[i]`, the
     /// latency part of each link's cost: the lowest is the base latency, the others' excess
     /// their delay. The bandwidth part is the links' occupancy ([`Self::occupancy_of`]).
-    pub fn links_of(&self, order: &[usize]) -> (f64, Vec<(usize, f64)>) {
-        let costs: Vec<f64> = order
-            .windows(2)
-            .map(|w| self.latency_ms(w[0], w[1]))
+    pub fn links_of(&self, order: &[usize], wrap: bool) -> (f64, Vec<(usize, f64)>) {
+        let costs: Vec<f64> = hops(order, wrap)
+            .map(|(a, b)| self.latency_ms(a, b))
             .collect();
         let base = costs.iter().copied().fold(f64::INFINITY, f64::min);
         let base = if base.is_finite() { base } else { 0.0 };
@@ -179,11 +178,10 @@ impl LinkCosts {
 
     /// Per link of `order`, how long an activation holds it: bytes / the fitted bandwidth (a
     /// transfer in a link's FIFO waits for the one before it).
-    pub fn occupancy_of(&self, order: &[usize]) -> Vec<(usize, f64)> {
-        order
-            .windows(2)
+    pub fn occupancy_of(&self, order: &[usize], wrap: bool) -> Vec<(usize, f64)> {
+        hops(order, wrap)
             .enumerate()
-            .map(|(i, w)| (i, self.cost_ms(w[0], w[1]) - self.latency_ms(w[0], w[1])))
+            .map(|(i, (a, b))| (i, self.cost_ms(a, b) - self.latency_ms(a, b)))
             .collect()
     }
 
@@ -205,6 +203,25 @@ impl LinkCosts {
             human_bytes(self.activation)
         )
     }
+}
+
+/// The pairs of ranks `order` puts on links 0, 1, ...: neighbours, then with `wrap` (from 3
+/// ranks on) the wrap link from the last stage back to the first, which interleaved schedules
+/// cross.
+fn hops(order: &[usize], wrap: bool) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let wrap = (wrap && order.len() > 2).then(|| (order[order.len() - 1], order[0]));
+    order.windows(2).map(|w| (w[0], w[1])).chain(wrap)
+}
+
+/// Whether any of `schedules` on `ranks` ranks crosses the wrap link (its cost is then the
+/// last rank's to the first's).
+pub fn crosses_wrap(schedules: &[Schedule], ranks: usize) -> bool {
+    schedules.iter().any(|s| {
+        matches!(
+            s.layout(ranks),
+            crate::sim::Layout::Interleaved(_) | crate::sim::Layout::InterleavedAsPublished(..)
+        )
+    })
 }
 
 /// The best order found for one schedule, against the launcher's.
@@ -229,8 +246,9 @@ pub fn place(
     schedules: &[Schedule],
 ) -> Result<(Vec<Placement>, bool)> {
     let n = costs.ranks;
+    let wrap = crosses_wrap(schedules, n);
     let scenario = |order: &[usize]| -> Result<Scenario> {
-        let (link_ms, slow) = costs.links_of(order);
+        let (link_ms, slow) = costs.links_of(order, wrap);
         Scenario::new(
             n,
             base.microbatches,
@@ -242,7 +260,7 @@ pub fn place(
             base.comm,
             base.d2h_ms,
         )
-        .and_then(|sc| sc.with_occupancy(&costs.occupancy_of(order)))
+        .and_then(|sc| sc.with_occupancy(&costs.occupancy_of(order, wrap)))
         .map_err(|e| anyhow!("{e}"))
     };
     let time = |order: &[usize], s: &Schedule| -> Result<f64> {
