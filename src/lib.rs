@@ -24,3 +24,4 @@ pub mod stats;
 pub mod suite;
 pub mod transport;
 pub mod units;
+pub mod verdict;

@@ -176,7 +176,7 @@ fn the_alert_rules_read_the_metrics_morphbench_writes() {
             case: None,
             value: Some(1.0),
             expected: Some(2.0),
-            verdict: Some("WARN".into()),
+            verdict: Some(morphbench::verdict::Verdict::Warn),
             gpu: GpuLabels {
                 hostname: "n".into(),
                 gpu: Some(0),

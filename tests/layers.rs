@@ -21,6 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "slurm",
             "output",
             "interrupt",
+            "verdict",
         ],
     ),
     // What every bench writes: CSV rows, the run folder, meta.json.

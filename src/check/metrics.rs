@@ -26,7 +26,7 @@ pub fn textfile(runs: &[RunFigures], report: &Report, took: Duration) -> Textfil
                 expected: o
                     .base
                     .filter(|_| o.better == super::figures::Better::Higher),
-                verdict: Some(o.verdict.as_str().to_string()),
+                verdict: Some(o.verdict),
                 gpu: GpuLabels {
                     hostname: label.and_then(|l| l.host.clone()).unwrap_or(here.clone()),
                     gpu: None,

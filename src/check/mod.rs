@@ -36,23 +36,7 @@ mod print;
 #[allow(unused_imports)]
 pub use print::*;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Verdict {
-    Fail,
-    Warn,
-    Pass,
-}
-
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Fail => "FAIL",
-            Verdict::Warn => "WARN",
-            Verdict::Pass => "PASS",
-        }
-    }
-}
+pub use crate::verdict::Verdict;
 
 /// One figure's verdict.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -552,7 +536,8 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
     let passed = match worst {
         Verdict::Fail => false,
         Verdict::Warn => !opts.warn_exit,
-        Verdict::Pass => true,
+        // `check` judges every figure it lists: none is skipped.
+        Verdict::Pass | Verdict::Skip => true,
     };
     print_verdict(opts, &report, &title, runs.len(), passed)?;
     Ok((passed, written))

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::{Better, Outcome};
+use super::{Better, Outcome, Verdict};
 use crate::record::csv::{sig, sig4};
 use crate::record::{CsvSink, CsvTable, Line};
 
@@ -42,7 +42,7 @@ pub struct CheckFigures {
     /// The test's two-sided p-value (empty with --fleet or too few samples).
     pub p: Option<f64>,
     /// PASS, WARN or FAIL.
-    pub verdict: String,
+    pub verdict: Verdict,
     pub reason: String,
 }
 
@@ -54,8 +54,7 @@ impl CsvTable for CheckTable {
 
     /// A verdict is one of the three `check` gives.
     fn check(line: &Line<Self>) -> Result<(), (&'static str, String)> {
-        let v = line.figures.verdict.as_str();
-        if !["PASS", "WARN", "FAIL"].contains(&v) {
+        if line.figures.verdict == Verdict::Skip {
             return Err(("verdict", "a verdict is PASS, WARN or FAIL".into()));
         }
         Ok(())
@@ -82,7 +81,7 @@ pub fn write(path: &Path, outcomes: &[Outcome]) -> Result<()> {
                 ci_lo: o.ci_lo.map(|r| sig(r, 5)),
                 ci_hi: o.ci_hi.map(|r| sig(r, 5)),
                 p: o.p.map(|p| sig(p, 3)),
-                verdict: o.verdict.as_str().to_string(),
+                verdict: o.verdict,
                 reason: o.reason.clone(),
             },
         );

@@ -22,6 +22,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 
+use crate::verdict::Verdict;
+
 /// Every metric's name starts with this.
 pub const PREFIX: &str = "morphbench";
 
@@ -49,8 +51,8 @@ pub struct MetricFigure {
     /// What it was judged against (the baseline's or the fleet's level), where anything was.
     #[serde(default)]
     pub expected: Option<f64>,
-    /// PASS, WARN or FAIL; anything else (SKIP, not judged) has no verdict series.
-    pub verdict: Option<String>,
+    /// PASS, WARN or FAIL; SKIP and none (not judged) have no verdict series.
+    pub verdict: Option<Verdict>,
     pub gpu: GpuLabels,
 }
 
@@ -73,16 +75,6 @@ pub fn lower_is_better(unit: &str) -> bool {
         unit,
         "s" | "ms" | "us" | "µs" | "ns" | "ratio" | "segments" | "errors"
     )
-}
-
-/// A verdict's number: 0 PASS, 1 WARN, 2 FAIL.
-pub fn verdict_code(verdict: &str) -> Option<u8> {
-    match verdict {
-        "PASS" => Some(0),
-        "WARN" => Some(1),
-        "FAIL" => Some(2),
-        _ => None,
-    }
 }
 
 /// `morphbench_<test>_<figure>`, each part reduced to what a metric name may hold.
@@ -188,7 +180,7 @@ impl Textfile {
                     ratio.get_or_create(&l).set(v / e);
                 }
             }
-            if let Some(code) = f.verdict.as_deref().and_then(verdict_code) {
+            if let Some(code) = f.verdict.and_then(Verdict::code) {
                 verdicts.get_or_create(&l).set(f64::from(code));
             }
         }
@@ -277,14 +269,14 @@ pub fn nvidia_uuid(pci_bus_id: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn figure(test: &str, value: Option<f64>, verdict: &str) -> MetricFigure {
+    fn figure(test: &str, value: Option<f64>, verdict: Verdict) -> MetricFigure {
         MetricFigure {
             test: test.into(),
             figure: "gflops".into(),
             case: None,
             value,
             expected: Some(2000.0),
-            verdict: Some(verdict.into()),
+            verdict: Some(verdict),
             gpu: GpuLabels {
                 hostname: "node07".into(),
                 gpu: Some(3),
@@ -309,8 +301,8 @@ mod tests {
     #[test]
     fn figures_and_verdicts_are_gauges_with_dcgms_labels() {
         let t = textfile(vec![
-            figure("gemm", Some(1234.5), "FAIL"),
-            figure("fma", None, "WARN"),
+            figure("gemm", Some(1234.5), Verdict::Fail),
+            figure("fma", None, Verdict::Warn),
         ]);
         let text = t.encode().unwrap();
         assert!(
@@ -381,7 +373,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         check_dir(dir.path()).unwrap();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-        let path = textfile(vec![figure("gemm", Some(1.0), "PASS")])
+        let path = textfile(vec![figure("gemm", Some(1.0), Verdict::Pass)])
             .write(dir.path())
             .unwrap();
         assert_eq!(path.file_name().unwrap(), "morphbench_health.prom");

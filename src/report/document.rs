@@ -16,6 +16,7 @@ use crate::check::CheckTable;
 use crate::noise::NOISY_CV;
 use crate::record::label::RunLabel;
 use crate::record::Line;
+use crate::verdict::Verdict;
 
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -50,7 +51,7 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     let check = run.table::<CheckTable>().map(|c| {
         let flagged: Vec<Vec<String>> = c
             .iter()
-            .filter(|l| l.figures.verdict != "PASS")
+            .filter(|l| l.figures.verdict != Verdict::Pass)
             .map(check_cells)
             .collect();
         (check_summary(c), flagged)
@@ -327,15 +328,16 @@ pub fn noisy_rows(run: &Loaded) -> Vec<String> {
 
 /// One line on a run's check: its worst verdict and the counts.
 fn check_summary(check: &[Line<CheckTable>]) -> String {
-    let count = |v: &str| check.iter().filter(|l| l.figures.verdict == v).count();
-    let (fail, warn, pass) = (count("FAIL"), count("WARN"), count("PASS"));
-    let worst = if fail > 0 {
-        "FAIL"
-    } else if warn > 0 {
-        "WARN"
-    } else {
-        "PASS"
-    };
+    let count = |v: Verdict| check.iter().filter(|l| l.figures.verdict == v).count();
+    let (fail, warn, pass) = (
+        count(Verdict::Fail),
+        count(Verdict::Warn),
+        count(Verdict::Pass),
+    );
+    let worst = check
+        .iter()
+        .map(|l| l.figures.verdict)
+        .fold(Verdict::Pass, Verdict::worse);
     format!(
         "Verdict of morphbench check: {worst} ({fail} FAIL, {warn} WARN, {pass} PASS); \
          every figure is in check.csv."
@@ -347,7 +349,7 @@ fn check_summary(check: &[Line<CheckTable>]) -> String {
 fn check_cells(l: &Line<CheckTable>) -> Vec<String> {
     let num = |x: Option<f64>| x.map_or("-".to_string(), |x| x.to_string());
     vec![
-        l.figures.verdict.clone(),
+        l.figures.verdict.to_string(),
         format!("{}: {}", l.lead.bench, l.lead.case),
         format!("{} ({})", l.params.figure, l.params.better.as_str()),
         num(l.figures.base),

@@ -499,20 +499,20 @@ pub(crate) fn fleet(run: &Loaded, out: &mut Vec<Headline>) {
     let Some(t) = run.table::<crate::bench::fleet::table::FleetTable>() else {
         return;
     };
-    use crate::bench::fleet::verdict::{worse, PASS, SKIP};
+    use crate::verdict::Verdict;
     use std::collections::BTreeMap;
     // rank -> (host, verdict, the first row of that verdict)
-    let mut nodes: BTreeMap<u32, (String, &'static str, usize)> = BTreeMap::new();
+    let mut nodes: BTreeMap<u32, (String, Verdict, usize)> = BTreeMap::new();
     for (i, r) in t.iter().enumerate() {
         let e = nodes
             .entry(r.params.rank)
-            .or_insert((r.params.host.clone(), SKIP, i));
-        let v = worse(e.1, &r.figures.verdict);
+            .or_insert((r.params.host.clone(), Verdict::Skip, i));
+        let v = e.1.worse(r.figures.verdict);
         if v != e.1 {
             (e.1, e.2) = (v, i);
         }
     }
-    let passed = nodes.values().filter(|n| n.1 == PASS).count();
+    let passed = nodes.values().filter(|n| n.1 == Verdict::Pass).count();
     out.push(Headline {
         bench: "fleet",
         what: "nodes that passed the gate".into(),
@@ -521,7 +521,7 @@ pub(crate) fn fleet(run: &Loaded, out: &mut Vec<Headline>) {
         text: format!("{passed} of {} ranks PASS", nodes.len()),
         source: "fleet.csv".into(),
     });
-    for (rank, (host, verdict, i)) in nodes.into_iter().filter(|n| n.1 .1 != PASS) {
+    for (rank, (host, verdict, i)) in nodes.into_iter().filter(|n| n.1 .1 != Verdict::Pass) {
         let r = &t[i];
         out.push(Headline {
             bench: "fleet",

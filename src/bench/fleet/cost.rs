@@ -453,7 +453,7 @@ mod tests {
             FleetFigures {
                 value: Some(value),
                 expected: Some(expected),
-                verdict: FAIL.into(),
+                verdict: FAIL,
                 ..Default::default()
             },
         )

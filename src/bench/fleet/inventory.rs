@@ -144,7 +144,7 @@ pub(super) fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
         let Some(inv) = &o.inventory else { continue };
         if let Some(e) = &inv.gpu_error {
             let (p, mut f) = row(o, "inventory", "adapter");
-            f.verdict = FAIL.into();
+            f.verdict = FAIL;
             f.reason = format!("no GPU adapter: {e}");
             rows.push((p, f));
             continue;
@@ -156,13 +156,13 @@ pub(super) fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
             let (common, n, peers) = &common[k];
             // An odd node is one outvoted by a strict majority of its kind.
             if &text != common && 2 * n > *peers {
-                f.verdict = WARN.into();
+                f.verdict = WARN;
                 f.reason = format!(
                     "{field} is {text:?} where {n} of {peers} nodes with this adapter have \
                      {common:?}"
                 );
             } else {
-                f.verdict = PASS.into();
+                f.verdict = PASS;
                 f.reason = text;
             }
             rows.push((p, f));

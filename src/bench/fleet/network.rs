@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::checks::LinksSpec;
-use super::verdict::{row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
+use super::verdict::{row, RankOutcome, Row, Verdict, FAIL, PASS, SKIP, WARN};
 use crate::bench::links::outcome::LinksOutcome;
 use crate::bench::links::pattern::{self, Pattern, QUICK_ROUNDS};
 use crate::bench::links::LinksOptions;
@@ -77,13 +77,13 @@ fn seed() -> u64 {
 
 /// Each rank's `links gbps` row.
 pub fn rows(ranks: &[RankOutcome], links: &LinksResult) -> Vec<Row> {
-    let judged = |verdict: &str, why: &str| -> Vec<Row> {
+    let judged = |verdict: Verdict, why: &str| -> Vec<Row> {
         ranks
             .iter()
             .filter(|o| o.failure.is_none())
             .map(|o| {
                 let (p, mut f) = row(o, "links", "gbps");
-                (f.verdict, f.reason) = (verdict.into(), why.into());
+                (f.verdict, f.reason) = (verdict, why.into());
                 (p, f)
             })
             .collect()
@@ -127,7 +127,7 @@ fn judged_links(ranks: &[RankOutcome], out: &LinksOutcome) -> Vec<Row> {
     for o in ranks.iter().filter(|o| o.failure.is_none()) {
         let (p, mut f) = row(o, "links", "gbps");
         let Some(mine) = out.per_rank.get(&o.rank) else {
-            (f.verdict, f.reason) = (SKIP.into(), format!("no link measured{cut}"));
+            (f.verdict, f.reason) = (SKIP, format!("no link measured{cut}"));
             rows.push((p, f));
             continue;
         };
@@ -157,14 +157,14 @@ fn judged_links(ranks: &[RankOutcome], out: &LinksOutcome) -> Vec<Row> {
                     n.slow, n.measured, n.median_slowdown, out.pattern
                 ),
             };
-            (FAIL.into(), why)
+            (FAIL, why)
         } else if !slow_links.is_empty() {
             let why = format!(
                 "confirmed slow link to {}; neither end is slow with its other partners: check \
                  the path between them (cable, NIC port, switch){cut}",
                 slow_links.join(", ")
             );
-            (WARN.into(), why)
+            (WARN, why)
         } else {
             let verdict = if cut.is_empty() { PASS } else { WARN };
             let why = match mine.slow {
@@ -174,7 +174,7 @@ fn judged_links(ranks: &[RankOutcome], out: &LinksOutcome) -> Vec<Row> {
                     mine.measured, out.pattern
                 ),
             };
-            (verdict.into(), why)
+            (verdict, why)
         };
         // A lossy node's stall ratio comes first: its first FAIL is its drain reason.
         rows.extend(tail_rows(o, mine, out, &blamed));
@@ -222,14 +222,14 @@ fn tail_rows(
         let (p, mut f) = row(o, "link", "stall_ratio");
         (f.value, f.expected, f.unit) =
             (Some(sig4(ratio)), level(|e| e.stall_ratio), "ratio".into());
-        (f.verdict, f.reason) = (verdict.into(), reason.clone());
+        (f.verdict, f.reason) = (verdict, reason.clone());
         rows.push((p, f));
     }
     if let Some(n) = mine.retransmits {
         let (p, mut f) = row(o, "retransmits", "total");
         let healthy = level(|e| e.retransmits.map(|n| n as f64));
         (f.value, f.expected, f.unit) = (Some(n as f64), healthy, "segments".into());
-        (f.verdict, f.reason) = (verdict.into(), reason);
+        (f.verdict, f.reason) = (verdict, reason);
         rows.push((p, f));
     }
     rows
@@ -282,9 +282,9 @@ mod tests {
         rows(ranks, &LinksResult::Done(Box::new(o.clone())))
     }
 
-    fn verdicts(rows: &[Row]) -> Vec<(u32, String, String)> {
+    fn verdicts(rows: &[Row]) -> Vec<(u32, Verdict, String)> {
         rows.iter()
-            .map(|(p, f)| (p.rank, f.verdict.clone(), f.reason.clone()))
+            .map(|(p, f)| (p.rank, f.verdict, f.reason.clone()))
             .collect()
     }
 
@@ -299,13 +299,13 @@ mod tests {
         o.slow_links[0].tail = Some("1 of 1 links stall: p99 90 ms".into());
         let v = verdicts(&rows_of(&ranks, &o));
         let of = |r: u32| v.iter().find(|x| x.0 == r).unwrap().clone();
-        assert_eq!(of(1).1, "FAIL");
+        assert_eq!(of(1).1, FAIL);
         assert!(
             of(1).2.starts_with("lossy node: 3 of 3 links stall"),
             "{}",
             of(1).2
         );
-        assert_eq!(of(2).1, "WARN");
+        assert_eq!(of(2).1, WARN);
         assert!(
             of(2).2.contains("n4 (rank 4): 1 of 1 links stall"),
             "{}",

@@ -70,7 +70,7 @@ pub fn textfiles(
             expected: f
                 .expected
                 .filter(|_| !crate::record::metrics::lower_is_better(&f.unit)),
-            verdict: Some(f.verdict.clone()),
+            verdict: Some(f.verdict),
             gpu,
         });
     }

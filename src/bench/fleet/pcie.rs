@@ -23,7 +23,7 @@ pub fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
             Ok(p) => p,
             Err(why) => {
                 let (p, mut f) = row(o, "pcie", "link");
-                (f.verdict, f.reason) = (SKIP.into(), why);
+                (f.verdict, f.reason) = (SKIP, why);
                 out.push((p, f));
                 continue;
             }
@@ -59,7 +59,7 @@ pub fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
         for (figure, value, expected, unit) in figures {
             let (p, mut f) = row(o, "pcie", figure);
             (f.value, f.expected, f.unit) = (value, expected, unit.into());
-            (f.verdict, f.reason) = (verdict.into(), reason.clone());
+            (f.verdict, f.reason) = (verdict, reason.clone());
             out.push((p, f));
         }
     }
@@ -130,10 +130,7 @@ mod tests {
         assert!(v.iter().all(|(_, f)| f.verdict == PASS), "{v:?}");
         let v = rows(&[rank(Err("not exposed (no PCI address: \"\")".into()))]);
         assert_eq!(v.len(), 1);
-        assert_eq!(
-            (v[0].1.verdict.as_str(), v[0].0.figure.as_str()),
-            (SKIP, "link")
-        );
+        assert_eq!((v[0].1.verdict, v[0].0.figure.as_str()), (SKIP, "link"));
         assert!(v[0].1.reason.starts_with("not exposed"));
         // A gate without a D2H test has no PCIe rows.
         assert!(rows(&[RankOutcome::new(1, "n1")]).is_empty());

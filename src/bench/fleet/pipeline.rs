@@ -6,7 +6,7 @@
 //! and what it took; a pipeline cannot tell which stage was wrong, so a failure is a WARN on
 //! every rank unless a rank was lost (that rank FAILs, by name).
 
-use super::verdict::{row, RankOutcome, Row, PASS, SKIP, WARN};
+use super::verdict::{row, RankOutcome, Row, Verdict, PASS, SKIP, WARN};
 use crate::bench::pipeline::exec::Comm;
 use crate::bench::pipeline::stage::Shape;
 use crate::bench::pipeline::{Case, CaseRow, PipelineOptions, PipelinePlan};
@@ -72,11 +72,11 @@ pub fn options(
 /// Each rank's rows: one per case (`1f1b_offload_ms`...).
 pub fn rows(ranks: &[RankOutcome], result: &PipelineResult) -> Vec<Row> {
     let live = || ranks.iter().filter(|o| o.failure.is_none());
-    let all = |verdict: &str, why: &str| -> Vec<Row> {
+    let all = |verdict: Verdict, why: &str| -> Vec<Row> {
         live()
             .map(|o| {
                 let (p, mut f) = row(o, "pipeline", "iteration_ms");
-                (f.verdict, f.reason) = (verdict.into(), why.into());
+                (f.verdict, f.reason) = (verdict, why.into());
                 (p, f)
             })
             .collect()
@@ -105,8 +105,7 @@ pub fn rows(ranks: &[RankOutcome], result: &PipelineResult) -> Vec<Row> {
                 PASS
             } else {
                 WARN
-            }
-            .into();
+            };
             rf.reason = format!(
                 "a real {}-stage pipeline across the fleet (this rank stage {}): {:.1} ms an \
                  iteration, the simulator predicted {:.1} ms from its measured op and link times \

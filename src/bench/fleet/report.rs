@@ -15,7 +15,7 @@ use super::cost::{self, KeepCostTable};
 use super::network::{self, LinksResult};
 use super::pipeline::{self, PipelineResult};
 use super::table::FleetTable;
-use super::verdict::{self, RankOutcome, FAIL};
+use super::verdict::{self, RankOutcome, Verdict, FAIL};
 use super::Step;
 use crate::cluster::hostlist;
 use crate::record::csv::{CsvSink, Line};
@@ -37,7 +37,7 @@ struct NodeSummary {
     host: String,
     local_rank: Option<u32>,
     adapter: String,
-    verdict: String,
+    verdict: Verdict,
     busy: bool,
     reasons: Vec<String>,
 }
@@ -134,7 +134,7 @@ pub fn write(
                 host: o.host.clone(),
                 local_rank: o.inventory.as_ref().map(|i| i.local_rank),
                 adapter: o.adapter(),
-                verdict: v.to_string(),
+                verdict: v,
                 busy: o.busy(),
                 reasons,
             }
@@ -353,7 +353,7 @@ fn print_console(
         let why = n
             .reasons
             .iter()
-            .find(|r| r.starts_with(&n.verdict))
+            .find(|r| r.starts_with(n.verdict.as_str()))
             .cloned()
             .unwrap_or_default();
         println!("{:<4}  {:width$}  {:<7}  {why}", n.rank, n.host, n.verdict);

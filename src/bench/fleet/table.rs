@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::record::csv::CsvTable;
+use crate::verdict::Verdict;
 
 pub struct FleetTable;
 
@@ -34,7 +35,7 @@ pub struct FleetFigures {
     pub tolerance: Option<f64>,
     pub unit: String,
     /// PASS, WARN, FAIL or SKIP.
-    pub verdict: String,
+    pub verdict: Verdict,
     pub reason: String,
     /// A failed figure's value when measured again: it stays FAIL only if this fails too.
     pub retest_value: Option<f64>,

@@ -106,20 +106,16 @@ impl RankOutcome {
     }
 }
 
-pub const PASS: &str = "PASS";
-pub const WARN: &str = "WARN";
-pub const FAIL: &str = "FAIL";
-pub const SKIP: &str = "SKIP";
+pub use crate::verdict::Verdict;
+/// The verdicts by their short names, as the judges below write them.
+pub const PASS: Verdict = Verdict::Pass;
+pub const WARN: Verdict = Verdict::Warn;
+pub const FAIL: Verdict = Verdict::Fail;
+pub const SKIP: Verdict = Verdict::Skip;
 
 /// Worse of two verdicts (FAIL > WARN > PASS > SKIP).
-pub fn worse(a: &str, b: &str) -> &'static str {
-    let rank = |v: &str| match v {
-        FAIL => 3,
-        WARN => 2,
-        PASS => 1,
-        _ => 0,
-    };
-    [SKIP, PASS, WARN, FAIL][rank(a).max(rank(b))]
+pub fn worse(a: Verdict, b: Verdict) -> Verdict {
+    a.worse(b)
 }
 
 /// One judged row.
@@ -154,7 +150,7 @@ pub fn judge(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
     for o in ranks {
         if let Some(why) = &o.failure {
             let (p, mut f) = row(o, "gate", "answer");
-            f.verdict = FAIL.into();
+            f.verdict = FAIL;
             f.reason = why.clone();
             rows.push((p, f));
         }
@@ -188,7 +184,7 @@ fn figure_rows(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
                     .find(|x| x.test == m.test && x.figure == m.figure)?;
                 Some((r, m2))
             });
-            if let (FAIL, Some(_), Some((r, m2))) = (f.verdict.as_str(), m.value, again) {
+            if let (FAIL, Some(_), Some((r, m2))) = (f.verdict, m.value, again) {
                 let mut swapped = members.clone();
                 swapped[pos] = (i, m2, r.busy());
                 let (_, mut g) = row(r, &test, &figure);
@@ -238,7 +234,7 @@ fn confirm(f: &mut FleetFigures, again: &FleetFigures, still_slow: bool) {
             f.reason, again.reason
         );
     } else {
-        f.verdict = WARN.into();
+        f.verdict = WARN;
         f.reason = format!(
             "noisy, not blamed: {}, but its retest {}",
             f.reason, again.reason
@@ -299,12 +295,12 @@ fn fleet_level(members: &Members) -> BTreeMap<usize, Standing> {
 
 fn judge_one(o: &RankOutcome, m: &Measured, standing: Option<Standing>, f: &mut FleetFigures) {
     if let Some(why) = &m.skipped {
-        f.verdict = SKIP.into();
+        f.verdict = SKIP;
         f.reason = why.clone();
         return;
     }
     if let Some(e) = &m.error {
-        f.verdict = FAIL.into();
+        f.verdict = FAIL;
         f.reason = e.clone();
         return;
     }
@@ -314,7 +310,7 @@ fn judge_one(o: &RankOutcome, m: &Measured, standing: Option<Standing>, f: &mut 
         String::new()
     };
     let Some((slowdown, flagged, healthy)) = standing else {
-        f.verdict = WARN.into();
+        f.verdict = WARN;
         let busy = match o.busy() {
             true => format!("{}; ", o.busy_reason()),
             false => String::new(),
@@ -333,29 +329,29 @@ fn judge_one(o: &RankOutcome, m: &Measured, standing: Option<Standing>, f: &mut 
         crate::record::csv::sig4(healthy),
         m.unit
     );
-    f.verdict = if m.cut { WARN } else { PASS }.into();
+    f.verdict = if m.cut { WARN } else { PASS };
     f.reason = format!("{versus}{cut}");
     if o.busy() {
         let bound = o.explained_by_load();
         if slowdown >= bound {
-            f.verdict = FAIL.into();
+            f.verdict = FAIL;
             f.reason = format!(
                 "{versus}: slower than its load explains (over {bound:.1}x); {}",
                 o.busy_reason()
             );
         } else {
-            f.verdict = WARN.into();
+            f.verdict = WARN;
             f.reason = format!("{}; {versus}{cut}", o.busy_reason());
         }
     } else if flagged && slowdown < fail_at(o, m) {
-        f.verdict = WARN.into();
+        f.verdict = WARN;
         f.reason = format!(
             "{versus} (slowdown {slowdown:.2}), within a CPU driver's spread between processes: \
              a FAIL takes {}x{cut}",
             crate::noise::CPU_DRIVER_SLOW
         );
     } else if flagged {
-        f.verdict = FAIL.into();
+        f.verdict = FAIL;
         f.reason = format!("{versus} (slowdown {slowdown:.2}){cut}");
     }
 }
@@ -399,7 +395,7 @@ fn against_baseline(
     );
     if value >= floor {
         if no_fleet && f.verdict == WARN && !m.cut && !o.busy() {
-            f.verdict = PASS.into();
+            f.verdict = PASS;
             f.reason = format!("{says} ({:.2}x)", value / e.expected);
             return;
         }
@@ -413,16 +409,16 @@ fn against_baseline(
     let far = value < floor * (1.0 - e.tolerance);
     let explained = o.busy() && slowdown < o.explained_by_load();
     let verdict = if far && !explained { FAIL } else { WARN };
-    f.verdict = worse(&f.verdict, verdict).into();
+    f.verdict = worse(f.verdict, verdict);
     f.reason = format!("{says} ({:.2}x); {}", value / e.expected, f.reason);
 }
 
 /// Each rank's verdict (the worst of its rows) and its reasons (the rows that are not PASS).
-pub fn per_rank(rows: &[Row]) -> BTreeMap<u32, (&'static str, Vec<String>)> {
-    let mut out: BTreeMap<u32, (&'static str, Vec<String>)> = BTreeMap::new();
+pub fn per_rank(rows: &[Row]) -> BTreeMap<u32, (Verdict, Vec<String>)> {
+    let mut out: BTreeMap<u32, (Verdict, Vec<String>)> = BTreeMap::new();
     for (p, f) in rows {
         let e = out.entry(p.rank).or_insert((SKIP, Vec::new()));
-        e.0 = worse(e.0, &f.verdict);
+        e.0 = worse(e.0, f.verdict);
         if f.verdict == FAIL || f.verdict == WARN {
             e.1.push(format!(
                 "{} {} {}: {}",

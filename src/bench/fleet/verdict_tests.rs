@@ -65,12 +65,12 @@ fn retested(mut o: RankOutcome, gemm_us: f64) -> RankOutcome {
     o
 }
 
-fn verdict_of(rows: &[Row], rank: u32, test: &str, figure: &str) -> (String, String) {
+fn verdict_of(rows: &[Row], rank: u32, test: &str, figure: &str) -> (Verdict, String) {
     let (_, f) = rows
         .iter()
         .find(|(p, _)| p.rank == rank && p.test == test && p.figure == figure)
         .unwrap_or_else(|| panic!("no {test} {figure} row for rank {rank}"));
-    (f.verdict.clone(), f.reason.clone())
+    (f.verdict, f.reason.clone())
 }
 
 #[test]
@@ -106,7 +106,7 @@ fn a_slow_node_fails_a_busy_one_warns_and_a_silent_one_is_named() {
     assert!(why.contains("memory_gib is \"256\" where 6 of 7"), "{why}");
     assert_eq!(
         verdict_of(&rows, 6, "gate", "answer"),
-        (FAIL.into(), "no answer within 56 s".into())
+        (FAIL, "no answer within 56 s".into())
     );
     let per = per_rank(&rows);
     let failed: Vec<u32> = per

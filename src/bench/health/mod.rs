@@ -23,6 +23,7 @@ use crate::bench::fleet::table::FleetTable;
 use crate::gpu::BackendChoice;
 use crate::record::csv::Line;
 use crate::slurm::{Action, Scontrol};
+use crate::verdict::Verdict;
 
 pub use output::{npd_line, one_line, NPD_MAX};
 
@@ -173,7 +174,7 @@ pub fn run(opts: &HealthOptions) -> Result<Outcome> {
         .map(PathBuf::from)
         .context("the gate's verdict names no run folder")?;
     let rows = ops::rows(&run_dir)?;
-    let failed = rows.iter().any(|r| r.figures.verdict == "FAIL");
+    let failed = rows.iter().any(|r| r.figures.verdict == Verdict::Fail);
     let peers = ready.gpus.len() >= MIN_PEERS;
     let (health, judged_by) = match (failed, ready.judged_by_baseline, peers) {
         (true, _, _) => (Health::Unhealthy, judged_by(&ready, peers)),
@@ -269,7 +270,7 @@ fn slurm_action(
         Health::Unhealthy => {
             let host = rows
                 .iter()
-                .find(|r| r.figures.verdict == "FAIL")
+                .find(|r| r.figures.verdict == Verdict::Fail)
                 .map(|r| r.params.host.clone())
                 .unwrap_or_default();
             let reason = ops::drain_reason(rows, &host)

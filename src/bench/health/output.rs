@@ -3,13 +3,17 @@
 
 use super::{Health, Outcome};
 use crate::slurm::{clip, short, Action};
+use crate::verdict::Verdict;
 
 /// node-problem-detector shows at most this much of a plugin's output.
 pub const NPD_MAX: usize = 80;
 
 /// The first failed figure as a person reads it: `gpu3 gemm gflops: 812.4 vs 1650 GFLOP/s`.
 fn first_failure(outcome: &Outcome) -> Option<String> {
-    let r = outcome.rows.iter().find(|r| r.figures.verdict == "FAIL")?;
+    let r = outcome
+        .rows
+        .iter()
+        .find(|r| r.figures.verdict == Verdict::Fail)?;
     let gpu = r
         .params
         .local_rank
@@ -180,11 +184,10 @@ mod tests {
                 expected: Some(1650.0),
                 unit: "GFLOP/s".into(),
                 verdict: if health == Health::Unhealthy {
-                    "FAIL"
+                    Verdict::Fail
                 } else {
-                    "PASS"
-                }
-                .into(),
+                    Verdict::Pass
+                },
                 reason: "below the baseline".into(),
                 ..FleetFigures::default()
             },
@@ -239,6 +242,6 @@ mod tests {
         let d = document(&o);
         assert_eq!(d["exit_code"], 1);
         assert_eq!(d["health"], "unhealthy");
-        assert_eq!(d["figures"][0]["verdict"], "FAIL");
+        assert_eq!(d["figures"][0]["verdict"], Verdict::Fail.as_str());
     }
 }

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use anyhow::{anyhow, Result};
+
+use crate::verdict::Verdict;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -145,12 +147,12 @@ pub enum Mark {
 }
 
 impl Mark {
-    /// The verdict column's word as a mark (PASS, SKIP and anything else are plain).
-    pub fn of_verdict(verdict: &str) -> Mark {
+    /// A verdict as a mark (PASS and SKIP are plain).
+    pub fn of_verdict(verdict: Verdict) -> Mark {
         match verdict {
-            "FAIL" => Mark::Fail,
-            "WARN" => Mark::Warn,
-            _ => Mark::Plain,
+            Verdict::Fail => Mark::Fail,
+            Verdict::Warn => Mark::Warn,
+            Verdict::Pass | Verdict::Skip => Mark::Plain,
         }
     }
 }
@@ -183,7 +185,7 @@ pub struct Heatmap {
     pub cells: Vec<Cell>,
     /// What a cell's colour and text mean, for the key.
     pub key: String,
-    /// What each mark means ("FAIL", "flagged slow link"), for the key.
+    /// What each mark means (FAIL, a flagged slow link), for the key.
     pub marks: Vec<(Mark, String)>,
     /// A line under the data (what was left out of it, summarised).
     pub note: Option<String>,

@@ -8,6 +8,7 @@
 #[allow(unused_imports)]
 use super::*;
 use crate::bench::fleet::table::FleetTable;
+use crate::verdict::Verdict;
 use charts::{Cell, Heatmap, Mark, Strip, STRIP_NAMED};
 
 /// Nodes past which the overview draws the worst and summarises the rest.
@@ -64,7 +65,7 @@ fn nodes(rows: &[Line<FleetTable>]) -> (Vec<Node>, Vec<(String, String, String)>
             why: None,
             figures: BTreeMap::new(),
         });
-        let mark = Mark::of_verdict(&f.verdict);
+        let mark = Mark::of_verdict(f.verdict);
         if mark > node.mark {
             node.why = Some(format!("{} {}: {}", f.verdict, p.test, f.reason));
         }
@@ -184,7 +185,10 @@ fn overview(run: &Loaded, mut nodes: Vec<Node>, columns: &[(String, String, Stri
             key: "Cell: measured / expected (the fleet's healthy level, or the baseline) as a \
                   speed: below 1x is slower (a time's ratio is inverted)."
                 .into(),
-            marks: vec![(Mark::Fail, "FAIL".into()), (Mark::Warn, "WARN".into())],
+            marks: vec![
+                (Mark::Fail, Verdict::Fail.to_string()),
+                (Mark::Warn, Verdict::Warn.to_string()),
+            ],
             note,
             row_notes,
         }),

@@ -69,9 +69,9 @@ pub(super) fn name_style(m: Mark, h: HPos, v: VPos) -> TextStyle<'static> {
 /// The word a mark stands for in a key when the chart gives none.
 pub(super) fn mark_word(m: Mark) -> &'static str {
     match m {
-        Mark::Fail => "FAIL",
-        Mark::Warn => "WARN",
-        Mark::Plain => "PASS",
+        Mark::Fail => Verdict::Fail.as_str(),
+        Mark::Warn => Verdict::Warn.as_str(),
+        Mark::Plain => Verdict::Pass.as_str(),
     }
 }
 
