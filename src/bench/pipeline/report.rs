@@ -148,30 +148,7 @@ pub(super) fn write_case(
     let predicted_ms = simulate(predicting, &policy)
         .map_err(|e| anyhow!("predicting {schedule}: {e}"))?
         .iteration_ms;
-    // Replayed: the same orders on each timed iteration's own op and link times (a shared
-    // machine changes speed from one iteration to the next, so each iteration is set against
-    // its own replay); the row holds the medians of both.
-    let mut predictions = Vec::new();
-    for it in &m.timed {
-        let sc = measured_scenario(
-            n,
-            &plan.shape,
-            case.comm,
-            std::slice::from_ref(it),
-            (!pc.split, pc.layout),
-        )?;
-        predictions.push(simulate(&sc, &policy).map_err(|e| anyhow!("replaying {schedule}: {e}"))?);
-    }
-    let replayed_ms = Summary::of(
-        &predictions
-            .iter()
-            .map(|r| r.iteration_ms)
-            .collect::<Vec<_>>(),
-    )
-    .map_or(0.0, |s| s.p50);
-    // The predicted lane of the timeline is the last iteration's replay, as the measured lane
-    // is its last iteration.
-    let predicted = predictions.pop().expect("at least one timed iteration");
+    let (replayed_ms, predicted) = replay(case, pc, &m, plan, &policy)?;
     let s = Summary::of(&m.iteration_us).ok_or_else(|| anyhow!("no timed iterations"))?;
     let measured_ms = s.p50 / 1e3;
     let (_, bubbles, run) = m.last.expect("at least one timed iteration");
@@ -251,6 +228,37 @@ pub(super) fn write_case(
         out.unverified.push(case_name);
     }
     Ok(())
+}
+
+/// Replayed: `pc`'s orders on each timed iteration's own op and link times (a shared machine
+/// changes speed from one iteration to the next, so each iteration is set against its own
+/// replay): the median, and the last iteration's replay (the timeline's predicted lane, as
+/// the measured lane is its last iteration).
+fn replay(
+    case: &Case,
+    pc: &PlannedCase,
+    m: &Measured,
+    plan: &PipelinePlan,
+    policy: &Policy,
+) -> Result<(f64, Run)> {
+    let mut replays = Vec::new();
+    for it in &m.timed {
+        let sc = measured_scenario(
+            pc.orders.len(),
+            &plan.shape,
+            case.comm,
+            std::slice::from_ref(it),
+            (!pc.split, pc.layout),
+        )?;
+        let run = simulate(&sc, policy).map_err(|e| anyhow!("replaying {}: {e}", case.schedule))?;
+        replays.push(run);
+    }
+    let times: Vec<f64> = replays.iter().map(|r| r.iteration_ms).collect();
+    let median = Summary::of(&times).map_or(0.0, |s| s.p50);
+    let last = replays
+        .pop()
+        .ok_or_else(|| anyhow!("no timed iterations"))?;
+    Ok((median, last))
 }
 
 /// A case's lanes of pipeline_timeline.csv: every op of each run.

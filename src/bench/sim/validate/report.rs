@@ -68,6 +68,62 @@ fn ablation(input: &Input, dir: &RunDir, progress: &Progress) -> Result<serde_js
     Ok(serde_json::Value::Array(out))
 }
 
+/// Per system, the error on the added time itself, printed and as summary.json's
+/// `error_added_by_system`: an iteration-level median can hide a system the model predicts
+/// badly.
+fn print_by_system(
+    added: &BTreeMap<String, Vec<f64>>,
+    progress: &Progress,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut by_system = serde_json::Map::new();
+    for (system, e) in added {
+        let (m, p90, max) = spread(e).expect("a system listed has rows");
+        progress.println(format!(
+            "validate: {system}: error_added median {}, p90 {}, max {} over {} rows (a fault \
+             adding at least a tenth of the iteration)",
+            pct(Some(m)),
+            pct(Some(p90)),
+            pct(Some(max)),
+            e.len()
+        ));
+        by_system.insert(
+            system.clone(),
+            serde_json::json!({ "rows": e.len(), "median": m, "p90": p90, "max": max }),
+        );
+    }
+    by_system
+}
+
+/// validate.csv with its header (FILE's columns, then the predictions and errors), and the
+/// console table's header.
+fn open_table(
+    dir: &RunDir,
+    columns: &[String],
+    progress: &Progress,
+) -> Result<csv::Writer<std::fs::File>> {
+    let path = dir.path.join("validate.csv");
+    let mut w = csv::Writer::from_path(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    let mut header = columns.to_vec();
+    header.extend(
+        [
+            "predicted_healthy_ms",
+            "predicted_slow_ms",
+            "error_extra",
+            "error_slow",
+            "error_added",
+            "added_left_out",
+        ]
+        .map(String::from),
+    );
+    w.write_record(&header)?;
+    progress.println(format!(
+        "{:<18} {:<12} {:>6} {:>9} {:>9} {:>10} {:>10} {:>7} {:>7}",
+        "system", "slow links", "delay", "healthy", "slow", "meas. +", "pred. +", "error", "on +"
+    ));
+    Ok(w)
+}
+
 fn pct(x: Option<f64>) -> String {
     x.map(|e| format!("{:.1}%", 100.0 * e))
         .unwrap_or_else(|| "-".into())
@@ -89,34 +145,7 @@ impl crate::suite::Bench for ValidateBench {
         dir: &RunDir,
         progress: &Progress,
     ) -> Result<crate::suite::Notes> {
-        let path = dir.path.join("validate.csv");
-        let mut w = csv::Writer::from_path(&path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        let mut header = self.input.header.clone();
-        header.extend(
-            [
-                "predicted_healthy_ms",
-                "predicted_slow_ms",
-                "error_extra",
-                "error_slow",
-                "error_added",
-                "added_left_out",
-            ]
-            .map(String::from),
-        );
-        w.write_record(&header)?;
-        progress.println(format!(
-            "{:<18} {:<12} {:>6} {:>9} {:>9} {:>10} {:>10} {:>7} {:>7}",
-            "system",
-            "slow links",
-            "delay",
-            "healthy",
-            "slow",
-            "meas. +",
-            "pred. +",
-            "error",
-            "on +"
-        ));
+        let mut w = open_table(dir, &self.input.header, progress)?;
         let mut extra_errors = Vec::new();
         let mut added: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for (case, rec) in self.input.cases.iter().zip(&self.input.records) {
@@ -196,24 +225,7 @@ impl crate::suite::Bench for ValidateBench {
             }
         };
         progress.println(line);
-        // Per system, the error on the added time itself: an iteration-level median can hide
-        // a system the model predicts badly.
-        let mut by_system = serde_json::Map::new();
-        for (system, e) in &added {
-            let (m, p90, max) = spread(e).expect("a system listed has rows");
-            progress.println(format!(
-                "validate: {system}: error_added median {}, p90 {}, max {} over {} rows (a fault \
-                 adding at least a tenth of the iteration)",
-                pct(Some(m)),
-                pct(Some(p90)),
-                pct(Some(max)),
-                e.len()
-            ));
-            by_system.insert(
-                system.clone(),
-                serde_json::json!({ "rows": e.len(), "median": m, "p90": p90, "max": max }),
-            );
-        }
+        let by_system = print_by_system(&added, progress);
         if let Some(serde_json::Value::Object(v)) = notes.get_mut("validate") {
             v.insert(
                 "error_added_by_system".into(),
