@@ -441,12 +441,6 @@ impl Scenario {
         link_between(self.stages, from, to)
     }
 
-    /// The delay on the wrap link, when one was given.
-    pub fn wrap_delay(&self) -> Option<f64> {
-        (self.delay_ms.len() == self.stages && self.stages > 2)
-            .then(|| self.delay_ms[self.stages - 1])
-    }
-
     /// The link an op's output crosses, if any.
     pub fn out_link(&self, op: Op, layout: Layout) -> Option<usize> {
         let (to, _) = self.next_of(op, layout)?;
@@ -561,8 +555,8 @@ mod tests {
         assert!(e.contains("link 1") && e.contains("0..=0"), "{e}");
         // Link 3 of 4 ranks is the wrap link: its delay is kept apart.
         let wrap = ok(4, 4, &[1.0], &[(3, 2.0)]).unwrap();
-        assert_eq!((wrap.wrap_delay(), wrap.link(3)), (Some(2.0), 2.0));
-        assert_eq!(ok(4, 4, &[1.0], &[]).unwrap().wrap_delay(), None);
+        assert_eq!((wrap.delay_ms.len(), wrap.link(3)), (4, 2.0));
+        assert_eq!(ok(4, 4, &[1.0], &[]).unwrap().delay_ms.len(), 3);
         assert!(ok(4, 4, &[1.0], &[(2, -5.0)]).is_err());
         let s = ok(4, 4, &[1.0], &[(1, 5.0), (1, 2.5)]).unwrap();
         assert_eq!(s.delay_ms, vec![0.0, 7.5, 0.0]);

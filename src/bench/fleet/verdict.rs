@@ -113,11 +113,6 @@ pub const WARN: Verdict = Verdict::Warn;
 pub const FAIL: Verdict = Verdict::Fail;
 pub const SKIP: Verdict = Verdict::Skip;
 
-/// Worse of two verdicts (FAIL > WARN > PASS > SKIP).
-pub fn worse(a: Verdict, b: Verdict) -> Verdict {
-    a.worse(b)
-}
-
 /// One judged row.
 pub type Row = (FleetParams, FleetFigures);
 
@@ -409,7 +404,7 @@ fn against_baseline(
     let far = value < floor * (1.0 - e.tolerance);
     let explained = o.busy() && slowdown < o.explained_by_load();
     let verdict = if far && !explained { FAIL } else { WARN };
-    f.verdict = worse(f.verdict, verdict);
+    f.verdict = f.verdict.worse(verdict);
     f.reason = format!("{says} ({:.2}x); {}", value / e.expected, f.reason);
 }
 
@@ -418,7 +413,7 @@ pub fn per_rank(rows: &[Row]) -> BTreeMap<u32, (Verdict, Vec<String>)> {
     let mut out: BTreeMap<u32, (Verdict, Vec<String>)> = BTreeMap::new();
     for (p, f) in rows {
         let e = out.entry(p.rank).or_insert((SKIP, Vec::new()));
-        e.0 = worse(e.0, f.verdict);
+        e.0 = e.0.worse(f.verdict);
         if f.verdict == FAIL || f.verdict == WARN {
             e.1.push(format!(
                 "{} {} {}: {}",
