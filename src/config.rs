@@ -32,7 +32,7 @@ impl SuiteConfig {
             Some(toml::Value::String(s)) => s,
             Some(_) => return Err(invalid("description must be a string".into())),
         };
-        let known: Vec<&str> = REGISTRY.iter().map(|(name, _)| *name).collect();
+        let known: Vec<&str> = suite_benches().map(|(name, _)| name).collect();
         if let Some(unknown) = tables.keys().find(|k| !known.contains(&k.as_str())) {
             return Err(invalid(format!(
                 "unknown table [{unknown}]: a suite holds description and the tables {}",
@@ -65,8 +65,8 @@ impl SuiteConfig {
     /// them, whatever the file's order).
     pub fn benches(&self) -> Result<Vec<Box<dyn Bench>>> {
         let mut out = Vec::new();
-        for (name, from_toml) in REGISTRY {
-            if let Some(table) = self.tables.get(*name) {
+        for (name, from_toml) in suite_benches() {
+            if let Some(table) = self.tables.get(name) {
                 out.push(from_toml(table.clone()).map_err(|e| anyhow!("[{name}] {e}"))?);
             }
         }
@@ -89,6 +89,11 @@ impl SuiteConfig {
     }
 }
 
+/// The benches a suite can name, with their planners, in the registry's order.
+fn suite_benches() -> impl Iterator<Item = (&'static str, crate::bench::descriptor::FromToml)> {
+    REGISTRY.iter().filter_map(|d| Some((d.name, d.from_toml?)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,10 +104,10 @@ mod tests {
 
     fn kernels_plan(cfg: &SuiteConfig) -> crate::bench::kernels::KernelsPlan {
         let table = cfg.tables["kernels"].clone();
-        crate::bench::table::<crate::bench::kernels::KernelsConfig>(table)
-            .unwrap()
-            .plan()
-            .unwrap()
+        crate::bench::descriptor::BenchConfig::plan(
+            &crate::bench::shared::table::<crate::bench::kernels::KernelsConfig>(table).unwrap(),
+        )
+        .unwrap()
     }
 
     #[test]

@@ -7,9 +7,6 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{col, morphbench, only_run, read_csv, stderr, stdout};
-use morphbench::check::{against_baseline, collect, Policy, RunFigures, Verdict};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
 /// One real kernels run that kept every sample (the caller holds `MEASURING`).
 fn real_run_alone(home: &Path) -> PathBuf {
@@ -443,111 +440,120 @@ fn bad_input_exits_2_naming_the_problem() {
     assert!(listed.as_array().is_some(), "{listed}");
 }
 
-/// A synthetic run of the same node: every figure's samples drawn again, with replacement,
-/// from the real run's samples (the same distribution).
-fn resampled(real: &RunFigures, rng: &mut SmallRng, id: &str) -> RunFigures {
-    let mut r = real.clone();
-    r.run_id = id.into();
-    for f in r.figures.values_mut() {
-        let s = f.samples.clone().expect("the run kept its samples");
-        let drawn: Vec<f64> = (0..s.len()).map(|_| s[rng.gen_range(0..s.len())]).collect();
-        *f = f.with_samples(drawn);
-    }
-    r
-}
+/// Seeded trials on synthetic runs (`Figure::with_samples`, a test hook).
+#[cfg(feature = "test-hooks")]
+mod trials {
+    use super::*;
+    use morphbench::check::{against_baseline, collect, Policy, RunFigures, Verdict};
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
 
-#[test]
-fn same_distribution_gives_no_false_alarm_in_99_of_100_trials() {
-    let home = tempfile::tempdir().unwrap();
-    // Held to the end: the 200 checks below keep a core busy, which the other test's
-    // measurement would record as a busy machine (CI: its real run was, and its injected
-    // regression came out a WARN, not a FAIL).
-    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
-    let mut real = collect(&real_run_alone(home.path())).unwrap();
-    let d2h = measure_alone(
-        home.path(),
-        "d2h",
-        &["d2h", "--sizes", "4K,64K,4M,32M", "--iters", "20"],
-    );
-    real.figures.extend(collect(&d2h).unwrap().figures);
-    let policy = Policy::default();
-    let raw = Policy::parse("max_cv = 1000").unwrap();
-    let (mut trials_with_fail, mut fails, mut raw_fails, mut figures) = (0, 0, 0, 0);
-    for seed in 0..100 {
-        let mut rng = SmallRng::seed_from_u64(seed);
-        let a = resampled(&real, &mut rng, "a");
-        let b = resampled(&real, &mut rng, "b");
-        let r = against_baseline(&a, &b, &policy);
-        let n = r.count(Verdict::Fail);
-        fails += n;
-        trials_with_fail += usize::from(n > 0);
-        figures += r.outcomes.len();
-        raw_fails += against_baseline(&a, &b, &raw).count(Verdict::Fail);
+    /// A synthetic run of the same node: every figure's samples drawn again, with replacement,
+    /// from the real run's samples (the same distribution).
+    fn resampled(real: &RunFigures, rng: &mut SmallRng, id: &str) -> RunFigures {
+        let mut r = real.clone();
+        r.run_id = id.into();
+        for f in r.figures.values_mut() {
+            let s = f.samples.clone().expect("the run kept its samples");
+            let drawn: Vec<f64> = (0..s.len()).map(|_| s[rng.gen_range(0..s.len())]).collect();
+            *f = f.with_samples(drawn);
+        }
+        r
     }
-    println!(
-        "false alarms: {trials_with_fail} of 100 trials had a FAIL ({fails} FAIL of {figures} \
-         figure comparisons; {raw_fails} without the max_cv cap)"
-    );
-    assert!(
-        trials_with_fail <= 1,
-        "{trials_with_fail} trials of 100 raised a FAIL"
-    );
 
-    // And a 20% regression of the steadiest figure, in resampled runs, fails on that figure
-    // in every trial. Figures of operations under 100 µs are left out: their samples are the
-    // scheduler's states as much as the operation (a 4 KiB map's were bimodal, cv 0.04, and
-    // a 20% shift of them was caught 72 times of 100 on a loaded machine).
-    let (key, _) = real
-        .figures
-        .iter()
-        .filter(|(_, f)| f.caveat.is_none() && f.time_p50 >= 100.0)
-        .min_by(|a, b| a.1.cv.total_cmp(&b.1.cv))
-        .unwrap();
-    let (mut caught, mut missed) = (0, Vec::new());
-    for seed in 0..100 {
-        let mut rng = SmallRng::seed_from_u64(1000 + seed);
-        let a = resampled(&real, &mut rng, "a");
-        // b is a with only that figure's samples 20% slower. Two bootstraps of one noisy run
-        // move every figure by their medians' sampling noise (4.5-6.4% typically on a loaded
-        // machine), and the scatter rule then rightly holds a 20% move of one figure for
-        // ordinary (measured: 6 of 100 such trials were WARN "within the run-to-run
-        // scatter"); a fresh draw of a row at cv 0.07 can also pass max_cv and lose its FAIL.
-        // The false-alarm half above keeps both runs drawn apart, scatter and all.
-        let mut b = a.clone();
-        b.run_id = "b".into();
-        let f = b.figures.get_mut(key).unwrap();
-        let slower: Vec<f64> = f
-            .samples
-            .as_ref()
-            .unwrap()
+    #[test]
+    fn same_distribution_gives_no_false_alarm_in_99_of_100_trials() {
+        let home = tempfile::tempdir().unwrap();
+        // Held to the end: the 200 checks below keep a core busy, which the other test's
+        // measurement would record as a busy machine (CI: its real run was, and its injected
+        // regression came out a WARN, not a FAIL).
+        let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+        let mut real = collect(&real_run_alone(home.path())).unwrap();
+        let d2h = measure_alone(
+            home.path(),
+            "d2h",
+            &["d2h", "--sizes", "4K,64K,4M,32M", "--iters", "20"],
+        );
+        real.figures.extend(collect(&d2h).unwrap().figures);
+        let policy = Policy::default();
+        let raw = Policy::parse("max_cv = 1000").unwrap();
+        let (mut trials_with_fail, mut fails, mut raw_fails, mut figures) = (0, 0, 0, 0);
+        for seed in 0..100 {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let a = resampled(&real, &mut rng, "a");
+            let b = resampled(&real, &mut rng, "b");
+            let r = against_baseline(&a, &b, &policy);
+            let n = r.count(Verdict::Fail);
+            fails += n;
+            trials_with_fail += usize::from(n > 0);
+            figures += r.outcomes.len();
+            raw_fails += against_baseline(&a, &b, &raw).count(Verdict::Fail);
+        }
+        println!(
+            "false alarms: {trials_with_fail} of 100 trials had a FAIL ({fails} FAIL of {figures} \
+             figure comparisons; {raw_fails} without the max_cv cap)"
+        );
+        assert!(
+            trials_with_fail <= 1,
+            "{trials_with_fail} trials of 100 raised a FAIL"
+        );
+
+        // And a 20% regression of the steadiest figure, in resampled runs, fails on that figure
+        // in every trial. Figures of operations under 100 µs are left out: their samples are the
+        // scheduler's states as much as the operation (a 4 KiB map's were bimodal, cv 0.04, and
+        // a 20% shift of them was caught 72 times of 100 on a loaded machine).
+        let (key, _) = real
+            .figures
             .iter()
-            .map(|x| x * 1.2)
-            .collect();
-        *f = f.with_samples(slower);
-        let r = against_baseline(&a, &b, &policy);
-        let failed: Vec<String> = r
-            .outcomes
-            .iter()
-            .filter(|o| o.verdict == Verdict::Fail)
-            .map(|o| format!("{}: {}", o.bench, o.case))
-            .collect();
-        // Caught: the regressed figure fails. Another figure failing in the same trial is a
-        // false alarm, which the first half of this test counts.
-        if failed.contains(&key.to_string()) {
-            caught += 1;
-        } else {
-            let why: Vec<String> = r
+            .filter(|(_, f)| f.caveat.is_none() && f.time_p50 >= 100.0)
+            .min_by(|a, b| a.1.cv.total_cmp(&b.1.cv))
+            .unwrap();
+        let (mut caught, mut missed) = (0, Vec::new());
+        for seed in 0..100 {
+            let mut rng = SmallRng::seed_from_u64(1000 + seed);
+            let a = resampled(&real, &mut rng, "a");
+            // b is a with only that figure's samples 20% slower. Two bootstraps of one noisy run
+            // move every figure by their medians' sampling noise (4.5-6.4% typically on a loaded
+            // machine), and the scatter rule then rightly holds a 20% move of one figure for
+            // ordinary (measured: 6 of 100 such trials were WARN "within the run-to-run
+            // scatter"); a fresh draw of a row at cv 0.07 can also pass max_cv and lose its FAIL.
+            // The false-alarm half above keeps both runs drawn apart, scatter and all.
+            let mut b = a.clone();
+            b.run_id = "b".into();
+            let f = b.figures.get_mut(key).unwrap();
+            let slower: Vec<f64> = f
+                .samples
+                .as_ref()
+                .unwrap()
+                .iter()
+                .map(|x| x * 1.2)
+                .collect();
+            *f = f.with_samples(slower);
+            let r = against_baseline(&a, &b, &policy);
+            let failed: Vec<String> = r
                 .outcomes
                 .iter()
-                .filter(|o| format!("{}: {}", o.bench, o.case) == key.to_string())
-                .map(|o| format!("{:?} {}", o.verdict, o.reason))
+                .filter(|o| o.verdict == Verdict::Fail)
+                .map(|o| format!("{}: {}", o.bench, o.case))
                 .collect();
-            missed.push(format!("seed {seed}: {why:?}; failed {failed:?}"));
+            // Caught: the regressed figure fails. Another figure failing in the same trial is a
+            // false alarm, which the first half of this test counts.
+            if failed.contains(&key.to_string()) {
+                caught += 1;
+            } else {
+                let why: Vec<String> = r
+                    .outcomes
+                    .iter()
+                    .filter(|o| format!("{}: {}", o.bench, o.case) == key.to_string())
+                    .map(|o| format!("{:?} {}", o.verdict, o.reason))
+                    .collect();
+                missed.push(format!("seed {seed}: {why:?}; failed {failed:?}"));
+            }
         }
+        println!(
+            "a 20% regression of {key} (cv {:.3}) failed in {caught} of 100 trials",
+            real.figures[key].cv
+        );
+        assert!(caught >= 99, "{caught}: missed {missed:?}");
     }
-    println!(
-        "a 20% regression of {key} (cv {:.3}) failed in {caught} of 100 trials",
-        real.figures[key].cv
-    );
-    assert!(caught >= 99, "{caught}: missed {missed:?}");
 }

@@ -6,6 +6,7 @@
 //! Device choice: MORPHBENCH_RDMA_DEVICE (default: the first), MORPHBENCH_RDMA_GID (default 1,
 //! the IPv4-mapped GID of a Soft-RoCE device).
 //! MORPHBENCH_BIN: the morphbench binary to run (default: the one cargo built).
+#![cfg(feature = "test-hooks")]
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

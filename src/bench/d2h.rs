@@ -9,12 +9,14 @@ use anyhow::{ensure, Context, Result};
 
 use serde::{Deserialize, Serialize};
 
-use super::check_iters;
+use super::descriptor::{command, from_toml, BenchArgs, BenchConfig, Descriptor};
+use super::flags::{parse_iters, parse_size_list, parse_warmup, SizeList};
+use super::shared::check_iters;
 use crate::gpu::transfer::{pattern, touched, COPY_ALIGN};
 use crate::gpu::Gpu;
 use crate::output::Progress;
 use crate::record::csv::{sig4, SamplesTable};
-use crate::record::{CsvSink, CsvTable, Line, RunDir};
+use crate::record::{CsvSink, CsvTable, Line, RunDir, TableSpec};
 use crate::stats::Summary;
 use crate::units::human_bytes;
 
@@ -64,9 +66,9 @@ pub struct D2hConfig {
     pub warmup: Option<u32>,
 }
 
-impl D2hConfig {
-    pub fn plan(&self) -> Result<crate::bench::d2h::D2hPlan, String> {
-        use crate::bench::d2h::default_sizes;
+impl BenchConfig for D2hConfig {
+    type Plan = D2hPlan;
+    fn plan(&self) -> Result<D2hPlan, String> {
         use crate::units::parse_size;
         let sizes = match &self.sizes {
             Some(list) => list
@@ -75,23 +77,60 @@ impl D2hConfig {
                 .collect::<Result<_, _>>()?,
             None => default_sizes(),
         };
-        let d = crate::bench::d2h::D2hPlan::default();
-        let plan = crate::bench::d2h::D2hPlan {
+        let d = D2hPlan::default();
+        let plan = D2hPlan {
             sizes,
             iters: self.iters.unwrap_or(d.iters),
             warmup: self.warmup.unwrap_or(d.warmup),
         };
         check_iters("d2h.iters", plan.iters)?;
-        super::check_warmup("d2h.warmup", plan.warmup)?;
+        super::shared::check_warmup("d2h.warmup", plan.warmup)?;
         plan.check_cost()?;
         Ok(plan)
     }
 }
 
-/// `[d2h]` in a suite config.
-pub fn from_toml(v: toml::Value) -> Result<Box<dyn crate::suite::Bench>, String> {
-    Ok(Box::new(super::table::<D2hConfig>(v)?.plan()?))
+/// `morphbench d2h`'s flags.
+#[derive(Debug, clap::Args)]
+pub struct D2hArgs {
+    /// Transfer sizes, comma separated, with optional K/M/G units [default: 4 B to 256 MiB, powers of two].
+    #[arg(long, value_name = "SIZE[,SIZE...]", value_parser = parse_size_list)]
+    pub sizes: Option<SizeList>,
+    /// Timed iterations per point.
+    #[arg(long, default_value_t = D2hPlan::default().iters, value_parser = parse_iters)]
+    pub iters: u32,
+    /// Untimed warm-up iterations per point (at most 100000).
+    #[arg(long, default_value_t = D2hPlan::default().warmup, value_parser = parse_warmup)]
+    pub warmup: u32,
+    /// Also write every iteration's sample to d2h_samples.csv.
+    #[arg(long)]
+    pub raw: bool,
 }
+
+impl BenchArgs for D2hArgs {
+    type Config = D2hConfig;
+    fn config(&self) -> Result<D2hConfig, String> {
+        Ok(D2hConfig {
+            sizes: self.sizes.as_ref().map(SizeList::texts),
+            iters: Some(self.iters),
+            warmup: Some(self.warmup),
+        })
+    }
+    fn raw(&self) -> bool {
+        self.raw
+    }
+}
+
+/// The `d2h` bench, for the registry.
+pub const DESCRIPTOR: Descriptor = Descriptor {
+    name: BENCH,
+    from_toml: Some(from_toml::<D2hConfig>),
+    command: Some(command::<D2hArgs>(
+        "Device-to-host and host-to-device latency and bandwidth; writes d2h.csv",
+        "Examples:\n  morphbench d2h                                  # 4 B to 256 MiB, powers of two\n  morphbench d2h --sizes 4,64K,16M --iters 50",
+    )),
+    tables: || vec![TableSpec::of::<D2hTable>().single_node()],
+};
 
 impl Default for D2hPlan {
     fn default() -> Self {
@@ -137,8 +176,8 @@ impl crate::suite::Bench for D2hPlan {
         dir: &RunDir,
         progress: &Progress,
     ) -> Result<crate::suite::Notes> {
-        let sizes = run(super::need_gpu(gpu, BENCH)?, self, dir, progress)?;
-        super::note(BENCH, sizes)
+        let sizes = run(super::shared::need_gpu(gpu, BENCH)?, self, dir, progress)?;
+        super::shared::note(BENCH, sizes)
     }
 }
 

@@ -2,81 +2,24 @@
 //! its measurement loop, its CSV row types. Each implements [`Bench`], so the run
 //! orchestrator (`suite`) runs any of them without knowing their insides.
 
-pub mod d2h;
-pub mod fleet;
+pub mod descriptor;
+pub mod flags;
 #[cfg(feature = "test-hooks")]
 pub mod followers;
 pub mod health;
-pub mod hol;
-pub mod kernels;
-pub mod links;
-pub mod peak;
-pub mod pipeline;
 pub mod probe;
-pub mod rdma;
-pub mod sim;
+pub mod shared;
 
-use anyhow::Result;
+pub use descriptor::Descriptor;
 
-use crate::gpu::Gpu;
-use crate::suite::{Bench, Notes};
-
-/// Plans a bench from its suite-config table (its keys overlay the plan's `Default`).
-pub type FromToml = fn(toml::Value) -> Result<Box<dyn Bench>, String>;
-
-/// Every bench a suite config can name, in the order a run does them. A new bench is its file,
-/// its `pub mod` line above, and one line here.
-pub const REGISTRY: &[(&str, FromToml)] = &[
-    (peak::BENCH, peak::from_toml),
-    (kernels::BENCH, kernels::from_toml),
-    (d2h::BENCH, d2h::from_toml),
-    (hol::BENCH, hol::from_toml),
-    (sim::BENCH, sim::from_toml),
-];
-
-/// Deserializes a bench's config table, naming the key that is wrong.
-pub(crate) fn table<T: serde::de::DeserializeOwned>(v: toml::Value) -> Result<T, String> {
-    // Through text, so the error quotes the offending `key = value` line.
-    let text = toml::to_string(&v).map_err(|e| e.to_string())?;
-    toml::from_str(&text).map_err(|e: toml::de::Error| {
-        let full = e.to_string();
-        let lines: Vec<&str> = full
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
-        lines.join(" ")
-    })
+/// Declares each bench's module and lists its descriptor in [`REGISTRY`].
+macro_rules! registry {
+    ($($bench:ident),* $(,)?) => {
+        $(pub mod $bench;)*
+        /// Every bench, in the order a suite runs them and the report lists their tables.
+        pub const REGISTRY: &[Descriptor] = &[$($bench::DESCRIPTOR),*];
+    };
 }
 
-/// Iteration counts: at least one, and a bounded run.
-pub fn check_iters(key: &str, iters: u32) -> Result<(), String> {
-    if iters == 0 || iters > 100_000 {
-        return Err(format!(
-            "{key} = {iters}: expected a count from 1 to 100000"
-        ));
-    }
-    Ok(())
-}
-
-/// Warm-up counts: bounded like iterations (zero allowed).
-pub fn check_warmup(key: &str, warmup: u32) -> Result<(), String> {
-    if warmup > 100_000 {
-        return Err(format!(
-            "{key} = {warmup}: expected a count from 0 to 100000"
-        ));
-    }
-    Ok(())
-}
-
-/// The GPU of a bench that needs one (the orchestrator opens it first).
-pub(crate) fn need_gpu<'g>(gpu: Option<&'g Gpu>, bench: &str) -> Result<&'g Gpu> {
-    gpu.ok_or_else(|| anyhow::anyhow!("internal error: {bench} ran without a GPU"))
-}
-
-/// One note.
-pub(crate) fn note(key: &str, value: impl serde::Serialize) -> Result<Notes> {
-    let mut n = Notes::new();
-    n.insert(key.into(), serde_json::to_value(value)?);
-    Ok(n)
-}
+// A new bench is its file or folder (with its `DESCRIPTOR`) and its name here.
+registry!(peak, kernels, d2h, hol, rdma, sim, links, pipeline, fleet);

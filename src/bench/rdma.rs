@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use super::flags::{parse_iters, parse_message_sizes, parse_warmup, RdmaDeviceArgs, SizeList};
 use crate::gpu::Gpu;
 use crate::output::Progress;
 use crate::record::csv::sig4;
@@ -25,6 +26,14 @@ use crate::transport::rdma::verbs::mtu_bytes;
 use crate::transport::rdma::{client_hello, server_hello, DeviceChoice, Link};
 
 pub const BENCH: &str = "rdma";
+
+/// The `rdma` bench, for the registry (its two-sided command is its own).
+pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descriptor::Descriptor {
+    name: BENCH,
+    from_toml: None,
+    command: None,
+    tables: || vec![crate::record::TableSpec::of::<RdmaTable>().single_node()],
+};
 /// perftest's default port.
 pub const DEFAULT_PORT: u16 = 18515;
 
@@ -452,6 +461,84 @@ impl PortCounters {
 fn words(moved: &[(String, u64)]) -> Option<String> {
     let parts: Vec<String> = moved.iter().map(|(k, v)| format!("{k} +{v}")).collect();
     (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RdmaTest {
+    Lat,
+    Bw,
+    Both,
+}
+
+/// `morphbench rdma`'s flags.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("side").required(true).args(["server", "connect"])))]
+pub struct RdmaArgs {
+    /// Wait for one client, run its tests, exit.
+    #[arg(long)]
+    pub server: bool,
+    /// Server: address to listen on (loopback unless told otherwise).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:18515",
+        requires = "server"
+    )]
+    pub listen: String,
+    /// Client: the server's HOST[:PORT] (port 18515 by default, as perftest).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub connect: Option<String>,
+    #[command(flatten)]
+    pub device: RdmaDeviceArgs,
+    /// Message sizes, comma separated, K/M/G units allowed [default: 2 B to 1 MiB, powers of two].
+    #[arg(long, value_name = "SIZE[,SIZE...]", value_parser = parse_message_sizes)]
+    pub sizes: Option<SizeList>,
+    /// Timed iterations per size (ib_write_lat/ib_write_bw -n).
+    #[arg(long, default_value_t = 1000, value_parser = parse_iters)]
+    pub iters: u32,
+    /// Untimed latency rounds before the timed ones (at most 100000).
+    #[arg(long, default_value_t = 10, value_parser = parse_warmup)]
+    pub warmup: u32,
+    /// Outstanding writes in the bandwidth test (ib_write_bw --tx-depth).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub window: u32,
+    /// Which tests to run.
+    #[arg(long, value_enum, default_value = "both")]
+    pub test: RdmaTest,
+    /// Latency messages up to this size go inline (perftest's -I); the device may grant less,
+    /// and 0 turns inline off.
+    #[arg(long, default_value_t = 220, value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub inline_size: u32,
+    /// Seconds any wait for the peer may last before it counts as gone.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout_s: u64,
+}
+
+impl RdmaArgs {
+    /// The plan these flags give (rdma has no suite table: its two sides are two commands).
+    pub fn plan(&self) -> RdmaPlan {
+        use crate::transport::rdma::perf::{TEST_BW, TEST_LAT};
+        RdmaPlan {
+            listen: self.server.then(|| self.listen.clone()),
+            connect: self.connect.clone(),
+            choice: self.device.choice(),
+            sizes: self
+                .sizes
+                .as_ref()
+                .map(|s| s.0.clone())
+                .unwrap_or_else(default_sizes),
+            iters: self.iters,
+            warmup: self.warmup,
+            window: self.window,
+            inline_size: self.inline_size,
+            tests: match self.test {
+                RdmaTest::Lat => TEST_LAT,
+                RdmaTest::Bw => TEST_BW,
+                RdmaTest::Both => TEST_LAT | TEST_BW,
+            },
+            timeout_s: self.timeout_s,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,11 @@
 //! Judging one run against a baseline run.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::BTreeSet;
+
+use super::figures::{Key, RunFigures};
+use super::judge::{judge, p_value, pct, scatter, Family, Outcome, Report, IN_BASELINE_ONLY};
+use super::policy::Policy;
+use super::stats::benjamini_hochberg;
 
 /// Why two runs' figures are not comparable as a regression, if they are not.
 pub(super) fn environment_differs(base: &RunFigures, run: &RunFigures) -> Option<String> {

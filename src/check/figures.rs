@@ -118,6 +118,7 @@ impl Figure {
         Figure::new("p50_us", "us", Better::Lower, stats.p50_us, stats)
     }
 
+    #[cfg(any(test, feature = "test-hooks"))]
     /// The same figure measured from other timing samples (for synthetic runs in tests and
     /// trials): a throughput scales with the inverse of the new median.
     pub fn with_samples(&self, samples: Vec<f64>) -> Figure {

@@ -1,7 +1,15 @@
 //! Judging runs against each other: each figure against the fleet's median, by robust z.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::BTreeSet;
+
+use anyhow::Result;
+
+use super::baseline::add_policy_notes;
+use super::figures::{Figure, Key, RunFigures};
+use super::judge::{cap_unsteady, pct, Outcome, Report};
+use super::policy::{Policy, Thresholds};
+use super::stats::robust_z;
+use crate::verdict::Verdict;
 
 /// The fewest runs a fleet check accepts: a median and a MAD need a majority to stand on.
 pub const MIN_FLEET: usize = 3;

@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::figures::RunFigures;
-use super::Report;
+use super::judge::Report;
 use crate::record::metrics::{GpuLabels, MetricFigure, Textfile};
 
 /// The check's figures: one series per run, bench, case and figure.

@@ -1,7 +1,9 @@
 //! The console form of a check's report.
 
-#[allow(unused_imports)]
-use super::*;
+use std::fmt::Write as _;
+
+use super::judge::Report;
+use crate::verdict::Verdict;
 
 /// The figures printed per outlier node without `--all`.
 pub(super) const OUTLIERS_SHOWN: usize = 10;

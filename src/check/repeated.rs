@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use super::figures::{Better, Figure, Key, RunFigures};
+use super::judge::{cap_unsteady_caveat_only, format_p, grade, Outcome, Report, IN_BASELINE_ONLY};
 use super::policy::Policy;
 use super::stats::benjamini_hochberg;
-use super::{cap_unsteady_caveat_only, format_p, grade, Outcome, Report, IN_BASELINE_ONLY};
 
 /// The log of a figure as a time: lower is always better.
 fn log_time(better: Better, value: f64) -> f64 {

@@ -6,9 +6,11 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::{Better, Outcome, Verdict};
+use super::figures::Better;
+use super::judge::Outcome;
 use crate::record::csv::{sig, sig4};
 use crate::record::{CsvSink, CsvTable, Line};
+use crate::verdict::Verdict;
 
 pub struct CheckTable;
 

@@ -6,25 +6,15 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::bench::check_iters;
-use crate::bench::d2h::{default_sizes, D2hPlan};
-use crate::bench::hol::HolPlan;
-use crate::bench::kernels::KernelsPlan;
-use crate::bench::peak::PeakPlan;
-use crate::bench::sim::{Occupy, OneOrMany, SimConfig, SlowLink, SweepLink};
-use crate::gpu::kernels::{
-    variant_help, variant_long_help, GemmSize, LayernormSize, GEMM_VARIANTS, LAYERNORM_VARIANTS,
-};
 use crate::gpu::BackendChoice;
-use crate::sim::CommModel;
 
+mod bench;
 mod network;
-#[allow(unused_imports)]
-pub use network::*;
-
 mod sim;
-#[allow(unused_imports)]
-pub use sim::*;
+
+pub use bench::BenchCommand;
+pub use network::{BaselineArgs, FleetArgs, LaunchArgs, LinksArgs, PipelineArgs, SinkArgs};
+pub use sim::SimArgs;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -85,11 +75,10 @@ pub enum Command {
         after_help = "Examples:\n  morphbench info                 # adapters, limits, features, host\n  morphbench info --json          # the same, for scripts"
     )]
     Info(InfoArgs),
-    /// Sweep GEMM and layernorm kernels (verified, then timed) and write kernels.csv.
-    #[command(
-        after_help = "Examples:\n  morphbench kernels --gemm 512x512x512,1024x1024x1024 --layernorm 4096x1024\n  morphbench kernels --gemm 256x256x256 --variant tiled64 --iters 50\n  morphbench kernels --gemm 2048x2048x2048 --reselect      # probe the variants again"
-    )]
-    Kernels(KernelsArgs),
+    /// A bench with a subcommand of its own (`peak`, `kernels`, `d2h`, `hol`, ...): its flags,
+    /// help and plan come from its descriptor in the registry.
+    #[command(flatten)]
+    Bench(BenchCommand),
     /// Run a suite from a TOML config (default: the built-in quick suite).
     #[command(
         after_help = "Examples:\n  morphbench run                                  # the built-in quick suite\n  morphbench run --config bench-configs/full.toml --out /scratch/results\n  morphbench run --no-plots -q"
@@ -100,22 +89,6 @@ pub enum Command {
         after_help = "Examples:\n  morphbench sim --stages 4 --microbatches 12 --sweep 0:0,20,60\n  morphbench sim --slow 1:30 --schedule 1f1b,adaptive --timeline 1f1b,adaptive\n  morphbench sim --from results/latest --sweep 0:0,10,20  # op times measured by a run"
     )]
     Sim(Box<SimArgs>),
-    /// Device-to-host and host-to-device latency and bandwidth; writes d2h.csv.
-    #[command(
-        after_help = "Examples:\n  morphbench d2h                                  # 4 B to 256 MiB, powers of two\n  morphbench d2h --sizes 4,64K,16M --iters 50"
-    )]
-    D2h(D2hArgs),
-    /// The device's own ceilings: FMA throughput, memory bandwidth, dispatch latency and
-    /// rate, timestamp tick; writes peak.csv.
-    #[command(
-        after_help = "Examples:\n  morphbench peak                                 # 256 MiB buffers (or the device's binding limit)\n  morphbench peak --iters 20 --bytes 1G"
-    )]
-    Peak(PeakArgs),
-    /// Head-of-line blocking: compute stalled behind transfers, inline vs offloaded; writes hol.csv.
-    #[command(
-        after_help = "Examples:\n  morphbench hol                                  # none, inline, offload at 0 and 20 ms\n  morphbench hol --delay-ms 0,5,20,60 --reps 10\n  morphbench hol --peer node2:18600 --transport rdma --device mlx5_0 --gid-index 3"
-    )]
-    Hol(Box<HolArgs>),
     /// Receive offloaded transfers from `hol --peer` on another node.
     #[command(
         after_help = "Examples:\n  morphbench sink                                 # loopback, port 18600\n  morphbench sink --listen 0.0.0.0:18600 --transport rdma --device mlx5_0"
@@ -125,7 +98,7 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  morphbench rdma --server --listen 0.0.0.0:18515 --device mlx5_0      # on node A\n  morphbench rdma --connect nodeA --device mlx5_0 --test lat             # on node B"
     )]
-    Rdma(RdmaArgs),
+    Rdma(crate::bench::rdma::RdmaArgs),
     /// Every pair of ranks (launched by srun, mpirun or by hand): latency and bandwidth, slow
     /// links and nodes flagged; rank 0 writes links.csv and nodes.csv.
     #[command(
@@ -283,215 +256,7 @@ pub struct PlotArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct HolArgs {
-    /// Tokens (rows) of the activation; the GEMM is TOKENS x HIDDEN x HIDDEN.
-    #[arg(long, default_value_t = HolPlan::default().tokens)]
-    pub tokens: u32,
-    /// Hidden size (a multiple of 4).
-    #[arg(long, default_value_t = HolPlan::default().hidden)]
-    pub hidden: u32,
-    /// Compute ops per stream (GEMM and layernorm in turn).
-    #[arg(long, default_value_t = HolPlan::default().ops)]
-    pub ops: u32,
-    /// A transfer after every K compute ops; comma list to sweep.
-    #[arg(
-        long,
-        value_name = "K[,K...]",
-        value_delimiter = ',',
-        default_values_t = HolPlan::default().every
-    )]
-    pub every: Vec<u32>,
-    /// Bytes per transfer (at most the activation); comma list to sweep [default: the activation].
-    #[arg(long, value_name = "SIZE[,SIZE...]", value_parser = parse_size_list)]
-    pub bytes: Option<SizeList>,
-    /// Injected straggler delay per transfer in ms; comma list to sweep.
-    #[arg(long, value_name = "MS[,MS...]", value_parser = parse_ms_list, allow_hyphen_values = true)]
-    pub delay_ms: Option<MsList>,
-    /// Per-transfer delays from a file of `iteration;delay_ms` lines (iteration = transfer index).
-    #[arg(long, value_name = "FILE", conflicts_with = "delay_ms")]
-    pub trace: Option<PathBuf>,
-    /// Modes to run [default: all three].
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub mode: Vec<crate::bench::hol::Mode>,
-    /// Repetitions of the stream per point (makespan statistics are over these).
-    #[arg(long, default_value_t = HolPlan::default().reps)]
-    pub reps: u32,
-    /// Link bandwidth the inline stand-in charges for the bytes, GB/s.
-    #[arg(long, default_value_t = HolPlan::default().link_gbps)]
-    pub link_gbps: f64,
-    /// Send offloaded bytes to a `morphbench sink` at ADDR instead of one in-process on loopback.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub peer: Option<String>,
-    /// What carries offloaded bytes: TCP, or RDMA WRITE through verbs.
-    #[arg(long, value_enum, default_value = "tcp")]
-    pub transport: crate::transport::TransportKind,
-    #[command(flatten)]
-    pub rdma: RdmaDeviceArgs,
-    #[arg(long, value_name = "NAME",
-        help = variant_help("GEMM", GEMM_VARIANTS),
-        long_help = variant_long_help("GEMM", GEMM_VARIANTS))]
-    pub variant: Option<String>,
-    #[arg(long, value_name = "NAME",
-        help = variant_help("layernorm", LAYERNORM_VARIANTS),
-        long_help = variant_long_help("layernorm", LAYERNORM_VARIANTS))]
-    pub layernorm_variant: Option<String>,
-}
-
-impl HolArgs {
-    pub fn plan(&self) -> anyhow::Result<crate::bench::hol::HolPlan> {
-        use crate::bench::hol::{parse_delay_trace, Delays};
-        let defaults = HolPlan::default();
-        let delays = match (&self.trace, &self.delay_ms) {
-            (Some(p), _) => {
-                let text = crate::record::read_input(p)
-                    .map_err(|e| anyhow::anyhow!("cannot read trace {}: {e}", p.display()))?;
-                Delays::Trace(
-                    parse_delay_trace(&text)
-                        .map_err(|e| anyhow::anyhow!("trace {}: {e}", p.display()))?,
-                )
-            }
-            (None, Some(list)) => Delays::Sweep(list.0.clone()),
-            (None, None) => defaults.delays.clone(),
-        };
-        let plan = HolPlan {
-            tokens: self.tokens,
-            hidden: self.hidden,
-            ops: self.ops,
-            every: self.every.clone(),
-            bytes: match &self.bytes {
-                Some(list) => list.0.iter().map(|&b| Some(b)).collect(),
-                None => defaults.bytes.clone(),
-            },
-            delays,
-            modes: if self.mode.is_empty() {
-                defaults.modes.clone()
-            } else {
-                self.mode.clone()
-            },
-            reps: self.reps,
-            link_gbps: self.link_gbps,
-            peer: self.peer.clone(),
-            transport: self.transport,
-            rdma: self.rdma.choice(),
-            gemm_variant: self.variant.clone(),
-            layernorm_variant: self.layernorm_variant.clone(),
-        };
-        plan.validate().map_err(anyhow::Error::msg)?;
-        Ok(plan)
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct PeakArgs {
-    /// Timed iterations per metric.
-    #[arg(long, default_value_t = PeakPlan::default().iters, value_parser = parse_iters)]
-    pub iters: u32,
-    /// Untimed warm-up iterations per metric (at most 100000).
-    #[arg(long, default_value_t = PeakPlan::default().warmup, value_parser = parse_warmup)]
-    pub warmup: u32,
-    /// Bandwidth buffer size (capped by the device's storage binding limit).
-    #[arg(long, default_value = "256M", value_parser = crate::units::parse_size)]
-    pub bytes: u64,
-    /// Empty dispatches in the back-to-back pass.
-    #[arg(long, default_value_t = PeakPlan::default().dispatches)]
-    pub dispatches: u32,
-}
-
-impl PeakArgs {
-    pub fn plan(&self) -> Result<PeakPlan, String> {
-        let plan = PeakPlan {
-            iters: self.iters,
-            warmup: self.warmup,
-            bytes: self.bytes,
-            dispatches: self.dispatches,
-        };
-        plan.validate()?;
-        Ok(plan)
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct D2hArgs {
-    /// Transfer sizes, comma separated, with optional K/M/G units [default: 4 B to 256 MiB, powers of two].
-    #[arg(long, value_name = "SIZE[,SIZE...]", value_parser = parse_size_list)]
-    pub sizes: Option<SizeList>,
-    /// Timed iterations per point.
-    #[arg(long, default_value_t = D2hPlan::default().iters, value_parser = parse_iters)]
-    pub iters: u32,
-    /// Untimed warm-up iterations per point (at most 100000).
-    #[arg(long, default_value_t = D2hPlan::default().warmup, value_parser = parse_warmup)]
-    pub warmup: u32,
-    /// Also write every iteration's sample to d2h_samples.csv.
-    #[arg(long)]
-    pub raw: bool,
-}
-
-/// Byte sizes from a comma list such as `4,64K,16MiB`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SizeList(pub Vec<u64>);
-
-fn parse_message_sizes(s: &str) -> Result<SizeList, String> {
-    s.split(',')
-        .map(crate::units::parse_byte_count)
-        .collect::<Result<Vec<_>, _>>()
-        .map(SizeList)
-}
-
-fn parse_size_list(s: &str) -> Result<SizeList, String> {
-    s.split(',')
-        .filter(|x| !x.trim().is_empty())
-        .map(crate::units::parse_size)
-        .collect::<Result<_, _>>()
-        .map(SizeList)
-}
-
-impl D2hArgs {
-    pub fn plan(&self) -> Result<D2hPlan, String> {
-        let plan = D2hPlan {
-            sizes: self.sizes.clone().map_or_else(default_sizes, |s| s.0),
-            iters: self.iters,
-            warmup: self.warmup,
-        };
-        plan.check_cost()?;
-        Ok(plan)
-    }
-}
-
-#[derive(Debug, Args)]
 pub struct InfoArgs {}
-
-#[derive(Debug, Args)]
-pub struct KernelsArgs {
-    /// GEMM sizes, comma separated (the flag may repeat).
-    #[arg(long, value_name = "MxNxK[,MxNxK...]", value_parser = parse_gemm_list)]
-    pub gemm: Vec<Vec<GemmSize>>,
-    /// Layernorm sizes, comma separated (the flag may repeat).
-    #[arg(long, value_name = "ROWSxHIDDEN[,...]", value_parser = parse_layernorm_list)]
-    pub layernorm: Vec<Vec<LayernormSize>>,
-    /// Timed iterations per point.
-    #[arg(long, default_value_t = KernelsPlan::default().iters, value_parser = parse_iters)]
-    pub iters: u32,
-    /// Untimed warm-up iterations per point (at most 100000).
-    #[arg(long, default_value_t = KernelsPlan::default().warmup, value_parser = parse_warmup)]
-    pub warmup: u32,
-    #[arg(long, value_name = "NAME",
-        help = variant_help("GEMM", GEMM_VARIANTS),
-        long_help = variant_long_help("GEMM", GEMM_VARIANTS))]
-    pub variant: Option<String>,
-    #[arg(long, value_name = "NAME",
-        help = variant_help("layernorm", LAYERNORM_VARIANTS),
-        long_help = variant_long_help("layernorm", LAYERNORM_VARIANTS))]
-    pub layernorm_variant: Option<String>,
-    /// Probe the variants again instead of using the cached choice.
-    #[arg(long)]
-    pub reselect: bool,
-    /// Skip the CPU baseline rows.
-    #[arg(long)]
-    pub no_cpu_baseline: bool,
-    /// Also write every iteration's sample to kernels_samples.csv.
-    #[arg(long)]
-    pub raw: bool,
-}
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -508,59 +273,4 @@ pub struct RunArgs {
     /// collector (DIR/morphbench_run.prom).
     #[arg(long, value_name = "DIR")]
     pub textfile: Option<PathBuf>,
-}
-
-// Each occurrence of a list flag parses into one Vec; `plan` flattens them.
-fn parse_gemm_list(s: &str) -> Result<Vec<GemmSize>, String> {
-    crate::gpu::kernels::sizes::parse_list(s, crate::gpu::kernels::sizes::parse_gemm)
-}
-
-fn parse_layernorm_list(s: &str) -> Result<Vec<LayernormSize>, String> {
-    crate::gpu::kernels::sizes::parse_list(s, crate::gpu::kernels::sizes::parse_layernorm)
-}
-
-/// A count flag, checked by the same bound its config key has.
-fn parse_count(
-    s: &str,
-    flag: &str,
-    check: fn(&str, u32) -> Result<(), String>,
-) -> Result<u32, String> {
-    let n: u32 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a whole number"))?;
-    check(flag, n)?;
-    Ok(n)
-}
-
-fn parse_warmup(s: &str) -> Result<u32, String> {
-    parse_count(s, "--warmup", crate::bench::check_warmup)
-}
-
-fn parse_iters(s: &str) -> Result<u32, String> {
-    parse_count(s, "--iters", check_iters)
-}
-
-impl KernelsArgs {
-    pub fn plan(&self) -> Result<KernelsPlan, String> {
-        let gemm: Vec<GemmSize> = self.gemm.concat();
-        let layernorm: Vec<LayernormSize> = self.layernorm.concat();
-        if gemm.is_empty() && layernorm.is_empty() {
-            return Err(
-                "nothing to run: give --gemm MxNxK[,...] and/or --layernorm ROWSxHIDDEN[,...]"
-                    .into(),
-            );
-        }
-        let plan = KernelsPlan {
-            gemm,
-            layernorm,
-            iters: self.iters,
-            warmup: self.warmup,
-            gemm_variant: self.variant.clone(),
-            layernorm_variant: self.layernorm_variant.clone(),
-            cpu_baseline: !self.no_cpu_baseline,
-            reselect: self.reselect,
-        };
-        plan.check_cost()?;
-        Ok(plan)
-    }
 }

@@ -1,7 +1,11 @@
 //! The flags of the commands that talk over the network: links, pipeline, rdma, sink.
 
-#[allow(unused_imports)]
-use super::*;
+use clap::Args;
+
+use super::sim::parse_sweep;
+use super::GlobalArgs;
+use crate::bench::flags::{parse_message_sizes, RdmaDeviceArgs, SizeList};
+use crate::bench::sim::SweepLink;
 
 #[derive(Debug, Args)]
 pub struct SinkArgs {
@@ -221,11 +225,13 @@ impl PipelineArgs {
                 .collect(),
         };
         let mut cases = Vec::new();
-        for schedule in self.schedule.split(',').map(str::trim) {
+        for name in self.schedule.split(',').map(str::trim) {
+            let schedule: crate::sim::Schedule =
+                name.parse().map_err(|e| format!("--schedule: {e}"))?;
             for &comm in &self.comm {
                 for &slow in &delays {
                     cases.push(Case {
-                        schedule: schedule.to_string(),
+                        schedule: schedule.clone(),
                         comm,
                         slow,
                     });
@@ -235,7 +241,7 @@ impl PipelineArgs {
         Ok(crate::bench::pipeline::PipelineOptions {
             session: self.launch.session(g, Vec::new()),
             plan: PipelinePlan {
-                shape: crate::bench::pipeline::stage::Shape {
+                shape: crate::bench::pipeline::shape::Shape {
                     layers: self.layers,
                     hidden: self.hidden,
                     tokens: self.tokens,
@@ -252,106 +258,6 @@ impl PipelineArgs {
             rdma: self.rdma.choice(),
             deadline_s: None,
         })
-    }
-}
-
-/// Which RDMA device, port and GID to use.
-#[derive(Debug, Clone, Args)]
-pub struct RdmaDeviceArgs {
-    /// RDMA device name from `morphbench info` [default: the first].
-    #[arg(long, value_name = "NAME")]
-    pub device: Option<String>,
-    /// Port of the device (from 1).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
-    pub ib_port: u8,
-    /// GID index (RoCE needs one whose address is routable between the nodes).
-    #[arg(long, default_value_t = 0)]
-    pub gid_index: u8,
-}
-
-impl RdmaDeviceArgs {
-    pub fn choice(&self) -> crate::transport::rdma::DeviceChoice {
-        crate::transport::rdma::DeviceChoice {
-            device: self.device.clone(),
-            port: self.ib_port,
-            gid_index: self.gid_index,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum RdmaTest {
-    Lat,
-    Bw,
-    Both,
-}
-
-#[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("side").required(true).args(["server", "connect"])))]
-pub struct RdmaArgs {
-    /// Wait for one client, run its tests, exit.
-    #[arg(long)]
-    pub server: bool,
-    /// Server: address to listen on (loopback unless told otherwise).
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "127.0.0.1:18515",
-        requires = "server"
-    )]
-    pub listen: String,
-    /// Client: the server's HOST[:PORT] (port 18515 by default, as perftest).
-    #[arg(long, value_name = "HOST[:PORT]")]
-    pub connect: Option<String>,
-    #[command(flatten)]
-    pub device: RdmaDeviceArgs,
-    /// Message sizes, comma separated, K/M/G units allowed [default: 2 B to 1 MiB, powers of two].
-    #[arg(long, value_name = "SIZE[,SIZE...]", value_parser = parse_message_sizes)]
-    pub sizes: Option<SizeList>,
-    /// Timed iterations per size (ib_write_lat/ib_write_bw -n).
-    #[arg(long, default_value_t = 1000, value_parser = parse_iters)]
-    pub iters: u32,
-    /// Untimed latency rounds before the timed ones (at most 100000).
-    #[arg(long, default_value_t = 10, value_parser = parse_warmup)]
-    pub warmup: u32,
-    /// Outstanding writes in the bandwidth test (ib_write_bw --tx-depth).
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    pub window: u32,
-    /// Which tests to run.
-    #[arg(long, value_enum, default_value = "both")]
-    pub test: RdmaTest,
-    /// Latency messages up to this size go inline (perftest's -I); the device may grant less,
-    /// and 0 turns inline off.
-    #[arg(long, default_value_t = 220, value_parser = clap::value_parser!(u32).range(0..=1024))]
-    pub inline_size: u32,
-    /// Seconds any wait for the peer may last before it counts as gone.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    pub timeout_s: u64,
-}
-
-impl RdmaArgs {
-    pub fn plan(&self) -> crate::bench::rdma::RdmaPlan {
-        use crate::transport::rdma::perf::{TEST_BW, TEST_LAT};
-        crate::bench::rdma::RdmaPlan {
-            listen: self.server.then(|| self.listen.clone()),
-            connect: self.connect.clone(),
-            choice: self.device.choice(),
-            sizes: self
-                .sizes
-                .as_ref()
-                .map(|s| s.0.clone())
-                .unwrap_or_else(crate::bench::rdma::default_sizes),
-            iters: self.iters,
-            warmup: self.warmup,
-            window: self.window,
-            inline_size: self.inline_size,
-            tests: match self.test {
-                RdmaTest::Lat => TEST_LAT,
-                RdmaTest::Bw => TEST_BW,
-                RdmaTest::Both => TEST_LAT | TEST_BW,
-            },
-            timeout_s: self.timeout_s,
-        }
     }
 }
 

@@ -1,7 +1,12 @@
 //! The flags of `sim`.
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::bench::flags::{parse_ms_list, MsList};
+use crate::bench::sim::{Occupy, OneOrMany, SimConfig, SlowLink, SweepLink};
+use crate::sim::CommModel;
 
 #[derive(Debug, Args)]
 pub struct SimArgs {
@@ -126,21 +131,6 @@ pub struct SimArgs {
     /// (validate_ablation.csv).
     #[arg(long, requires = "validate")]
     pub ablation: bool,
-}
-
-/// Milliseconds, one value or one per stage.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MsList(pub Vec<f64>);
-
-pub(super) fn parse_ms_list(s: &str) -> Result<MsList, String> {
-    s.split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<f64>()
-                .map_err(|_| format!("'{x}' is not a number of milliseconds"))
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(MsList)
 }
 
 pub(super) fn parse_slow(s: &str) -> Result<SlowLink, String> {

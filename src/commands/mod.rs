@@ -130,10 +130,9 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
     };
     match &cli.command {
         Command::Info(_) => crate::info::run(g.backend, g.json),
-        Command::Kernels(a) => {
-            let kernels = a.plan().map_err(anyhow::Error::msg)?;
-            let config = serde_json::to_value(&kernels)?;
-            one(Box::new(kernels), config, a.raw)
+        Command::Bench(b) => {
+            let planned = b.planned().map_err(anyhow::Error::msg)?;
+            one(planned.bench, planned.config, planned.raw)
         }
         Command::Run(a) => {
             let cfg = match &a.config {
@@ -180,21 +179,6 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
                 );
             }
             Ok(())
-        }
-        Command::D2h(a) => {
-            let d2h = a.plan().map_err(anyhow::Error::msg)?;
-            let config = serde_json::to_value(&d2h)?;
-            one(Box::new(d2h), config, a.raw)
-        }
-        Command::Peak(a) => {
-            let peak = a.plan().map_err(anyhow::Error::msg)?;
-            let config = serde_json::to_value(&peak)?;
-            one(Box::new(peak), config, false)
-        }
-        Command::Hol(a) => {
-            let hol = a.plan()?;
-            let config = serde_json::to_value(&hol)?;
-            one(Box::new(hol), config, false)
         }
         Command::Sink(a) => crate::transport::sink::run_cli(
             &a.listen,
@@ -307,7 +291,7 @@ pub fn plot(
             _ => {}
         }
     }
-    let outcome = crate::report::plot::plot_run(dir, format, compare)?;
+    let outcome = crate::report::draw::plot_run(dir, format, compare)?;
     crate::report::document::write_report(dir, &outcome)?;
     for w in &outcome.warnings {
         eprintln!("warning: {w}");

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::headlines::headlines;
 use super::plot::{Loaded, PlotOutcome};
+use super::tables::headlines;
 use crate::bench::hol::HolTable;
 use crate::bench::kernels::KernelsTable;
 use crate::bench::peak::PeakTable;

@@ -483,17 +483,6 @@ pub(crate) fn pipeline(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
-/// The run's headlines, bench by bench.
-pub fn headlines(run: &Loaded) -> Vec<Headline> {
-    let mut out = Vec::new();
-    for t in crate::report::tables::tables() {
-        if let Some(f) = t.headlines {
-            f(run, &mut out);
-        }
-    }
-    out
-}
-
 /// The fleet gate: how many nodes passed, then each node that did not, with its first reason.
 pub(crate) fn fleet(run: &Loaded, out: &mut Vec<Headline>) {
     let Some(t) = run.table::<crate::bench::fleet::table::FleetTable>() else {

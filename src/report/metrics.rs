@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
 
-use super::headlines::headlines;
 use super::plot::Loaded;
+use super::tables::headlines;
 use crate::record::metrics::{slug, GpuLabels, MetricFigure, Textfile};
 
 /// A unit as the end of a metric's name.

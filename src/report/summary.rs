@@ -9,8 +9,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::headlines::{headlines, Headline};
+use super::headlines::Headline;
 use super::plot::Loaded;
+use super::tables::headlines;
 use crate::bench::hol::HolTable;
 use crate::bench::kernels::KernelsTable;
 use crate::bench::rdma::RdmaTable;

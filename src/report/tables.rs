@@ -1,132 +1,81 @@
-//! The one registry of result tables. Each CSV a run folder can hold is registered once, with
-//! what each reader does with it: `plot` loads it ([`crate::report::plot::Loaded`]) and draws
-//! its charts, the report lists it and shows its headlines. Adding a CSV is its row type (a
-//! `CsvTable`) and one line in [`tables`]; a table `check` compares is also one line in
-//! [`crate::check::figures::CHECKED`].
-
-use std::any::Any;
-use std::path::Path;
+//! What each reader does with a result table: `plot` draws its charts, the report shows its
+//! headlines. The tables themselves come from the benches' descriptors
+//! ([`crate::report::catalog`]); a table with nothing here is still loaded, listed and
+//! documented. A table `check` compares is one line in [`crate::check::figures::CHECKED`].
 
 use anyhow::Result;
 
-use crate::bench::d2h::D2hTable;
-use crate::bench::fleet::cost::KeepCostTable;
-use crate::bench::fleet::table::FleetTable;
-use crate::bench::hol::HolTable;
-use crate::bench::kernels::KernelsTable;
-use crate::bench::links::tables::{LinksTable, NodesTable};
-use crate::bench::peak::PeakTable;
-use crate::bench::pipeline::table::{PipelineTable, TimelineTable as PipelineTimelineTable};
-use crate::bench::rdma::RdmaTable;
-use crate::bench::sim::{SimBenchTable, SimTable, TimelineTable as SimTimelineTable};
-use crate::check::CheckTable;
-use crate::record::csv::{read_optional, CsvTable, DataError};
+use crate::record::TableSpec;
 use crate::report::headlines::{self as hl, Headline};
 use crate::report::plot::{self, Loaded, Named};
 
-/// Rows of a table, loaded, behind `Any` (read back with [`Loaded::table`]).
-pub type AnyRows = Box<dyn Any>;
 /// Charts of one table: over every run compared (with the figures' title), or of one run.
 pub enum Charts {
     Compared(fn(&[Loaded], &str) -> Result<Vec<Named>>),
     OfFirst(fn(&Loaded) -> Vec<Named>),
 }
 
+/// A table's headlines, added to the run's.
+pub type HeadlinesOf = fn(&Loaded, &mut Vec<Headline>);
+
 /// One result table and what each reader does with it.
 pub struct Table {
-    /// The CSV's stem in a run folder (`CsvTable::NAME`).
-    pub name: &'static str,
-    pub load: fn(&Path) -> Result<Option<AnyRows>, DataError>,
-    /// Its columns, in order (the header of an empty table).
-    pub header: fn() -> Vec<String>,
-    /// A table of a single-node bench: `plot` says when a run lacks it.
-    pub single_node: bool,
-    pub headlines: Option<fn(&Loaded, &mut Vec<Headline>)>,
+    pub spec: TableSpec,
+    pub headlines: Option<HeadlinesOf>,
     pub charts: Option<Charts>,
 }
 
-impl Table {
-    fn of<T: CsvTable + 'static>() -> Table {
-        Table {
-            name: T::NAME,
-            load: load::<T>,
-            header: crate::record::csv::header::<T>,
-            single_node: false,
-            headlines: None,
-            charts: None,
-        }
-    }
-    fn single_node(self) -> Table {
-        Table {
-            single_node: true,
-            ..self
-        }
-    }
-    fn headlines(self, f: fn(&Loaded, &mut Vec<Headline>)) -> Table {
-        Table {
-            headlines: Some(f),
-            ..self
-        }
-    }
-    fn charts(self, c: Charts) -> Table {
-        Table {
-            charts: Some(c),
-            ..self
-        }
-    }
-
-    /// The file in a run folder.
-    pub fn file(&self) -> String {
-        format!("{}.csv", self.name)
+impl std::ops::Deref for Table {
+    type Target = TableSpec;
+    fn deref(&self) -> &TableSpec {
+        &self.spec
     }
 }
 
-fn load<T: CsvTable + 'static>(dir: &Path) -> Result<Option<AnyRows>, DataError> {
-    Ok(read_optional::<T>(dir)?.map(|rows| Box::new(rows) as AnyRows))
+/// The headlines and charts of the tables that have them, by table name.
+fn views(name: &str) -> (Option<HeadlinesOf>, Option<Charts>) {
+    use Charts::{Compared, OfFirst};
+    match name {
+        "peak" => (Some(hl::peak), None),
+        "kernels" => (
+            Some(hl::kernels),
+            Some(Compared(plot::kernel_and_roofline_charts)),
+        ),
+        "d2h" => (Some(hl::d2h), Some(Compared(plot::d2h_charts))),
+        "hol" => (Some(hl::hol), Some(Compared(plot::hol_charts))),
+        "rdma" => (Some(hl::rdma), Some(Compared(plot::rdma_charts))),
+        "sim" => (Some(hl::sim), Some(Compared(plot::sim_charts))),
+        "links" => (Some(hl::links), Some(OfFirst(plot::links_charts))),
+        "pipeline" => (Some(hl::pipeline), Some(OfFirst(plot::pipeline_charts))),
+        "fleet" => (Some(hl::fleet), Some(OfFirst(plot::fleet_charts))),
+        _ => (None, None),
+    }
 }
 
 /// Every result table, in the order the report lists them and draws their figures.
 pub fn tables() -> Vec<Table> {
-    use Charts::{Compared, OfFirst};
-    vec![
-        Table::of::<PeakTable>().single_node().headlines(hl::peak),
-        Table::of::<KernelsTable>()
-            .single_node()
-            .headlines(hl::kernels)
-            .charts(Compared(plot::kernel_and_roofline_charts)),
-        Table::of::<D2hTable>()
-            .single_node()
-            .headlines(hl::d2h)
-            .charts(Compared(plot::d2h_charts)),
-        Table::of::<HolTable>()
-            .single_node()
-            .headlines(hl::hol)
-            .charts(Compared(plot::hol_charts)),
-        Table::of::<RdmaTable>()
-            .single_node()
-            .headlines(hl::rdma)
-            .charts(Compared(plot::rdma_charts)),
-        Table::of::<SimTable>()
-            .single_node()
-            .headlines(hl::sim)
-            .charts(Compared(plot::sim_charts)),
-        Table::of::<SimTimelineTable>(),
-        Table::of::<SimBenchTable>(),
-        Table::of::<crate::bench::sim::tail::SimTailTable>(),
-        Table::of::<CheckTable>(),
-        Table::of::<LinksTable>()
-            .headlines(hl::links)
-            .charts(OfFirst(plot::links_charts)),
-        Table::of::<NodesTable>(),
-        Table::of::<PipelineTable>()
-            .headlines(hl::pipeline)
-            .charts(OfFirst(plot::pipeline_charts)),
-        Table::of::<PipelineTimelineTable>(),
-        Table::of::<FleetTable>()
-            .headlines(hl::fleet)
-            .charts(OfFirst(plot::fleet_charts)),
-        Table::of::<KeepCostTable>(),
-    ]
+    crate::report::catalog::specs()
+        .into_iter()
+        .map(|spec| {
+            let (headlines, charts) = views(spec.name);
+            Table {
+                spec,
+                headlines,
+                charts,
+            }
+        })
+        .collect()
+}
+
+/// The run's headlines, bench by bench.
+pub fn headlines(run: &Loaded) -> Vec<Headline> {
+    let mut out = Vec::new();
+    for t in tables() {
+        if let Some(f) = t.headlines {
+            f(run, &mut out);
+        }
+    }
+    out
 }
 
 /// The CSV columns page's generated part ([`COLUMNS_PAGE`]): every registered table's

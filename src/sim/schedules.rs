@@ -133,6 +133,20 @@ impl FromStr for Schedule {
     }
 }
 
+/// A schedule travels (a pipeline's plan to its ranks) and is stored as its name.
+impl serde::Serialize for Schedule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Schedule {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Schedule, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl Schedule {
     /// The model chunks each of `stages` ranks holds under this schedule.
     pub fn layout(&self, stages: usize) -> Layout {

@@ -2,6 +2,8 @@
 //! implementation, the wire format, and the receiving sink. Knows nothing of the GPU.
 
 #[doc(hidden)]
+// The transports' shared test suite: for unit tests and, with test-hooks, tests/rdma.rs.
+#[cfg(any(test, feature = "test-hooks"))]
 pub mod conformance;
 pub mod factory;
 pub mod rdma;

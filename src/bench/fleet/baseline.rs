@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::table::FleetTable;
-use super::verdict::FAIL;
+use super::rank::FAIL;
 use crate::record::csv::{read_table, Line};
 use crate::stats::robust::{mad, median};
 

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::verdict::{Row, FAIL};
+use super::rank::{Row, FAIL};
 use crate::record::csv::{round, CsvTable};
 use crate::sim::runtime::{predict, Job, Machine, Mechanisms, System};
 

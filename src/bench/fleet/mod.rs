@@ -9,125 +9,39 @@
 pub mod baseline;
 pub mod checks;
 pub mod cost;
+mod gate;
 mod inventory;
+mod inventory_rows;
 mod nested;
 pub mod network;
 pub mod ops;
+mod options;
+mod orders;
 mod pcie;
 mod pipeline;
+pub mod rank;
 mod report;
 pub mod table;
 pub mod verdict;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::noise::load::BusyWarning;
-use serde::{Deserialize, Serialize};
-
-use crate::bench::links::{self, Links};
-use crate::bench::pipeline::Pipeline;
 use crate::cluster::world::World;
-use crate::cluster::{run_ranked, ClusterError, Crew, Ranked, SessionOptions};
-use crate::gpu::{BackendChoice, Gpu};
+use crate::cluster::{run_ranked, ClusterError, Crew, Ranked};
 use crate::record::run_dir::RunDir;
 use baseline::Baseline;
-use checks::{Batch, Inventory, Level, TestSpec};
-use verdict::RankOutcome;
+use checks::{Batch, Inventory, TestSpec};
+use rank::RankOutcome;
 
+pub use options::FleetOptions;
+pub use orders::{GateOrder, GateReply, Order, Reply};
 pub use report::Outcome;
 
-#[derive(Debug, Clone)]
-pub struct FleetOptions {
-    pub session: SessionOptions,
-    pub level: Level,
-    /// Only these of the level's tests (`--only`; [`checks::TEST_NAMES`]).
-    pub only: Option<Vec<String>>,
-    /// Expected values per SKU (`morphbench baseline`), read by rank 0.
-    pub baseline: Option<PathBuf>,
-    /// Per-stage op times for keep_cost's modelled pipeline (a `sim --validate` file).
-    pub profile: Option<PathBuf>,
-    /// Rank 0 drains each failed host through scontrol (`--slurm`).
-    pub slurm: bool,
-    /// Each host's lowest rank writes its host's metrics here (`--textfile`).
-    pub textfile: Option<PathBuf>,
-    pub backend: BackendChoice,
-    pub adapter: Option<String>,
-}
-
-impl FleetOptions {
-    fn selected(&self, name: &str) -> bool {
-        self.only
-            .as_ref()
-            .is_none_or(|o| o.iter().any(|n| n == name))
-    }
-
-    /// The level's tests that run.
-    pub fn tests(&self) -> Vec<TestSpec> {
-        let mut tests = self.level.tests();
-        tests.retain(|t| self.selected(t.kind.name()));
-        tests
-    }
-
-    /// The level's links, when they run.
-    pub fn links(&self) -> Option<checks::LinksSpec> {
-        self.level.links().filter(|_| self.selected("links"))
-    }
-
-    /// The time allowed the level's pipeline, when it runs.
-    pub fn pipeline(&self) -> Option<Duration> {
-        self.level.pipeline().filter(|_| self.selected("pipeline"))
-    }
-
-    /// The most one rank may take ([`checks::rank_bound`]).
-    pub fn rank_bound(&self) -> Duration {
-        checks::rank_bound(
-            &self.tests(),
-            self.links().as_ref(),
-            self.pipeline(),
-            self.level.setup_margin(),
-        )
-    }
-}
-
-/// Rank 0's orders: the gate's own, or those of the `links` it leads inside its session
-/// (untagged, so they travel as links' own do: [`Crew::nested`]).
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Order {
-    Gate(GateOrder),
-    Links(links::Order),
-    Pipeline(crate::bench::pipeline::Order),
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub enum GateOrder {
-    /// Open the adapter (by local rank) and say what this rank is.
-    Inventory,
-    /// Run these tests, in order, each until its samples or its deadline.
-    Run(Vec<TestSpec>),
-    /// Write this host's metrics into the `--textfile` folder.
-    Textfile(Box<crate::record::metrics::Textfile>),
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Reply {
-    Gate(GateReply),
-    Links(links::Reply),
-    Pipeline(crate::bench::pipeline::Reply),
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub enum GateReply {
-    Inventory(Box<Inventory>),
-    Batch(Box<Batch>),
-    /// The textfile written, or why not.
-    Written(Result<PathBuf, String>),
-}
+use gate::Fleet;
+use options::Step;
 
 /// Runs the gate on this rank. Rank 0 returns the outcome (its folder, its exit code and its
 /// summary); the others return None.
@@ -147,37 +61,6 @@ pub fn run(opts: &FleetOptions) -> Result<Option<Outcome>> {
     };
     run_ranked(&mut bench, &opts.session)?;
     Ok(bench.outcome)
-}
-
-struct Fleet {
-    opts: FleetOptions,
-    baseline: Option<Baseline>,
-    profile: Option<cost::Profile>,
-    /// This rank's adapter, opened on the inventory order.
-    gpu: Option<Result<Gpu, String>>,
-    outcome: Option<Outcome>,
-    /// Rank 0: a warning per busy rank, for meta.json.
-    busy: Vec<BusyWarning>,
-    /// The links between the ranks, at levels that measure them: rank 0 leads them; the
-    /// others follow their orders.
-    links: Option<Links>,
-    /// The short real pipeline, at the level that runs one.
-    pipeline: Option<Pipeline>,
-}
-
-impl Fleet {
-    fn inventory(&mut self, world: &World) -> Inventory {
-        let local = world.local_rank();
-        let (backend, adapter) = (self.opts.backend, self.opts.adapter.clone());
-        let gpu = self.gpu.get_or_insert_with(|| {
-            Gpu::open_local(backend, adapter.as_deref(), local).map_err(|e| e.to_string())
-        });
-        checks::inventory(world.rank(), local, gpu.as_ref().map_err(String::as_str))
-    }
-
-    fn my_gpu(&self) -> Option<&Gpu> {
-        self.gpu.as_ref().and_then(|g| g.as_ref().ok())
-    }
 }
 
 impl Ranked for Fleet {
@@ -449,9 +332,6 @@ fn order_and_hear(
     replies
 }
 
-/// One step: the ranks that run at once, each with its tests.
-type Step = Vec<(u32, Vec<TestSpec>)>;
-
 /// How long rank 0 waits for a step: its longest batch and the margin.
 fn step_bound(step: &Step, margin: Duration) -> Duration {
     step.iter()
@@ -506,10 +386,26 @@ fn plan(ranks: &[RankOutcome], tests: impl Fn(&RankOutcome) -> Vec<TestSpec>) ->
     steps
 }
 
+
+/// The `fleet` bench, for the registry (a multi-rank command of its own).
+pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descriptor::Descriptor {
+    name: "fleet",
+    from_toml: None,
+    command: None,
+    tables: || {
+        vec![
+            crate::record::TableSpec::of::<table::FleetTable>(),
+            crate::record::TableSpec::of::<cost::KeepCostTable>(),
+        ]
+    },
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::links;
     use crate::bench::pipeline::Order as PipelineOrder;
+    use checks::Level;
 
     /// The orders travel untagged: each must read back as its own bench's, whatever the
     /// others' variants are called (links and the pipeline both have a `Plan`).

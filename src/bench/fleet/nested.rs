@@ -4,7 +4,7 @@
 
 use super::network::{self, LinksResult};
 use super::pipeline::{self, PipelineResult};
-use super::verdict::RankOutcome;
+use super::rank::RankOutcome;
 use super::{Fleet, Order, Reply};
 use crate::bench::links::Links;
 use crate::bench::pipeline::Pipeline;

@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 
 use super::checks::LinksSpec;
-use super::verdict::{row, RankOutcome, Row, Verdict, FAIL, PASS, SKIP, WARN};
+use super::rank::{row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
+use super::verdict::{Verdict};
 use crate::bench::links::outcome::LinksOutcome;
 use crate::bench::links::pattern::{self, Pattern, QUICK_ROUNDS};
 use crate::bench::links::LinksOptions;

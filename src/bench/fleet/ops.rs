@@ -9,7 +9,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 
 use super::table::{self, FleetTable};
-use super::{Fleet, GateOrder, GateReply, Order, Outcome, Reply};
+use super::gate::Fleet;
+use super::orders::{GateOrder, GateReply, Order, Reply};
+use super::report::Outcome;
 use crate::cluster::Crew;
 use crate::record::csv::Line;
 use crate::record::metrics::{GpuLabels, MetricFigure, Textfile};
@@ -80,7 +82,7 @@ pub fn textfiles(
 /// The first FAIL among `host`'s rows: its drain reason.
 pub fn drain_reason(rows: &[Line<FleetTable>], host: &str) -> Option<String> {
     rows.iter()
-        .find(|r| r.params.host == host && r.figures.verdict == super::verdict::FAIL)
+        .find(|r| r.params.host == host && r.figures.verdict == super::rank::FAIL)
         .map(|r| {
             crate::slurm::reason(
                 &r.params.test,
@@ -96,7 +98,7 @@ pub fn drain_reason(rows: &[Line<FleetTable>], host: &str) -> Option<String> {
 pub fn failed_hosts(rows: &[Line<FleetTable>]) -> Vec<String> {
     let mut hosts: Vec<String> = rows
         .iter()
-        .filter(|r| r.figures.verdict == super::verdict::FAIL)
+        .filter(|r| r.figures.verdict == super::rank::FAIL)
         .map(|r| r.params.host.clone())
         .collect();
     hosts.sort();

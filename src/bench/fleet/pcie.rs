@@ -5,7 +5,7 @@
 //! rank whose sysfs has no such files gets one SKIP row saying "not exposed", never a PASS.
 
 use super::checks::TestKind;
-use super::verdict::{row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
+use super::rank::{row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
 use crate::pcie::{judge, Judged};
 
 /// The rows of every rank that ran its D2H test (none for a gate without one).

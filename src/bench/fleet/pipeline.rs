@@ -6,12 +6,14 @@
 //! and what it took; a pipeline cannot tell which stage was wrong, so a failure is a WARN on
 //! every rank unless a rank was lost (that rank FAILs, by name).
 
-use super::verdict::{row, RankOutcome, Row, Verdict, PASS, SKIP, WARN};
+use super::rank::{row, RankOutcome, Row, PASS, SKIP, WARN};
+use super::verdict::{Verdict};
 use crate::bench::pipeline::exec::Comm;
-use crate::bench::pipeline::stage::Shape;
+use crate::bench::pipeline::shape::Shape;
 use crate::bench::pipeline::{Case, CaseRow, PipelineOptions, PipelinePlan};
 use crate::cluster::SessionOptions;
 use crate::gpu::BackendChoice;
+use crate::sim::Schedule;
 use crate::transport::TransportKind;
 
 /// The most stages the gate's pipeline has: beyond, it is not short.
@@ -31,8 +33,8 @@ pub enum PipelineResult {
 /// The plan: two layers a stage (256 hidden, 64 tokens), two microbatches a stage (4 to 16),
 /// 1F1B and adaptive with offloaded sends over TCP, one warm-up and 3 timed iterations each.
 pub fn plan(stages: usize) -> PipelinePlan {
-    let case = |schedule: &str| Case {
-        schedule: schedule.into(),
+    let case = |schedule: Schedule| Case {
+        schedule,
         comm: Comm::Offload,
         slow: None,
     };
@@ -43,7 +45,7 @@ pub fn plan(stages: usize) -> PipelinePlan {
             tokens: 64,
             microbatches: (2 * stages as u32).clamp(4, 16),
         },
-        cases: vec![case("1f1b"), case("adaptive")],
+        cases: vec![case(Schedule::OneFOneB), case(Schedule::Adaptive)],
         iters: 3,
         warmup: 1,
         timeout_s: 30,

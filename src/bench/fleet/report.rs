@@ -15,8 +15,9 @@ use super::cost::{self, KeepCostTable};
 use super::network::{self, LinksResult};
 use super::pipeline::{self, PipelineResult};
 use super::table::FleetTable;
-use super::verdict::{self, RankOutcome, Verdict, FAIL};
-use super::Step;
+use super::rank::{RankOutcome, FAIL};
+use super::verdict::{self, Verdict};
+use super::options::{FleetOptions, Step};
 use crate::cluster::hostlist;
 use crate::record::csv::{CsvSink, Line};
 use crate::record::run_dir::RunDir;
@@ -46,7 +47,7 @@ struct NodeSummary {
 pub fn plan_line(
     ranks: &[RankOutcome],
     steps: &[Step],
-    opts: &super::FleetOptions,
+    opts: &FleetOptions,
     bound: Duration,
 ) -> String {
     let machines: std::collections::BTreeSet<&str> = ranks
@@ -182,7 +183,7 @@ pub fn write(
         "level": level.to_string(),
         "ranks": ranks.len(),
         "failed": nodes.iter().filter(|n| n.verdict == FAIL).count(),
-        "warned": nodes.iter().filter(|n| n.verdict == verdict::WARN).count(),
+        "warned": nodes.iter().filter(|n| n.verdict == super::rank::WARN).count(),
         "busy": nodes.iter().filter(|n| n.busy).map(|n| n.host.clone()).collect::<Vec<_>>(),
         "drain": drain,
         "scontrol": scontrol,
@@ -260,7 +261,7 @@ fn links_summary(ranks: &[RankOutcome], links: &LinksResult) -> serde_json::Valu
 
 /// What keeping each failed node, and each slow link no node explains, would cost.
 fn keep_costs(
-    rows: &[super::verdict::Row],
+    rows: &[super::rank::Row],
     failed: &[(u32, String)],
     (ranks, links): (&[RankOutcome], &LinksResult),
     profile: Option<&cost::Profile>,
@@ -330,7 +331,7 @@ fn print_costs(costs: &[cost::KeepCost]) {
 
 /// The line an operator would run to drain the failed hosts (`--slurm` runs it per host):
 /// the first failed figure as the reason, with the `[morphbench]` prefix other tools match.
-fn scontrol_line(drain: &str, rows: &[verdict::Row]) -> String {
+fn scontrol_line(drain: &str, rows: &[super::rank::Row]) -> String {
     let reason = rows
         .iter()
         .find(|(_, f)| f.verdict == FAIL)

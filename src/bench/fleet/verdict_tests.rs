@@ -1,7 +1,7 @@
 //! The verdicts' tests: the fleet's rule, retests, busy and stolen ranks, baselines.
 
 use super::*;
-use crate::bench::fleet::checks::TestKind;
+use crate::bench::fleet::checks::{Batch, TestKind};
 
 fn outcome(rank: u32, gemm_us: f64, others: f64, memory_gib: u64) -> RankOutcome {
     let host = crate::host::HostInfo {

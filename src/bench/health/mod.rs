@@ -9,6 +9,7 @@
 //! Exit codes, one meaning each: 0 healthy, 1 unhealthy (a figure failed), 2 could not judge
 //! (no baseline and too few GPUs to judge by each other, no adapter, a bad flag, the run cut).
 
+mod outcome;
 mod output;
 
 use std::path::PathBuf;
@@ -25,6 +26,7 @@ use crate::record::csv::Line;
 use crate::slurm::{Action, Scontrol};
 use crate::verdict::Verdict;
 
+pub use outcome::{Health, Outcome};
 pub use output::{npd_line, one_line, NPD_MAX};
 
 /// Fewer GPUs than this cannot judge each other: the fleet's rule needs 3.
@@ -42,43 +44,6 @@ pub struct HealthOptions {
     pub out: PathBuf,
     pub backend: BackendChoice,
     pub adapter: Option<String>,
-}
-
-/// 0 healthy, 1 unhealthy, 2 could not judge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Health {
-    Healthy,
-    Unhealthy,
-    Unknown,
-}
-
-impl Health {
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Health::Healthy => 0,
-            Health::Unhealthy => 1,
-            Health::Unknown => 2,
-        }
-    }
-}
-
-/// What the check found and did.
-pub struct Outcome {
-    pub node: String,
-    pub health: Health,
-    /// Why it is [`Health::Unknown`], or what was judged by.
-    pub judged_by: String,
-    pub gpus: usize,
-    pub adapter: String,
-    /// The plan's bound, and the whole run's (the plan and the most it waits its turn).
-    pub plan: Duration,
-    pub bound: Duration,
-    pub took: Duration,
-    pub run_dir: Option<PathBuf>,
-    pub rows: Vec<Line<FleetTable>>,
-    pub slurm: Option<Action>,
-    pub textfile: Option<PathBuf>,
 }
 
 /// What is checked before anything runs, so that a bad flag changes nothing.

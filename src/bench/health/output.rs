@@ -1,7 +1,7 @@
 //! How the health check says what it found: a table of tests and verdicts (the default), one
 //! JSON document (`--json`), and node-problem-detector's one line (`--npd`).
 
-use super::{Health, Outcome};
+use super::outcome::{Health, Outcome};
 use crate::slurm::{clip, short, Action};
 use crate::verdict::Verdict;
 

@@ -13,6 +13,7 @@
 //! Every op and transfer is timed with GPU timestamps; the HoL stall of an op is its start
 //! minus the end of the compute op before it. `rows` turns repetitions into `hol.csv` rows.
 
+mod args;
 mod offload;
 mod plan;
 mod rows;
@@ -20,21 +21,31 @@ mod stream;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 
-pub use plan::{
-    check_delay, from_toml, parse_delay_trace, Delays, HolConfig, HolPlan, Mode, MAX_DELAY_MS,
-};
+pub use args::HolArgs;
+pub use plan::{check_delay, BENCH, parse_delay_trace, Delays, HolConfig, HolPlan, Mode, MAX_DELAY_MS};
 pub use rows::{HolFigures, HolParams, HolTable};
 
+use crate::bench::descriptor::{command, from_toml, Descriptor};
 use crate::gpu::standin::{CalibrationPoint, StandIn};
 use crate::gpu::Gpu;
 use crate::output::Progress;
-use crate::record::{CsvSink, Line, RunDir};
+use crate::record::{CsvSink, Line, RunDir, TableSpec};
 use crate::transport::factory::check_available;
 use crate::transport::wire::checksum;
 use offload::{run_rep, Ctx};
 use rows::{Aggregate, Baseline};
 
-pub const BENCH: &str = "hol";
+
+/// The `hol` bench, for the registry.
+pub const DESCRIPTOR: Descriptor = Descriptor {
+    name: BENCH,
+    from_toml: Some(from_toml::<HolConfig>),
+    command: Some(command::<HolArgs>(
+        "Head-of-line blocking: compute stalled behind transfers, inline vs offloaded; writes hol.csv",
+        "Examples:\n  morphbench hol                                  # none, inline, offload at 0 and 20 ms\n  morphbench hol --delay-ms 0,5,20,60 --reps 10\n  morphbench hol --peer node2:18600 --transport rdma --device mlx5_0 --gid-index 3",
+    )),
+    tables: || vec![TableSpec::of::<HolTable>().single_node()],
+};
 
 /// Aggregates of one (mode, delay, bytes, every) point.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -81,8 +92,8 @@ impl crate::suite::Bench for HolPlan {
         dir: &RunDir,
         progress: &Progress,
     ) -> Result<crate::suite::Notes> {
-        let (points, calibration) = run(super::need_gpu(gpu, BENCH)?, self, dir, progress)?;
-        super::note(
+        let (points, calibration) = run(super::shared::need_gpu(gpu, BENCH)?, self, dir, progress)?;
+        super::shared::note(
             BENCH,
             serde_json::json!({ "points": points, "standin_calibration": calibration }),
         )

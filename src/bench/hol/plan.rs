@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 use crate::transport::rdma::DeviceChoice;
 use crate::transport::TransportKind;
 
+/// The bench's name, as in its config table and its CSV.
+pub const BENCH: &str = "hol";
+
 /// The most repetitions per point.
 pub const MAX_REPS: u32 = 1000;
 /// The most compute ops per stream (ops and transfers share 2048 timestamp slots).
@@ -292,17 +295,27 @@ pub struct HolConfig {
     /// Sizes such as "64K"; default: the whole activation.
     pub bytes: Option<Vec<String>>,
     pub delays_ms: Option<Vec<f64>>,
-    pub modes: Option<Vec<crate::bench::hol::Mode>>,
+    pub modes: Option<Vec<Mode>>,
     pub reps: Option<u32>,
     pub link_gbps: Option<f64>,
     pub peer: Option<String>,
-    /// "tcp" (default) or "rdma" (the first RDMA device, port 1, GID index 0).
+    /// "tcp" (default) or "rdma" (the first RDMA device, port 1, GID index 0, unless the keys
+    /// below say otherwise).
     pub transport: Option<crate::transport::TransportKind>,
+    /// Per-transfer delays from a file of `iteration;delay_ms` lines (instead of delays_ms).
+    pub trace: Option<String>,
+    /// The RDMA device [default: the first], its port [1] and GID index [0].
+    pub device: Option<String>,
+    pub ib_port: Option<u8>,
+    pub gid_index: Option<u8>,
+    /// A GEMM or layernorm variant instead of the measured choice.
+    pub gemm_variant: Option<String>,
+    pub layernorm_variant: Option<String>,
 }
 
-impl HolConfig {
-    pub fn plan(&self) -> Result<crate::bench::hol::HolPlan, String> {
-        use crate::bench::hol::{Delays, HolPlan};
+impl crate::bench::descriptor::BenchConfig for HolConfig {
+    type Plan = HolPlan;
+    fn plan(&self) -> Result<HolPlan, String> {
         let bytes = match &self.bytes {
             Some(list) => list
                 .iter()
@@ -319,22 +332,40 @@ impl HolConfig {
             ops: self.ops.unwrap_or(d.ops),
             every: self.every.clone().unwrap_or(d.every),
             bytes,
-            delays: self.delays_ms.clone().map_or(d.delays, Delays::Sweep),
+            delays: self.delays()?.unwrap_or(d.delays),
             modes: self.modes.clone().unwrap_or(d.modes),
             reps: self.reps.unwrap_or(d.reps),
             link_gbps: self.link_gbps.unwrap_or(d.link_gbps),
             peer: self.peer.clone().or(d.peer),
             transport: self.transport.unwrap_or(d.transport),
-            ..d
+            rdma: DeviceChoice {
+                device: self.device.clone().or(d.rdma.device),
+                port: self.ib_port.unwrap_or(d.rdma.port),
+                gid_index: self.gid_index.unwrap_or(d.rdma.gid_index),
+            },
+            gemm_variant: self.gemm_variant.clone().or(d.gemm_variant),
+            layernorm_variant: self.layernorm_variant.clone().or(d.layernorm_variant),
         };
         plan.validate().map_err(|e| format!("hol: {e}"))?;
         Ok(plan)
     }
 }
 
-/// `[hol]` in a suite config.
-pub fn from_toml(v: toml::Value) -> Result<Box<dyn crate::suite::Bench>, String> {
-    Ok(Box::new(crate::bench::table::<HolConfig>(v)?.plan()?))
+impl HolConfig {
+    /// The delays the config names: a sweep, or a trace file's (never both).
+    fn delays(&self) -> Result<Option<Delays>, String> {
+        match (&self.trace, &self.delays_ms) {
+            (Some(_), Some(_)) => Err("hol: give delays_ms or trace, not both".into()),
+            (Some(path), None) => {
+                let text = crate::record::read_input(std::path::Path::new(path))
+                    .map_err(|e| format!("cannot read trace {path}: {e}"))?;
+                let trace = parse_delay_trace(&text).map_err(|e| format!("trace {path}: {e}"))?;
+                Ok(Some(Delays::Trace(trace)))
+            }
+            (None, Some(ms)) => Ok(Some(Delays::Sweep(ms.clone()))),
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -56,7 +56,7 @@ pub struct HolFigures {
 }
 
 impl CsvTable for HolTable {
-    const NAME: &'static str = super::BENCH;
+    const NAME: &'static str = super::plan::BENCH;
     const WITH_STATS: bool = true;
     type Params = HolParams;
     type Figures = HolFigures;

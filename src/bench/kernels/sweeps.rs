@@ -1,7 +1,18 @@
 //! The GEMM and layernorm sweeps: every size, each kernel verified, then timed.
 
-#[allow(unused_imports)]
-use super::*;
+use anyhow::Result;
+
+use super::plan::KernelsPlan;
+use super::writer::{cpu_threads, time_host, Size, Writer};
+use crate::gpu::kernels::gemm::{cpu_sgemm, verify_dense};
+use crate::gpu::kernels::select::{choose, first_fitting, Selection, SKIPPED};
+use crate::gpu::kernels::{
+    GemmKernel, GemmSize, GpuKernel, LayernormKernel, LayernormSize, Verification, GEMM_VARIANTS,
+    LAYERNORM_VARIANTS,
+};
+use crate::gpu::timing::time_compute_passes;
+use crate::gpu::Gpu;
+use crate::output::Progress;
 
 /// The GEMM sweep: the variant choice, then each size verified, timed, and its CPU SGEMM row.
 pub(super) fn sweep_gemm(
@@ -161,4 +172,24 @@ pub(super) fn sweep_layernorm(
         }
     }
     Ok(())
+}
+
+pub(super) fn selection_line(sel: &Selection) -> String {
+    let trials: Vec<String> = sel
+        .trials
+        .iter()
+        .map(|t| match t.median_us {
+            Some(us) => format!("{} {:.0} µs", t.variant, us),
+            None if t.note.starts_with(SKIPPED) => format!("{} skipped", t.variant),
+            None => format!("{} failed", t.variant),
+        })
+        .collect();
+    format!(
+        "{} variant: {}{} (probe {}: {})",
+        sel.kernel,
+        sel.winner,
+        if sel.cached { " (cached)" } else { "" },
+        sel.probe,
+        trials.join(", ")
+    )
 }

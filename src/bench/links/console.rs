@@ -261,7 +261,7 @@ pub(super) fn busy_line(world: &World, rank: u32, b: &crate::noise::rank::Busy) 
 }
 
 /// A line per busy rank, last in the summary.
-pub(super) fn print_busy(world: &World, busiest: &super::load::Busiest) {
+pub(super) fn print_busy(world: &World, busiest: &crate::noise::rank::Busiest) {
     for (r, b) in &busiest.0 {
         println!("{}", busy_line(world, *r, b));
     }

@@ -2,7 +2,8 @@
 //! serves, the higher drives, and the machine's load is sampled around it.
 
 use super::pair::{Measured, PairPlan};
-use super::{pair, LinksOptions};
+use super::options::LinksOptions;
+use super::pair;
 use crate::cluster::world::World;
 use crate::noise::rank as load;
 use crate::transport::rdma::DeviceChoice;

@@ -1,7 +1,15 @@
 //! The bandwidth ceilings: copy, read and write kernels and the buffer copy, each verified.
 
-#[allow(unused_imports)]
-use super::*;
+use std::time::Instant;
+
+use anyhow::{ensure, Result};
+
+use super::shader::{dispatch, kernel, once_us, samples, Kernel, Params, Rate, Rows, MAX_GROUPS, U64_WGSL, WG, WGSL};
+use super::plan::PeakPlan;
+use crate::gpu::timing::{time_compute_passes, PassTimer};
+use crate::gpu::Gpu;
+use crate::stats::Summary;
+use crate::units::human_bytes;
 
 /// Device memory bandwidth; returns the copy kernel's GB/s.
 pub(super) fn bandwidth(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Result<f64> {

@@ -1,7 +1,13 @@
 //! What a dispatch and a timestamp cost.
 
-#[allow(unused_imports)]
-use super::*;
+use std::time::Instant;
+
+use anyhow::Result;
+
+use super::shader::{samples, Rate, Rows, WGSL};
+use super::plan::PeakPlan;
+use crate::gpu::timing::{time_compute_passes, PassTimer};
+use crate::gpu::Gpu;
 
 /// An empty kernel: one dispatch submitted and waited for (latency), and `dispatches` of them
 /// in one pass between timestamps (the back-to-back rate).

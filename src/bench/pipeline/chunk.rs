@@ -4,7 +4,7 @@
 
 use anyhow::{anyhow, Result};
 
-use super::stage::{seeded, target, Shape};
+use super::shape::{seeded, target, Shape};
 use crate::gpu::kernels::train::{layernorm_pipeline, reference, TrainGemm};
 use crate::gpu::kernels::DispatchPass;
 use crate::gpu::Gpu;

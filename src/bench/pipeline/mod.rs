@@ -11,8 +11,10 @@
 mod chunk;
 pub mod comm;
 pub mod exec;
+mod plan;
 mod predict;
 mod report;
+pub mod shape;
 pub mod stage;
 pub mod table;
 mod validate;
@@ -30,50 +32,15 @@ use crate::cluster::{run_ranked, Crew, Ranked, SessionOptions};
 use crate::gpu::{BackendChoice, Gpu};
 use crate::noise::load::BusyWarning;
 use crate::record::run_dir::RunDir;
-use crate::sim::{Layout, Op, Schedule};
+use crate::sim::Layout;
 use crate::stats::Summary;
 use crate::transport::TransportKind;
-use exec::{Comm, StageTimes};
+pub use plan::{Calibration, Case, OpOrder, PipelinePlan, GRAD_TOLERANCE, MAX_MICROBATCHES};
+
+use exec::StageTimes;
 use predict::{Measured, PlannedCase};
-use stage::{Shape, Stage};
+use stage::Stage;
 use wiring::{connect, neighbours, Links};
-
-/// One configuration of the run (a row of pipeline.csv).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Case {
-    pub schedule: String,
-    pub comm: Comm,
-    /// (link, delay ms) injected on every message of that link, both ways.
-    pub slow: Option<(u32, f64)>,
-}
-
-/// What every rank follows (rank 0's).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PipelinePlan {
-    pub shape: Shape,
-    pub cases: Vec<Case>,
-    pub iters: u32,
-    pub warmup: u32,
-    pub timeout_s: u64,
-    /// What carries activations and gradients between stages.
-    pub transport: TransportKind,
-}
-
-/// The most work one run may take, checked before it starts: microbatches x stages, sizes.
-const MAX_ELEMENTS: usize = 1 << 24;
-pub const MAX_MICROBATCHES: u32 = 256;
-const MAX_LAYERS: u32 = 64;
-const MAX_WARMUP: u32 = 1000;
-/// The most cases one run may hold (schedules x comm modes x delays).
-const MAX_CASES: usize = 64;
-/// The most memory one stage's buffers may take (checked before any rank starts).
-const MAX_STAGE_BYTES: u64 = 2 << 30;
-/// Relative error of the weight gradients against f64 that still verifies: per dot product
-/// f32 rounding grows about sqrt(K) * 2^-24 (the GEMM check's bound is 1e-5 sqrt(K)), the
-/// layernorm backward scales errors by 1/std (about 1 here), and L layers and N microbatches
-/// add them up; measured errors are about 1e-6. A wrong index, a lost or repeated microbatch
-/// gives errors of order 1, far above.
-pub const GRAD_TOLERANCE: f64 = 1e-3;
 
 #[derive(Debug, Clone)]
 pub struct PipelineOptions {
@@ -92,15 +59,6 @@ impl PipelineOptions {
     pub fn world(&self) -> &WorldOptions {
         &self.session.world
     }
-}
-
-/// A stage's op times measured alone, for planning (µs): F, B split, W, B fused, D2H.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Calibration {
-    f: f64,
-    b: f64,
-    w: f64,
-    d2h: f64,
 }
 
 /// Rank 0's orders, in the order a run sends them.
@@ -323,8 +281,8 @@ fn calibrate(stage: &mut Stage, layout: Layout) -> Result<Calibration> {
         Ok(Summary::of(&v).map_or(0.0, |s| s.p50))
     };
     let shape = stage.shape;
-    let x = Some(stage::input(&shape, 0));
-    let dy = Some(stage::seeded(5, shape.elements(), 1.0));
+    let x = Some(shape::input(&shape, 0));
+    let dy = Some(shape::seeded(5, shape.elements(), 1.0));
     stage.forward(0, 0, x.clone())?;
     let f = time(&mut || stage.forward(0, 0, x.clone()))?;
     let b = time(&mut || stage.backward(0, 0, dy.clone(), false))?;
@@ -337,9 +295,6 @@ fn calibrate(stage: &mut Stage, layout: Layout) -> Result<Calibration> {
         d2h,
     })
 }
-
-/// A stage's order: the simulator's ops for it.
-pub type OpOrder = Vec<Op>;
 
 /// The links and clocks of rank 0's side of the run.
 struct Rig<'a> {
@@ -545,3 +500,16 @@ fn verify_all(crew: &mut Crew<Order, Reply>, stage: &Stage) -> Result<f64> {
     }
     Ok(worst)
 }
+
+/// The `pipeline` bench, for the registry (a multi-rank command of its own).
+pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descriptor::Descriptor {
+    name: "pipeline",
+    from_toml: None,
+    command: None,
+    tables: || {
+        vec![
+            crate::record::TableSpec::of::<table::PipelineTable>(),
+            crate::record::TableSpec::of::<table::TimelineTable>(),
+        ]
+    },
+};

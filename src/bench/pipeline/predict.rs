@@ -4,9 +4,9 @@
 use anyhow::{anyhow, Result};
 
 use super::exec::{self, Comm, StageTimes};
-use super::stage::Shape;
-use super::{Calibration, Case, OpOrder};
-use crate::sim::{evaluate, CommModel, Executed, Layout, Op, OpKind, Run, Scenario, Schedule};
+use super::shape::Shape;
+use super::plan::{Calibration, Case, OpOrder};
+use crate::sim::{evaluate, CommModel, Executed, Layout, Op, OpKind, Run, Scenario};
 use crate::stats::Summary;
 
 /// Puts a rank's op times on rank 0's clock.
@@ -161,7 +161,7 @@ pub(super) struct Measured {
 /// Plans `case` with the calibrated op times and the injected delay.
 pub(super) fn plan_case(case: &Case, cals: &[Calibration], shape: &Shape) -> Result<PlannedCase> {
     let n = cals.len();
-    let schedule: Schedule = case.schedule.parse().map_err(anyhow::Error::msg)?;
+    let schedule = case.schedule.clone();
     let ms = |us: f64| (us / 1e3).max(1e-3);
     let model = match case.comm {
         Comm::Inline => CommModel::Queue,

@@ -9,7 +9,7 @@ use super::predict::{
     measured_scenario, peak_in_flight, predicting_scenario, Basis, Measured, PlannedCase,
 };
 use super::table::{PipelineFigures, PipelineParams, PipelineTable, TimelineRow, TimelineTable};
-use super::{Case, PipelinePlan, GRAD_TOLERANCE};
+use super::plan::{Case, PipelinePlan, GRAD_TOLERANCE};
 use std::collections::BTreeMap;
 
 use crate::cluster::world::World;
@@ -157,7 +157,7 @@ pub(super) fn write_case(
     let load = worst(&loads);
     out.busiest.note(&loads);
     let params = PipelineParams {
-        schedule: case.schedule.clone(),
+        schedule: case.schedule.to_string(),
         comm: case.comm.to_string(),
         transport: plan.transport.to_string(),
         slow: case.slow.map_or("none".into(), |(l, d)| format!("{l}:{d}")),
@@ -189,7 +189,7 @@ pub(super) fn write_case(
     // File-name safe: no ':' (static:1f1b, LINK:MS).
     let case_name = format!(
         "{}_{}_{}",
-        case.schedule.replace(':', "-"),
+        case.schedule.to_string().replace(':', "-"),
         case.comm,
         case.slow
             .map_or("nodelay".into(), |(l, d)| format!("link{l}+{d}ms"))

@@ -123,10 +123,10 @@ impl CsvTable for TimelineTable {
         if p.stage >= most_stages {
             return Err(("stage", format!("stages are 0 to {}", most_stages - 1)));
         }
-        if p.microbatch >= super::MAX_MICROBATCHES {
+        if p.microbatch >= super::plan::MAX_MICROBATCHES {
             return Err((
                 "microbatch",
-                format!("microbatches are 0 to {}", super::MAX_MICROBATCHES - 1),
+                format!("microbatches are 0 to {}", super::plan::MAX_MICROBATCHES - 1),
             ));
         }
         if !(p.end_ms >= p.start_ms && p.queue_end_ms >= p.end_ms) {

@@ -1,7 +1,10 @@
 //! The checks of a pipeline plan before any rank starts: sizes, counts, cases and links.
 
-use super::*;
-use crate::sim::{evaluate, CommModel, Scenario};
+use super::plan::{
+    PipelinePlan, MAX_CASES, MAX_MICROBATCHES, MAX_ELEMENTS, MAX_LAYERS, MAX_STAGE_BYTES, MAX_WARMUP,
+};
+use super::shape;
+use crate::sim::{evaluate, CommModel, Layout, Scenario, Schedule};
 
 impl PipelinePlan {
     /// The layouts the cases' schedules put the model in (one chunk per stage, interleaved,
@@ -9,7 +12,7 @@ impl PipelinePlan {
     pub fn layouts(&self, stages: u32) -> Result<Vec<Layout>, String> {
         let mut out = Vec::new();
         for c in &self.cases {
-            let layout = c.schedule.parse::<Schedule>()?.layout(stages as usize);
+            let layout = c.schedule.layout(stages as usize);
             if !out.contains(&layout) {
                 out.push(layout);
             }
@@ -67,8 +70,7 @@ impl PipelinePlan {
             ));
         }
         for c in &self.cases {
-            let schedule = c.schedule.parse::<Schedule>()?;
-            runnable(&schedule, s, stages)?;
+            runnable(&c.schedule, s, stages)?;
             if let Some((link, ms)) = c.slow {
                 let links = crate::sim::links_of(stages as usize) as u32;
                 if link >= links {
@@ -94,7 +96,7 @@ impl PipelinePlan {
 /// Whether the wgpu pipeline can run `schedule` on `stages` ranks of `shape`: its chunks split
 /// the layers evenly, its ops are ones a stage runs one at a time (not DualPipe's overlapped
 /// pairs), and the simulator plans it (each schedule's own rules on microbatches and ranks).
-fn runnable(schedule: &Schedule, shape: &stage::Shape, stages: u32) -> Result<(), String> {
+fn runnable(schedule: &Schedule, shape: &shape::Shape, stages: u32) -> Result<(), String> {
     let layout = schedule.layout(stages as usize);
     let simulate_it = format!("simulate it with `morphbench sim --schedule {schedule}`");
     match (schedule, layout) {

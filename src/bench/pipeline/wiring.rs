@@ -9,7 +9,7 @@ use anyhow::Result;
 
 use super::comm::{self, Link, ACT, GRAD};
 use super::exec::{self, Neighbours};
-use super::{Case, PipelinePlan};
+use super::plan::{Case, PipelinePlan};
 use crate::cluster::world::World;
 use crate::sim::Layout;
 

@@ -1,7 +1,13 @@
 //! Op and link times for the simulator from a measured run (`sim --from`).
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::bench::d2h::D2hTable;
+use crate::bench::hol::{HolTable, Mode};
+use crate::bench::kernels::KernelsTable;
+use crate::record::{read_optional, read_table, CsvTable, Line};
 
 /// Op durations taken from a measured run: one layer's forward is its largest GEMM plus its
 /// largest layernorm (GPU timer, median); the input-gradient backward costs the same as the

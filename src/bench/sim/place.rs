@@ -282,7 +282,7 @@ pub fn place(
         .iter()
         .map(|s| {
             let runs = if matches!(s, Schedule::Adaptive) {
-                super::ADAPTIVE_RUNS
+                super::plan::ADAPTIVE_RUNS
             } else {
                 1
             };

@@ -1,7 +1,22 @@
 //! Running a planned sweep: every case simulated, its rows, timelines, trace and throughput.
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{anyhow, Context, Result};
+
+use super::plan::{slow_label, Case, Outcome, SimPlan, MAX_TIMELINE_ROWS, TIMELINE_MAX_OPS};
+use super::tables::{
+    SimBenchFigures, SimBenchParams, SimBenchTable, SimFigures, SimParams, SimTable,
+    TimelineFigures, TimelineParams, TimelineTable,
+};
+use crate::output::Progress;
+use crate::record::csv::{round, sig4};
+use crate::record::{CsvSink, Line, RunDir};
+use crate::sim::engine::ops_simulated;
+use crate::sim::schedules::evaluate;
+use crate::sim::{default_mem_limit, CommModel, Run, Scenario, Schedule};
+use crate::stats::Summary;
 
 const GIB: f64 = (1u64 << 30) as f64;
 

@@ -11,6 +11,14 @@ use serde::{Deserialize, Serialize};
 use crate::sim::{adaptive, policy_of, simulate, Layout, Policy, Scenario, Schedule, SimError};
 use crate::stats::percentile_sorted;
 
+/// The stalls, the iterations and the seed of a tail run.
+#[derive(Debug, Clone)]
+pub struct TailPlan {
+    pub stalls: Vec<Stall>,
+    pub iterations: u32,
+    pub seed: u64,
+}
+
 /// A stall: each transfer over `link` takes `ms` longer with probability `prob`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -249,7 +257,7 @@ impl crate::record::csv::CsvTable for SimTailTable {
 /// Writes `sim_tail.csv` in the run folder.
 pub fn write(
     rows: &[TailRow],
-    plan: &super::TailPlan,
+    plan: &TailPlan,
     dir: &crate::record::run_dir::RunDir,
 ) -> anyhow::Result<()> {
     let mut sink = dir.table::<SimTailTable>()?;

@@ -10,8 +10,7 @@ use super::{
 use crate::gpu::Gpu;
 
 mod reference;
-#[allow(unused_imports)]
-pub use reference::*;
+pub use reference::{cpu_sgemm, reference, verify_dense};
 
 const GEMM_WGSL: &str = include_str!("../../../shaders/gemm.wgsl");
 const GEMM_VEC4_WGSL: &str = include_str!("../../../shaders/gemm_vec4.wgsl");

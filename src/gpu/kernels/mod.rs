@@ -3,6 +3,8 @@
 
 pub mod gemm;
 pub mod layernorm;
+// Generates shaders/layernorm_resident.wgsl; its test checks the file is what it generates.
+#[cfg(test)]
 pub mod resident_gen;
 pub mod select;
 pub mod sizes;

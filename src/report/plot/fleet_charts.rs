@@ -5,9 +5,12 @@
 //! line from rank to rank: ranks are not a trend), the expected level and its tolerance band,
 //! FAIL and WARN in colour; past [`STRIP_NAMED`] nodes sorted slowest first, failures named.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::BTreeMap;
+
+use super::charts::{self, Chart};
+use super::parts::{named, Loaded, Named};
 use crate::bench::fleet::table::FleetTable;
+use crate::record::Line;
 use crate::verdict::Verdict;
 use charts::{Cell, Heatmap, Mark, Strip, STRIP_NAMED};
 

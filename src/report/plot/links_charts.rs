@@ -5,11 +5,12 @@
 //! strip per transport of each node's links (their spread and median), slowest nodes first,
 //! the blamed nodes named.
 
-#[allow(unused_imports)]
-use super::*;
+use super::charts::{self, Chart};
+use super::parts::{named, Loaded, Named};
 use crate::bench::links::blame::slow_nodes;
 use crate::bench::links::flag::SLOW_THRESHOLD;
 use crate::bench::links::tables::{link_verdicts, matrix_rows, LinksTable};
+use crate::record::Line;
 use charts::{Cell, Heatmap, Mark, Strip};
 
 /// The most ranks drawn as a matrix: past it a cell is a few pixels and names are thinned

@@ -1,8 +1,13 @@
 //! Charts of one node's benches: kernels, roofline, D2H, HoL, RDMA.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+use super::charts::{Chart, LineChart, Series, StackedBars};
+use super::parts::{label, named, push_lines, sorted, Band, Loaded, Named, Points};
 use crate::bench::hol::HolTable;
+use crate::bench::hol::Mode;
 use crate::bench::kernels::KernelsTable;
 use crate::bench::peak::PeakTable;
 use crate::bench::rdma::RdmaTable;

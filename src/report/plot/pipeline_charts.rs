@@ -1,8 +1,13 @@
 //! Charts of pipelines: the simulator's sweeps and timelines, the measured pipeline.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+use super::charts::{self, Chart, Gantt, LineChart, Series};
+use super::parts::{label, named, push_lines, sorted, Loaded, Named, TimelineOp};
 use crate::bench::pipeline::table::TimelineTable as PipelineTimelineTable;
+use crate::bench::sim::total_delay;
 use crate::bench::sim::SimTable;
 use crate::bench::sim::TimelineTable as SimTimelineTable;
 

@@ -1,7 +1,12 @@
 //! RDMA tests over the same pair: the TCP connection becomes the out-of-band channel of a
 //! verbs link, and perftest's ib_write_lat and ib_write_bw run over it (`rdma`'s code).
 
-use super::*;
+use std::net::TcpStream;
+
+use super::super::tail::Tail;
+use super::plan::{Measured, PairPlan};
+use crate::transport::TransportKind;
+use super::wire::{summary, PairError};
 use crate::transport::rdma::oob::{OobChannel, Params, Purpose};
 use crate::transport::rdma::perf::{self, Role, Session, TEST_BW, TEST_LAT};
 use crate::transport::rdma::{client_hello, server_hello, DeviceChoice, Link};

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
 
-use super::{Case, Input};
+use super::case::{Case, Input};
 use crate::sim::model::MAX_MS;
 use crate::sim::runtime::System;
 

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
 
-use super::{median, Case, Input};
+use super::case::{median, Case, Input};
 use crate::bench::pipeline::table::{PipelineTable, TimelineTable};
 use crate::record::{read_table, Line};
 use crate::sim::model::{OpKind, MAX_MS};

@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, Context, Result};
 
-use super::{error_added, errors, spread, Input, BENCH};
+use super::case::{error_added, errors, spread, Input, BENCH};
 use crate::output::Progress;
 use crate::record::RunDir;
 use crate::sim::runtime::Mechanisms;

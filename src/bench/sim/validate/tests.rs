@@ -1,6 +1,7 @@
 //! The presets against the artifact's runs, and the host rate's derivation.
 
 use super::*;
+use crate::sim::runtime::{Machine, Mechanisms, Prediction};
 
 fn errors_of(file: &str, mech: &Mechanisms) -> Vec<f64> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,7 +1,7 @@
 //! The GEMM's CPU references: an f64 reference for verification, matrixmultiply's sgemm as the CPU baseline.
 
-#[allow(unused_imports)]
-use super::*;
+use super::GemmSize;
+use crate::gpu::kernels::{compare, judge, KernelError, Verification};
 
 /// f64 reference C = A·B for dense row-major A (m x k) and B (k x n).
 /// Panics when a slice is shorter than its matrix.

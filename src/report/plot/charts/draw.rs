@@ -1,7 +1,12 @@
 //! Drawing each kind of chart with plotters.
 
-#[allow(unused_imports)]
-use super::*;
+// plotters' prelude: its drawing types and traits, used throughout (the crate's own prelude).
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::axes::{category, color, fmt_tick, range, tx, DrawResult, Ticked, WIDTH};
+use super::model::{Gantt, LineChart, StackedBars};
 
 pub(super) fn draw_lines<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,

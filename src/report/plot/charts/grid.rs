@@ -2,12 +2,19 @@
 //! outlined, names thinned so they never overlap (marked names always drawn, in red), the key
 //! in its own panel right of the data and the note under it.
 
-use super::key::*;
-#[allow(unused_imports)]
-use super::*;
+// plotters' prelude: its drawing types and traits, used throughout (the crate's own prelude).
 use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-/// A column's name on up to two lines (its first word, then the rest): "gemm gflops".
+use super::axes::DrawResult;
+use super::key::{
+    draw_key, framed, ink_on, mark_color, name_style, ratio_color, step_for, text_width, thin,
+    Swatch, NAME_FONT,
+};
+use super::model::{Heatmap, Mark};
+
 fn name_lines(name: &str) -> Vec<&str> {
     match name.split_once(' ') {
         Some((a, b)) => vec![a, b],

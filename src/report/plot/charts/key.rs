@@ -2,10 +2,15 @@
 //! panel drawn beside the data (never on it), thinning names so they never overlap, and
 //! placing point labels where no other label is.
 
-#[allow(unused_imports)]
-use super::*;
+// plotters' prelude: its drawing types and traits, used throughout (the crate's own prelude).
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-/// The width of the key panel right of the data.
+use super::axes::DrawResult;
+use super::model::Mark;
+use crate::verdict::Verdict;
+
 pub(super) const KEY_WIDTH: i32 = 230;
 /// The font size of names on the axes and beside points.
 pub(super) const NAME_FONT: u32 = 12;

@@ -4,12 +4,19 @@
 //! median. Up to [`STRIP_NAMED`] categories the axis names them (thinned so they never touch);
 //! past it only the marked ones are named, beside their points, where no other name is.
 
-use super::key::*;
-#[allow(unused_imports)]
-use super::*;
+// plotters' prelude: its drawing types and traits, used throughout (the crate's own prelude).
 use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, VPos};
 
-/// The most marked categories named beside their points; the rest are counted in a line.
+use super::axes::{fmt_tick, range, tx, DrawResult, Ticked};
+use super::key::{
+    draw_key, framed, mark_color, mark_word, name_style, place_labels, step_for, text_width, thin,
+    Swatch, Wanted, NAME_FONT,
+};
+use super::model::{Mark, Strip, STRIP_NAMED};
+
 const MAX_POINT_NAMES: usize = 40;
 
 /// Per category: its values and its worst mark.

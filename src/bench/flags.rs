@@ -1,0 +1,94 @@
+//! Flag values the benches' args share (clap's value parsers and flattened groups), each
+//! checked by the same bound its config key has.
+
+use clap::Args;
+
+/// A count flag, checked by the bound its config key has.
+fn parse_count(
+    s: &str,
+    flag: &str,
+    check: fn(&str, u32) -> Result<(), String>,
+) -> Result<u32, String> {
+    let n: u32 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number"))?;
+    check(flag, n)?;
+    Ok(n)
+}
+
+/// `--warmup`: at most 100000.
+pub fn parse_warmup(s: &str) -> Result<u32, String> {
+    parse_count(s, "--warmup", super::shared::check_warmup)
+}
+
+/// `--iters`: 1 to 100000.
+pub fn parse_iters(s: &str) -> Result<u32, String> {
+    parse_count(s, "--iters", super::shared::check_iters)
+}
+
+/// Byte sizes from a comma list such as `4,64K,16MiB`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SizeList(pub Vec<u64>);
+
+impl SizeList {
+    /// The sizes as a config writes them.
+    pub fn texts(&self) -> Vec<String> {
+        self.0.iter().map(u64::to_string).collect()
+    }
+}
+
+/// Sizes with units (`parse_size`: K, M, G; KiB...), empty items skipped.
+pub fn parse_size_list(s: &str) -> Result<SizeList, String> {
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(crate::units::parse_size)
+        .collect::<Result<_, _>>()
+        .map(SizeList)
+}
+
+/// Message sizes (`parse_byte_count`: a byte count, from 1).
+pub fn parse_message_sizes(s: &str) -> Result<SizeList, String> {
+    s.split(',')
+        .map(crate::units::parse_byte_count)
+        .collect::<Result<Vec<_>, _>>()
+        .map(SizeList)
+}
+
+/// Milliseconds, one value or one per stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MsList(pub Vec<f64>);
+
+pub fn parse_ms_list(s: &str) -> Result<MsList, String> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("'{x}' is not a number of milliseconds"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(MsList)
+}
+
+/// Which RDMA device, port and GID to use.
+#[derive(Debug, Clone, Args)]
+pub struct RdmaDeviceArgs {
+    /// RDMA device name from `morphbench info` [default: the first].
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// Port of the device (from 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    pub ib_port: u8,
+    /// GID index (RoCE needs one whose address is routable between the nodes).
+    #[arg(long, default_value_t = 0)]
+    pub gid_index: u8,
+}
+
+impl RdmaDeviceArgs {
+    pub fn choice(&self) -> crate::transport::rdma::DeviceChoice {
+        crate::transport::rdma::DeviceChoice {
+            device: self.device.clone(),
+            port: self.ib_port,
+            gid_index: self.gid_index,
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! What every bench's plan and run share: reading its config table, the bounds of its
+//! counts, the GPU it was given, its notes for meta.json.
+
+use anyhow::Result;
+
+use crate::gpu::Gpu;
+use crate::suite::Notes;
+
+/// Deserializes a bench's config table, naming the key that is wrong.
+pub(crate) fn table<T: serde::de::DeserializeOwned>(v: toml::Value) -> Result<T, String> {
+    // Through text, so the error quotes the offending `key = value` line.
+    let text = toml::to_string(&v).map_err(|e| e.to_string())?;
+    toml::from_str(&text).map_err(|e: toml::de::Error| {
+        let full = e.to_string();
+        let lines: Vec<&str> = full
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        lines.join(" ")
+    })
+}
+
+/// Iteration counts: at least one, and a bounded run.
+pub fn check_iters(key: &str, iters: u32) -> Result<(), String> {
+    if iters == 0 || iters > 100_000 {
+        return Err(format!(
+            "{key} = {iters}: expected a count from 1 to 100000"
+        ));
+    }
+    Ok(())
+}
+
+/// Warm-up counts: bounded like iterations (zero allowed).
+pub fn check_warmup(key: &str, warmup: u32) -> Result<(), String> {
+    if warmup > 100_000 {
+        return Err(format!(
+            "{key} = {warmup}: expected a count from 0 to 100000"
+        ));
+    }
+    Ok(())
+}
+
+/// The GPU of a bench that needs one (the orchestrator opens it first).
+pub(crate) fn need_gpu<'g>(gpu: Option<&'g Gpu>, bench: &str) -> Result<&'g Gpu> {
+    gpu.ok_or_else(|| anyhow::anyhow!("internal error: {bench} ran without a GPU"))
+}
+
+/// One note.
+pub(crate) fn note(key: &str, value: impl serde::Serialize) -> Result<Notes> {
+    let mut n = Notes::new();
+    n.insert(key.into(), serde_json::to_value(value)?);
+    Ok(n)
+}
