@@ -1,0 +1,272 @@
+//! The `clock` bench: the host clock every host-timed figure stands on. What one read of it
+//! costs, the smallest step it shows, and how late a sleep wakes (the injected straggler
+//! delays of `hol` and `pipeline --slow` are sleeps). Each is checked before it is reported:
+//! reads never go back, a sleep never wakes early.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Result};
+use serde::{Deserialize, Serialize};
+
+use super::descriptor::{command, from_toml, BenchArgs, BenchConfig, Descriptor};
+use super::flags::{parse_iters, parse_warmup};
+use super::shared::{check_iters, check_warmup};
+use crate::gpu::Gpu;
+use crate::output::Progress;
+use crate::record::csv::sig4;
+use crate::record::{CsvSink, CsvTable, Line, RunDir, TableSpec};
+use crate::stats::Summary;
+
+pub const BENCH: &str = "clock";
+
+/// Reads of the clock per timed batch: one read is far below the clock's own step.
+const READS_PER_BATCH: u32 = 1000;
+/// The most time the sleeps of one run may take.
+const MAX_SLEEP_S: f64 = 60.0;
+
+/// `clock.csv`: one row per metric, its timing statistics in µs.
+pub struct ClockTable;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClockParams {
+    /// `read` (one clock read), `step` (the smallest nonzero step between reads), `sleep`
+    /// (how much later than asked a sleep wakes).
+    pub metric: String,
+    /// The sleep asked for, µs (0 for the others).
+    pub requested_us: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClockFigures {
+    /// The median in nanoseconds, for the reads and steps far below a microsecond.
+    pub p50_ns: f64,
+    /// Reads never went back; sleeps never woke early.
+    pub verified: bool,
+}
+
+impl CsvTable for ClockTable {
+    const NAME: &'static str = BENCH;
+    const WITH_STATS: bool = true;
+    type Params = ClockParams;
+    type Figures = ClockFigures;
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClockPlan {
+    /// Samples per metric.
+    pub iters: u32,
+    pub warmup: u32,
+    /// The sleep whose overshoot is measured, µs.
+    pub sleep_us: u64,
+}
+
+/// `[clock]` in a suite config; `morphbench clock`'s flags become one.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockConfig {
+    pub iters: Option<u32>,
+    pub warmup: Option<u32>,
+    pub sleep_us: Option<u64>,
+}
+
+impl BenchConfig for ClockConfig {
+    type Plan = ClockPlan;
+    fn plan(&self) -> Result<ClockPlan, String> {
+        let plan = ClockPlan {
+            iters: self.iters.unwrap_or(200),
+            warmup: self.warmup.unwrap_or(10),
+            sleep_us: self.sleep_us.unwrap_or(1000),
+        };
+        check_iters("clock.iters", plan.iters)?;
+        check_warmup("clock.warmup", plan.warmup)?;
+        if !(1..=1_000_000).contains(&plan.sleep_us) {
+            return Err(format!(
+                "clock.sleep_us = {}: give 1 to 1000000 µs",
+                plan.sleep_us
+            ));
+        }
+        let sleeps_s = (plan.iters + plan.warmup) as f64 * plan.sleep_us as f64 / 1e6;
+        if sleeps_s > MAX_SLEEP_S {
+            return Err(format!(
+                "clock: {} sleeps of {} µs take {sleeps_s:.0} s, over the cap of {MAX_SLEEP_S:.0} s: \
+                 fewer iterations or a shorter sleep",
+                plan.iters + plan.warmup,
+                plan.sleep_us
+            ));
+        }
+        Ok(plan)
+    }
+}
+
+/// `morphbench clock`'s flags.
+#[derive(Debug, clap::Args)]
+pub struct ClockArgs {
+    /// Samples per metric.
+    #[arg(long, default_value_t = 200, value_parser = parse_iters)]
+    pub iters: u32,
+    /// Untimed warm-up samples per metric (at most 100000).
+    #[arg(long, default_value_t = 10, value_parser = parse_warmup)]
+    pub warmup: u32,
+    /// The sleep whose overshoot is measured, in µs.
+    #[arg(long, default_value_t = 1000)]
+    pub sleep_us: u64,
+}
+
+impl BenchArgs for ClockArgs {
+    type Config = ClockConfig;
+    fn config(&self) -> Result<ClockConfig, String> {
+        Ok(ClockConfig {
+            iters: Some(self.iters),
+            warmup: Some(self.warmup),
+            sleep_us: Some(self.sleep_us),
+        })
+    }
+}
+
+/// The `clock` bench, for the registry.
+pub const DESCRIPTOR: Descriptor = Descriptor {
+    name: BENCH,
+    from_toml: Some(from_toml::<ClockConfig>),
+    command: Some(command::<ClockArgs>(
+        "The host clock: what a read costs, its smallest step, how late a sleep wakes; writes \
+         clock.csv",
+        "Examples:\n  morphbench clock\n  morphbench clock --iters 1000 --sleep-us 100",
+    )),
+    tables: || vec![TableSpec::of::<ClockTable>().single_node()],
+};
+
+impl crate::suite::Bench for ClockPlan {
+    fn name(&self) -> &'static str {
+        BENCH
+    }
+    fn needs_gpu(&self) -> bool {
+        false
+    }
+    fn points(&self) -> u64 {
+        3
+    }
+    fn run(
+        &self,
+        _gpu: Option<&Gpu>,
+        dir: &RunDir,
+        progress: &Progress,
+    ) -> Result<crate::suite::Notes> {
+        let mut table: CsvSink<ClockTable> = dir.table()?;
+        let mut write = |metric: &str, requested_us: u64, samples_us: &[f64]| -> Result<()> {
+            let s = Summary::of(samples_us)
+                .ok_or_else(|| anyhow::anyhow!("clock {metric}: no samples"))?;
+            table.write(&Line::new(
+                &dir.id,
+                metric,
+                ClockParams {
+                    metric: metric.into(),
+                    requested_us,
+                },
+                Some(&s),
+                ClockFigures {
+                    p50_ns: sig4(s.p50 * 1e3),
+                    verified: true,
+                },
+            ))?;
+            progress.println(format!("clock {metric:<6} p50 {:>10.4} µs", s.p50));
+            progress.inc();
+            Ok(())
+        };
+        let (reads, steps) = reads_and_steps(self)?;
+        write("read", 0, &reads)?;
+        write("step", 0, &steps)?;
+        write("sleep", self.sleep_us, &sleep_overshoots(self)?)?;
+        super::shared::note(BENCH, "host clock: Instant (CLOCK_MONOTONIC)")
+    }
+}
+
+/// µs per read (batches of [`READS_PER_BATCH`]), and each nonzero step between two reads in a
+/// row; refused if a read ever goes back.
+fn reads_and_steps(plan: &ClockPlan) -> Result<(Vec<f64>, Vec<f64>)> {
+    let mut reads = Vec::with_capacity(plan.iters as usize);
+    let mut steps = Vec::with_capacity(plan.iters as usize);
+    let mut went_back = false;
+    for i in 0..plan.warmup + plan.iters {
+        let start = Instant::now();
+        let mut last = start;
+        let mut smallest = Duration::MAX;
+        for _ in 0..READS_PER_BATCH {
+            let now = Instant::now();
+            // Checked outside the timing: `checked_duration_since` is None when it went back.
+            match now.checked_duration_since(last) {
+                Some(d) if !d.is_zero() => smallest = smallest.min(d),
+                Some(_) => {}
+                None => went_back = true,
+            }
+            last = now;
+        }
+        let batch = last.duration_since(start);
+        if i >= plan.warmup {
+            reads.push(batch.as_secs_f64() * 1e6 / READS_PER_BATCH as f64);
+            if smallest != Duration::MAX {
+                steps.push(smallest.as_secs_f64() * 1e6);
+            }
+        }
+    }
+    ensure!(!went_back, "the host clock went back between two reads: its times cannot be trusted");
+    ensure!(
+        !steps.is_empty(),
+        "the host clock never moved within {READS_PER_BATCH} reads: its step is coarser than a batch"
+    );
+    Ok((reads, steps))
+}
+
+/// How much later than `sleep_us` each sleep woke, µs; refused if one woke early.
+fn sleep_overshoots(plan: &ClockPlan) -> Result<Vec<f64>> {
+    let asked = Duration::from_micros(plan.sleep_us);
+    let mut out = Vec::with_capacity(plan.iters as usize);
+    for i in 0..plan.warmup + plan.iters {
+        let t0 = Instant::now();
+        std::thread::sleep(asked);
+        let slept = t0.elapsed();
+        ensure!(
+            slept >= asked,
+            "a sleep of {} µs woke after {:.1} µs: the clock or the sleep cannot be trusted",
+            plan.sleep_us,
+            slept.as_secs_f64() * 1e6
+        );
+        if i >= plan.warmup {
+            out.push((slept - asked).as_secs_f64() * 1e6);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clock_is_read_stepped_and_slept_on() {
+        let plan = ClockPlan {
+            iters: 5,
+            warmup: 1,
+            sleep_us: 200,
+        };
+        let (reads, steps) = reads_and_steps(&plan).unwrap();
+        assert_eq!(reads.len(), 5);
+        assert!(reads.iter().all(|&r| r > 0.0 && r < 1000.0), "{reads:?}");
+        assert!(steps.iter().all(|&s| s > 0.0), "{steps:?}");
+        let late = sleep_overshoots(&plan).unwrap();
+        assert_eq!(late.len(), 5);
+        assert!(late.iter().all(|&l| l >= 0.0), "{late:?}");
+    }
+
+    #[test]
+    fn a_run_too_long_or_a_bad_sleep_is_refused() {
+        let cfg = |iters, sleep_us| ClockConfig {
+            iters: Some(iters),
+            warmup: Some(0),
+            sleep_us: Some(sleep_us),
+        };
+        assert!(cfg(100_000, 1_000_000).plan().unwrap_err().contains("over the cap"));
+        assert!(cfg(10, 0).plan().unwrap_err().contains("clock.sleep_us"));
+        assert!(cfg(0, 10).plan().unwrap_err().contains("clock.iters"));
+        assert_eq!(cfg(10, 10).plan().unwrap().sleep_us, 10);
+    }
+}
