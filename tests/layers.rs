@@ -175,39 +175,7 @@ fn imports_point_down_only() {
 
 #[test]
 fn no_cycle_between_top_level_modules() {
-    let edges = graph();
-    // Depth-first search; a module met again while still on the path closes a cycle.
-    fn visit(
-        m: &str,
-        edges: &BTreeMap<String, BTreeMap<String, String>>,
-        path: &mut Vec<String>,
-        done: &mut BTreeSet<String>,
-        cycles: &mut Vec<String>,
-    ) {
-        if let Some(at) = path.iter().position(|p| p == m) {
-            let mut cycle: Vec<String> = path[at..].to_vec();
-            cycle.push(m.to_string());
-            let shown: Vec<String> = cycle
-                .windows(2)
-                .map(|w| format!("{} -> {} ({})", w[0], w[1], edges[&w[0]][&w[1]]))
-                .collect();
-            cycles.push(shown.join(", "));
-            return;
-        }
-        if done.contains(m) {
-            return;
-        }
-        path.push(m.to_string());
-        for next in edges.get(m).into_iter().flat_map(|t| t.keys()) {
-            visit(next, edges, path, done, cycles);
-        }
-        path.pop();
-        done.insert(m.to_string());
-    }
-    let (mut done, mut cycles) = (BTreeSet::new(), Vec::new());
-    for m in edges.keys() {
-        visit(m, &edges, &mut Vec::new(), &mut done, &mut cycles);
-    }
+    let cycles = cycles_of(&graph());
     assert!(cycles.is_empty(), "cycles:\n{}", cycles.join("\n"));
 }
 

@@ -180,8 +180,9 @@ impl crate::suite::Bench for ClockPlan {
     }
 }
 
-/// µs per read (batches of [`READS_PER_BATCH`]), and each nonzero step between two reads in a
-/// row; refused if a read ever goes back.
+/// µs per read (batches of [`READS_PER_BATCH`] bare reads), and the smallest nonzero step
+/// between two reads in a row per batch (a loop of its own, which also checks that no read
+/// goes back: the comparisons stay out of the read's timing).
 fn reads_and_steps(plan: &ClockPlan) -> Result<(Vec<f64>, Vec<f64>)> {
     let mut reads = Vec::with_capacity(plan.iters as usize);
     let mut steps = Vec::with_capacity(plan.iters as usize);
@@ -189,18 +190,22 @@ fn reads_and_steps(plan: &ClockPlan) -> Result<(Vec<f64>, Vec<f64>)> {
     for i in 0..plan.warmup + plan.iters {
         let start = Instant::now();
         let mut last = start;
+        for _ in 0..READS_PER_BATCH {
+            last = std::hint::black_box(Instant::now());
+        }
+        let batch = last.duration_since(start);
+        let mut previous = Instant::now();
         let mut smallest = Duration::MAX;
         for _ in 0..READS_PER_BATCH {
             let now = Instant::now();
-            // Checked outside the timing: `checked_duration_since` is None when it went back.
-            match now.checked_duration_since(last) {
+            // None when it went back.
+            match now.checked_duration_since(previous) {
                 Some(d) if !d.is_zero() => smallest = smallest.min(d),
                 Some(_) => {}
                 None => went_back = true,
             }
-            last = now;
+            previous = now;
         }
-        let batch = last.duration_since(start);
         if i >= plan.warmup {
             reads.push(batch.as_secs_f64() * 1e6 / READS_PER_BATCH as f64);
             if smallest != Duration::MAX {

@@ -28,6 +28,7 @@ pub struct Descriptor {
 pub type FromToml = fn(toml::Value) -> Result<Box<dyn Bench>, String>;
 
 /// A bench's subcommand: its help and its flags (clap's derive on the bench's args type).
+#[derive(Debug)]
 pub struct CommandSpec {
     /// The line `morphbench --help` shows.
     pub about: &'static str,

@@ -3,6 +3,8 @@
 
 use clap::Args;
 
+use crate::gpu::kernels::{variant_help, variant_long_help, GEMM_VARIANTS, LAYERNORM_VARIANTS};
+
 /// A count flag, checked by the bound its config key has.
 fn parse_count(
     s: &str,
@@ -67,6 +69,19 @@ pub fn parse_ms_list(s: &str) -> Result<MsList, String> {
         })
         .collect::<Result<Vec<_>, _>>()
         .map(MsList)
+}
+
+/// A GEMM or layernorm variant instead of the measured choice (`kernels`, `hol`).
+#[derive(Debug, Clone, Args)]
+pub struct VariantArgs {
+    #[arg(long, value_name = "NAME",
+        help = variant_help("GEMM", GEMM_VARIANTS),
+        long_help = variant_long_help("GEMM", GEMM_VARIANTS))]
+    pub variant: Option<String>,
+    #[arg(long, value_name = "NAME",
+        help = variant_help("layernorm", LAYERNORM_VARIANTS),
+        long_help = variant_long_help("layernorm", LAYERNORM_VARIANTS))]
+    pub layernorm_variant: Option<String>,
 }
 
 /// Which RDMA device, port and GID to use.

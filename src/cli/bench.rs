@@ -11,6 +11,7 @@ use crate::bench::REGISTRY;
 #[derive(Debug, Clone)]
 pub struct BenchCommand {
     pub name: &'static str,
+    spec: &'static CommandSpec,
     matches: ArgMatches,
 }
 
@@ -24,10 +25,7 @@ fn commands() -> impl Iterator<Item = (&'static str, &'static CommandSpec)> {
 impl BenchCommand {
     /// The bench, planned from its flags through its config.
     pub fn planned(&self) -> Result<FromFlags, String> {
-        let (_, spec) = commands()
-            .find(|(name, _)| *name == self.name)
-            .expect("parsed from the registry");
-        (spec.plan)(&self.matches)
+        (self.spec.plan)(&self.matches)
     }
 }
 
@@ -36,7 +34,7 @@ impl FromArgMatches for BenchCommand {
         let Some((name, sub)) = matches.subcommand() else {
             return Err(clap::Error::new(ErrorKind::MissingSubcommand));
         };
-        let Some((name, _)) = commands().find(|(n, _)| *n == name) else {
+        let Some((name, spec)) = commands().find(|(n, _)| *n == name) else {
             return Err(clap::Error::raw(
                 ErrorKind::InvalidSubcommand,
                 format!("'{name}' is not a bench\n"),
@@ -44,6 +42,7 @@ impl FromArgMatches for BenchCommand {
         };
         Ok(BenchCommand {
             name,
+            spec,
             matches: sub.clone(),
         })
     }

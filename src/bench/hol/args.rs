@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use super::plan::{HolConfig, HolPlan, Mode};
 use crate::bench::descriptor::BenchArgs;
-use crate::bench::flags::{parse_ms_list, parse_size_list, MsList, RdmaDeviceArgs, SizeList};
-use crate::gpu::kernels::{variant_help, variant_long_help, GEMM_VARIANTS, LAYERNORM_VARIANTS};
+use crate::bench::flags::{
+    parse_ms_list, parse_size_list, MsList, RdmaDeviceArgs, SizeList, VariantArgs,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct HolArgs {
@@ -52,14 +53,8 @@ pub struct HolArgs {
     pub transport: crate::transport::TransportKind,
     #[command(flatten)]
     pub rdma: RdmaDeviceArgs,
-    #[arg(long, value_name = "NAME",
-        help = variant_help("GEMM", GEMM_VARIANTS),
-        long_help = variant_long_help("GEMM", GEMM_VARIANTS))]
-    pub variant: Option<String>,
-    #[arg(long, value_name = "NAME",
-        help = variant_help("layernorm", LAYERNORM_VARIANTS),
-        long_help = variant_long_help("layernorm", LAYERNORM_VARIANTS))]
-    pub layernorm_variant: Option<String>,
+    #[command(flatten)]
+    pub variants: VariantArgs,
 }
 
 impl BenchArgs for HolArgs {
@@ -81,8 +76,8 @@ impl BenchArgs for HolArgs {
             device: self.rdma.device.clone(),
             ib_port: Some(self.rdma.ib_port),
             gid_index: Some(self.rdma.gid_index),
-            gemm_variant: self.variant.clone(),
-            layernorm_variant: self.layernorm_variant.clone(),
+            gemm_variant: self.variants.variant.clone(),
+            layernorm_variant: self.variants.layernorm_variant.clone(),
         })
     }
 }

@@ -6,15 +6,12 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::descriptor::{command, from_toml, BenchArgs, BenchConfig, Descriptor};
-use super::flags::{parse_iters, parse_warmup};
+use super::flags::{parse_iters, parse_warmup, VariantArgs};
 use super::peak::{Ceilings, PeakTable};
 use super::shared::check_iters;
 use crate::gpu::kernels::select::Selection;
 use crate::gpu::kernels::sizes::{parse_gemm, parse_layernorm};
-use crate::gpu::kernels::{
-    variant_help, variant_long_help, GemmKernel, GemmSize, LayernormKernel, LayernormSize,
-    GEMM_VARIANTS, LAYERNORM_VARIANTS,
-};
+use crate::gpu::kernels::{GemmKernel, GemmSize, LayernormKernel, LayernormSize};
 use crate::gpu::Gpu;
 use crate::output::Progress;
 use crate::record::read_optional;
@@ -102,14 +99,8 @@ pub struct KernelsArgs {
     /// Untimed warm-up iterations per point (at most 100000).
     #[arg(long, default_value_t = KernelsPlan::default().warmup, value_parser = parse_warmup)]
     pub warmup: u32,
-    #[arg(long, value_name = "NAME",
-        help = variant_help("GEMM", GEMM_VARIANTS),
-        long_help = variant_long_help("GEMM", GEMM_VARIANTS))]
-    pub variant: Option<String>,
-    #[arg(long, value_name = "NAME",
-        help = variant_help("layernorm", LAYERNORM_VARIANTS),
-        long_help = variant_long_help("layernorm", LAYERNORM_VARIANTS))]
-    pub layernorm_variant: Option<String>,
+    #[command(flatten)]
+    pub variants: VariantArgs,
     /// Probe the variants again instead of using the cached choice.
     #[arg(long)]
     pub reselect: bool,
@@ -138,8 +129,8 @@ impl BenchArgs for KernelsArgs {
             layernorm: self.layernorm.concat().iter().map(|l| l.to_string()).collect(),
             iters: Some(self.iters),
             warmup: Some(self.warmup),
-            gemm_variant: self.variant.clone(),
-            layernorm_variant: self.layernorm_variant.clone(),
+            gemm_variant: self.variants.variant.clone(),
+            layernorm_variant: self.variants.layernorm_variant.clone(),
             cpu_baseline: Some(!self.no_cpu_baseline),
             reselect: Some(self.reselect),
         })
