@@ -50,14 +50,42 @@ pub struct KeepCostFigures {
     pub staging_slowdown: f64,
     /// What each send over the slow link (a node's: over its links) pays on top, in ms.
     pub link_extra_ms: f64,
-    pub healthy_ms: f64,
-    pub kept_ms: f64,
+    /// The modelled iteration, healthy and kept; empty when the model failed (`error`).
+    pub healthy_ms: Option<f64>,
+    pub kept_ms: Option<f64>,
     /// The throughput change from keeping it, in percent (negative: slower).
-    pub throughput_pct: f64,
+    pub throughput_pct: Option<f64>,
     /// A lossy node's or link's sends: the share that stall and each stall's ms, drawn per
     /// send over [`LOSSY_ITERATIONS`] iterations (`kept_ms` their mean); empty otherwise.
     pub stall_share: Option<f64>,
     pub stall_ms: Option<f64>,
+    /// Why the model gave no estimate for this schedule (a deadlock, a schedule that cannot
+    /// place, a pipeline it refuses); empty when it gave one.
+    pub error: Option<String>,
+}
+
+impl KeepCostFigures {
+    /// A row whose estimate the model could not make, with its cause.
+    fn failed(known: KeepCostFigures, error: String) -> KeepCostFigures {
+        KeepCostFigures {
+            healthy_ms: None,
+            kept_ms: None,
+            throughput_pct: None,
+            error: Some(error),
+            ..known
+        }
+    }
+
+    /// The healthy and kept iterations, and the throughput change between them.
+    fn modelled(known: KeepCostFigures, healthy_ms: f64, kept_ms: f64) -> KeepCostFigures {
+        KeepCostFigures {
+            healthy_ms: Some(round(healthy_ms, 3)),
+            kept_ms: Some(round(kept_ms, 3)),
+            throughput_pct: Some(round(100.0 * (healthy_ms / kept_ms - 1.0), 1)),
+            error: None,
+            ..known
+        }
+    }
 }
 
 impl CsvTable for KeepCostTable {
@@ -66,11 +94,18 @@ impl CsvTable for KeepCostTable {
     type Params = KeepCostParams;
     type Figures = KeepCostFigures;
     const SIGNED: &'static [&'static str] = &["throughput_pct"];
-    const ADDED: &'static [&'static str] = &["stall_share", "stall_ms"];
+    const ADDED: &'static [&'static str] = &["stall_share", "stall_ms", "error"];
 }
 
-/// One failed node's estimate, a row per schedule.
+/// One failed node's estimate, a row per schedule (a schedule the model could not estimate is
+/// a row with its `error`, never dropped).
 pub type KeepCost = Vec<(KeepCostParams, KeepCostFigures)>;
+
+/// Each schedule of `cost` the model could not estimate, with why.
+pub fn failures(cost: &KeepCost) -> impl Iterator<Item = (&str, &str)> {
+    cost.iter()
+        .filter_map(|(p, f)| Some((p.schedule.as_str(), f.error.as_deref()?)))
+}
 
 /// How much slower than expected a failed node's compute, staging and links were, from its
 /// rows: the worst FAIL of each kind (expected over measured; for links, the extra time of a
@@ -211,26 +246,11 @@ fn iteration_ms(system: System, p: &Profile, delay: &[f64]) -> Result<f64, Strin
     };
     let pred =
         predict(system, &job, &Machine::ARTIFACT, &Mechanisms::ALL).map_err(|e| e.to_string())?;
-    Ok(if delay.iter().any(|&d| d > 0.0) {
+    finite(if delay.iter().any(|&d| d > 0.0) {
         pred.slow_ms
     } else {
         pred.healthy_ms.min(pred.slow_ms)
     })
-}
-
-/// Estimates made, and for each the model could not make, what it was and why (said, never
-/// dropped).
-pub type Estimates = (Vec<KeepCost>, Vec<(String, String)>);
-
-fn gather(results: Vec<(String, Result<KeepCost, String>)>) -> Estimates {
-    let mut out: Estimates = (Vec::new(), Vec::new());
-    for (what, r) in results {
-        match r {
-            Ok(c) => out.0.push(c),
-            Err(e) => out.1.push((what, e)),
-        }
-    }
-    out
 }
 
 /// The estimate for every failed node with a measured slowdown, in rank order (a node with
@@ -240,19 +260,17 @@ pub fn estimate(
     failed: &[(u32, String)],
     world: usize,
     profile: Option<&Profile>,
-) -> Estimates {
+) -> Vec<KeepCost> {
     let profile = profile
         .cloned()
         .unwrap_or_else(|| Profile::default_for(world));
-    gather(
-        failed
-            .iter()
-            .filter_map(|(rank, host)| {
-                let kept = slowdowns(rows, *rank)?;
-                Some((host.clone(), cost_of((*rank, host, "node"), kept, &profile)))
-            })
-            .collect(),
-    )
+    failed
+        .iter()
+        .filter_map(|(rank, host)| {
+            let kept = slowdowns(rows, *rank)?;
+            Some(cost_of((*rank, host, "node"), kept, &profile))
+        })
+        .collect()
 }
 
 /// The estimate for each confirmed slow link no node explains (`links`: lower rank, both
@@ -261,32 +279,25 @@ pub fn estimate_links(
     links: &[(u32, String, f64)],
     world: usize,
     profile: Option<&Profile>,
-) -> Estimates {
+) -> Vec<KeepCost> {
     let profile = profile
         .cloned()
         .unwrap_or_else(|| Profile::default_for(world));
-    gather(
-        links
-            .iter()
-            .map(|(rank, hosts, extra_us)| {
-                let kept = Kept {
-                    link_extra_ms: extra_us / 1e3,
-                    ..HEALTHY
-                };
-                let what = format!("the link {hosts}");
-                (what, cost_of((*rank, hosts, "link"), kept, &profile))
-            })
-            .collect(),
-    )
+    links
+        .iter()
+        .map(|(rank, hosts, extra_us)| {
+            let kept = Kept {
+                link_extra_ms: extra_us / 1e3,
+                ..HEALTHY
+            };
+            cost_of((*rank, hosts, "link"), kept, &profile)
+        })
+        .collect()
 }
 
 /// One kept node's or link's rows: 1F1B (Megatron's runtime) and adaptive (PipeMorph's),
-/// kept against healthy; a runtime the model cannot predict is an error naming it.
-fn cost_of(
-    (rank, host, kind): (u32, &str, &str),
-    kept: Kept,
-    profile: &Profile,
-) -> Result<KeepCost, String> {
+/// kept against healthy; a runtime the model cannot predict is a row with its error.
+fn cost_of((rank, host, kind): (u32, &str, &str), kept: Kept, profile: &Profile) -> KeepCost {
     let stages = profile.stages;
     // The node in the middle; a link between the two middle stages.
     let stage = match kind {
@@ -295,51 +306,52 @@ fn cost_of(
     };
     let (healthy, calm) = slowed(profile, stage, HEALTHY);
     let (kept_profile, delay) = slowed(profile, stage, kept);
-    let mut cost = Vec::new();
-    for (schedule, system) in [("1f1b", System::OneFOneB), ("adaptive", System::Pipemorph)] {
-        let model = |r: Result<f64, String>| r.map_err(|e| format!("{schedule}: {e}"));
-        let h = model(iteration_ms(system, &healthy, &calm))?;
-        let k = model(iteration_ms(system, &kept_profile, &delay))?;
-        cost.push((
-            KeepCostParams {
+    let known = KeepCostFigures {
+        compute_slowdown: round(kept.compute, 3),
+        staging_slowdown: round(kept.staging, 3),
+        link_extra_ms: round(kept.link_extra_ms + kept.sends_extra_ms, 3),
+        ..Default::default()
+    };
+    [("1f1b", System::OneFOneB), ("adaptive", System::Pipemorph)]
+        .into_iter()
+        .map(|(schedule, system)| {
+            let params = KeepCostParams {
                 rank,
                 host: host.to_string(),
                 kind: kind.to_string(),
                 stages,
                 stage,
                 schedule: schedule.to_string(),
-            },
-            KeepCostFigures {
-                compute_slowdown: round(kept.compute, 3),
-                staging_slowdown: round(kept.staging, 3),
-                link_extra_ms: round(kept.link_extra_ms + kept.sends_extra_ms, 3),
-                healthy_ms: round(h, 3),
-                kept_ms: round(k, 3),
-                throughput_pct: round(100.0 * (h / k - 1.0), 1),
-                stall_share: None,
-                stall_ms: None,
-            },
-        ));
-    }
-    Ok(cost)
+            };
+            let h = iteration_ms(system, &healthy, &calm);
+            let figures = match h.and_then(|h| Ok((h, iteration_ms(system, &kept_profile, &delay)?))) {
+                Ok((h, k)) => KeepCostFigures::modelled(known.clone(), h, k),
+                Err(e) => KeepCostFigures::failed(known.clone(), e),
+            };
+            (params, figures)
+        })
+        .collect()
 }
 
 /// Iterations a lossy node's or link's keep cost draws (a fixed seed: the same run, the same
 /// estimate).
 pub const LOSSY_ITERATIONS: u32 = 1000;
 
+/// The schedules a keep cost models: Megatron's 1F1B and PipeMorph's adaptive.
+const SCHEDULES: [&str; 2] = ["1f1b", "adaptive"];
+
 /// What keeping a lossy node (`kind` "node": its sends to either neighbour stall) or a lossy
 /// link ("link": the middle link's) would cost: each send stalls with the measured share by
 /// the measured length, drawn per send (`sim --stall`'s model) over [`LOSSY_ITERATIONS`]
 /// iterations of the profile's pipeline under 1F1B and adaptive, each planned without the
 /// stalls; the throughput change is the healthy iteration's over the stalled iterations' mean.
-/// A model failure is said, never dropped (Err with its cause).
+/// A model failure is said, never dropped (each schedule's row carries its cause).
 pub fn estimate_lossy(
     (rank, host, kind): (u32, &str, &str),
     (share, ms): (f64, f64),
     world: usize,
     profile: Option<&Profile>,
-) -> Result<KeepCost, String> {
+) -> KeepCost {
     let p = profile
         .cloned()
         .unwrap_or_else(|| Profile::default_for(world));
@@ -355,8 +367,47 @@ pub fn estimate_lossy(
             .flatten()
             .collect(),
     };
-    let sc = crate::sim::Scenario::new(
+    let known = KeepCostFigures {
+        compute_slowdown: 1.0,
+        staging_slowdown: 1.0,
+        link_extra_ms: round(share * ms, 3),
+        stall_share: Some(round(share, 5)),
+        stall_ms: Some(round(ms, 3)),
+        ..Default::default()
+    };
+    let params = |schedule: &str| KeepCostParams {
+        rank,
+        host: host.to_string(),
+        kind: kind.to_string(),
         stages,
+        stage,
+        schedule: schedule.to_string(),
+    };
+    match stalled_iterations(&p, &links, (share, ms)) {
+        Ok(rows) => rows
+            .into_iter()
+            .map(|(schedule, h, mean)| {
+                let f = KeepCostFigures::modelled(known.clone(), h, mean);
+                (params(&schedule), f)
+            })
+            .collect(),
+        Err(e) => SCHEDULES
+            .iter()
+            .map(|s| (params(s), KeepCostFigures::failed(known.clone(), e.clone())))
+            .collect(),
+    }
+}
+
+/// Each schedule's healthy iteration and its mean over [`LOSSY_ITERATIONS`] iterations with
+/// the sends over `links` stalling.
+fn stalled_iterations(
+    p: &Profile,
+    links: &[usize],
+    (share, ms): (f64, f64),
+) -> Result<Vec<(String, f64, f64)>, String> {
+    use crate::bench::sim::tail;
+    let sc = crate::sim::Scenario::new(
+        p.stages,
         p.microbatches,
         &p.tf,
         &p.tb,
@@ -367,46 +418,32 @@ pub fn estimate_lossy(
         0.0,
     )
     .map_err(|e| format!("the modelled pipeline: {e}"))?;
-    let stalls: Vec<crate::bench::sim::tail::Stall> = links
+    let stalls: Vec<tail::Stall> = links
         .iter()
-        .map(|&link| crate::bench::sim::tail::Stall {
+        .map(|&link| tail::Stall {
             link,
             prob: share.clamp(0.0, 1.0),
             ms,
         })
         .collect();
-    let schedules: Vec<crate::sim::Schedule> = ["1f1b", "adaptive"]
+    let schedules: Vec<crate::sim::Schedule> = SCHEDULES
         .iter()
         .map(|s| s.parse().expect("built-in schedules"))
         .collect();
     let mem = crate::sim::default_mem_limit(&sc);
-    let rows = crate::bench::sim::tail::run(&sc, &schedules, mem, &stalls, LOSSY_ITERATIONS, 0)
+    let rows = tail::run(&sc, &schedules, mem, &stalls, LOSSY_ITERATIONS, 0)
         .map_err(|e| format!("the simulator: {e}"))?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            (
-                KeepCostParams {
-                    rank,
-                    host: host.to_string(),
-                    kind: kind.to_string(),
-                    stages,
-                    stage,
-                    schedule: r.schedule.clone(),
-                },
-                KeepCostFigures {
-                    compute_slowdown: 1.0,
-                    staging_slowdown: 1.0,
-                    link_extra_ms: round(share * ms, 3),
-                    healthy_ms: round(r.healthy_ms, 3),
-                    kept_ms: round(r.mean_ms, 3),
-                    throughput_pct: round(100.0 * (r.healthy_ms / r.mean_ms - 1.0), 1),
-                    stall_share: Some(round(share, 5)),
-                    stall_ms: Some(round(ms, 3)),
-                },
-            )
-        })
-        .collect())
+    rows.into_iter()
+        .map(|r| finite(r.healthy_ms.min(r.mean_ms)).map(|_| (r.schedule, r.healthy_ms, r.mean_ms)))
+        .collect()
+}
+
+/// A modelled time that is a number (the model gave NaN or infinity: an error, never a row).
+fn finite(ms: f64) -> Result<f64, String> {
+    match ms.is_finite() && ms > 0.0 {
+        true => Ok(ms),
+        false => Err(format!("the model gave an iteration of {ms} ms")),
+    }
 }
 
 /// "keeping node07: -38% throughput with 1f1b, -11% with adaptive".
@@ -418,7 +455,14 @@ pub fn line(cost: &KeepCost) -> String {
     };
     let parts: Vec<String> = cost
         .iter()
-        .map(|(p, f)| format!("{:+.0}% throughput with {}", f.throughput_pct, p.schedule))
+        .map(|(p, f)| match (f.throughput_pct, &f.error) {
+            (Some(pct), _) => format!("{pct:+.0}% throughput with {}", p.schedule),
+            (None, e) => format!(
+                "no estimate with {} (the model failed: {})",
+                p.schedule,
+                e.as_deref().unwrap_or("no figure")
+            ),
+        })
         .collect();
     let lossy = match cost.first() {
         Some((_, f)) => f.stall_share.zip(f.stall_ms),
@@ -437,139 +481,5 @@ pub fn line(cost: &KeepCost) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::bench::fleet::table::{FleetFigures, FleetParams};
-
-    fn failed_row(rank: u32, test: &str, value: f64, expected: f64) -> Row {
-        (
-            FleetParams {
-                rank,
-                host: format!("n{rank}"),
-                test: test.into(),
-                figure: "x".into(),
-                ..Default::default()
-            },
-            FleetFigures {
-                value: Some(value),
-                expected: Some(expected),
-                verdict: FAIL,
-                ..Default::default()
-            },
-        )
-    }
-
-    #[test]
-    fn a_lossy_node_is_priced_by_its_drawn_stalls_and_says_so() {
-        let c = estimate_lossy((2, "n2", "node"), (0.02, 200.0), 4, None).unwrap();
-        assert_eq!(c.len(), 2);
-        for (p, f) in &c {
-            assert_eq!((p.kind.as_str(), p.stage), ("node", 2));
-            assert!(f.kept_ms > f.healthy_ms && f.throughput_pct < 0.0, "{f:?}");
-            assert_eq!((f.stall_share, f.stall_ms), (Some(0.02), Some(200.0)));
-        }
-        assert!(
-            line(&c).contains("lossy: 2.00% of its sends stall 200 ms"),
-            "{}",
-            line(&c)
-        );
-        // The same inputs, the same estimate (a fixed seed).
-        assert_eq!(
-            c,
-            estimate_lossy((2, "n2", "node"), (0.02, 200.0), 4, None).unwrap()
-        );
-        // A link between two healthy nodes: its one middle link.
-        let l = estimate_lossy((1, "n1-n2", "link"), (0.01, 100.0), 4, None).unwrap();
-        assert!(l.iter().all(|(_, f)| f.throughput_pct <= 0.0));
-    }
-
-    #[test]
-    fn a_slower_node_costs_more_and_a_silent_one_has_no_estimate() {
-        let rows = vec![
-            failed_row(1, "gemm", 50.0, 100.0),
-            failed_row(2, "gemm", 80.0, 100.0),
-            failed_row(3, "d2h", 1.0, 2.0),
-        ];
-        let failed: Vec<(u32, String)> = (1..=4).map(|r| (r, format!("n{r}"))).collect();
-        let (costs, unmade) = estimate(&rows, &failed, 4, None);
-        // Rank 4 failed without a figure (it did not answer): nothing to estimate.
-        assert_eq!((costs.len(), unmade.len()), (3, 0));
-        let pct = |c: &KeepCost, s: &str| {
-            c.iter()
-                .find(|(p, _)| p.schedule == s)
-                .map(|(_, f)| f.throughput_pct)
-                .unwrap()
-        };
-        let (half, slight, copy) = (&costs[0], &costs[1], &costs[2]);
-        assert_eq!(half[0].0.stages, 4);
-        // A stage of half the speed: 1F1B's steady state runs at the slowest stage's pace.
-        assert!(pct(half, "1f1b") < -30.0, "{half:?}");
-        assert!(
-            pct(half, "1f1b") < pct(slight, "1f1b"),
-            "{half:?} {slight:?}"
-        );
-        assert!(pct(slight, "1f1b") < 0.0);
-        // A copy at half speed costs a compute-bound pipeline little.
-        assert!(pct(copy, "1f1b") > pct(slight, "1f1b"), "{copy:?}");
-        assert!(pct(copy, "1f1b") <= 0.0);
-        // Keeping a failed node never reads as a gain, under either runtime.
-        for c in [half, slight, copy] {
-            assert!(c.iter().all(|(_, f)| f.throughput_pct <= 0.0), "{c:?}");
-        }
-        assert!(line(half).starts_with("keeping n1: -"), "{}", line(half));
-        assert!(line(half).contains("throughput with adaptive"));
-    }
-
-    #[test]
-    fn a_slow_link_costs_1f1b_more_than_adaptive_and_more_when_slower() {
-        let (costs, _) = estimate_links(
-            &[(0, "a-b".into(), 20_000.0), (2, "c-d".into(), 2_000.0)],
-            4,
-            None,
-        );
-        assert_eq!(costs.len(), 2);
-        let pct = |c: &KeepCost, s: &str| {
-            c.iter()
-                .find(|(p, _)| p.schedule == s)
-                .map(|(_, f)| f.throughput_pct)
-                .unwrap()
-        };
-        let (bad, mild) = (&costs[0], &costs[1]);
-        assert_eq!(bad[0].0.kind, "link");
-        assert_eq!(bad[0].1.link_extra_ms, 20.0);
-        assert!(pct(bad, "1f1b") < pct(mild, "1f1b"), "{bad:?} {mild:?}");
-        assert!(pct(bad, "1f1b") < -10.0, "{bad:?}");
-        // PipeMorph's point: the adaptive schedule absorbs part of a slow link.
-        assert!(pct(bad, "adaptive") > pct(bad, "1f1b"), "{bad:?}");
-    }
-
-    #[test]
-    fn a_node_the_links_blame_pays_for_its_sends() {
-        // 12.5 MB/s against the fleet's 1 GB/s: a 1 MiB send is about 83 ms late.
-        let rows = vec![failed_row(5, "links", 0.0125, 1.0)];
-        let (costs, _) = estimate(&rows, &[(5, "n5".into())], 4, None);
-        assert_eq!(costs.len(), 1);
-        let (p, f) = &costs[0][0];
-        assert_eq!(p.kind, "node");
-        assert!((82.0..84.0).contains(&f.link_extra_ms), "{f:?}");
-        assert!(f.throughput_pct < -10.0, "{f:?}");
-    }
-
-    #[test]
-    fn a_profile_sets_the_modelled_pipeline() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/pipemorph-7b-single.csv");
-        let profile = Profile::load(&path).unwrap();
-        assert_eq!((profile.stages, profile.microbatches), (4, 12));
-        let rows = vec![failed_row(1, "gemm", 50.0, 100.0)];
-        let failed = [(1, "n1".to_string())];
-        let (with, _) = estimate(&rows, &failed, 16, Some(&profile));
-        let (without, _) = estimate(&rows, &failed, 16, None);
-        assert_eq!(with[0][0].0.stages, 4);
-        assert_eq!(without[0][0].0.stages, MAX_STAGES);
-        // The profile's 8-10 ms forwards, 12 microbatches: a healthy 1F1B iteration of about
-        // (12 + 3) x 25 ms, not the default's 8 stages of 30 ms.
-        let h = with[0][0].1.healthy_ms;
-        assert!((300.0..450.0).contains(&h), "{h}");
-    }
-}
+#[path = "cost_tests.rs"]
+mod tests;

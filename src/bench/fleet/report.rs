@@ -174,7 +174,8 @@ pub fn write(
         .flatten()
         .map(|(p, f)| {
             serde_json::json!({"rank": p.rank, "host": p.host, "kind": p.kind,
-            "stages": p.stages, "schedule": p.schedule, "throughput_pct": f.throughput_pct})
+            "stages": p.stages, "schedule": p.schedule, "throughput_pct": f.throughput_pct,
+            "error": f.error})
         })
         .collect();
     let summary = serde_json::json!({
@@ -282,34 +283,40 @@ fn keep_costs(
         .iter()
         .cloned()
         .partition(|(r, _)| node_stalls.contains_key(r));
-    let (mut costs, unmade) = cost::estimate(rows, &rest, ranks.len(), profile);
-    let unsaid = |(what, e): (String, String)| eprintln!("warning: no keep cost for {what}: {e}");
-    unmade.into_iter().for_each(unsaid);
-    let mut said = |what: String, r: Result<cost::KeepCost, String>| match r {
-        Ok(c) => costs.push(c),
-        Err(e) => unsaid((what, e)),
-    };
+    let mut costs = cost::estimate(rows, &rest, ranks.len(), profile);
     for (r, h) in &lossy {
         let stall = node_stalls[r];
-        said(
-            h.clone(),
-            cost::estimate_lossy((*r, h, "node"), stall, ranks.len(), profile),
-        );
+        costs.push(cost::estimate_lossy(
+            (*r, h, "node"),
+            stall,
+            ranks.len(),
+            profile,
+        ));
     }
     let mut priced = std::collections::BTreeSet::new();
     for (&(a, b), &stall) in &link_stalls {
         let hosts = format!("{}-{}", host(a), host(b));
-        let r = cost::estimate_lossy((a, &hosts, "link"), stall, ranks.len(), profile);
-        said(format!("the link {hosts}"), r);
+        costs.push(cost::estimate_lossy(
+            (a, &hosts, "link"),
+            stall,
+            ranks.len(),
+            profile,
+        ));
         priced.insert(hosts);
     }
     let slow: Vec<(u32, String, f64)> = slow_links(ranks, links)
         .into_iter()
         .filter(|(_, hosts, _)| !priced.contains(hosts))
         .collect();
-    let (links, unmade) = cost::estimate_links(&slow, ranks.len(), profile);
-    unmade.into_iter().for_each(unsaid);
-    costs.extend(links);
+    costs.extend(cost::estimate_links(&slow, ranks.len(), profile));
+    // A schedule the model could not estimate is a row of keep_cost.csv with its cause, and
+    // said here, quiet or not.
+    for c in &costs {
+        for (schedule, e) in cost::failures(c) {
+            let what = c.first().map_or("?", |(p, _)| p.host.as_str());
+            eprintln!("warning: no keep cost for {what} with {schedule}: {e}");
+        }
+    }
     costs
 }
 
