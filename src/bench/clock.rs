@@ -213,7 +213,10 @@ fn reads_and_steps(plan: &ClockPlan) -> Result<(Vec<f64>, Vec<f64>)> {
             }
         }
     }
-    ensure!(!went_back, "the host clock went back between two reads: its times cannot be trusted");
+    ensure!(
+        !went_back,
+        "the host clock went back between two reads: its times cannot be trusted"
+    );
     ensure!(
         !steps.is_empty(),
         "the host clock never moved within {READS_PER_BATCH} reads: its step is coarser than a batch"
@@ -269,7 +272,10 @@ mod tests {
             warmup: Some(0),
             sleep_us: Some(sleep_us),
         };
-        assert!(cfg(100_000, 1_000_000).plan().unwrap_err().contains("over the cap"));
+        assert!(cfg(100_000, 1_000_000)
+            .plan()
+            .unwrap_err()
+            .contains("over the cap"));
         assert!(cfg(10, 0).plan().unwrap_err().contains("clock.sleep_us"));
         assert!(cfg(0, 10).plan().unwrap_err().contains("clock.iters"));
         assert_eq!(cfg(10, 10).plan().unwrap().sleep_us, 10);

@@ -10,8 +10,8 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::table::FleetTable;
 use super::rank::FAIL;
+use super::table::FleetTable;
 use crate::record::csv::{read_table, Line};
 use crate::stats::robust::{mad, median};
 

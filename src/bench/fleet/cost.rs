@@ -324,10 +324,11 @@ fn cost_of((rank, host, kind): (u32, &str, &str), kept: Kept, profile: &Profile)
                 schedule: schedule.to_string(),
             };
             let h = iteration_ms(system, &healthy, &calm);
-            let figures = match h.and_then(|h| Ok((h, iteration_ms(system, &kept_profile, &delay)?))) {
-                Ok((h, k)) => KeepCostFigures::modelled(known.clone(), h, k),
-                Err(e) => KeepCostFigures::failed(known.clone(), e),
-            };
+            let figures =
+                match h.and_then(|h| Ok((h, iteration_ms(system, &kept_profile, &delay)?))) {
+                    Ok((h, k)) => KeepCostFigures::modelled(known.clone(), h, k),
+                    Err(e) => KeepCostFigures::failed(known.clone(), e),
+                };
             (params, figures)
         })
         .collect()

@@ -27,7 +27,10 @@ fn a_lossy_node_is_priced_by_its_drawn_stalls_and_says_so() {
     assert_eq!(c.len(), 2);
     for (p, f) in &c {
         assert_eq!((p.kind.as_str(), p.stage), ("node", 2));
-        assert!(f.kept_ms > f.healthy_ms && f.throughput_pct < Some(0.0), "{f:?}");
+        assert!(
+            f.kept_ms > f.healthy_ms && f.throughput_pct < Some(0.0),
+            "{f:?}"
+        );
         assert_eq!(f.error, None);
         assert_eq!((f.stall_share, f.stall_ms), (Some(0.02), Some(200.0)));
     }
@@ -37,10 +40,7 @@ fn a_lossy_node_is_priced_by_its_drawn_stalls_and_says_so() {
         line(&c)
     );
     // The same inputs, the same estimate (a fixed seed).
-    assert_eq!(
-        c,
-        estimate_lossy((2, "n2", "node"), (0.02, 200.0), 4, None)
-    );
+    assert_eq!(c, estimate_lossy((2, "n2", "node"), (0.02, 200.0), 4, None));
     // A link between two healthy nodes: its one middle link.
     let l = estimate_lossy((1, "n1-n2", "link"), (0.01, 100.0), 4, None);
     assert!(l.iter().all(|(_, f)| f.throughput_pct <= Some(0.0)));
@@ -78,7 +78,10 @@ fn a_slower_node_costs_more_and_a_silent_one_has_no_estimate() {
     assert!(pct(copy, "1f1b") <= 0.0);
     // Keeping a failed node never reads as a gain, under either runtime.
     for c in [half, slight, copy] {
-        assert!(c.iter().all(|(_, f)| f.throughput_pct <= Some(0.0)), "{c:?}");
+        assert!(
+            c.iter().all(|(_, f)| f.throughput_pct <= Some(0.0)),
+            "{c:?}"
+        );
     }
     assert!(line(half).starts_with("keeping n1: -"), "{}", line(half));
     assert!(line(half).contains("throughput with adaptive"));
@@ -121,8 +124,8 @@ fn a_node_the_links_blame_pays_for_its_sends() {
 
 #[test]
 fn a_profile_sets_the_modelled_pipeline() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/pipemorph-7b-single.csv");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pipemorph-7b-single.csv");
     let profile = Profile::load(&path).unwrap();
     assert_eq!((profile.stages, profile.microbatches), (4, 12));
     let rows = vec![failed_row(1, "gemm", 50.0, 100.0)];
@@ -149,7 +152,10 @@ fn a_model_failure_is_a_row_with_its_cause_and_the_other_schedule_stays() {
     assert_eq!(said.len(), 1, "{costs:?}");
     assert_eq!(said[0].0, "adaptive");
     assert!(said[0].1.contains("durations must be"), "{said:?}");
-    let (_, adaptive) = costs[0].iter().find(|(p, _)| p.schedule == "adaptive").unwrap();
+    let (_, adaptive) = costs[0]
+        .iter()
+        .find(|(p, _)| p.schedule == "adaptive")
+        .unwrap();
     assert_eq!((adaptive.kept_ms, adaptive.throughput_pct), (None, None));
     assert!(line(&costs[0]).contains("no estimate with adaptive (the model failed: "));
     // A pipeline the simulator refuses: both schedules of a lossy estimate say why.
@@ -171,12 +177,20 @@ fn a_failed_row_reads_back_from_keep_cost_csv() {
     let lossy = estimate_lossy((0, "n0", "node"), (0.01, 100.0), 2, Some(&one));
     let mut sink = CsvSink::<KeepCostTable>::create(&path).unwrap();
     for (p, f) in &lossy {
-        sink.write(&Line::new("run", p.schedule.clone(), p.clone(), None, f.clone()))
-            .unwrap();
+        sink.write(&Line::new(
+            "run",
+            p.schedule.clone(),
+            p.clone(),
+            None,
+            f.clone(),
+        ))
+        .unwrap();
     }
     drop(sink);
     let back = read_table::<KeepCostTable>(&path).unwrap();
     assert_eq!(back.len(), 2);
-    assert!(back.iter().all(|l| l.figures.error.is_some() && l.figures.kept_ms.is_none()));
+    assert!(back
+        .iter()
+        .all(|l| l.figures.error.is_some() && l.figures.kept_ms.is_none()));
     std::fs::remove_dir_all(&dir).unwrap();
 }

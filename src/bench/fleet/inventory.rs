@@ -1,7 +1,6 @@
 //! What a rank is: its inventory, taken at each rank, and the fields of it that nodes of one
 //! adapter must agree on.
 
-
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::Gpu;
@@ -104,4 +103,3 @@ pub(super) fn fields(i: &Inventory) -> Vec<(&'static str, String, Option<f64>)> 
         ),
     ]
 }
-

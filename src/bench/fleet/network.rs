@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use super::checks::LinksSpec;
 use super::rank::{row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
-use super::verdict::{Verdict};
+use super::verdict::Verdict;
 use crate::bench::links::outcome::LinksOutcome;
 use crate::bench::links::pattern::{self, Pattern, QUICK_ROUNDS};
 use crate::bench::links::LinksOptions;

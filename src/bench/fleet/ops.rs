@@ -8,10 +8,10 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
 
-use super::table::{self, FleetTable};
 use super::gate::Fleet;
 use super::orders::{GateOrder, GateReply, Order, Reply};
 use super::report::Outcome;
+use super::table::{self, FleetTable};
 use crate::cluster::Crew;
 use crate::record::csv::Line;
 use crate::record::metrics::{GpuLabels, MetricFigure, Textfile};

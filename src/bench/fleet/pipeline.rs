@@ -7,7 +7,7 @@
 //! every rank unless a rank was lost (that rank FAILs, by name).
 
 use super::rank::{row, RankOutcome, Row, PASS, SKIP, WARN};
-use super::verdict::{Verdict};
+use super::verdict::Verdict;
 use crate::bench::pipeline::exec::Comm;
 use crate::bench::pipeline::shape::Shape;
 use crate::bench::pipeline::{Case, CaseRow, PipelineOptions, PipelinePlan};

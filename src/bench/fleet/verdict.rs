@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 
 use super::baseline::Baseline;
 use super::checks::{Inventory, Measured};
-use super::table::FleetFigures;
 use super::rank::{row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
-pub use crate::verdict::Verdict;
+use super::table::FleetFigures;
 use crate::bench::links::flag;
+pub use crate::verdict::Verdict;
 
 /// The ranks (by index) with a result for one (adapter, test, figure), and whether the rank
 /// was busy while it measured it.

@@ -1,9 +1,9 @@
 //! What a rank needs to play its pairs of a wave, and the playing: the lower rank of a pair
 //! serves, the higher drives, and the machine's load is sampled around it.
 
-use super::pair::{Measured, PairPlan};
 use super::options::LinksOptions;
 use super::pair;
+use super::pair::{Measured, PairPlan};
 use crate::cluster::world::World;
 use crate::noise::rank as load;
 use crate::transport::rdma::DeviceChoice;

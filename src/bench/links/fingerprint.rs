@@ -7,10 +7,10 @@ use std::time::Instant;
 use anyhow::{anyhow, Result};
 
 use super::blame::SlowNode;
-use super::nodes::{self, NodeSample};
-use super::tables::{self, NodeFigures, NodeParams, NodesTable};
 use super::console;
+use super::nodes::{self, NodeSample};
 use super::options::{LinksOptions, Order, Reply, FINGERPRINT_WAIT};
+use super::tables::{self, NodeFigures, NodeParams, NodesTable};
 use crate::cluster::world::World;
 use crate::cluster::Crew;
 use crate::gpu::Gpu;

@@ -4,8 +4,10 @@ use std::time::Instant;
 
 use anyhow::{ensure, Result};
 
-use super::shader::{dispatch, kernel, once_us, samples, Kernel, Params, Rate, Rows, MAX_GROUPS, U64_WGSL, WG, WGSL};
 use super::plan::PeakPlan;
+use super::shader::{
+    dispatch, kernel, once_us, samples, Kernel, Params, Rate, Rows, MAX_GROUPS, U64_WGSL, WG, WGSL,
+};
 use crate::gpu::timing::{time_compute_passes, PassTimer};
 use crate::gpu::Gpu;
 use crate::stats::Summary;

@@ -3,11 +3,11 @@
 
 use anyhow::{ensure, Result};
 
+use super::plan::PeakPlan;
 use super::shader::{
     dispatch, kernel, once_us, samples, Kernel, Params, Rate, Rows, FMAS_PER_TRIP, FMA_GROUPS,
     FMA_WG, MAD_WGSL, MAX_TRIPS, TARGET_US, WGSL,
 };
-use super::plan::PeakPlan;
 use crate::gpu::timing::time_compute_passes;
 use crate::gpu::Gpu;
 
@@ -98,7 +98,13 @@ pub(super) fn fma_flops(groups: u32, trips: u32, lanes: u32) -> f64 {
 
 /// With a multiplier of 1 and an addend of 0, every chain keeps its start value: the output is
 /// known exactly, whatever the trip count.
-pub(super) fn verify_fma(gpu: &Gpu, k: &Kernel, out: &wgpu::Buffer, lanes: u32, groups: u32) -> Result<()> {
+pub(super) fn verify_fma(
+    gpu: &Gpu,
+    k: &Kernel,
+    out: &wgpu::Buffer,
+    lanes: u32,
+    groups: u32,
+) -> Result<()> {
     gpu.poison(out);
     once_us(gpu, k, groups)?;
     let bytes = gpu.read_back(out)?;

@@ -4,8 +4,8 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use super::shader::{samples, Rate, Rows, WGSL};
 use super::plan::PeakPlan;
+use super::shader::{samples, Rate, Rows, WGSL};
 use crate::gpu::timing::{time_compute_passes, PassTimer};
 use crate::gpu::Gpu;
 

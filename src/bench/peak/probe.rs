@@ -5,9 +5,9 @@
 use super::bandwidth::{fit_bytes, grid, verify_bandwidth, Layout, CHUNK};
 use super::fma::{fit_fma, fma_flops, verify_fma, FmaBuffers};
 use super::shader::{dispatch, kernel, once_us, samples, Kernel, WGSL};
+use crate::bench::probe::{sample, Budget, Probed};
 use crate::gpu::timing::time_compute_passes;
 use crate::gpu::Gpu;
-use crate::bench::probe::{sample, Budget, Probed};
 
 fn text(e: anyhow::Error) -> String {
     format!("{e:#}")

@@ -57,4 +57,3 @@ pub struct Calibration {
 
 /// A stage's order: the simulator's ops for it.
 pub type OpOrder = Vec<Op>;
-

@@ -4,8 +4,8 @@
 use anyhow::{anyhow, Result};
 
 use super::exec::{self, Comm, StageTimes};
-use super::shape::Shape;
 use super::plan::{Calibration, Case, OpOrder};
+use super::shape::Shape;
 use crate::sim::{evaluate, CommModel, Executed, Layout, Op, OpKind, Run, Scenario};
 use crate::stats::Summary;
 

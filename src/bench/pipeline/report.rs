@@ -5,11 +5,11 @@
 use anyhow::{anyhow, bail, Result};
 
 use super::exec::StageTimes;
+use super::plan::{Case, PipelinePlan, GRAD_TOLERANCE};
 use super::predict::{
     measured_scenario, peak_in_flight, predicting_scenario, Basis, Measured, PlannedCase,
 };
 use super::table::{PipelineFigures, PipelineParams, PipelineTable, TimelineRow, TimelineTable};
-use super::plan::{Case, PipelinePlan, GRAD_TOLERANCE};
 use std::collections::BTreeMap;
 
 use crate::cluster::world::World;

@@ -126,7 +126,10 @@ impl CsvTable for TimelineTable {
         if p.microbatch >= super::plan::MAX_MICROBATCHES {
             return Err((
                 "microbatch",
-                format!("microbatches are 0 to {}", super::plan::MAX_MICROBATCHES - 1),
+                format!(
+                    "microbatches are 0 to {}",
+                    super::plan::MAX_MICROBATCHES - 1
+                ),
             ));
         }
         if !(p.end_ms >= p.start_ms && p.queue_end_ms >= p.end_ms) {

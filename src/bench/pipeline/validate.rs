@@ -1,7 +1,8 @@
 //! The checks of a pipeline plan before any rank starts: sizes, counts, cases and links.
 
 use super::plan::{
-    PipelinePlan, MAX_CASES, MAX_MICROBATCHES, MAX_ELEMENTS, MAX_LAYERS, MAX_STAGE_BYTES, MAX_WARMUP,
+    PipelinePlan, MAX_CASES, MAX_ELEMENTS, MAX_LAYERS, MAX_MICROBATCHES, MAX_STAGE_BYTES,
+    MAX_WARMUP,
 };
 use super::shape;
 use crate::sim::{evaluate, CommModel, Layout, Scenario, Schedule};

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::scenario::{MemLimit, OneOrMany, SimConfig};
 use super::tail::{self, TailPlan};
-use crate::sim::model::{MAX_MS};
+use crate::sim::model::MAX_MS;
 use crate::sim::{default_mem_limit, CommModel, Run, Scenario, Schedule, DEFAULT_SCHEDULES};
 
 /// One scenario to simulate, with a label for the `case` column.

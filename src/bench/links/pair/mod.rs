@@ -12,7 +12,6 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-
 use super::tail::{Tail, TestClock};
 use crate::transport::tcp_info;
 use crate::transport::TransportKind;
@@ -22,11 +21,14 @@ mod rdma;
 mod stream;
 mod wire;
 
-use wire::{check_stamp, chunk, configure, enough, header, io_err, max_batch, missing, protocol, stamp, summary, PairError, ACK, HELLO, NO_INFO, OP_BOTH, OP_END, OP_INFO, OP_PING, OP_SINK, OP_SOURCE};
 use stream::{both_ways, read_messages, tcp_stream, write_messages};
+use wire::{
+    check_stamp, chunk, configure, enough, header, io_err, max_batch, missing, protocol, stamp,
+    summary, PairError, ACK, HELLO, NO_INFO, OP_BOTH, OP_END, OP_INFO, OP_PING, OP_SINK, OP_SOURCE,
+};
 
-pub use plan::{Measured, PairPlan, MAX_BYTES, MIN_SAMPLES};
 use plan::MAX_COUNT;
+pub use plan::{Measured, PairPlan, MAX_BYTES, MIN_SAMPLES};
 
 /// The driver's side of the pair: `me` connects to `peer` and measures everything in `plan`.
 /// Returns what it measured; the server may measure RDMA's reverse direction itself.

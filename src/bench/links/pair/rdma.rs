@@ -5,11 +5,11 @@ use std::net::TcpStream;
 
 use super::super::tail::Tail;
 use super::plan::{Measured, PairPlan};
-use crate::transport::TransportKind;
 use super::wire::{summary, PairError};
 use crate::transport::rdma::oob::{OobChannel, Params, Purpose};
 use crate::transport::rdma::perf::{self, Role, Session, TEST_BW, TEST_LAT};
 use crate::transport::rdma::{client_hello, server_hello, DeviceChoice, Link};
+use crate::transport::TransportKind;
 
 /// perftest's defaults: 64 writes in flight, 220 B inline at most.
 const WINDOW: u32 = 64;

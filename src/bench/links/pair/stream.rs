@@ -6,7 +6,10 @@ use std::time::Instant;
 
 use super::super::tail::{Tail, TestClock};
 use super::plan::PairPlan;
-use super::wire::{check_stamp, enough, first_batch, header, io_err, missing, protocol, sized_batch, stamp, PairError, ACK, BATCH_BYTES, OP_BOTH, OP_SINK, OP_SOURCE};
+use super::wire::{
+    check_stamp, enough, first_batch, header, io_err, missing, protocol, sized_batch, stamp,
+    PairError, ACK, BATCH_BYTES, OP_BOTH, OP_SINK, OP_SOURCE,
+};
 
 /// Writes `count` stamped messages of `n` bytes.
 /// The largest single write: a large message goes out in writes of this size (iperf3's

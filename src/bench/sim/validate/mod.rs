@@ -17,7 +17,6 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-
 pub use case::{error_added, errors, spread, Case, Input, BENCH};
 pub use file::read;
 pub use report::ValidateBench;
