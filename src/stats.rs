@@ -26,6 +26,14 @@ pub struct Summary {
     pub ci95_hi: f64,
 }
 
+/// n, mean and sample standard deviation of one row's samples.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Moments {
+    pub n: usize,
+    pub mean: f64,
+    pub stddev: f64,
+}
+
 /// Type-7 percentile of already sorted samples; `p` in [0, 1].
 pub fn percentile_sorted(sorted: &[f64], p: f64) -> f64 {
     assert!(!sorted.is_empty(), "percentile of no samples");

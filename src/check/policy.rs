@@ -159,7 +159,7 @@ impl Policy {
                 e.message()
             )
         })?;
-        let benches: Vec<&'static str> = super::figures::CHECKED.iter().map(|c| c.0).collect();
+        let benches: Vec<&'static str> = super::figures::checked().iter().map(|c| c.0).collect();
         let figure_benches = file
             .figure
             .keys()

@@ -8,14 +8,7 @@ use rand::{Rng, SeedableRng};
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
 use crate::stats::percentile_sorted;
-
-/// n, mean and sample standard deviation of one row's samples.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Moments {
-    pub n: usize,
-    pub mean: f64,
-    pub stddev: f64,
-}
+pub use crate::stats::Moments;
 
 fn normal() -> Normal {
     Normal::new(0.0, 1.0).expect("the standard normal")

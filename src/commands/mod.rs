@@ -242,7 +242,7 @@ pub(crate) fn after_run(dir: &std::path::Path, g: &crate::cli::GlobalArgs) -> an
 fn warn_noisy(dir: &std::path::Path, quiet: bool) {
     use crate::noise::NOISY_CV;
     use crate::report::document::noisy_rows;
-    let Ok(run) = crate::report::plot::Loaded::load(dir) else {
+    let Ok(run) = crate::report::catalog::load(dir) else {
         return;
     };
     let noisy = noisy_rows(&run);

@@ -6,12 +6,13 @@ pub mod meta;
 pub mod metrics;
 pub mod run_dir;
 pub mod table_spec;
+pub mod view;
 
 pub use self::csv::{
     read_optional, read_table, CsvSink, CsvTable, DataError, Line, SCHEMA_VERSION,
 };
 pub use self::run_dir::RunDir;
-pub use self::table_spec::{AnyRows, TableSpec};
+pub use self::table_spec::{AnyRows, Charts, TableSpec};
 
 /// The most bytes of meta.json that are read back.
 pub const MAX_META_BYTES: u64 = 16 << 20;

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::plot::{Loaded, PlotOutcome};
+use super::catalog;
+use super::plot::PlotOutcome;
 use super::tables::headlines;
 use crate::bench::hol::HolTable;
 use crate::bench::kernels::KernelsTable;
@@ -15,6 +16,8 @@ use crate::bench::rdma::RdmaTable;
 use crate::check::CheckTable;
 use crate::noise::NOISY_CV;
 use crate::record::label::RunLabel;
+use crate::record::view::headline::Headline;
+use crate::record::view::loaded::Loaded;
 use crate::record::Line;
 use crate::verdict::Verdict;
 
@@ -29,7 +32,7 @@ fn html_escape(s: &str) -> String {
 struct Page<'a> {
     dir: &'a Path,
     run: Loaded,
-    heads: Vec<super::headlines::Headline>,
+    heads: Vec<Headline>,
     /// The run's data files that exist.
     csvs: Vec<String>,
     /// The check's summary and its FAIL and WARN rows.
@@ -47,7 +50,7 @@ impl Page<'_> {
 
 /// Writes report.md and report.html into the run folder.
 pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
-    let run = Loaded::load(dir)?;
+    let run = catalog::load(dir)?;
     let check = run.table::<CheckTable>().map(|c| {
         let flagged: Vec<Vec<String>> = c
             .iter()
@@ -237,7 +240,7 @@ fn html(p: &Page) -> Result<String> {
 /// A run's label, its first headline with a value, and why its tables did not load (if so):
 /// what `runs` lists, as a table or as JSON.
 fn first_headline(dir: &Path) -> (RunLabel, Option<String>, Option<String>) {
-    match Loaded::load(dir) {
+    match catalog::load(dir) {
         Ok(run) => {
             let first = headlines(&run)
                 .into_iter()

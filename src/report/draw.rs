@@ -5,14 +5,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use super::catalog;
 use super::plot::charts::{render, Format, MAX_ELEMENTS};
-use super::plot::{Figure, Loaded, PlotOutcome};
-use super::tables::Charts;
+use super::plot::{Figure, PlotOutcome};
+use crate::record::Charts;
 
 pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotOutcome> {
-    let mut runs = vec![Loaded::load(dir)?];
+    let mut runs = vec![catalog::load(dir)?];
     for other in compare {
-        runs.push(Loaded::load(other)?);
+        runs.push(catalog::load(other)?);
     }
     let dirs = std::iter::once(dir).chain(compare.iter().map(PathBuf::as_path));
     let warnings: Vec<String> = runs

@@ -7,7 +7,6 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
 
-use super::plot::Loaded;
 use super::tables::headlines;
 use crate::record::metrics::{slug, GpuLabels, MetricFigure, Textfile};
 
@@ -27,7 +26,7 @@ pub fn unit_name(unit: &str) -> String {
 
 /// The run in `dir`'s headlines with a value.
 pub fn run_textfile(dir: &Path, took: Duration) -> Result<Textfile> {
-    let run = Loaded::load(dir)?;
+    let run = super::catalog::load(dir)?;
     let label = &run.label;
     let here = crate::host::HostInfo::probe().hostname;
     let hostname = label.host.clone().unwrap_or(here);

@@ -4,7 +4,6 @@
 pub mod catalog;
 pub mod document;
 pub mod draw;
-pub mod headlines;
 pub mod metrics;
 pub mod plot;
 pub mod ratios;

@@ -9,14 +9,13 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::headlines::Headline;
-use super::plot::Loaded;
 use super::tables::headlines;
 use crate::bench::hol::HolTable;
 use crate::bench::kernels::KernelsTable;
 use crate::bench::rdma::RdmaTable;
 use crate::bench::sim::SimTable;
 use crate::record::label::RunLabel;
+use crate::record::view::headline::Headline;
 
 /// Bumped whenever a field of summary.json is added, removed or renamed.
 pub const SUMMARY_SCHEMA_VERSION: u32 = 2;
@@ -57,7 +56,7 @@ pub struct Figure {
 
 /// Builds the summary of the run in `dir` from its meta.json and tables.
 pub fn summarize(dir: &Path) -> RunSummary {
-    let (label, heads, benches, tables_error) = match Loaded::load(dir) {
+    let (label, heads, benches, tables_error) = match super::catalog::load(dir) {
         Ok(run) => {
             let mut benches: BTreeMap<&'static str, BenchSummary> = BTreeMap::new();
             for (bench, rows) in [

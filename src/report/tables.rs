@@ -1,70 +1,14 @@
-//! What each reader does with a result table: `plot` draws its charts, the report shows its
-//! headlines. The tables themselves come from the benches' descriptors
-//! ([`crate::report::catalog`]); a table with nothing here is still loaded, listed and
-//! documented. A table `check` compares is one line in [`crate::check::figures::CHECKED`].
+//! The result tables as the report walks them: their headlines, gathered for a run, and the
+//! CSV columns page generated from them. Each table, with its headlines, charts and check
+//! figures, comes from its bench's descriptor ([`crate::report::catalog`]).
 
-use anyhow::Result;
-
+use crate::record::view::headline::Headline;
+use crate::record::view::loaded::Loaded;
 use crate::record::TableSpec;
-use crate::report::headlines::{self as hl, Headline};
-use crate::report::plot::{self, Loaded, Named};
-
-/// Charts of one table: over every run compared (with the figures' title), or of one run.
-pub enum Charts {
-    Compared(fn(&[Loaded], &str) -> Result<Vec<Named>>),
-    OfFirst(fn(&Loaded) -> Vec<Named>),
-}
-
-/// A table's headlines, added to the run's.
-pub type HeadlinesOf = fn(&Loaded, &mut Vec<Headline>);
-
-/// One result table and what each reader does with it.
-pub struct Table {
-    pub spec: TableSpec,
-    pub headlines: Option<HeadlinesOf>,
-    pub charts: Option<Charts>,
-}
-
-impl std::ops::Deref for Table {
-    type Target = TableSpec;
-    fn deref(&self) -> &TableSpec {
-        &self.spec
-    }
-}
-
-/// The headlines and charts of the tables that have them, by table name.
-fn views(name: &str) -> (Option<HeadlinesOf>, Option<Charts>) {
-    use Charts::{Compared, OfFirst};
-    match name {
-        "peak" => (Some(hl::peak), None),
-        "kernels" => (
-            Some(hl::kernels),
-            Some(Compared(plot::kernel_and_roofline_charts)),
-        ),
-        "d2h" => (Some(hl::d2h), Some(Compared(plot::d2h_charts))),
-        "hol" => (Some(hl::hol), Some(Compared(plot::hol_charts))),
-        "rdma" => (Some(hl::rdma), Some(Compared(plot::rdma_charts))),
-        "sim" => (Some(hl::sim), Some(Compared(plot::sim_charts))),
-        "links" => (Some(hl::links), Some(OfFirst(plot::links_charts))),
-        "pipeline" => (Some(hl::pipeline), Some(OfFirst(plot::pipeline_charts))),
-        "fleet" => (Some(hl::fleet), Some(OfFirst(plot::fleet_charts))),
-        _ => (None, None),
-    }
-}
 
 /// Every result table, in the order the report lists them and draws their figures.
-pub fn tables() -> Vec<Table> {
+pub fn tables() -> Vec<TableSpec> {
     crate::report::catalog::specs()
-        .into_iter()
-        .map(|spec| {
-            let (headlines, charts) = views(spec.name);
-            Table {
-                spec,
-                headlines,
-                charts,
-            }
-        })
-        .collect()
 }
 
 /// The run's headlines, bench by bench.
@@ -166,11 +110,28 @@ mod tests {
     }
 
     #[test]
-    fn every_table_check_compares_is_registered() {
-        let names: Vec<&str> = tables().iter().map(|t| t.name).collect();
-        for (checked, _) in crate::check::figures::CHECKED {
-            assert!(names.contains(checked), "{checked} missing from {names:?}");
-        }
+    fn check_compares_the_measured_tables_and_the_report_has_their_views() {
+        // Each comes from its bench's descriptor: a descriptor that lost one is caught here.
+        let checked: Vec<&str> = crate::check::figures::checked()
+            .iter()
+            .map(|c| c.0)
+            .collect();
+        let measured = ["peak", "kernels", "d2h", "hol", "rdma", "links", "nodes"];
+        assert_eq!(checked, measured);
+        let with = |f: fn(&TableSpec) -> bool| -> Vec<&str> {
+            tables().iter().filter(|t| f(t)).map(|t| t.name).collect()
+        };
+        let headlined = [
+            "peak", "kernels", "d2h", "hol", "rdma", "sim", "links", "pipeline",
+        ];
+        assert_eq!(
+            with(|t| t.headlines.is_some()),
+            [&headlined[..], &["fleet"]].concat()
+        );
+        let charted = [
+            "kernels", "d2h", "hol", "rdma", "sim", "links", "pipeline", "fleet",
+        ];
+        assert_eq!(with(|t| t.charts.is_some()), charted);
     }
 
     #[test]

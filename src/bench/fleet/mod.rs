@@ -7,6 +7,7 @@
 //! answer is a FAIL with why; the others' rows are written all the same.
 
 pub mod baseline;
+mod charts;
 pub mod checks;
 pub mod cost;
 mod gate;
@@ -23,6 +24,7 @@ pub mod rank;
 mod report;
 pub mod table;
 pub mod verdict;
+mod views;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -386,7 +388,6 @@ fn plan(ranks: &[RankOutcome], tests: impl Fn(&RankOutcome) -> Vec<TestSpec>) ->
     steps
 }
 
-
 /// The `fleet` bench, for the registry (a multi-rank command of its own).
 pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descriptor::Descriptor {
     name: "fleet",
@@ -394,7 +395,9 @@ pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descr
     command: None,
     tables: || {
         vec![
-            crate::record::TableSpec::of::<table::FleetTable>(),
+            crate::record::TableSpec::of::<table::FleetTable>()
+                .headlines(views::headlines)
+                .charts(crate::record::Charts::OfFirst(charts::fleet_charts)),
             crate::record::TableSpec::of::<cost::KeepCostTable>(),
         ]
     },

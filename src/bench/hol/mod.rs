@@ -18,11 +18,14 @@ mod offload;
 mod plan;
 mod rows;
 mod stream;
+mod views;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 
 pub use args::HolArgs;
-pub use plan::{check_delay, BENCH, parse_delay_trace, Delays, HolConfig, HolPlan, Mode, MAX_DELAY_MS};
+pub use plan::{
+    check_delay, parse_delay_trace, Delays, HolConfig, HolPlan, Mode, BENCH, MAX_DELAY_MS,
+};
 pub use rows::{HolFigures, HolParams, HolTable};
 
 use crate::bench::descriptor::{command, from_toml, Descriptor};
@@ -35,7 +38,6 @@ use crate::transport::wire::checksum;
 use offload::{run_rep, Ctx};
 use rows::{Aggregate, Baseline};
 
-
 /// The `hol` bench, for the registry.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
@@ -44,7 +46,12 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         "Head-of-line blocking: compute stalled behind transfers, inline vs offloaded; writes hol.csv",
         "Examples:\n  morphbench hol                                  # none, inline, offload at 0 and 20 ms\n  morphbench hol --delay-ms 0,5,20,60 --reps 10\n  morphbench hol --peer node2:18600 --transport rdma --device mlx5_0 --gid-index 3",
     )),
-    tables: || vec![TableSpec::of::<HolTable>().single_node()],
+    tables: || {
+        vec![TableSpec::compared::<HolTable>()
+            .single_node()
+            .headlines(views::headlines)
+            .charts(crate::record::Charts::Compared(views::hol_charts))]
+    },
 };
 
 /// Aggregates of one (mode, delay, bytes, every) point.

@@ -20,12 +20,13 @@ use crate::record::{RunDir, TableSpec};
 mod plan;
 mod sweeps;
 mod table;
+mod views;
 mod writer;
 
 pub use plan::{KernelsPlan, MAX_BYTES, MAX_FLOPS};
+use sweeps::{sweep_gemm, sweep_layernorm};
 pub use table::{KernelFigures, KernelParams, KernelsTable, BENCH};
 pub use writer::PointResult;
-use sweeps::{sweep_gemm, sweep_layernorm};
 use writer::Writer;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -74,10 +75,12 @@ impl BenchConfig for KernelsConfig {
         check_iters("kernels.iters", plan.iters)?;
         super::shared::check_warmup("kernels.warmup", plan.warmup)?;
         if plan.gemm.is_empty() && plan.layernorm.is_empty() {
-            return Err("nothing to run: give GEMM sizes (--gemm MxNxK[,...], or gemm = \
+            return Err(
+                "nothing to run: give GEMM sizes (--gemm MxNxK[,...], or gemm = \
                         [\"MxNxK\", ...] in [kernels]) and/or layernorm sizes (--layernorm \
                         ROWSxHIDDEN[,...], or layernorm = [...])"
-                .into());
+                    .into(),
+            );
         }
         plan.check_cost()?;
         Ok(plan)
@@ -126,7 +129,12 @@ impl BenchArgs for KernelsArgs {
     fn config(&self) -> Result<KernelsConfig, String> {
         Ok(KernelsConfig {
             gemm: self.gemm.concat().iter().map(|g| g.to_string()).collect(),
-            layernorm: self.layernorm.concat().iter().map(|l| l.to_string()).collect(),
+            layernorm: self
+                .layernorm
+                .concat()
+                .iter()
+                .map(|l| l.to_string())
+                .collect(),
             iters: Some(self.iters),
             warmup: Some(self.warmup),
             gemm_variant: self.variants.variant.clone(),
@@ -148,7 +156,12 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         "Sweep GEMM and layernorm kernels (verified, then timed) and write kernels.csv",
         "Examples:\n  morphbench kernels --gemm 512x512x512,1024x1024x1024 --layernorm 4096x1024\n  morphbench kernels --gemm 256x256x256 --variant tiled64 --iters 50\n  morphbench kernels --gemm 2048x2048x2048 --reselect      # probe the variants again",
     )),
-    tables: || vec![TableSpec::of::<KernelsTable>().single_node()],
+    tables: || {
+        vec![TableSpec::compared::<KernelsTable>()
+            .single_node()
+            .headlines(views::headlines)
+            .charts(crate::record::Charts::Compared(views::kernel_and_roofline_charts))]
+    },
 };
 
 impl crate::suite::Bench for KernelsPlan {
@@ -215,4 +228,3 @@ pub fn run(
     }
     Ok((w.results, selections))
 }
-

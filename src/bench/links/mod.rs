@@ -4,17 +4,19 @@
 //! rounds and writes links.csv and nodes.csv; the other ranks measure and report to it.
 
 pub mod blame;
+mod charts;
 mod console;
 mod context;
 mod fingerprint;
-pub mod options;
 pub mod flag;
 pub mod nodes;
+pub mod options;
 pub mod outcome;
 pub mod pair;
 pub mod pattern;
 pub mod tables;
 pub mod tail;
+mod views;
 pub mod words;
 
 use std::collections::BTreeMap;
@@ -545,8 +547,10 @@ pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descr
     command: None,
     tables: || {
         vec![
-            crate::record::TableSpec::of::<tables::LinksTable>(),
-            crate::record::TableSpec::of::<tables::NodesTable>(),
+            crate::record::TableSpec::compared::<tables::LinksTable>()
+                .headlines(views::headlines)
+                .charts(crate::record::Charts::OfFirst(charts::links_charts)),
+            crate::record::TableSpec::compared::<tables::NodesTable>(),
         ]
     },
 };

@@ -16,11 +16,12 @@ use crate::record::{RunDir, TableSpec};
 
 mod bandwidth;
 mod fma;
-mod shader;
 mod overheads;
 mod plan;
 pub mod probe;
+mod shader;
 mod table;
+mod views;
 
 use bandwidth::bandwidth;
 use fma::fma;
@@ -31,7 +32,6 @@ pub use plan::PeakPlan;
 pub use table::{
     copy_ceiling_row, fma_ceiling_row, Ceilings, PeakFigures, PeakParams, PeakTable, BENCH,
 };
-
 
 // The peak kernels share one body; the part in front says which multiply-add they measure.
 /// `[peak]` in a suite config.
@@ -101,7 +101,11 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
          rate, timestamp tick; writes peak.csv",
         "Examples:\n  morphbench peak                                 # 256 MiB buffers (or the device's binding limit)\n  morphbench peak --iters 20 --bytes 1G",
     )),
-    tables: || vec![TableSpec::of::<PeakTable>().single_node()],
+    tables: || {
+        vec![TableSpec::compared::<PeakTable>()
+            .single_node()
+            .headlines(views::headlines)]
+    },
 };
 
 impl crate::suite::Bench for PeakPlan {
@@ -160,4 +164,3 @@ pub fn quick_ceilings(gpu: &Gpu) -> Result<Ceilings> {
         copy_gbps: bandwidth(gpu, &plan, &mut rows)?,
     })
 }
-

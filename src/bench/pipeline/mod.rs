@@ -18,6 +18,7 @@ pub mod shape;
 pub mod stage;
 pub mod table;
 mod validate;
+mod views;
 mod wiring;
 
 use std::path::PathBuf;
@@ -508,7 +509,9 @@ pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descr
     command: None,
     tables: || {
         vec![
-            crate::record::TableSpec::of::<table::PipelineTable>(),
+            crate::record::TableSpec::of::<table::PipelineTable>()
+                .headlines(views::headlines)
+                .charts(crate::record::Charts::OfFirst(views::pipeline_charts)),
             crate::record::TableSpec::of::<table::TimelineTable>(),
         ]
     },

@@ -11,15 +11,14 @@ mod scenario;
 pub mod tables;
 pub mod tail;
 pub mod validate;
+mod views;
 
 pub use calibrate::{calibrate_from, Calibration};
 pub use plan::{Case, Outcome, SimPlan, MAX_CASES, MAX_SIM_OPS, TAIL_ITERATIONS};
-pub use tail::TailPlan;
 pub use runner::{export_torch, print_timelines, run, throughput_bench, write_trace};
 pub use scenario::{MemLimit, Occupy, OneOrMany, SimConfig, SlowLink, SweepLink};
-pub use tables::{
-    total_delay, SimBenchTable, SimTable, TimelineTable, BENCH,
-};
+pub use tables::{total_delay, SimBenchTable, SimTable, TimelineTable, BENCH};
+pub use tail::TailPlan;
 
 use crate::output::Progress;
 use crate::record::RunDir;
@@ -32,7 +31,10 @@ pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descr
     tables: || {
         use crate::record::TableSpec;
         vec![
-            TableSpec::of::<SimTable>().single_node(),
+            TableSpec::of::<SimTable>()
+                .single_node()
+                .headlines(views::headlines)
+                .charts(crate::record::Charts::Compared(views::sim_charts)),
             TableSpec::of::<TimelineTable>(),
             TableSpec::of::<SimBenchTable>(),
             TableSpec::of::<tail::SimTailTable>(),

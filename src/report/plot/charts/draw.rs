@@ -6,7 +6,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::axes::{category, color, fmt_tick, range, tx, DrawResult, Ticked, WIDTH};
-use super::model::{Gantt, LineChart, StackedBars};
+use crate::record::view::chart::{Gantt, LineChart, StackedBars};
 
 pub(super) fn draw_lines<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,

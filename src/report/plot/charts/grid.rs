@@ -13,7 +13,7 @@ use super::key::{
     draw_key, framed, ink_on, mark_color, name_style, ratio_color, step_for, text_width, thin,
     Swatch, NAME_FONT,
 };
-use super::model::{Heatmap, Mark};
+use crate::record::view::chart::{Heatmap, Mark};
 
 fn name_lines(name: &str) -> Vec<&str> {
     match name.split_once(' ') {

@@ -8,7 +8,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::axes::DrawResult;
-use super::model::Mark;
+use crate::record::view::chart::Mark;
 use crate::verdict::Verdict;
 
 pub(super) const KEY_WIDTH: i32 = 230;

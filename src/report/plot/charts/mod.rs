@@ -14,14 +14,11 @@ mod axes;
 mod draw;
 mod grid;
 mod key;
-mod model;
+mod size;
 mod strip;
 
+pub use crate::record::view::chart::{Chart, MAX_ELEMENTS};
 pub use axes::color;
-pub use model::{
-    Cell, Chart, Gantt, Heatmap, LineChart, Mark, Series, Span, StackedBars, Strip, MAX_ELEMENTS,
-    STRIP_NAMED,
-};
 
 use axes::DrawResult;
 use draw::{draw_bars, draw_gantt, draw_lines};
@@ -81,11 +78,11 @@ pub fn render(chart: &Chart, dir: &Path, name: &str, format: Format) -> Result<V
         let path = dir.join(format!("{name}.{ext}"));
         let result = match *ext {
             "png" => draw(
-                BitMapBackend::new(&path, chart.size()).into_drawing_area(),
+                BitMapBackend::new(&path, size::size_of(chart)).into_drawing_area(),
                 chart,
             ),
             _ => draw(
-                SVGBackend::new(&path, chart.size()).into_drawing_area(),
+                SVGBackend::new(&path, size::size_of(chart)).into_drawing_area(),
                 chart,
             ),
         };

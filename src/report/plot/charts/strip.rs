@@ -15,7 +15,7 @@ use super::key::{
     draw_key, framed, mark_color, mark_word, name_style, place_labels, step_for, text_width, thin,
     Swatch, Wanted, NAME_FONT,
 };
-use super::model::{Mark, Strip, STRIP_NAMED};
+use crate::record::view::chart::{Mark, Strip, STRIP_NAMED};
 
 const MAX_POINT_NAMES: usize = 40;
 

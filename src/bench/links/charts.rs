@@ -5,11 +5,11 @@
 //! strip per transport of each node's links (their spread and median), slowest nodes first,
 //! the blamed nodes named.
 
-use super::charts::{self, Chart};
-use super::parts::{named, Loaded, Named};
-use crate::bench::links::blame::slow_nodes;
-use crate::bench::links::flag::SLOW_THRESHOLD;
-use crate::bench::links::tables::{link_verdicts, matrix_rows, LinksTable};
+use super::blame::slow_nodes;
+use super::flag::SLOW_THRESHOLD;
+use super::tables::{link_verdicts, matrix_rows, LinksTable};
+use crate::record::view::chart::{self as charts, named, Chart, Named};
+use crate::record::view::loaded::Loaded;
 use crate::record::Line;
 use charts::{Cell, Heatmap, Mark, Strip};
 
@@ -68,7 +68,7 @@ fn stalled(l: &Line<LinksTable>) -> bool {
     flagged(l) && l.figures.why.as_deref().is_some_and(|w| w.contains("tail"))
 }
 
-pub(crate) fn links_charts(run: &Loaded) -> Vec<Named> {
+pub fn links_charts(run: &Loaded) -> Vec<Named> {
     let Some(all) = run.table::<LinksTable>() else {
         return Vec::new();
     };

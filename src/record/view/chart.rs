@@ -1,7 +1,7 @@
-//! What a chart shows, as data: lines, stacked bars, a Gantt, a heatmap, a strip; drawn by
-//! the modules beside it.
+//! What a chart shows, as data: lines, stacked bars, a Gantt, a heatmap, a strip. A bench
+//! makes its charts from its rows; `report` draws them (`report::plot::charts`).
 
-use super::axes::{HEIGHT, WIDTH};
+use super::loaded::Loaded;
 use crate::verdict::Verdict;
 
 #[derive(Debug, Clone, Default)]
@@ -173,23 +173,36 @@ impl Chart {
             Chart::Strip(c) => c.points.len() + c.expected.len() + c.categories.len(),
         }
     }
+}
 
-    /// The picture's size in pixels: a matrix or strip grows with its rows and names, so its
-    /// labels keep a readable size (up to a bound: past it they are thinned).
-    pub(super) fn size(&self) -> (u32, u32) {
-        match self {
-            Chart::Heatmap(h) => {
-                let (r, c) = (h.rows.len() as u32, h.cols.len() as u32);
-                (
-                    (420 + 16 * c).clamp(WIDTH, 1600),
-                    (220 + 16 * r).clamp(HEIGHT, 1400),
-                )
-            }
-            Chart::Strip(s) => (
-                (WIDTH + 240).max(440 + 8 * s.categories.len().min(STRIP_NAMED) as u32),
-                HEIGHT,
-            ),
-            _ => (WIDTH, HEIGHT),
-        }
+/// A chart with its file name and what it shows.
+pub type Named = (String, String, Chart);
+
+pub fn named(name: &str, about: &str, chart: Chart) -> Named {
+    (name.to_string(), about.to_string(), chart)
+}
+
+/// Adds a line chart to `out` when it has any series.
+pub fn push_lines(out: &mut Vec<Named>, name: &str, about: &str, chart: LineChart) {
+    if !chart.series.is_empty() {
+        out.push(named(name, about, Chart::Lines(chart)));
     }
+}
+
+pub type Points = Vec<(f64, f64)>;
+/// (stage, start, end, kind, microbatch) of one simulated op.
+pub type TimelineOp = (usize, f64, f64, usize, usize);
+pub type Band = Vec<(f64, f64, f64)>;
+
+pub fn label(runs: &[Loaded], run: &Loaded, what: &str) -> String {
+    if runs.len() > 1 {
+        format!("{} — {what}", run.label.short())
+    } else {
+        what.to_string()
+    }
+}
+
+pub fn sorted(mut v: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v
 }

@@ -1,17 +1,44 @@
-//! Charts of pipelines: the simulator's sweeps and timelines, the measured pipeline.
+//! What readers take from the simulator's tables: its headline (adaptive against 1F1B at the
+//! most delayed case) and its charts (each schedule against the delay; Gantt charts of the
+//! timelines). Predictions, not measurements: `check` does not compare them.
 
 use std::collections::BTreeMap;
 
 use anyhow::Result;
 
-use super::charts::{self, Chart, Gantt, LineChart, Series};
-use super::parts::{label, named, push_lines, sorted, Loaded, Named, TimelineOp};
-use crate::bench::pipeline::table::TimelineTable as PipelineTimelineTable;
-use crate::bench::sim::total_delay;
-use crate::bench::sim::SimTable;
-use crate::bench::sim::TimelineTable as SimTimelineTable;
+use super::tables::{total_delay, SimTable, TimelineTable as SimTimelineTable};
+use crate::record::view::chart::{
+    label, push_lines, sorted, Chart, Gantt, LineChart, Named, Series, Span, TimelineOp,
+};
+use crate::record::view::headline::{source, Headline};
+use crate::record::view::loaded::Loaded;
 
-pub(crate) fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
+pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = run.table::<SimTable>() else {
+        return;
+    };
+    let most_delayed = t
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.params.schedule == "adaptive")
+        .max_by(|a, b| total_delay(&a.1.params.slow).total_cmp(&total_delay(&b.1.params.slow)));
+    if let Some((i, r)) = most_delayed {
+        let x = r.figures.speedup_vs_1f1b;
+        out.push(Headline {
+            bench: "sim",
+            what: format!(
+                "Adaptive schedule against 1F1B (simulated), {}",
+                r.lead.case
+            ),
+            value: Some(x),
+            unit: "x",
+            text: format!("{x:.2}x the speed of 1F1B"),
+            source: source("sim.csv", i),
+        });
+    }
+}
+
+pub fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let chart = |what: &str, y: &str| {
         LineChart::new(
             format!("{what} against straggler delay — {title}"),
@@ -125,7 +152,7 @@ fn sim_gantts(runs: &[Loaded], title: &str, out: &mut Vec<Named>) {
         if let Some(case) = case {
             for (i, (sched, ops)) in cases[&case].iter().enumerate() {
                 let stages = ops.iter().map(|o| o.0).max().unwrap_or(0) + 1;
-                let mut rows: Vec<(String, Vec<charts::Span>)> = (0..stages)
+                let mut rows: Vec<(String, Vec<Span>)> = (0..stages)
                     .map(|s| (format!("stage {s}"), Vec::new()))
                     .collect();
                 for &(s, a, b, k, mb) in ops {
@@ -159,7 +186,7 @@ fn sim_gantts(runs: &[Loaded], title: &str, out: &mut Vec<Named>) {
 /// Where injected delays sit: for each op whose output crosses a slow link (F down from stage
 /// i, B up from stage i + 1), the delay after it ends, as (y between the two stages' rows,
 /// start, end) in the Gantt's reversed rows (stage 0 on top).
-pub(super) fn delay_windows(
+pub fn delay_windows(
     ops: &[TimelineOp],
     slow: &BTreeMap<usize, f64>,
     stages: usize,
@@ -176,59 +203,6 @@ pub(super) fn delay_windows(
             let y = stages as f64 - 1.5 - link as f64;
             out.push((y, end, end + d));
         }
-    }
-    out
-}
-
-/// Draws every figure the run (and the compared runs) has data for into `RUN/plots/`.
-/// One Gantt chart per pipeline case: the measured stages above, the simulator's prediction
-/// for the same orders on the measured times below (copy out and inline sends shaded).
-pub(crate) fn pipeline_charts(run: &Loaded) -> Vec<Named> {
-    let Some(rows) = run.table::<PipelineTimelineTable>() else {
-        return Vec::new();
-    };
-    let mut cases: Vec<&str> = rows.iter().map(|l| l.lead.case.as_str()).collect();
-    cases.dedup();
-    let mut out = Vec::new();
-    for case in cases {
-        let mine: Vec<_> = rows.iter().filter(|l| l.lead.case == case).collect();
-        let mut gantt_rows = Vec::new();
-        for lane in ["measured", "predicted"] {
-            let stages = mine
-                .iter()
-                .filter(|l| l.params.lane == lane)
-                .map(|l| l.params.stage + 1)
-                .max()
-                .unwrap_or(0);
-            for s in 0..stages {
-                let spans: Vec<charts::Span> = mine
-                    .iter()
-                    .filter(|l| l.params.lane == lane && l.params.stage == s)
-                    .flat_map(|l| {
-                        let p = &l.params;
-                        let kind = p.kind.index();
-                        let mb = p.microbatch as usize;
-                        let mut v = vec![(p.start_ms, p.end_ms, kind, mb)];
-                        if p.queue_end_ms > p.end_ms + 1e-6 {
-                            v.push((p.end_ms, p.queue_end_ms, 3, mb));
-                        }
-                        v
-                    })
-                    .collect();
-                gantt_rows.push((format!("{lane} s{s}"), spans));
-            }
-        }
-        out.push(named(
-            &format!("pipeline_gantt_{case}"),
-            &format!("pipeline {case}: each stage's ops as measured (top) and as the simulator predicts them from the measured op and link times (bottom)"),
-            Chart::Gantt(Gantt {
-                title: format!("{case}: measured vs predicted — {}", run.label.host_name()),
-                x_label: "ms from the iteration's start".into(),
-                kinds: vec!["F".into(), "B".into(), "W".into(), "copy out / send on the queue".into()],
-                rows: gantt_rows,
-                delays: Vec::new(),
-            }),
-        ));
     }
     out
 }

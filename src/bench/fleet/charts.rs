@@ -7,9 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use super::charts::{self, Chart};
-use super::parts::{named, Loaded, Named};
-use crate::bench::fleet::table::FleetTable;
+use super::table::FleetTable;
+use crate::record::view::chart::{self as charts, named, Chart, Named};
+use crate::record::view::loaded::Loaded;
 use crate::record::Line;
 use crate::verdict::Verdict;
 use charts::{Cell, Heatmap, Mark, Strip, STRIP_NAMED};
@@ -249,7 +249,7 @@ fn figure_strip(
     ))
 }
 
-pub(crate) fn fleet_charts(run: &Loaded) -> Vec<Named> {
+pub fn fleet_charts(run: &Loaded) -> Vec<Named> {
     let Some(rows) = run.table::<FleetTable>() else {
         return Vec::new();
     };

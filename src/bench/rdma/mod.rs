@@ -14,7 +14,7 @@ use super::flags::{parse_iters, parse_message_sizes, parse_warmup, RdmaDeviceArg
 use crate::gpu::Gpu;
 use crate::output::Progress;
 use crate::record::csv::sig4;
-use crate::record::{CsvTable, Line, RunDir};
+use crate::record::{Line, RunDir};
 use crate::stats::Summary;
 use crate::suite::{Bench, Notes};
 use crate::transport::rdma::counters;
@@ -25,54 +25,27 @@ use crate::transport::rdma::perf::{
 use crate::transport::rdma::verbs::mtu_bytes;
 use crate::transport::rdma::{client_hello, server_hello, DeviceChoice, Link};
 
-pub const BENCH: &str = "rdma";
+mod table;
+mod views;
+
+pub use table::BENCH;
 
 /// The `rdma` bench, for the registry (its two-sided command is its own).
 pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descriptor::Descriptor {
     name: BENCH,
     from_toml: None,
     command: None,
-    tables: || vec![crate::record::TableSpec::of::<RdmaTable>().single_node()],
+    tables: || {
+        vec![crate::record::TableSpec::compared::<RdmaTable>()
+            .single_node()
+            .headlines(views::headlines)
+            .charts(crate::record::Charts::Compared(views::rdma_charts))]
+    },
 };
 /// perftest's default port.
 pub const DEFAULT_PORT: u16 = 18515;
 
-/// `rdma.csv`: one row per test (`lat`, `bw`) and size.
-pub struct RdmaTable;
-
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
-pub struct RdmaParams {
-    pub test: String,
-    pub bytes: u64,
-    pub iters: u32,
-    pub window: u32,
-    pub inline: bool,
-    pub device: String,
-    pub ib_port: u8,
-    pub gid_index: u8,
-    pub mtu: u32,
-}
-
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
-pub struct RdmaFigures {
-    /// Average bandwidth (bw rows only).
-    pub gbps: Option<f64>,
-    pub peak_gbps: Option<f64>,
-    pub msg_rate_mpps: Option<f64>,
-    pub verified: bool,
-    pub timer: String,
-    /// The client port's retransmission and sequence-error counters' increase over the
-    /// test (None where the port has no hw_counters), and each that moved.
-    pub retransmits: Option<u64>,
-    pub counters_moved: String,
-}
-
-impl CsvTable for RdmaTable {
-    const NAME: &'static str = BENCH;
-    const WITH_STATS: bool = true;
-    type Params = RdmaParams;
-    type Figures = RdmaFigures;
-}
+pub use table::{RdmaFigures, RdmaParams, RdmaTable};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RdmaPlan {

@@ -16,39 +16,14 @@ use crate::gpu::transfer::{pattern, touched, COPY_ALIGN};
 use crate::gpu::Gpu;
 use crate::output::Progress;
 use crate::record::csv::{sig4, SamplesTable};
-use crate::record::{CsvSink, CsvTable, Line, RunDir, TableSpec};
+use crate::record::{CsvSink, Line, RunDir, TableSpec};
 use crate::stats::Summary;
 use crate::units::human_bytes;
 
-pub const BENCH: &str = "d2h";
+mod table;
+mod views;
 
-/// `d2h.csv`: one row per direction, method, size and part of a transfer.
-pub struct D2hTable;
-
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct D2hParams {
-    /// `d2h`, `h2d`, or `memcpy` (the host ceiling).
-    pub direction: String,
-    pub method: String,
-    pub bytes: u64,
-    /// `gpu_copy`, `map`, `copy_out`, `copy_in`, `end_to_end`, ...
-    pub part: String,
-    pub copies: u32,
-}
-
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct D2hFigures {
-    pub gbps: f64,
-    pub timer: String,
-    pub verified: bool,
-}
-
-impl CsvTable for D2hTable {
-    const NAME: &'static str = BENCH;
-    const WITH_STATS: bool = true;
-    type Params = D2hParams;
-    type Figures = D2hFigures;
-}
+pub use table::{D2hFigures, D2hParams, D2hTable, BENCH};
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct D2hPlan {
@@ -129,7 +104,12 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         "Device-to-host and host-to-device latency and bandwidth; writes d2h.csv",
         "Examples:\n  morphbench d2h                                  # 4 B to 256 MiB, powers of two\n  morphbench d2h --sizes 4,64K,16M --iters 50",
     )),
-    tables: || vec![TableSpec::of::<D2hTable>().single_node()],
+    tables: || {
+        vec![TableSpec::compared::<D2hTable>()
+            .single_node()
+            .headlines(views::headlines)
+            .charts(crate::record::Charts::Compared(views::d2h_charts))]
+    },
 };
 
 impl Default for D2hPlan {
