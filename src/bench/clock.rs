@@ -1,7 +1,9 @@
 //! The `clock` bench: the host clock every host-timed figure stands on. What one read of it
 //! costs, the smallest step it shows, and how late a sleep wakes (the injected straggler
 //! delays of `hol` and `pipeline --slow` are sleeps). Each is checked before it is reported:
-//! reads never go back, a sleep never wakes early.
+//! reads never go back, a sleep never wakes early. Its headlines and the figures `check`
+//! compares come with its table: a node whose clocksource fell back from the TSC (to HPET or
+//! ACPI PM: a read 20 to 100 times dearer) fails against its baseline.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +16,9 @@ use super::shared::{check_iters, check_warmup};
 use crate::gpu::Gpu;
 use crate::output::Progress;
 use crate::record::csv::sig4;
+use crate::record::view::figure::{Checked, Figure};
+use crate::record::view::headline::{source, Headline};
+use crate::record::view::loaded::Loaded;
 use crate::record::{CsvSink, CsvTable, Line, RunDir, TableSpec};
 use crate::stats::Summary;
 
@@ -132,8 +137,54 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
          clock.csv",
         "Examples:\n  morphbench clock\n  morphbench clock --iters 1000 --sleep-us 100",
     )),
-    tables: || vec![TableSpec::of::<ClockTable>().single_node()],
+    tables: || {
+        vec![TableSpec::compared::<ClockTable>()
+            .single_node()
+            .headlines(headlines)]
+    },
 };
+
+/// Each metric's median: a read and a step in ns, a sleep's lateness in µs.
+fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
+    let Some(t) = run.table::<ClockTable>() else {
+        return;
+    };
+    for (i, r) in t.iter().enumerate() {
+        let (what, value, unit) = match r.params.metric.as_str() {
+            "read" => ("Host clock read (p50)".to_string(), r.figures.p50_ns, "ns"),
+            "step" => (
+                "Host clock step, smallest (p50)".into(),
+                r.figures.p50_ns,
+                "ns",
+            ),
+            _ => (
+                format!("Sleep of {} µs, lateness (p50)", r.params.requested_us),
+                r.stats().p50_us,
+                "µs",
+            ),
+        };
+        out.push(Headline {
+            bench: BENCH,
+            what,
+            value: Some(value),
+            unit,
+            text: format!("{value:.1} {unit}"),
+            source: source("clock.csv", i),
+        });
+    }
+}
+
+/// Each metric by its median time, lower better; a sleep's lateness moves with the scheduler
+/// and the machine's load, so it can warn but never fail.
+impl Checked for ClockTable {
+    fn figure(line: &Line<Self>) -> Option<Figure> {
+        let mut fig = Figure::time(line.stats());
+        if line.params.metric == "sleep" {
+            fig.caveat = Some("a sleep's lateness is the scheduler's, not the clock's".into());
+        }
+        Some(fig)
+    }
+}
 
 impl crate::suite::Bench for ClockPlan {
     fn name(&self) -> &'static str {

@@ -117,21 +117,23 @@ mod tests {
             .map(|c| c.0)
             .collect();
         let measured = ["peak", "kernels", "d2h", "hol", "rdma", "links", "nodes"];
-        assert_eq!(checked, measured);
+        assert!(measured.iter().all(|m| checked.contains(m)), "{checked:?}");
+        // Predictions are not compared.
+        assert!(!checked.iter().any(|c| c.starts_with("sim")), "{checked:?}");
         let with = |f: fn(&TableSpec) -> bool| -> Vec<&str> {
             tables().iter().filter(|t| f(t)).map(|t| t.name).collect()
         };
-        let headlined = [
-            "peak", "kernels", "d2h", "hol", "rdma", "sim", "links", "pipeline",
-        ];
-        assert_eq!(
-            with(|t| t.headlines.is_some()),
-            [&headlined[..], &["fleet"]].concat()
-        );
-        let charted = [
+        let headlined = with(|t| t.headlines.is_some());
+        let charted = with(|t| t.charts.is_some());
+        for name in [
             "kernels", "d2h", "hol", "rdma", "sim", "links", "pipeline", "fleet",
-        ];
-        assert_eq!(with(|t| t.charts.is_some()), charted);
+        ] {
+            assert!(
+                headlined.contains(&name) && charted.contains(&name),
+                "{name}"
+            );
+        }
+        assert!(headlined.contains(&"peak"), "{headlined:?}");
     }
 
     #[test]
