@@ -16,6 +16,7 @@ use crate::record::view::loaded::Loaded;
 use crate::record::Line;
 use crate::units::human_bytes;
 
+/// Its headlines (the module's header says which).
 pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
     let Some(t) = run.table::<D2hTable>() else {
         return;
@@ -64,6 +65,8 @@ pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
+/// Latency (p50, band to p99) and bandwidth against size, a line per direction, method and
+/// part, over the runs.
 pub fn d2h_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut lat = LineChart::new(
         format!("Transfer latency (p50, band to p99) — {title}"),

@@ -17,6 +17,7 @@ use crate::record::view::loaded::Loaded;
 use crate::record::Line;
 use crate::units::human_bytes;
 
+/// Its headlines (the module's header says which).
 pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
     let Some(t) = run.table::<HolTable>() else {
         return;
@@ -66,10 +67,13 @@ pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
-pub fn delay_of(s: &str) -> f64 {
+/// A delay column in ms (0 when it is not a number).
+fn delay_of(s: &str) -> f64 {
     s.parse().unwrap_or(0.0)
 }
 
+/// The stall, makespan and GPU busy fraction against the delay, each mode a series, and
+/// where an offloaded transfer's time goes.
 pub fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mk = |t: &str, y: &str| {
         LineChart::new(

@@ -16,6 +16,7 @@ use crate::record::view::headline::{ratio, source, Headline};
 use crate::record::view::loaded::Loaded;
 use crate::record::Line;
 
+/// Its headlines (the module's header says which).
 pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
     let Some(t) = run.table::<KernelsTable>() else {
         return;
@@ -83,7 +84,8 @@ fn title(kernel: &str) -> &'static str {
     }
 }
 
-pub fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
+/// GEMM and layernorm throughput against size, GPU and host rows, over the runs.
+fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut gemm = LineChart::new(
         format!("GEMM throughput — {title}"),
         "size: cube root of M·N·K",
@@ -175,12 +177,12 @@ pub fn kernel_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
 }
 
 /// Flops per layernorm element: mean (1), variance (3), normalize (2), scale and shift (2).
-pub const LAYERNORM_FLOPS_PER_ELEMENT: f64 = 8.0;
+const LAYERNORM_FLOPS_PER_ELEMENT: f64 = 8.0;
 
 /// The roofline: GFLOP/s against arithmetic intensity (flops per byte of compulsory traffic),
 /// under the roof of the run's measured ceilings (copy bandwidth, then the FP32 peak); each
 /// GPU kernel size is a point (GPU-timestamp rows).
-pub fn roofline_chart(runs: &[Loaded], title: &str) -> Vec<Named> {
+fn roofline_chart(runs: &[Loaded], title: &str) -> Vec<Named> {
     let mut chart = LineChart::new(
         format!("Roofline — {title}"),
         "arithmetic intensity (flop per byte)",

@@ -10,6 +10,7 @@ use crate::record::view::loaded::Loaded;
 use crate::record::Line;
 use crate::units::human_bytes;
 
+/// Its headlines (the module's header says which).
 pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
     let Some(t) = run.table::<LinksTable>() else {
         return;

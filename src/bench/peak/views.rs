@@ -7,6 +7,7 @@ use crate::record::view::headline::{source, Headline};
 use crate::record::view::loaded::Loaded;
 use crate::record::Line;
 
+/// Its headlines (the module's header says which).
 pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
     let Some(t) = run.table::<PeakTable>() else {
         return;

@@ -70,7 +70,6 @@ pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
-/// Draws every figure the run (and the compared runs) has data for into `RUN/plots/`.
 /// One Gantt chart per pipeline case: the measured stages above, the simulator's prediction
 /// for the same orders on the measured times below (copy out and inline sends shaded).
 pub fn pipeline_charts(run: &Loaded) -> Vec<Named> {

@@ -13,6 +13,7 @@ use crate::record::view::loaded::Loaded;
 use crate::record::Line;
 use crate::units::human_bytes;
 
+/// Its headlines (the module's header says which).
 pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
     let Some(t) = run.table::<RdmaTable>() else {
         return;
@@ -54,6 +55,7 @@ pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
+/// Latency and bandwidth against message size, over the runs.
 pub fn rdma_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut lat = LineChart::new(
         format!("RDMA latency — {title}"),

@@ -13,6 +13,7 @@ use crate::record::view::chart::{
 use crate::record::view::headline::{source, Headline};
 use crate::record::view::loaded::Loaded;
 
+/// Its headlines (the module's header says which).
 pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
     let Some(t) = run.table::<SimTable>() else {
         return;
@@ -38,6 +39,7 @@ pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
     }
 }
 
+/// Each schedule's iteration, bubble rate and memory against the delay, and Gantt charts.
 pub fn sim_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let chart = |what: &str, y: &str| {
         LineChart::new(
@@ -186,7 +188,7 @@ fn sim_gantts(runs: &[Loaded], title: &str, out: &mut Vec<Named>) {
 /// Where injected delays sit: for each op whose output crosses a slow link (F down from stage
 /// i, B up from stage i + 1), the delay after it ends, as (y between the two stages' rows,
 /// start, end) in the Gantt's reversed rows (stage 0 on top).
-pub fn delay_windows(
+fn delay_windows(
     ops: &[TimelineOp],
     slow: &BTreeMap<usize, f64>,
     stages: usize,

@@ -148,6 +148,7 @@ pub struct Strip {
 /// The most categories a strip names one by one on its axis.
 pub const STRIP_NAMED: usize = 64;
 
+/// One chart, of any shape.
 pub enum Chart {
     Lines(LineChart),
     Bars(StackedBars),
@@ -178,6 +179,7 @@ impl Chart {
 /// A chart with its file name and what it shows.
 pub type Named = (String, String, Chart);
 
+/// A chart with its file name and what it shows, as the chart modules hand it on.
 pub fn named(name: &str, about: &str, chart: Chart) -> Named {
     (name.to_string(), about.to_string(), chart)
 }
@@ -189,11 +191,14 @@ pub fn push_lines(out: &mut Vec<Named>, name: &str, about: &str, chart: LineChar
     }
 }
 
+/// A series' (x, y) points.
 pub type Points = Vec<(f64, f64)>;
 /// (stage, start, end, kind, microbatch) of one simulated op.
 pub type TimelineOp = (usize, f64, f64, usize, usize);
+/// A shaded band: (x, low, high).
 pub type Band = Vec<(f64, f64, f64)>;
 
+/// A series' label: prefixed by its run's short name when several runs are compared.
 pub fn label(runs: &[Loaded], run: &Loaded, what: &str) -> String {
     if runs.len() > 1 {
         format!("{} — {what}", run.label.short())
@@ -202,6 +207,7 @@ pub fn label(runs: &[Loaded], run: &Loaded, what: &str) -> String {
     }
 }
 
+/// Points in the order of x, as a line is drawn.
 pub fn sorted(mut v: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
     v.sort_by(|a, b| a.0.total_cmp(&b.0));
     v

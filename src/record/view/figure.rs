@@ -12,6 +12,7 @@ use crate::record::csv::{SamplesTable, Stats};
 use crate::record::{read_optional, read_table, CsvTable, Line};
 use crate::stats::Moments;
 
+/// Which way a figure improves: a time lower, a rate higher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Better {
