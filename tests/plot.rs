@@ -167,6 +167,10 @@ fn every_csv_kind_is_drawn_and_reported() {
         .iter()
         .any(|h| h["unit"] == "GFLOP/s" && h["value"].as_f64().unwrap() > 0.0));
     assert!(summary["benches"]["d2h"]["rows"].as_u64().unwrap() > 0);
+    // Every bench listed counts its own table's rows (peak and pipeline once read 0).
+    for (bench, b) in summary["benches"].as_object().unwrap() {
+        assert!(b["rows"].as_u64().unwrap() > 0, "{bench}: {b}");
+    }
     let html = std::fs::read_to_string(run.join("report.html")).unwrap();
     assert!(html.contains("<svg"), "report.html embeds the SVGs");
 }

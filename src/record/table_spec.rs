@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::csv::{header, read_optional, CsvTable, DataError};
 use super::view::chart::Named;
-use super::view::figure::{add, AddFigures, Checked};
+use super::view::figure::{add, figures_in, AddFigures, Checked, FiguresIn};
 use super::view::headline::Headline;
 use super::view::loaded::Loaded;
 
@@ -35,12 +35,16 @@ pub struct TableSpec {
     pub header: fn() -> Vec<String>,
     /// A table of a single-node bench: `plot` says when a run lacks it.
     pub single_node: bool,
+    /// Its rows in a loaded run (`None`: the run did not write it).
+    pub rows: fn(&Loaded) -> Option<usize>,
     /// Its headlines in the report, if it has any.
     pub headlines: Option<HeadlinesOf>,
     /// Its charts in `plot`, if it has any.
     pub charts: Option<Charts>,
-    /// How `check` reads its figures, if it is compared.
+    /// How `check` reads its figures from a run folder, if it is compared.
     pub checked: Option<AddFigures>,
+    /// The same figures from a loaded run (the report's noisy rows).
+    pub figures: Option<FiguresIn>,
 }
 
 impl TableSpec {
@@ -50,9 +54,11 @@ impl TableSpec {
             load: load::<T>,
             header: header::<T>,
             single_node: false,
+            rows: rows::<T>,
             headlines: None,
             charts: None,
             checked: None,
+            figures: None,
         }
     }
 
@@ -76,6 +82,7 @@ impl TableSpec {
     pub fn compared<T: Checked + 'static>() -> TableSpec {
         TableSpec {
             checked: Some(add::<T>),
+            figures: Some(figures_in::<T>),
             ..TableSpec::of::<T>()
         }
     }
@@ -91,6 +98,10 @@ impl TableSpec {
     pub fn file(&self) -> String {
         format!("{}.csv", self.name)
     }
+}
+
+fn rows<T: CsvTable + 'static>(run: &Loaded) -> Option<usize> {
+    run.table::<T>().map(Vec::len)
 }
 
 fn load<T: CsvTable + 'static>(dir: &Path) -> Result<Option<AnyRows>, DataError> {

@@ -9,10 +9,6 @@ use anyhow::{Context, Result};
 use super::catalog;
 use super::plot::PlotOutcome;
 use super::tables::headlines;
-use crate::bench::hol::HolTable;
-use crate::bench::kernels::KernelsTable;
-use crate::bench::peak::PeakTable;
-use crate::bench::rdma::RdmaTable;
 use crate::check::CheckTable;
 use crate::noise::NOISY_CV;
 use crate::record::label::RunLabel;
@@ -294,37 +290,16 @@ pub fn cautions(run: &Loaded) -> Vec<String> {
     out
 }
 
-/// Every measured row with cv over [`NOISY_CV`], as "bench: case [timer] (cv 0.23)".
+/// Every measured row of a single-node table with cv over [`NOISY_CV`], as "bench: case
+/// [timer] (cv 0.23)": the figures `check` would judge, as each bench's table gives them.
 pub fn noisy_rows(run: &Loaded) -> Vec<String> {
     let mut out = Vec::new();
-    let mut add = |bench: &str, case: &str, timer: &str, cv: f64| {
-        if cv > NOISY_CV {
-            let timer = if timer.is_empty() {
-                String::new()
-            } else {
-                format!(" [{timer}]")
-            };
-            out.push(format!("{bench}: {case}{timer} (cv {cv:.2})"));
+    for t in catalog::specs().iter().filter(|t| t.single_node) {
+        for (key, fig) in t.figures.map(|f| f(run)).unwrap_or_default() {
+            if fig.cv > NOISY_CV {
+                out.push(format!("{key} (cv {:.2})", fig.cv));
+            }
         }
-    };
-    for l in run.table::<PeakTable>().into_iter().flatten() {
-        add("peak", &l.lead.case, &l.figures.timer, l.stats().cv);
-    }
-    for l in run.table::<KernelsTable>().into_iter().flatten() {
-        add("kernels", &l.lead.case, &l.figures.timer, l.stats().cv);
-    }
-    for l in run
-        .table::<crate::bench::d2h::D2hTable>()
-        .into_iter()
-        .flatten()
-    {
-        add("d2h", &l.lead.case, &l.figures.timer, l.stats().cv);
-    }
-    for l in run.table::<HolTable>().into_iter().flatten() {
-        add("hol", &l.lead.case, "", l.stats().cv);
-    }
-    for l in run.table::<RdmaTable>().into_iter().flatten() {
-        add("rdma", &l.lead.case, "", l.stats().cv);
     }
     out
 }

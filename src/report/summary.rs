@@ -10,10 +10,6 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::tables::headlines;
-use crate::bench::hol::HolTable;
-use crate::bench::kernels::KernelsTable;
-use crate::bench::rdma::RdmaTable;
-use crate::bench::sim::SimTable;
 use crate::record::label::RunLabel;
 use crate::record::view::headline::Headline;
 
@@ -59,17 +55,12 @@ pub fn summarize(dir: &Path) -> RunSummary {
     let (label, heads, benches, tables_error) = match super::catalog::load(dir) {
         Ok(run) => {
             let mut benches: BTreeMap<&'static str, BenchSummary> = BTreeMap::new();
-            for (bench, rows) in [
-                ("kernels", run.table::<KernelsTable>().map(Vec::len)),
-                (
-                    "d2h",
-                    run.table::<crate::bench::d2h::D2hTable>().map(Vec::len),
-                ),
-                ("hol", run.table::<HolTable>().map(Vec::len)),
-                ("rdma", run.table::<RdmaTable>().map(Vec::len)),
-                ("sim", run.table::<SimTable>().map(Vec::len)),
-            ] {
-                if let Some(rows) = rows {
+            // Each bench's own table (the one named as the bench) gives its row count.
+            let benches_named: Vec<&str> = crate::bench::REGISTRY.iter().map(|d| d.name).collect();
+            for t in super::catalog::specs() {
+                if let (Some(&bench), Some(rows)) =
+                    (benches_named.iter().find(|&&b| b == t.name), (t.rows)(&run))
+                {
                     benches.entry(bench).or_default().rows = rows;
                 }
             }

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use super::loaded::Loaded;
 use crate::record::csv::{SamplesTable, Stats};
 use crate::record::{read_optional, read_table, CsvTable, Line};
 use crate::stats::Moments;
@@ -193,6 +194,24 @@ pub fn add<T: Checked>(dir: &Path, out: &mut BTreeMap<Key, Figure>) -> Result<()
         }
     }
     Ok(())
+}
+
+/// A table's figures from a loaded run, in row order, each with its name.
+pub type FiguresIn = fn(&Loaded) -> Vec<(Key, Figure)>;
+
+/// The figures of table `T` in a loaded run, in row order, each with its name (what the report
+/// reads, e.g. which rows were too noisy to judge).
+pub fn figures_in<T: Checked + 'static>(run: &Loaded) -> Vec<(Key, Figure)> {
+    run.table::<T>()
+        .into_iter()
+        .flatten()
+        .filter_map(|line| {
+            Some((
+                key(T::NAME, &line.lead.case, T::timer(line)),
+                T::figure(line)?,
+            ))
+        })
+        .collect()
 }
 
 fn key(bench: &str, case: &str, timer: &str) -> Key {
