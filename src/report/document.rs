@@ -58,7 +58,7 @@ pub fn write_report(dir: &Path, plots: &PlotOutcome) -> Result<()> {
     let page = Page {
         dir,
         heads: headlines(&run),
-        csvs: crate::report::tables::tables()
+        csvs: catalog::specs()
             .iter()
             .map(|t| t.file())
             .chain(

@@ -33,7 +33,7 @@ pub fn plot_run(dir: &Path, format: Format, compare: &[PathBuf]) -> Result<PlotO
         warnings,
         ..PlotOutcome::default()
     };
-    let registry = super::tables::tables();
+    let registry = catalog::specs();
     // A cluster run (links, pipeline, the fleet gate) holds none of the single-node tables: nothing to say is
     // missing.
     let cluster_only = runs

@@ -56,12 +56,10 @@ pub fn summarize(dir: &Path) -> RunSummary {
         Ok(run) => {
             let mut benches: BTreeMap<&'static str, BenchSummary> = BTreeMap::new();
             // Each bench's own table (the one named as the bench) gives its row count.
-            let benches_named: Vec<&str> = crate::bench::REGISTRY.iter().map(|d| d.name).collect();
             for t in super::catalog::specs() {
-                if let (Some(&bench), Some(rows)) =
-                    (benches_named.iter().find(|&&b| b == t.name), (t.rows)(&run))
-                {
-                    benches.entry(bench).or_default().rows = rows;
+                let own = crate::bench::REGISTRY.iter().any(|d| d.name == t.name);
+                if let (true, Some(rows)) = (own, (t.rows)(&run)) {
+                    benches.entry(t.name).or_default().rows = rows;
                 }
             }
             let heads = headlines(&run);

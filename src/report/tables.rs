@@ -4,17 +4,11 @@
 
 use crate::record::view::headline::Headline;
 use crate::record::view::loaded::Loaded;
-use crate::record::TableSpec;
-
-/// Every result table, in the order the report lists them and draws their figures.
-pub fn tables() -> Vec<TableSpec> {
-    crate::report::catalog::specs()
-}
 
 /// The run's headlines, bench by bench.
 pub fn headlines(run: &Loaded) -> Vec<Headline> {
     let mut out = Vec::new();
-    for t in tables() {
+    for t in crate::report::catalog::specs() {
         if let Some(f) = t.headlines {
             f(run, &mut out);
         }
@@ -26,7 +20,7 @@ pub fn headlines(run: &Loaded) -> Vec<Headline> {
 /// columns, in order, as the writer writes them.
 pub fn columns_block() -> String {
     let mut out = String::from("| file | columns |\n|---|---|\n");
-    for t in tables() {
+    for t in crate::report::catalog::specs() {
         let cols: Vec<String> = (t.header)().iter().map(|c| format!("`{c}`")).collect();
         out.push_str(&format!("| `{}` | {} |\n", t.file(), cols.join(", ")));
     }
@@ -88,7 +82,7 @@ mod tests {
         let shared = ["schema_version", "run_id", "bench", "case"];
         let stats = crate::record::csv::header::<crate::bench::sim::SimBenchTable>();
         let mut missing = Vec::new();
-        for t in tables() {
+        for t in crate::report::catalog::specs() {
             let Some(prose) = section(&page, &t.file()) else {
                 missing.push(format!("{}: no **{}** section", t.name, t.file()));
                 continue;
@@ -120,8 +114,12 @@ mod tests {
         assert!(measured.iter().all(|m| checked.contains(m)), "{checked:?}");
         // Predictions are not compared.
         assert!(!checked.iter().any(|c| c.starts_with("sim")), "{checked:?}");
-        let with = |f: fn(&TableSpec) -> bool| -> Vec<&str> {
-            tables().iter().filter(|t| f(t)).map(|t| t.name).collect()
+        let with = |f: fn(&crate::record::TableSpec) -> bool| -> Vec<&str> {
+            crate::report::catalog::specs()
+                .iter()
+                .filter(|t| f(t))
+                .map(|t| t.name)
+                .collect()
         };
         let headlined = with(|t| t.headlines.is_some());
         let charted = with(|t| t.charts.is_some());
@@ -138,7 +136,10 @@ mod tests {
 
     #[test]
     fn every_table_is_registered_once() {
-        let names: Vec<&str> = tables().iter().map(|t| t.name).collect();
+        let names: Vec<&str> = crate::report::catalog::specs()
+            .iter()
+            .map(|t| t.name)
+            .collect();
         let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
         assert_eq!(unique.len(), names.len(), "{names:?}");
         for expected in ["peak", "kernels", "links", "nodes", "pipeline", "sim_bench"] {

@@ -166,9 +166,7 @@ pub fn add<T: Checked>(dir: &Path, out: &mut BTreeMap<Key, Figure>) -> Result<()
     let Some(lines) = read_optional::<T>(dir)? else {
         return Ok(());
     };
-    for line in &lines {
-        let Some(fig) = T::figure(line) else { continue };
-        let key = key(T::NAME, &line.lead.case, T::timer(line));
+    for (key, fig) in named::<T>(&lines) {
         if out.insert(key.clone(), fig).is_some() {
             anyhow::bail!(
                 "{}: two rows are named '{key}': a figure must be one row (was the file \
@@ -203,15 +201,18 @@ pub type FiguresIn = fn(&Loaded) -> Vec<(Key, Figure)>;
 /// reads, e.g. which rows were too noisy to judge).
 pub fn figures_in<T: Checked + 'static>(run: &Loaded) -> Vec<(Key, Figure)> {
     run.table::<T>()
-        .into_iter()
-        .flatten()
-        .filter_map(|line| {
-            Some((
-                key(T::NAME, &line.lead.case, T::timer(line)),
-                T::figure(line)?,
-            ))
-        })
-        .collect()
+        .map(|lines| named::<T>(lines).collect())
+        .unwrap_or_default()
+}
+
+/// Each row's figure with its name, in row order (rows without a figure left out).
+fn named<T: Checked>(lines: &[Line<T>]) -> impl Iterator<Item = (Key, Figure)> + '_ {
+    lines.iter().filter_map(|line| {
+        Some((
+            key(T::NAME, &line.lead.case, T::timer(line)),
+            T::figure(line)?,
+        ))
+    })
 }
 
 fn key(bench: &str, case: &str, timer: &str) -> Key {
