@@ -129,6 +129,65 @@ impl Summary {
     }
 }
 
+/// A trend over equally spaced samples (one an iteration): Theil and Sen's slope (the median
+/// of the slopes between every pair of samples, unmoved by one outlier) and Mann and Kendall's
+/// test of whether there is one at all (S = concordant minus discordant pairs; its exact null
+/// distribution counts the permutations of n samples by their inversions).
+pub mod trend {
+    use super::percentile_sorted;
+
+    /// The slope per sample, None for fewer than two samples or a non-finite one.
+    pub fn theil_sen(ys: &[f64]) -> Option<f64> {
+        if ys.len() < 2 || ys.iter().any(|y| !y.is_finite()) {
+            return None;
+        }
+        let mut slopes = Vec::with_capacity(ys.len() * (ys.len() - 1) / 2);
+        for i in 0..ys.len() {
+            for j in i + 1..ys.len() {
+                slopes.push((ys[j] - ys[i]) / (j - i) as f64);
+            }
+        }
+        slopes.sort_by(f64::total_cmp);
+        Some(percentile_sorted(&slopes, 0.5))
+    }
+
+    /// Two-sided p-value of Mann and Kendall's test for no trend, exact (ties count as
+    /// neither concordant nor discordant, which makes it conservative); None for fewer than
+    /// three samples or more than 64, or a non-finite one.
+    pub fn mann_kendall_p(ys: &[f64]) -> Option<f64> {
+        let n = ys.len();
+        if !(3..=64).contains(&n) || ys.iter().any(|y| !y.is_finite()) {
+            return None;
+        }
+        let mut s: i64 = 0;
+        for i in 0..n {
+            for j in i + 1..n {
+                s += (ys[j] - ys[i]).partial_cmp(&0.0).map_or(0, |o| o as i64);
+            }
+        }
+        // Permutations of n by inversions k (Mahonian numbers): S = pairs - 2k.
+        let pairs = n * (n - 1) / 2;
+        let mut count = vec![1.0f64];
+        for m in 2..=n {
+            let mut next = vec![0.0; count.len() + m - 1];
+            for (k, c) in count.iter().enumerate() {
+                for extra in 0..m {
+                    next[k + extra] += c;
+                }
+            }
+            count = next;
+        }
+        let total: f64 = count.iter().sum();
+        let at_least = count
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| (pairs as i64 - 2 * *k as i64).abs() >= s.abs())
+            .map(|(_, c)| c)
+            .sum::<f64>();
+        Some((at_least / total).min(1.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +226,25 @@ mod tests {
             (one.p50, one.p99, one.stddev, one.ci95_lo),
             (7.0, 7.0, 0.0, 7.0)
         );
+    }
+
+    #[test]
+    fn a_trend_is_the_median_pairwise_slope_and_its_test_is_exact() {
+        // Slopes of 1, 2, 4, 3, 5: pairs give 1, 1.5, 2/3, 1, 2, 1/2, 1, -1, 0.5, 2 -> median 1.
+        assert_eq!(trend::theil_sen(&[1.0, 2.0, 4.0, 3.0, 5.0]), Some(1.0));
+        // One wild sample does not move it.
+        assert_eq!(trend::theil_sen(&[10.0, 11.0, 90.0, 13.0, 14.0]), Some(1.0));
+        assert_eq!(trend::theil_sen(&[1.0]), None);
+        // Five rising samples: S = 10, one permutation in 120 does that, and one falls as far.
+        let p = trend::mann_kendall_p(&[1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
+        assert!(close(p, 2.0 / 120.0), "{p}");
+        // One pair out of order: S = 8; 1 + 4 permutations reach |S| >= 8 each way.
+        let p = trend::mann_kendall_p(&[1.0, 2.0, 4.0, 3.0, 5.0]).unwrap();
+        assert!(close(p, 10.0 / 120.0), "{p}");
+        // No order at all: S = 0, every permutation is at least that far.
+        let p = trend::mann_kendall_p(&[2.0, 1.0, 3.0, 5.0, 4.0, 0.0]).unwrap();
+        assert!(p > 0.5, "{p}");
+        assert_eq!(trend::mann_kendall_p(&[1.0, 2.0]), None);
     }
 
     #[test]

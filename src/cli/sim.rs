@@ -123,7 +123,8 @@ pub struct SimArgs {
     /// Predict measured runs with the runtime presets and report the errors (validate.csv):
     /// a CSV with system, slow_links, delay_ms, stages, microbatches, tf_ms, tb_ms, tw_ms
     /// (per stage, ';'), optionally activation_bytes, offload_channels, hidden, healthy_ms,
-    /// slow_ms; other columns are carried through. Or a `pipeline` run folder (its delayed
+    /// slow_ms, healthy_iterations_ms (the healthy run's iterations before the fault, ';': its
+    /// trend is reported); other columns are carried through. Or a `pipeline` run folder (its delayed
     /// cases against its healthy ones). Exit 0 whatever the errors; 2 on a bad file.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["from", "trace", "place", "bench", "sweep"])]
     pub validate: Option<PathBuf>,

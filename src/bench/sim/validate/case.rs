@@ -20,9 +20,42 @@ pub struct Case {
     pub channels: usize,
     pub healthy_ms: Option<f64>,
     pub slow_ms: Option<f64>,
+    /// How the healthy run's iterations moved before the fault, where the file says.
+    pub trend: Option<Trend>,
     /// From a pipeline run: each stage's measured op order, and how long its sends held it.
     pub orders: Option<Orders>,
     pub send_ms: Vec<f64>,
+}
+
+/// The healthy run's trend over its iterations before the fault: fitted (Theil-Sen) and
+/// tested (Mann-Kendall). A run still speeding up or slowing down when the fault came is not
+/// at its healthy median by the slow window, and the measured added time holds that drift
+/// too (the artifact's 30B and 60B runs grow by 20-80 ms an iteration before their fault).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Trend {
+    /// How much an iteration grew, each iteration, in ms.
+    pub ms_per_iteration: f64,
+    /// Mann-Kendall's two-sided p: how likely iterations this ordered are from a run with no
+    /// trend at all.
+    pub p: f64,
+}
+
+impl Trend {
+    /// The level at which a healthy run counts as moving. With five iterations the exact test
+    /// has 120 orders: 0.10 takes a run that rises (or falls) in all but one pair of its
+    /// iterations; 0.05 would ask for every pair.
+    pub const ALPHA: f64 = 0.10;
+
+    pub fn of(iterations_ms: &[f64]) -> Option<Trend> {
+        Some(Trend {
+            ms_per_iteration: crate::stats::trend::theil_sen(iterations_ms)?,
+            p: crate::stats::trend::mann_kendall_p(iterations_ms)?,
+        })
+    }
+
+    pub fn moving(&self) -> bool {
+        self.p < Self::ALPHA
+    }
 }
 
 impl Case {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
 
-use super::case::{Case, Input};
+use super::case::{Case, Input, Trend};
 use crate::sim::model::MAX_MS;
 use crate::sim::runtime::System;
 
@@ -182,6 +182,23 @@ fn slow_delays(links: &str, delay_ms: f64, stages: usize) -> Result<Vec<f64>, St
     Ok(delay)
 }
 
+/// The healthy run's trend, from `healthy_iterations_ms`: its iterations before the fault, in
+/// order, `;` between them (None when the column is missing or the cell empty).
+fn trend(row: &Row) -> Result<Option<Trend>, String> {
+    let Some(v) = row.get("healthy_iterations_ms") else {
+        return Ok(None);
+    };
+    let xs = v
+        .split(';')
+        .map(|x| ms("healthy_iterations_ms", x))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !(3..=64).contains(&xs.len()) {
+        let why = format!("has {} values; give 3 to 64 separated by ';'", xs.len());
+        return Err(bad("healthy_iterations_ms", v, &why));
+    }
+    Ok(Trend::of(&xs))
+}
+
 fn parse_row(row: &Row) -> Result<Case, String> {
     let system: System = row
         .need("system")?
@@ -223,6 +240,7 @@ fn parse_row(row: &Row) -> Result<Case, String> {
         channels,
         healthy_ms: row.measured("healthy_ms")?,
         slow_ms: row.measured("slow_ms")?,
+        trend: trend(row)?,
         orders: None,
         send_ms: Vec::new(),
     })

@@ -173,6 +173,8 @@ fn case_of(
         channels: 1,
         healthy_ms,
         slow_ms,
+        // The healthy twin runs in the same rounds as the delayed case: no drift between them.
+        trend: None,
         orders: Some(orders),
         send_ms: medians(&healthy_send),
     };

@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, Context, Result};
 
-use super::case::{error_added, errors, spread, Input, BENCH};
+use super::case::{error_added, errors, spread, Input, Trend, BENCH};
 use crate::output::Progress;
 use crate::record::RunDir;
 use crate::sim::runtime::Mechanisms;
@@ -70,14 +70,17 @@ fn ablation(input: &Input, dir: &RunDir, progress: &Progress) -> Result<serde_js
 
 /// Per system, the error on the added time itself, printed and as summary.json's
 /// `error_added_by_system`: an iteration-level median can hide a system the model predicts
-/// badly.
+/// badly. Where the file gives the healthy runs' iterations, also apart for the rows whose
+/// healthy run was steady and those still moving (their measured added time holds the run's
+/// own drift too).
 fn print_by_system(
-    added: &BTreeMap<String, Vec<f64>>,
+    added: &BTreeMap<String, Vec<(f64, Option<bool>)>>,
     progress: &Progress,
 ) -> serde_json::Map<String, serde_json::Value> {
     let mut by_system = serde_json::Map::new();
-    for (system, e) in added {
-        let (m, p90, max) = spread(e).expect("a system listed has rows");
+    for (system, rows) in added {
+        let e: Vec<f64> = rows.iter().map(|r| r.0).collect();
+        let (m, p90, max) = spread(&e).expect("a system listed has rows");
         progress.println(format!(
             "validate: {system}: error_added median {}, p90 {}, max {} over {} rows (a fault \
              adding at least a tenth of the iteration)",
@@ -86,10 +89,31 @@ fn print_by_system(
             pct(Some(max)),
             e.len()
         ));
-        by_system.insert(
-            system.clone(),
-            serde_json::json!({ "rows": e.len(), "median": m, "p90": p90, "max": max }),
-        );
+        let mut figures =
+            serde_json::json!({ "rows": e.len(), "median": m, "p90": p90, "max": max });
+        let part = |moving: bool| -> Vec<f64> {
+            rows.iter()
+                .filter(|r| r.1 == Some(moving))
+                .map(|r| r.0)
+                .collect()
+        };
+        let (steady, moving) = (part(false), part(true));
+        if !steady.is_empty() || !moving.is_empty() {
+            let median = |v: &[f64]| spread(v).map(|s| s.0);
+            progress.println(format!(
+                "validate: {system}: {} rows from a steady healthy run, median {}; {} from one \
+                 still moving (Mann-Kendall p < {:.2}), median {}",
+                steady.len(),
+                pct(median(&steady)),
+                moving.len(),
+                Trend::ALPHA,
+                pct(median(&moving))
+            ));
+            for (name, v) in [("steady", &steady), ("moving", &moving)] {
+                figures[name] = serde_json::json!({ "rows": v.len(), "median": median(v) });
+            }
+        }
+        by_system.insert(system.clone(), figures);
     }
     by_system
 }
@@ -113,6 +137,8 @@ fn open_table(
             "error_slow",
             "error_added",
             "added_left_out",
+            "healthy_trend_ms",
+            "healthy_trend_p",
         ]
         .map(String::from),
     );
@@ -147,7 +173,7 @@ impl crate::suite::Bench for ValidateBench {
     ) -> Result<crate::suite::Notes> {
         let mut w = open_table(dir, &self.input.header, progress)?;
         let mut extra_errors = Vec::new();
-        let mut added: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        let mut added: BTreeMap<String, Vec<(f64, Option<bool>)>> = BTreeMap::new();
         for (case, rec) in self.input.cases.iter().zip(&self.input.records) {
             let p = case
                 .predict(&Mechanisms::ALL)
@@ -156,7 +182,10 @@ impl crate::suite::Bench for ValidateBench {
             extra_errors.extend(e_extra);
             let e_added = error_added(case, &p);
             if let Ok(e) = e_added {
-                added.entry(case.system.to_string()).or_default().push(e);
+                added
+                    .entry(case.system.to_string())
+                    .or_default()
+                    .push((e, case.trend.map(|t| t.moving())));
             }
             let mut row = rec.clone();
             row.resize(self.input.header.len(), String::new());
@@ -168,6 +197,10 @@ impl crate::suite::Bench for ValidateBench {
                 opt(e_slow),
                 opt(e_added.ok()),
                 e_added.err().unwrap_or_default().to_string(),
+                case.trend
+                    .map(|t| format!("{:.2}", t.ms_per_iteration))
+                    .unwrap_or_default(),
+                opt(case.trend.map(|t| t.p)),
             ]);
             w.write_record(&row)?;
             w.flush()?;

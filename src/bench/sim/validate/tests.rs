@@ -1,7 +1,8 @@
 //! The presets against the artifact's runs, and the host rate's derivation.
 
 use super::*;
-use crate::sim::runtime::{Machine, Mechanisms, Prediction};
+use crate::sim::runtime::{Machine, Mechanisms, Prediction, System};
+use std::io::Write;
 
 fn errors_of(file: &str, mech: &Mechanisms) -> Vec<f64> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -105,4 +106,97 @@ fn the_error_on_the_added_time_is_judged_per_system() {
     assert!((error_added(&c, &p).unwrap() - 0.2).abs() < 1e-12);
     c.slow_ms = Some(430.0);
     assert!(error_added(&c, &p).is_err());
+}
+
+fn one_row(extra_header: &str, extra_cell: &str) -> anyhow::Result<Input> {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    writeln!(
+        f,
+        "system,slow_links,delay_ms,stages,microbatches,tf_ms,tb_ms,tw_ms,healthy_ms,slow_ms{extra_header}\n\
+         ZB,0_1,30,2,4,1,1,1,400,500{extra_cell}"
+    )
+    .unwrap();
+    read(f.path())
+}
+
+/// A row may give its healthy run's iterations before the fault: the trend is their median
+/// pairwise slope, tested by Mann and Kendall's exact test; too few or bad values are refused
+/// naming the column; without the column a row has no trend.
+#[test]
+fn a_rows_healthy_iterations_give_its_trend() {
+    let t = one_row(",healthy_iterations_ms", ",400;410;420;430;440")
+        .unwrap()
+        .cases[0]
+        .trend
+        .unwrap();
+    assert_eq!(t.ms_per_iteration, 10.0);
+    assert!((t.p - 2.0 / 120.0).abs() < 1e-12 && t.moving());
+    // Up and down: no trend.
+    let t = one_row(",healthy_iterations_ms", ",400;420;400;420;400")
+        .unwrap()
+        .cases[0]
+        .trend
+        .unwrap();
+    assert!(!t.moving(), "{t:?}");
+    assert!(one_row("", "").unwrap().cases[0].trend.is_none());
+    assert!(one_row(",healthy_iterations_ms", ",").unwrap().cases[0]
+        .trend
+        .is_none());
+    let e = one_row(",healthy_iterations_ms", ",400;410")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("healthy_iterations_ms") && e.contains("give 3 to 64"),
+        "{e}"
+    );
+    let e = one_row(",healthy_iterations_ms", ",400;x;420")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("healthy_iterations_ms") && e.contains("'x'"),
+        "{e}"
+    );
+}
+
+/// The artifact's runs on eight GPUs a node (30B, 60B) were still slowing down when their
+/// fault came, whatever the system; the one-GPU-a-node runs (7B) were steady. The offload
+/// systems' misses sit mostly on the moving runs (figures guarded at today's).
+#[test]
+fn the_artifacts_big_runs_were_still_slowing_before_their_fault() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let (mut big, mut big_moving, mut small_moving) = (0, 0, 0);
+    let mut resched: [Vec<f64>; 2] = Default::default();
+    for file in ["pipemorph-7b-single.csv", "pipemorph-heldout.csv"] {
+        let input = read(&dir.join(file)).unwrap();
+        let model = input.header.iter().position(|h| h == "model").unwrap();
+        for (c, rec) in input.cases.iter().zip(&input.records) {
+            let t = c
+                .trend
+                .expect("every artifact row has its healthy iterations");
+            match rec[model].as_str() {
+                "30B" | "60B" => {
+                    big += 1;
+                    big_moving += usize::from(t.moving() && t.ms_per_iteration > 0.0);
+                }
+                "7B" => small_moving += usize::from(t.moving()),
+                _ => {}
+            }
+            if let (System::Pipemorph, Ok(e)) = (
+                c.system,
+                error_added(c, &c.predict(&Mechanisms::ALL).unwrap()),
+            ) {
+                resched[usize::from(t.moving())].push(e);
+            }
+        }
+    }
+    assert_eq!(big, 32);
+    assert!(big_moving >= 28, "{big_moving} of 32 rising");
+    assert_eq!(small_moving, 0);
+    let (steady, moving) = (
+        spread(&resched[0]).unwrap().0,
+        spread(&resched[1]).unwrap().0,
+    );
+    assert!(steady <= 0.25 && moving >= 0.40, "{steady} {moving}");
 }
