@@ -32,7 +32,7 @@ pub fn columns_block() -> String {
 pub const COLUMNS_PAGE: &str = "docs/csv-columns.md";
 /// The lines around the generated part of [`COLUMNS_PAGE`].
 pub const GENERATED_BEGIN: &str =
-    "<!-- generated from the table registry (src/report/tables.rs): do not edit by hand -->";
+    "<!-- generated from the benches' descriptors by src/report/tables.rs: do not edit by hand -->";
 pub const GENERATED_END: &str = "<!-- end of the generated part -->";
 
 /// Files a run folder may hold beside its tables, listed in the report after them.

@@ -7,7 +7,6 @@ use super::exec::{self, Comm, StageTimes};
 use super::plan::{Calibration, Case, OpOrder};
 use super::shape::Shape;
 use crate::sim::{evaluate, CommModel, Executed, Layout, Op, OpKind, Run, Scenario};
-use crate::stats::Summary;
 
 /// Puts a rank's op times on rank 0's clock.
 pub(super) fn shift(t: &mut StageTimes, offset_us: f64) {
@@ -60,10 +59,27 @@ pub(super) fn measured_run(times: &[StageTimes]) -> (f64, Vec<f64>, Run) {
     (iteration, bubble, run)
 }
 
-/// The simulator's scenario from what was measured: per stage the mean F, B and W compute
-/// times (the mean, not the median: an iteration is a sum of ops, and a sum follows the mean
-/// of what it adds); per link the mean send (copy to host and write to acknowledgement,
-/// injected delay included) under the comm model that matches the run.
+/// The median over iterations of each iteration's mean of `values` (0 where none has any).
+fn typical(iters: &[Vec<StageTimes>], values: impl Fn(&[StageTimes]) -> Vec<f64>) -> f64 {
+    let mut means: Vec<f64> = iters
+        .iter()
+        .filter_map(|it| {
+            let v = values(it);
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        })
+        .collect();
+    if means.is_empty() {
+        return 0.0;
+    }
+    crate::stats::robust::median_in_place(&mut means)
+}
+
+/// The simulator's scenario from what was measured: per stage the F, B and W compute times
+/// and per link the send (copy to host and write to acknowledgement, injected delay included,
+/// under the comm model that matches the run), each the mean over an iteration's ops (an
+/// iteration is a sum of ops, and a sum follows the mean of what it adds), then the median
+/// over the timed iterations, as the measured iteration is their median: one disturbed
+/// iteration moves neither.
 pub(super) fn measured_scenario(
     stages: usize,
     shape: &Shape,
@@ -73,44 +89,37 @@ pub(super) fn measured_scenario(
 ) -> Result<Scenario> {
     // The simulator gives each of a rank's chunks 1/chunks of its stage's time.
     let chunks = layout.chunks() as f64;
-    let average = |v: Vec<f64>| Summary::of(&v).map_or(1e-3, |s| s.mean.max(1e-3));
     let per = |s: usize, k: OpKind| -> f64 {
-        average(
-            iters
+        typical(iters, |it| {
+            it[s]
+                .ops
                 .iter()
-                .flat_map(|it| {
-                    it[s]
-                        .ops
-                        .iter()
-                        .filter(|o| o.kind == k)
-                        .map(|o| (o.end_us - o.start_us) / 1e3)
-                })
-                .collect(),
-        ) * chunks
+                .filter(|o| o.kind == k)
+                .map(|o| (o.end_us - o.start_us) / 1e3)
+                .collect()
+        })
+        .max(1e-3)
+            * chunks
     };
     let tf: Vec<f64> = (0..stages).map(|s| per(s, OpKind::F)).collect();
     let tb: Vec<f64> = (0..stages).map(|s| per(s, OpKind::B)).collect();
     let tw: Vec<f64> = (0..stages)
         .map(|s| if fused { 0.0 } else { per(s, OpKind::W) })
         .collect();
-    let sends: Vec<&exec::SendTime> = iters
-        .iter()
-        .flat_map(|it| it.iter().flat_map(|t| t.sends.iter()))
-        .collect();
-    let mean = |v: Vec<f64>| {
-        if v.is_empty() {
-            0.0
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
+    let sends = |it: &[StageTimes]| -> Vec<exec::SendTime> {
+        it.iter().flat_map(|t| t.sends.iter().cloned()).collect()
     };
-    let d2h_ms = mean(sends.iter().map(|s| s.d2h_us / 1e3).collect());
+    let d2h_ms = typical(iters, |it| {
+        sends(it).iter().map(|s| s.d2h_us / 1e3).collect()
+    });
     let link = |l: usize| -> f64 {
-        let on: Vec<&&exec::SendTime> = sends.iter().filter(|s| s.link as usize == l).collect();
-        match comm {
-            Comm::Inline => mean(on.iter().map(|s| (s.d2h_us + s.send_us) / 1e3).collect()),
-            Comm::Offload => mean(on.iter().map(|s| s.send_us / 1e3).collect()),
-        }
+        typical(iters, |it| {
+            let on = sends(it).into_iter().filter(|s| s.link as usize == l);
+            match comm {
+                Comm::Inline => on.map(|s| (s.d2h_us + s.send_us) / 1e3).collect(),
+                Comm::Offload => on.map(|s| s.send_us / 1e3).collect(),
+            }
+        })
     };
     // The links the run used: the neighbours' and, interleaved, the wrap link.
     let used = match layout {
@@ -409,5 +418,12 @@ mod tests {
                 "{predicted} vs {by_hand}"
             );
         }
+        // One disturbed iteration of three (its sends 20 times longer) moves neither the
+        // measured iteration (their median) nor the prediction.
+        let iters = [two_stages(500.0), two_stages(10_000.0), two_stages(500.0)];
+        let sc =
+            measured_scenario(2, &shape, Comm::Inline, &iters, (true, Layout::Linear)).unwrap();
+        let predicted = simulate(&sc, &policy).unwrap().iteration_ms;
+        assert!((predicted - 5.0).abs() < 1e-6, "{predicted}");
     }
 }

@@ -56,7 +56,7 @@ pub(super) fn write_all(
         busiest: Default::default(),
         rows: Vec::new(),
     };
-    // Each case's mean op and link times over its timed iterations: a delayed case is
+    // Each case's typical op and link times over its timed iterations: a delayed case is
     // predicted from its healthy case's.
     let means: Vec<Scenario> = plan
         .cases

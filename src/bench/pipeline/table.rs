@@ -28,7 +28,7 @@ pub struct PipelineFigures {
     /// The median iteration, first op's start to last op's end over all stages.
     pub iteration_ms: f64,
     /// The simulator's iteration for the same orders from what is known before the fault: a
-    /// delayed case on its healthy case's mean op and link times (same schedule and comm, no
+    /// delayed case on its healthy case's typical op and link times (same schedule and comm, no
     /// delay, measured in the same run) plus the injected delay; see `predicted_from`.
     pub predicted_ms: f64,
     /// (measured - predicted) / measured.
