@@ -134,7 +134,7 @@ impl Summary {
 /// test of whether there is one at all (S = concordant minus discordant pairs; its exact null
 /// distribution counts the permutations of n samples by their inversions).
 pub mod trend {
-    use super::percentile_sorted;
+    use super::robust::median_in_place;
 
     /// The slope per sample, None for fewer than two samples or a non-finite one.
     pub fn theil_sen(ys: &[f64]) -> Option<f64> {
@@ -147,8 +147,7 @@ pub mod trend {
                 slopes.push((ys[j] - ys[i]) / (j - i) as f64);
             }
         }
-        slopes.sort_by(f64::total_cmp);
-        Some(percentile_sorted(&slopes, 0.5))
+        Some(median_in_place(&mut slopes))
     }
 
     /// Two-sided p-value of Mann and Kendall's test for no trend, exact (ties count as

@@ -59,6 +59,11 @@ pub(super) fn measured_run(times: &[StageTimes]) -> (f64, Vec<f64>, Run) {
     (iteration, bubble, run)
 }
 
+/// An iteration's sends, every stage's.
+fn sends(it: &[StageTimes]) -> impl Iterator<Item = &exec::SendTime> {
+    it.iter().flat_map(|t| t.sends.iter())
+}
+
 /// The median over iterations of each iteration's mean of `values` (0 where none has any).
 fn typical(iters: &[Vec<StageTimes>], values: impl Fn(&[StageTimes]) -> Vec<f64>) -> f64 {
     let mut means: Vec<f64> = iters
@@ -106,15 +111,10 @@ pub(super) fn measured_scenario(
     let tw: Vec<f64> = (0..stages)
         .map(|s| if fused { 0.0 } else { per(s, OpKind::W) })
         .collect();
-    let sends = |it: &[StageTimes]| -> Vec<exec::SendTime> {
-        it.iter().flat_map(|t| t.sends.iter().cloned()).collect()
-    };
-    let d2h_ms = typical(iters, |it| {
-        sends(it).iter().map(|s| s.d2h_us / 1e3).collect()
-    });
+    let d2h_ms = typical(iters, |it| sends(it).map(|s| s.d2h_us / 1e3).collect());
     let link = |l: usize| -> f64 {
         typical(iters, |it| {
-            let on = sends(it).into_iter().filter(|s| s.link as usize == l);
+            let on = sends(it).filter(|s| s.link as usize == l);
             match comm {
                 Comm::Inline => on.map(|s| (s.d2h_us + s.send_us) / 1e3).collect(),
                 Comm::Offload => on.map(|s| s.send_us / 1e3).collect(),
