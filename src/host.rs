@@ -40,6 +40,14 @@ pub fn uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// This process's effective user id: 0 when it runs as root (set-uid or `sudo` included), which
+/// is when what it writes must stay root's (see [`crate::safe_fs`]).
+#[allow(unsafe_code)]
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// This process's peak resident memory so far, in bytes (`VmHWM`; None where /proc has none).
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

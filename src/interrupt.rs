@@ -93,12 +93,26 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Sends SIGTERM to every rank this process started (by the system call: no `kill` program
+/// is looked up on PATH).
 fn stop_children() {
     for &pid in lock(&CHILDREN).iter() {
         // SIGTERM first: a rank that is itself a run's rank 0 finishes its folder as aborted.
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status();
+        terminate(pid);
+    }
+}
+
+/// SIGTERM to the process `pid`, best effort (one already gone is no error).
+#[allow(unsafe_code)]
+fn terminate(pid: u32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // Never 0 or negative: those would signal a whole process group.
+    if pid > 0 {
+        // SAFETY: kill takes two integers and touches no memory of this process; it signals
+        // only the one process `pid` (a child this process started), checked positive above.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
     }
 }
 
@@ -117,5 +131,24 @@ fn abort_open_runs(runs: &[(PathBuf, MarkAborted)], sig: i32) {
                 dir.display()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_child_is_ended_by_sigterm_without_a_kill_program() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        // Only this test's child (stop_children would end every test's).
+        super::terminate(child.id());
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+        // Nothing for a pid that does not fit, or 0 (which would be the process group).
+        super::terminate(u32::MAX);
+        super::terminate(0);
     }
 }

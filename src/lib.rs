@@ -18,6 +18,8 @@ pub mod output;
 pub mod pcie;
 pub mod record;
 pub mod report;
+pub mod safe_fs;
+pub mod sanitize;
 pub mod sim;
 pub mod slurm;
 pub mod stats;

@@ -136,6 +136,23 @@ pub enum Action {
     },
 }
 
+/// The folder of Slurm's programs, where Slurm is installed elsewhere than /usr/bin or
+/// /usr/local/bin (`MORPHBENCH_SLURM_BIN=/opt/slurm/bin`).
+pub const SLURM_BIN_ENV: &str = "MORPHBENCH_SLURM_BIN";
+
+/// Where `scontrol` is looked for when [`SLURM_BIN_ENV`] is not set, in order.
+pub const SLURM_BIN_DIRS: [&str; 2] = ["/usr/bin", "/usr/local/bin"];
+
+/// The folders `scontrol` is looked for in: [`SLURM_BIN_ENV`]'s alone when it is set, else
+/// [`SLURM_BIN_DIRS`]. Never PATH: a root health check must not run whatever a folder early
+/// on PATH holds.
+pub fn slurm_bin_dirs() -> Vec<PathBuf> {
+    match std::env::var_os(SLURM_BIN_ENV).filter(|d| !d.is_empty()) {
+        Some(dir) => vec![PathBuf::from(dir)],
+        None => SLURM_BIN_DIRS.iter().map(PathBuf::from).collect(),
+    }
+}
+
 /// `scontrol`, found before anything runs.
 #[derive(Debug, Clone)]
 pub struct Scontrol {
@@ -143,24 +160,42 @@ pub struct Scontrol {
 }
 
 impl Scontrol {
-    /// Finds `scontrol` on PATH, or says what to do.
+    /// Finds `scontrol` by its absolute path in [`slurm_bin_dirs`], or says what to do.
     pub fn find() -> Result<Scontrol> {
-        let path = std::env::var_os("PATH")
-            .map(|p| {
-                std::env::split_paths(&p)
-                    .map(|d| d.join("scontrol"))
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default()
-            .into_iter()
-            .find(|p| is_executable(p));
-        match path {
-            Some(path) => Ok(Scontrol { path }),
-            None => bail!(
-                "--slurm: scontrol is not on PATH, so the node cannot be drained or resumed; \
-                 install Slurm's client (slurm-client) or set PATH, or leave out --slurm"
+        Scontrol::find_in(&slurm_bin_dirs(), crate::host::euid())
+    }
+
+    /// Finds `scontrol` in the first of `dirs` that holds it, as a process of effective uid
+    /// `euid`: as root, it and every folder on its way must be root's and writable by root
+    /// alone, and the path it resolves to is what runs.
+    pub fn find_in(dirs: &[PathBuf], euid: u32) -> Result<Scontrol> {
+        let Some(found) = dirs
+            .iter()
+            .map(|d| d.join("scontrol"))
+            .find(|p| p.is_absolute() && is_executable(p))
+        else {
+            let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+            bail!(
+                "--slurm: scontrol is not in {} (PATH is not searched), so the node cannot be \
+                 drained or resumed; install Slurm's client (slurm-client), or name the folder \
+                 that holds it with {SLURM_BIN_ENV}=DIR (an absolute path), or leave out --slurm",
+                list.join(" or ")
+            );
+        };
+        match crate::safe_fs::trusted_program(&found, euid) {
+            Ok(path) => Ok(Scontrol { path }),
+            Err(why) => bail!(
+                "--slurm: {} is not run as root: {why}; root runs only a root-owned scontrol in \
+                 folders only root can write: name Slurm's own folder with {SLURM_BIN_ENV}=DIR, \
+                 or leave out --slurm",
+                found.display()
             ),
         }
+    }
+
+    /// The program that runs.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     fn run(&self, args: &[&str]) -> Result<String> {
@@ -179,7 +214,15 @@ impl Scontrol {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Every scontrol call on a node goes through here: a name that is not a valid host name
+    /// (a peer's hostlist `gpu[001-512]`, a formula, an option) never reaches scontrol.
     pub fn node_state(&self, node: &str) -> Result<NodeState> {
+        if !crate::sanitize::valid_hostname(node) {
+            bail!(
+                "{:?} is not a valid host name (RFC 1123): scontrol is not run on it",
+                crate::sanitize::console(node, 80)
+            );
+        }
         let text = self.run(&["show", "node", node])?;
         NodeState::parse(&text)
             .with_context(|| format!("scontrol show node {node} gave no State: {text}"))
@@ -253,6 +296,70 @@ mod tests {
         assert_eq!(long.chars().count(), REASON_MAX);
         assert!(long.starts_with(REASON_PREFIX));
         assert!(!reason("a\"b", "c", None, None, "").contains('"'));
+    }
+
+    #[test]
+    fn a_node_name_that_is_not_a_host_name_never_reaches_scontrol() {
+        let home = tempfile::tempdir().unwrap();
+        let ran = home.path().join("ran");
+        let fake = home.path().join("scontrol");
+        std::fs::write(&fake, format!("#!/bin/sh\ntouch {}\n", ran.display())).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let s = Scontrol::find_in(&[home.path().to_path_buf()], crate::host::euid()).unwrap();
+        for bad in ["gpu[001-512]", "=cmd|x", "-h", "a b"] {
+            let e = format!("{:#}", s.drain(bad, "r").unwrap_err());
+            assert!(e.contains("not a valid host name"), "{e}");
+            assert!(s.resume_if_ours(bad).is_err());
+        }
+        assert!(
+            !ran.exists(),
+            "scontrol ran on a name that is not a host name"
+        );
+    }
+
+    #[test]
+    fn scontrol_is_found_by_absolute_path_never_on_path() {
+        let home = tempfile::tempdir().unwrap();
+        let bin = home.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let fake = bin.join("scontrol");
+        std::fs::write(&fake, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let euid = crate::host::euid();
+        // The first folder that holds it, by the path it resolves to.
+        let empty = home.path().join("empty");
+        let s = Scontrol::find_in(&[empty.clone(), bin.clone()], euid).unwrap();
+        assert_eq!(s.path(), std::fs::canonicalize(&fake).unwrap());
+        // Not there: the folders looked in, and what to do.
+        let e = Scontrol::find_in(std::slice::from_ref(&empty), euid).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains(&format!("scontrol is not in {}", empty.display())),
+            "{e}"
+        );
+        assert!(
+            e.contains("PATH is not searched") && e.contains(SLURM_BIN_ENV),
+            "{e}"
+        );
+        // A relative folder (PATH's `.`) is never looked in.
+        assert!(Scontrol::find_in(&[PathBuf::from("bin")], euid).is_err());
+        // Root runs no scontrol another user may change: in a world-writable folder (as
+        // root), or (not root) this user's, which to root is another user's.
+        if euid == 0 {
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        let e = format!("{:#}", Scontrol::find_in(&[bin], 0).unwrap_err());
+        assert!(e.contains("is not run as root"), "{e}");
+        // Without the variable: /usr/bin, then /usr/local/bin.
+        if std::env::var_os(SLURM_BIN_ENV).is_none() {
+            let dirs = slurm_bin_dirs();
+            assert_eq!(
+                dirs,
+                [PathBuf::from("/usr/bin"), PathBuf::from("/usr/local/bin")]
+            );
+        }
     }
 
     #[test]

@@ -83,6 +83,45 @@ fn the_health_daemonset_runs_health_into_the_shared_textfile_folder() {
     assert!(caps["value"].as_str().unwrap().contains("graphics"));
     // It installs what the NPD plugin runs.
     assert!(script.contains("/host-opt-morphbench/run"), "{script}");
+    // The least it needs: root for root's hostPaths, but no capability, no privilege, no
+    // escalation, a read-only root filesystem.
+    let sc = &c["securityContext"];
+    assert_eq!(sc["privileged"], false, "{sc}");
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{sc}");
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{sc}");
+    assert_eq!(
+        sc["capabilities"]["drop"],
+        serde_json::json!(["ALL"]),
+        "{sc}"
+    );
+    assert!(
+        sc["capabilities"]["add"].is_null(),
+        "no capability is added: {sc}"
+    );
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{sc}");
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert!(
+        pod["hostPID"].is_null() && pod["hostNetwork"].is_null(),
+        "{pod}"
+    );
+    // With the root filesystem read-only, its runs go to a volume under root's own folder
+    // (never /tmp), made 0755 before it runs, and the node's lock is mounted where health
+    // takes it.
+    let mounts: Vec<&str> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    let out = cli.global.out.to_str().unwrap();
+    assert_eq!(out, "/var/lib/morphbench");
+    assert!(mounts.contains(&out), "{mounts:?}");
+    assert!(
+        script.contains("chmod 0755 /var/lib/morphbench"),
+        "{script}"
+    );
+    let lock = morphbench::bench::health::TURN_LOCK;
+    assert!(mounts.contains(&lock), "{mounts:?}");
 }
 
 #[test]
@@ -123,6 +162,8 @@ fn the_npd_plugin_sets_morphbench_unhealthy_and_an_event_from_health_npd() {
             panic!("not health: {args:?}");
         };
         assert!(h.npd && h.baseline.is_some(), "{args:?}");
+        // Root's runs go to root's folder, never /tmp.
+        assert_eq!(cli.global.out, Path::new("/var/lib/morphbench"), "{args:?}");
     }
     // NPD reads the plugin where the ConfigMap is mounted, and runs the node's /opt/morphbench.
     let ds = of_kind(&docs, "DaemonSet");

@@ -136,7 +136,12 @@ fn a_healthy_fleet_passes_and_a_baseline_from_a_faster_sku_fails_its_slower_figu
         "--textfile",
         metrics.to_str().unwrap(),
     ]);
-    let o = common::morphbench_with_env(&args, home.path(), &[("PATH", &path)]);
+    let slurm_bin = bin.display().to_string();
+    let vars = [
+        ("PATH", path.as_str()),
+        ("MORPHBENCH_SLURM_BIN", &slurm_bin),
+    ];
+    let o = common::morphbench_with_env(&args, home.path(), &vars);
     assert_eq!(o.status.code(), Some(1), "{}", common::stdout(&o));
     let calls = std::fs::read_to_string(&log).unwrap();
     let drain = calls.lines().find(|l| l.starts_with("update ")).unwrap();
@@ -215,6 +220,7 @@ fn fleet_rank(home: &Path, out: &Path, port: u16, r: u32, vars: &[(&str, &str)])
         .args(["--out", out.to_str().unwrap(), "-q"])
         .current_dir(home)
         .env("HOME", home)
+        .env("MORPHBENCH_TOKEN", common::TOKEN)
         // All the cores, as `--local` gives a gate's ranks: they take turns, and a rank on one
         // vCPU measures that vCPU (0.6x beside another tenant on CI, unseen as steal).
         .env_remove("LP_NUM_THREADS")

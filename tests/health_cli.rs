@@ -78,6 +78,11 @@ esac
         );
         vec![
             ("PATH".into(), path),
+            // scontrol is never looked up on PATH: Slurm's folder is named.
+            (
+                "MORPHBENCH_SLURM_BIN".into(),
+                self.bin.display().to_string(),
+            ),
             ("SCONTROL_STATE".into(), self.state.display().to_string()),
             ("SCONTROL_LOG".into(), self.log.display().to_string()),
             ("SLURMD_NODENAME".into(), "n1".into()),
@@ -233,7 +238,21 @@ fn bad_input_is_exit_2_and_changes_nothing() {
         "IDLE+DRAIN",
         Some("[morphbench] gemm gflops: 1 vs 2 GFLOP/s"),
     );
-    let no_scontrol = vec![("PATH".to_string(), "/nonexistent".to_string())];
+    // Not in the folder named, and not taken from PATH even where PATH has one.
+    let no_scontrol = vec![
+        (
+            "MORPHBENCH_SLURM_BIN".to_string(),
+            "/nonexistent".to_string(),
+        ),
+        (
+            "PATH".to_string(),
+            format!(
+                "{}:{}",
+                slurm.bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        ),
+    ];
     type Env = Vec<(String, String)>;
     let cases: Vec<(Vec<&str>, Env, &str)> = vec![
         (
@@ -246,7 +265,11 @@ fn bad_input_is_exit_2_and_changes_nothing() {
             vec![],
             "--baseline /nonexistent/b.toml",
         ),
-        (vec!["--slurm"], no_scontrol, "scontrol is not on PATH"),
+        (
+            vec!["--slurm"],
+            no_scontrol,
+            "scontrol is not in /nonexistent",
+        ),
         (
             vec!["--textfile", "/nonexistent/dir"],
             vec![],
@@ -280,4 +303,48 @@ fn bad_input_is_exit_2_and_changes_nothing() {
         "{out}"
     );
     assert!(out.trim_end().chars().count() <= 80, "{out}");
+}
+
+#[test]
+fn a_symlinked_out_or_lock_is_refused_and_nothing_is_written_through_it() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    // What a link would lead root to: a file and a folder that are not the run's.
+    let secret = home.join("secret");
+    std::fs::write(&secret, "root's").unwrap();
+    let elsewhere = home.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    // A link in place of --out: refused before anything runs (exit 2), nothing made there.
+    let out = home.join("out");
+    std::os::unix::fs::symlink(&elsewhere, &out).unwrap();
+    let o = common::morphbench(&["--out", out.to_str().unwrap(), "-q", "health"], home);
+    assert_eq!(o.status.code(), Some(2), "{}", common::output(&o));
+    let err = common::stderr(&o);
+    assert!(
+        err.contains(&format!("--out {}: a symbolic link", out.display())),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    // A link in place of the lock: could not check (exit 2), naming the lock; the file it
+    // leads to is untouched.
+    let lock = home.join("health.lock");
+    std::os::unix::fs::symlink(&secret, &lock).unwrap();
+    let runs = home.join("runs");
+    let o = common::morphbench_with_env(
+        &["--out", runs.to_str().unwrap(), "-q", "health"],
+        home,
+        &[("MORPHBENCH_HEALTH_LOCK", lock.to_str().unwrap())],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", common::output(&o));
+    let err = common::stderr(&o);
+    assert!(err.contains("could not check"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the health lock {}: a symbolic link",
+            lock.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root's");
+    assert!(!runs.exists(), "a run folder was made");
 }

@@ -22,6 +22,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "output",
             "interrupt",
             "verdict",
+            "sanitize",
+            "safe_fs",
         ],
     ),
     // What every bench writes: CSV rows, the run folder, meta.json.

@@ -39,6 +39,7 @@ fn rank_with_env(
         .args(extra)
         .current_dir(home)
         .env("HOME", home)
+        .env("MORPHBENCH_TOKEN", common::TOKEN)
         .envs(vars.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -298,6 +299,8 @@ fn four_ranks_started_by_torchrun_variables_alone_measure_every_link() {
                     c.env_remove(&k);
                 }
             }
+            // The job's secret, as a torchrun job passes any variable on.
+            c.env("MORPHBENCH_TOKEN", common::TOKEN);
             c.spawn().unwrap()
         })
         .collect();

@@ -289,6 +289,7 @@ fn a_stage_that_dies_mid_run_ends_the_run_and_is_named() {
             ])
             .args(["--out", home.path().join("results").to_str().unwrap()])
             .env("XDG_RUNTIME_DIR", home.path())
+            .env("MORPHBENCH_TOKEN", common::TOKEN)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

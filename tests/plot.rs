@@ -559,3 +559,47 @@ fn links_are_coloured_by_their_healthy_level_and_the_slow_node_is_named_at_8_64_
         }
     }
 }
+
+/// A peer's hostname, an adapter's name and an error that carry markup reach report.md and
+/// report.html as text: no tag, table column or link of theirs survives.
+#[test]
+fn markup_from_a_run_is_text_in_the_report() {
+    let home = tempfile::tempdir().unwrap();
+    let run = home.path().join("evil");
+    write_links(&run, 8, 3);
+    let img = "<img src=x onerror=alert(1)>";
+    let csv = std::fs::read_to_string(run.join("links.csv")).unwrap();
+    std::fs::write(run.join("links.csv"), csv.replace("host003", img)).unwrap();
+    let meta = serde_json::json!({
+        "run_id": "t",
+        "status": "failed",
+        "error": "<script>alert(2)</script>\n| a | b |",
+        "host": { "hostname": img },
+        "adapter": { "name": "gpu | `x` *y* [z](javascript:alert(3))" },
+    });
+    std::fs::write(run.join("meta.json"), meta.to_string()).unwrap();
+    let o = morphbench(&["plot", run.to_str().unwrap()], home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    let html = std::fs::read_to_string(run.join("report.html")).unwrap();
+    for (name, text) in [("report.md", &md), ("report.html", &html)] {
+        for raw in ["<img", "<script"] {
+            assert!(!text.contains(raw), "{name} holds raw {raw}:\n{text}");
+        }
+    }
+    assert!(!md.contains("[z](javascript"), "{md}");
+    // Shown, escaped: the host in the header and the error on one line.
+    assert!(md.contains("&lt;img src=x onerror=alert(1)&gt;"), "{md}");
+    assert!(
+        md.contains("&lt;script&gt;alert(2)&lt;/script&gt; \\| a \\| b \\|"),
+        "{md}"
+    );
+    assert!(
+        md.contains("gpu \\| \\`x\\` \\*y\\* \\[z\\](javascript:alert(3))"),
+        "{md}"
+    );
+    assert!(
+        html.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "{html}"
+    );
+}

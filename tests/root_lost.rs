@@ -24,6 +24,7 @@ fn start(home: &Path, bench: &[&str], rank: u32, port: u16) -> Child {
         .args(["--out", home.join("results").to_str().unwrap(), "-q"])
         .current_dir(home)
         .env("HOME", home)
+        .env("MORPHBENCH_TOKEN", common::TOKEN)
         .env("XDG_RUNTIME_DIR", home)
         .env("XDG_CACHE_HOME", home.join("cache"))
         .stdout(Stdio::null())

@@ -98,7 +98,7 @@ fn world_of_bench(
     let port = common::free_port();
     let started = Instant::now();
     let mut root = start_root(home, bench, world, port, ulimit, false);
-    let mut plan = Followers::new(&format!("127.0.0.1:{port}"), world);
+    let mut plan = Followers::new(&format!("127.0.0.1:{port}"), world, common::TOKEN);
     plan.fault = fault;
     plan.patience = Duration::from_secs(60);
     // Rank 0's output is drained while it runs: a full pipe would stall it.

@@ -8,8 +8,8 @@
 //! when it joined and ended, and why, so a test can time the rendezvous and the spread of an
 //! abort.
 
-use std::net::TcpStream;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::fleet::checks::{Batch, Inventory, TestSpec};
@@ -17,7 +17,8 @@ use super::fleet::{GateOrder, GateReply, Order as FleetOrder, Reply as FleetRepl
 use super::links::pair::{self, Measured, PairPlan};
 use super::links::tail::Tail;
 use super::links::{Order, Reply};
-use crate::cluster::frame;
+use crate::cluster::auth::Trust;
+use crate::cluster::frame::{self, Channel};
 use crate::cluster::rendezvous::{self, Registration};
 use crate::cluster::session::{Down, Up};
 use crate::host::HostInfo;
@@ -68,11 +69,16 @@ pub struct Followers {
     /// The canned one-way latency (µs) and bandwidth of a pair of followers.
     pub latency_us: f64,
     pub gbps: f64,
+    /// The job's secret the followers prove.
+    pub trust: Trust,
 }
 
 impl Followers {
-    pub fn new(rendezvous: &str, world: u32) -> Followers {
+    /// Followers proving `token`, the job's secret rank 0 was given.
+    pub fn new(rendezvous: &str, world: u32, token: &str) -> Followers {
+        let secret = crate::cluster::auth::Secret::from_token(token).expect("a test's token");
         Followers {
+            trust: Trust::Secret(std::sync::Arc::new(secret)),
             rendezvous: rendezvous.to_string(),
             world,
             ranks: 1..world,
@@ -149,7 +155,7 @@ fn follow(f: &Followers, rank: u32, start: Instant) -> Log {
     };
     let fault = f.fault.filter(|x| x.rank() == rank);
     let ending = match join(f, rank, fault, start, &mut log) {
-        Ok((stream, root)) => obey(f, rank, fault, &stream, &root, start, &mut log),
+        Ok((stream, root)) => obey(f, rank, fault, &Arc::new(stream), &root, start, &mut log),
         Err(e) => Ending::Lost(e),
     };
     log.ended = start.elapsed();
@@ -163,11 +169,11 @@ fn join(
     fault: Option<Fault>,
     start: Instant,
     log: &mut Log,
-) -> Result<(TcpStream, String), String> {
+) -> Result<(Channel, String), String> {
     if let Some(Fault::Late { after_s, .. }) = fault {
         std::thread::sleep(Duration::from_secs_f64(after_s));
     }
-    let mut stream = rendezvous::connect(&f.rendezvous, f.patience).map_err(|e| e.to_string())?;
+    let stream = rendezvous::connect(&f.rendezvous, f.patience).map_err(|e| e.to_string())?;
     let me = Registration {
         version: env!("CARGO_PKG_VERSION").to_string(),
         hostname: format!("sim{rank:05}"),
@@ -179,7 +185,8 @@ fn join(
         adapter: None,
         rdma_devices: Vec::new(),
     };
-    let roster = rendezvous::register(&mut stream, me, f.patience).map_err(|e| e.to_string())?;
+    let (roster, stream, _) =
+        rendezvous::register(stream, me, &f.trust, f.patience).map_err(|e| e.to_string())?;
     log.joined = Some(start.elapsed());
     // Only rank 0's data address is kept: thousands of followers in one process.
     let root = format!("{}:{}", roster[0].address, roster[0].port);
@@ -193,7 +200,7 @@ fn obey(
     f: &Followers,
     rank: u32,
     fault: Option<Fault>,
-    stream: &TcpStream,
+    stream: &Arc<Channel>,
     root: &str,
     start: Instant,
     log: &mut Log,
@@ -331,10 +338,8 @@ fn batch(tests: &[TestSpec]) -> Batch {
 }
 
 /// `for_s` seconds of a slow test, telling rank 0 this rank is alive as a real one does.
-fn slow_down(stream: &TcpStream, for_s: f64) {
-    let Ok(beat) = stream.try_clone() else {
-        return;
-    };
+fn slow_down(stream: &Arc<Channel>, for_s: f64) {
+    let beat = Arc::clone(stream);
     let _alive = crate::cluster::world::Ticker::start(move || {
         frame::send(&beat, &Up::<Reply>::Alive).is_ok()
     });
@@ -350,15 +355,15 @@ fn played_fault(fault: Option<Fault>, round: u32) -> bool {
     }
 }
 
-fn play(fault: Fault, stream: &TcpStream) {
+fn play(fault: Fault, stream: &Channel) {
     match fault {
         Fault::Dies { .. } => {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
+            let _ = stream.stream().shutdown(std::net::Shutdown::Both);
         }
         Fault::Stops { for_s, .. } => std::thread::sleep(Duration::from_secs_f64(for_s)),
         Fault::Garbage { .. } => {
             use std::io::Write;
-            let _ = (&*stream).write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+            let _ = (&mut stream.stream()).write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
             std::thread::sleep(Duration::from_secs(1));
         }
         Fault::Late { .. } | Fault::Slow { .. } => {}
@@ -373,7 +378,7 @@ fn rows(
     plan: &PairPlan,
     round: u32,
     active: &[(u32, u32)],
-    stream: &TcpStream,
+    stream: &Arc<Channel>,
     root: &str,
 ) -> Up<Reply> {
     let partner = active.iter().find_map(|&(a, b)| match rank {
@@ -383,7 +388,7 @@ fn rows(
     });
     let measured = match partner {
         None => Ok(Vec::new()),
-        Some(0) => drive_rank_0(plan, rank, round, stream, root),
+        Some(0) => drive_rank_0(plan, rank, round, stream, root, &f.trust),
         Some(p) if p > rank => Ok(Vec::new()),
         Some(p) => Ok(canned(f, plan, p, rank)),
     };
@@ -398,15 +403,16 @@ fn drive_rank_0(
     plan: &PairPlan,
     rank: u32,
     round: u32,
-    stream: &TcpStream,
+    stream: &Arc<Channel>,
     root: &str,
+    trust: &Trust,
 ) -> Result<Vec<Measured>, String> {
-    let beat = stream.try_clone().map_err(|e| e.to_string())?;
+    let beat = Arc::clone(stream);
     let _alive = crate::cluster::world::Ticker::start(move || {
         frame::send(&beat, &Up::<Reply>::Alive).is_ok()
     });
     let choice = crate::transport::rdma::DeviceChoice::default();
-    pair::drive(root, plan, rank, 0, round, &choice).map_err(|e| e.to_string())
+    pair::drive(root, plan, rank, 0, round, &choice, trust).map_err(|e| e.to_string())
 }
 
 /// Healthy rows of `plan`'s shape for the pair `server`-`me` (the driver reports them all).

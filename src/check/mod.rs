@@ -194,18 +194,23 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
                     dir.display()
                 )
             };
-            std::fs::create_dir_all(dir).with_context(cannot)?;
+            crate::safe_fs::make_dir(dir, &crate::safe_fs::CHECK_OUT)?;
             table::write(&dir.join("check.csv"), &report.outcomes).with_context(cannot)?;
         }
         None => {
             for run in &runs {
+                // A run folder may be anyone's: as root, check.csv goes only into one no
+                // other user can put a link in (resolved first: `results/latest` is a link).
+                let dir = std::fs::canonicalize(&run.dir)
+                    .with_context(|| format!("cannot resolve {}", run.dir.display()))?;
+                crate::safe_fs::open_dir(&dir, &crate::safe_fs::RUN_FOLDER)?;
                 let mine: Vec<Outcome> = report
                     .outcomes
                     .iter()
                     .filter(|o| o.run_id == run.run_id)
                     .cloned()
                     .collect();
-                table::write(&run.dir.join("check.csv"), &mine)?;
+                table::write(&dir.join("check.csv"), &mine)?;
                 written.push(run.dir.clone());
             }
         }

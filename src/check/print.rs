@@ -3,7 +3,14 @@
 use std::fmt::Write as _;
 
 use super::judge::Report;
+use crate::sanitize::CONSOLE_TEXT;
 use crate::verdict::Verdict;
+
+/// A string read from a run's files (a host, a case, a reason) with control characters
+/// escaped.
+fn text(s: &str) -> std::borrow::Cow<'_, str> {
+    crate::sanitize::console(s, CONSOLE_TEXT)
+}
 
 /// The figures printed per outlier node without `--all`.
 pub(super) const OUTLIERS_SHOWN: usize = 10;
@@ -15,9 +22,9 @@ pub(super) const PASS_ROWS_SHOWN: usize = 20;
 /// verdict.
 pub fn console(title: &str, report: &Report, all: bool, show_run: bool) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "{title}");
+    let _ = writeln!(s, "{}", text(title));
     for n in &report.notes {
-        let _ = writeln!(s, "note: {n}");
+        let _ = writeln!(s, "note: {}", text(n));
     }
     let num = |x: Option<f64>| {
         x.map_or("-".to_string(), |x| {
@@ -48,7 +55,7 @@ pub fn console(title: &str, report: &Report, all: bool, show_run: bool) -> Strin
                 continue;
             }
         }
-        let name: String = format!("{}: {}", o.bench, o.case)
+        let name: String = text(&format!("{}: {}", o.bench, o.case))
             .chars()
             .take(44)
             .collect();
@@ -61,17 +68,20 @@ pub fn console(title: &str, report: &Report, all: bool, show_run: bool) -> Strin
             "{:<8}{}{:<44} {:<24} {:>11} {:>11} {:>7} {:>16}  {}",
             o.verdict.as_str(),
             if show_run {
-                format!("{:<22}", o.run_id.chars().take(21).collect::<String>())
+                format!(
+                    "{:<22}",
+                    text(&o.run_id).chars().take(21).collect::<String>()
+                )
             } else {
                 String::new()
             },
             name,
-            format!("{} ({})", o.figure, o.better.as_str()),
+            format!("{} ({})", text(&o.figure), o.better.as_str()),
             num(o.base),
             num(o.value),
             o.ratio.map_or("-".into(), |r| format!("{r:.3}")),
             interval,
-            o.reason
+            text(&o.reason)
         );
     }
     if !all && passes > PASS_ROWS_SHOWN {
@@ -82,12 +92,12 @@ pub fn console(title: &str, report: &Report, all: bool, show_run: bool) -> Strin
         );
     }
     for (node, figs) in &report.outliers {
-        let _ = writeln!(s, "outlier node {node}: {} figure(s)", figs.len());
+        let _ = writeln!(s, "outlier node {}: {} figure(s)", text(node), figs.len());
         for f in figs
             .iter()
             .take(if all { usize::MAX } else { OUTLIERS_SHOWN })
         {
-            let _ = writeln!(s, "  {f}");
+            let _ = writeln!(s, "  {}", text(f));
         }
         if !all && figs.len() > OUTLIERS_SHOWN {
             let _ = writeln!(s, "  ... and {} more (--all)", figs.len() - OUTLIERS_SHOWN);

@@ -102,12 +102,14 @@ pub enum Command {
     /// Every pair of ranks (launched by srun, mpirun or by hand): latency and bandwidth, slow
     /// links and nodes flagged; rank 0 writes links.csv and nodes.csv.
     #[command(
-        after_help = "Examples:\n  srun -N 4 -n 4 morphbench links                         # rendezvous at the first node\n  mpirun -np 4 -x MASTER_ADDR=node1 morphbench links --transport tcp,rdma --device mlx5_0\n  morphbench links --rank 0 --world 2 --rendezvous 10.0.0.1:18700   # on node 1\n  morphbench links --rank 1 --world 2 --rendezvous 10.0.0.1:18700   # on node 2\n\n\
+        after_help = "Examples:\n  export MORPHBENCH_TOKEN=$(head -c 32 /dev/urandom | base64)   # the job's secret\n  srun -N 4 -n 4 morphbench links                         # rendezvous at the first node\n  mpirun -np 4 -x MASTER_ADDR=node1 -x MORPHBENCH_TOKEN morphbench links --transport tcp,rdma --device mlx5_0\n  morphbench links --rank 0 --world 2 --rendezvous 10.0.0.1:18700 --token-file T   # on node 1\n  morphbench links --rank 1 --world 2 --rendezvous 10.0.0.1:18700 --token-file T   # on node 2\n\n\
 Pairs run in the rounds of a round-robin tournament (no rank in two pairs at once). A link is\n\
 flagged when its p50 is at least 1.35x the baseline (the lower median) of the links of its\n\
 transport, size and direction, and an outlier by the MAD modified z-score (> 3.5).\n\
 Rank 0 listens at the rendezvous address: --rendezvous, else MORPHBENCH_RENDEZVOUS, else\n\
-MASTER_ADDR and MASTER_PORT, else the first host of the Slurm node list (port 18700)."
+MASTER_ADDR and MASTER_PORT, else the first host of the Slurm node list (port 18700).\n\
+Every rank proves the job's secret (--token-file, else MORPHBENCH_TOKEN; --local makes its\n\
+own): see docs/security.md."
     )]
     Links(Box<LinksArgs>),
     /// A real pipeline: each rank a stage running GEMM and layernorm forward and backward,

@@ -48,6 +48,14 @@ pub struct LaunchArgs {
     /// gets its share of the cores via LP_NUM_THREADS).
     #[arg(long, value_name = "N")]
     pub local: Option<u32>,
+    /// The job's secret, which every rank proves it holds (the same file on every rank; else
+    /// MORPHBENCH_TOKEN; --local makes its own). See docs/security.md.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Run without the job's secret: anyone who reaches rank 0's port can join (said in
+    /// meta.json and on the console).
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 impl LaunchArgs {
@@ -69,6 +77,10 @@ impl LaunchArgs {
                 timeout: std::time::Duration::from_secs(self.wait_s),
                 adapter: None,
                 rdma_devices,
+                trust: crate::cluster::auth::TrustSource {
+                    token_file: self.token_file.clone(),
+                    insecure: self.insecure,
+                },
             },
             out: g.out.clone(),
             // With --json, standard output carries the summary alone.

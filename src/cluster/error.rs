@@ -14,6 +14,8 @@ pub enum WireError {
     NotOurs,
     #[error("announced a {0}-byte message, over the {MAX_MESSAGE}-byte cap")]
     TooLarge(u32),
+    #[error("sent a message whose MAC does not verify (altered on the way, or not from a rank of this job)")]
+    Forged,
     #[error("sent a malformed message: {0}")]
     Malformed(String),
     #[error("{0}")]

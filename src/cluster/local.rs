@@ -111,9 +111,12 @@ fn spawn(ranks: u32, max: u32, args: &[String], cores: Cores) -> Result<(Vec<(u3
     if !(1..=max).contains(&ranks) {
         bail!("--local {ranks}: give 1 to {max} ranks");
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    // Rank 0's listener is bound here and handed to it (no gap between choosing the port and
+    // binding it in which another process could take it), and the ranks get a secret of
+    // their own, in their environment (readable by this user and root alone).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let token = super::auth::fresh_token();
     let exe = std::env::current_exe().context("cannot find this program to start its ranks")?;
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = match cores {
@@ -134,6 +137,12 @@ fn spawn(ranks: u32, max: u32, args: &[String], cores: Cores) -> Result<(Vec<(u3
             .args(["--rendezvous", &format!("127.0.0.1:{port}")]);
         if std::env::var_os("LP_NUM_THREADS").is_none() {
             cmd.env("LP_NUM_THREADS", &threads);
+        }
+        cmd.env(super::auth::TOKEN_ENV, &token);
+        if r == 0 {
+            hand_over(&mut cmd, &listener);
+        } else {
+            cmd.env_remove(super::world::LISTEN_FD_ENV);
         }
         if r == 0 && json {
             cmd.stdout(Stdio::piped());
@@ -163,6 +172,34 @@ fn spawn(ranks: u32, max: u32, args: &[String], cores: Cores) -> Result<(Vec<(u3
         }
     }
     Ok((children, held))
+}
+
+/// The descriptor rank 0 finds its listener at.
+const HANDED_FD: i32 = 3;
+
+/// Gives rank 0 `listener` as descriptor [`HANDED_FD`], named in its environment.
+#[allow(unsafe_code)]
+fn hand_over(cmd: &mut Command, listener: &std::net::TcpListener) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fd = listener.as_raw_fd();
+    cmd.env(super::world::LISTEN_FD_ENV, HANDED_FD.to_string());
+    // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) on descriptors
+    // this process owns; dup2 onto another number leaves the copy open across exec, and a
+    // listener that already is descriptor 3 has its close-on-exec flag cleared instead.
+    unsafe {
+        cmd.pre_exec(move || {
+            let rc = if fd == HANDED_FD {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, HANDED_FD)
+            };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Waits for every child; once one fails, the others get half a second and are ended.

@@ -5,6 +5,7 @@
 //! per-process limits the world's size drives, and `session` is the one
 //! skeleton every multi-rank bench runs in (`Ranked`, `run_ranked`). Errors are `error`'s types.
 
+pub mod auth;
 pub mod clock;
 pub mod error;
 pub mod frame;
@@ -12,6 +13,7 @@ pub mod hostlist;
 pub mod launch;
 pub mod limits;
 pub mod local;
+pub mod munge;
 pub mod rendezvous;
 pub mod session;
 pub mod topology;

@@ -10,8 +10,12 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::auth::{self, Trust};
 use super::error::ClusterError;
-use super::frame::{receive, send};
+use super::frame::{receive, send, Channel, End};
 
 /// One rank, as it registers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,8 +32,18 @@ pub struct Registration {
     pub rdma_devices: Vec<String>,
 }
 
-/// How long a connection may take to register before it is refused as a stranger.
+/// How long a connection may take to prove itself and register before it is refused as a
+/// stranger. Each connection has its own budget, on a thread of its own, so idle sockets hold
+/// up nothing but themselves.
 const REGISTER_WAIT: Duration = Duration::from_secs(2);
+/// The most connections proving themselves at once beyond the world's: more are dropped.
+const SPARE_HANDSHAKES: usize = 64;
+/// The stack of a handshake's thread.
+const HANDSHAKE_STACK: usize = 256 << 10;
+/// The longest of a registration's strings (its version, adapter, devices) believed.
+const MAX_FIELD: usize = 256;
+/// The most RDMA devices a rank may name.
+const MAX_DEVICES: usize = 64;
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Message {
@@ -38,20 +52,71 @@ enum Message {
     Error(String),
 }
 
-/// Rank 0: waits until `timeout` for the other `me.world - 1` ranks on `listener`, checks that
-/// they agree with it and with each other, and sends every rank the roster (ordered by rank).
-/// On any error, every rank that registered is told it before this returns it. Returns the
-/// roster and the connections to ranks 1.., which stay open as the run's control channel.
+impl Registration {
+    /// What is wrong with a registration's fields, if anything: every string bounded, the
+    /// host name a valid one (it names a node in verdicts, drain lists, CSVs and `scontrol`).
+    pub fn fault(&self) -> Option<String> {
+        if !crate::sanitize::valid_hostname(&self.hostname) {
+            return Some(format!(
+                "its host name {:?} is not a valid host name (RFC 1123)",
+                crate::sanitize::console(&self.hostname, 64)
+            ));
+        }
+        let long = [&self.version, &self.address]
+            .into_iter()
+            .chain(&self.adapter)
+            .chain(&self.rdma_devices)
+            .any(|f| f.len() > MAX_FIELD);
+        if long || self.rdma_devices.len() > MAX_DEVICES {
+            return Some(format!(
+                "a field is over {MAX_FIELD} bytes or over {MAX_DEVICES} RDMA devices"
+            ));
+        }
+        None
+    }
+}
+
+/// What one connection came to, from its handshake thread.
+type Arrival = (SocketAddr, Result<(Registration, Channel), String>);
+
+/// One connection's handshake and registration, within its own budget.
+fn admit(
+    stream: TcpStream,
+    trust: &Trust,
+    deadline: Instant,
+) -> Result<(Registration, Channel), String> {
+    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+    let until = deadline.min(Instant::now() + REGISTER_WAIT);
+    let key = auth::accept(&stream, trust, until).map_err(|e| e.to_string())?;
+    let ch = Channel::new(stream, key, End::Root);
+    match receive(&ch, until) {
+        Ok(Message::Register(r)) => Ok((r, ch)),
+        Ok(_) => {
+            let _ = send(&ch, &Message::Error("expected a registration".into()));
+            Err("it sent a message out of turn".into())
+        }
+        Err(e) => Err(format!("it {e} instead of registering")),
+    }
+}
+
+/// Rank 0: waits until `timeout` for the other `me.world - 1` ranks on `listener`, each of
+/// which must prove it holds the job's secret (`trust`), and sends every rank the roster
+/// (ordered by rank). A connection that fails its proof, or whose registration is refused, is
+/// logged with its address and dropped, and the run goes on; if a rank is still missing at the
+/// deadline, the refusals are named with it. A rank is reached at the address its
+/// registration came from. Returns the roster and the channels to ranks 1.., which stay open
+/// as the run's control channel.
 pub fn serve(
     listener: &TcpListener,
     me: Registration,
+    trust: &Trust,
     timeout: Duration,
-) -> Result<(Vec<Registration>, Vec<TcpStream>), ClusterError> {
+) -> Result<(Vec<Registration>, Vec<Channel>), ClusterError> {
     let deadline = Instant::now() + timeout;
     let io = |e: std::io::Error| ClusterError::Io(format!("the rendezvous: {e}"));
     listener.set_nonblocking(true).map_err(io)?;
     widen_backlog(listener, me.world);
-    let mut ranks: Vec<Option<(Registration, TcpStream)>> = (0..me.world).map(|_| None).collect();
+    let mut ranks: Vec<Option<(Registration, Channel)>> = (0..me.world).map(|_| None).collect();
     let mut roster0 = me.clone();
     if roster0.address.is_empty() {
         roster0.address = listener
@@ -59,92 +124,132 @@ pub fn serve(
             .map(|a| a.ip().to_string())
             .unwrap_or_default();
     }
-    let fail = |ranks: &mut Vec<Option<(Registration, TcpStream)>>, why: ClusterError| {
-        for (_, s) in ranks.iter_mut().flatten() {
-            let _ = send(s, &Message::Error(why.to_string()));
-        }
-        Err(why)
-    };
+    let (tx, arrivals) = std::sync::mpsc::channel::<Arrival>();
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let cap = me.world as usize + SPARE_HANDSHAKES;
+    let mut refused: Vec<String> = Vec::new();
     let mut arrived = 1;
     while arrived < me.world {
         // The deadline holds however many strangers keep the listener busy.
         if Instant::now() >= deadline {
-            let missing: Vec<String> = (1..me.world)
-                .filter(|&r| ranks[r as usize].is_none())
-                .map(|r| r.to_string())
-                .collect();
-            let why = format!(
-                "rank(s) {} of {} never arrived within {:.0} s: check that they were launched \
-                 and can reach {}",
-                missing.join(", "),
-                me.world,
-                timeout.as_secs_f64(),
-                listener
-                    .local_addr()
-                    .map(|a| a.to_string())
-                    .unwrap_or_default()
-            );
-            return fail(&mut ranks, ClusterError::Rendezvous(why));
+            return Err(never_arrived(listener, &me, &ranks, &refused, timeout));
         }
-        let (stream, peer) = match listener.accept() {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
+        let mut idle = true;
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                idle = false;
+                if in_flight.load(Ordering::SeqCst) >= cap {
+                    tracing::warn!("rendezvous: dropped {peer}: {cap} connections are already proving themselves");
+                } else {
+                    in_flight.fetch_add(1, Ordering::SeqCst);
+                    let (tx, trust, in_flight) =
+                        (tx.clone(), trust.clone(), Arc::clone(&in_flight));
+                    let spawned = std::thread::Builder::new()
+                        .stack_size(HANDSHAKE_STACK)
+                        .spawn(move || {
+                            let _ = tx.send((peer, admit(stream, &trust, deadline)));
+                            in_flight.fetch_sub(1, Ordering::SeqCst);
+                        });
+                    if let Err(e) = spawned {
+                        tracing::warn!("rendezvous: dropped {peer}: no thread to hear it ({e})");
+                    }
+                }
             }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => {
-                return fail(
-                    &mut ranks,
-                    ClusterError::Io(format!("the rendezvous listener failed: {e}")),
-                )
+                let why = ClusterError::Io(format!("the rendezvous listener failed: {e}"));
+                return fail(&ranks, why);
             }
-        };
-        stream.set_nonblocking(false).map_err(io)?;
-        // A peer gets a short while to register; a silent or garbled one is refused and
-        // dropped (a rank registers at once: it connected to do so).
-        let registered = receive(&stream, deadline.min(Instant::now() + REGISTER_WAIT));
-        let mut reg = match registered {
-            Ok(Message::Register(r)) => r,
-            // A stranger (a port scan, a stray HTTP request, an old client) is refused and
-            // logged; the run goes on waiting for its ranks.
-            Ok(_) => {
-                let _ = send(&stream, &Message::Error("expected a registration".into()));
-                tracing::warn!("rendezvous: refused {peer}: it sent a message out of turn");
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!("rendezvous: refused {peer}: it {e} instead of registering");
-                continue;
-            }
-        };
-        if reg.address.is_empty() {
+        }
+        while let Ok((peer, admitted)) = arrivals.try_recv() {
+            idle = false;
+            let (mut reg, ch) = match admitted {
+                Ok(a) => a,
+                Err(why) => {
+                    tracing::warn!("rendezvous: refused {peer}: {why}");
+                    refused.push(format!("{peer}: {why}"));
+                    continue;
+                }
+            };
+            // Reached where it came from: a registration cannot send the others elsewhere.
             reg.address = peer.ip().to_string();
+            if let Some(why) = refusal(&reg, &me, &ranks) {
+                let _ = send(&ch, &Message::Error(why.to_string()));
+                tracing::warn!("rendezvous: refused {peer}: {why}");
+                refused.push(format!("{peer}: {why}"));
+                continue;
+            }
+            let r = reg.rank as usize;
+            ranks[r] = Some((reg, ch));
+            arrived += 1;
         }
-        let why = refusal(&reg, &me, &ranks);
-        if let Some(why) = why {
-            let _ = send(&stream, &Message::Error(why.to_string()));
-            return fail(&mut ranks, why);
+        if idle {
+            std::thread::sleep(Duration::from_millis(5));
         }
-        let r = reg.rank as usize;
-        ranks[r] = Some((reg, stream));
-        arrived += 1;
     }
     let mut roster = vec![roster0];
     roster.extend(ranks.iter().flatten().map(|(r, _)| r.clone()));
     roster.sort_by_key(|r| r.rank);
-    let mut streams = Vec::new();
+    let mut channels = Vec::new();
     // Encoded once: a roster of 4,096 ranks is about 1 MB, and every rank gets the same one.
     let frame = super::frame::encode(&Message::Roster(roster.clone())).map_err(io)?;
-    for (reg, stream) in ranks.into_iter().flatten() {
-        super::frame::send_encoded(&stream, &frame).map_err(|e| {
+    for (reg, ch) in ranks.into_iter().flatten() {
+        super::frame::send_encoded(&ch, &frame).map_err(|e| {
             ClusterError::Rendezvous(format!(
                 "rank {} ({}) dropped out before the roster: {e}",
                 reg.rank, reg.hostname
             ))
         })?;
-        streams.push(stream);
+        channels.push(ch);
     }
-    Ok((roster, streams))
+    Ok((roster, channels))
+}
+
+/// Tells every rank that registered why the run ends, and returns it.
+fn fail<T>(
+    ranks: &[Option<(Registration, Channel)>],
+    why: ClusterError,
+) -> Result<T, ClusterError> {
+    for (_, ch) in ranks.iter().flatten() {
+        let _ = send(ch, &Message::Error(why.to_string()));
+    }
+    Err(why)
+}
+
+/// The error of a rendezvous whose deadline passed: who is missing, and what was refused.
+fn never_arrived(
+    listener: &TcpListener,
+    me: &Registration,
+    ranks: &[Option<(Registration, Channel)>],
+    refused: &[String],
+    timeout: Duration,
+) -> ClusterError {
+    let missing: Vec<String> = (1..me.world)
+        .filter(|&r| ranks[r as usize].is_none())
+        .map(|r| r.to_string())
+        .collect();
+    let mut why = format!(
+        "rank(s) {} of {} never arrived within {:.0} s: check that they were launched \
+         and can reach {}",
+        missing.join(", "),
+        me.world,
+        timeout.as_secs_f64(),
+        listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default()
+    );
+    if !refused.is_empty() {
+        let shown: Vec<&str> = refused.iter().take(5).map(String::as_str).collect();
+        why.push_str(&format!(
+            "; {} connection(s) refused: {}",
+            refused.len(),
+            shown.join("; ")
+        ));
+    }
+    let why = ClusterError::Rendezvous(why);
+    let _ = fail::<()>(ranks, why.clone());
+    why
 }
 
 /// Lets every rank's connection wait in the listener's queue at once: the standard library
@@ -178,14 +283,19 @@ fn widen_backlog(listener: &TcpListener, world: u32) {
     }
 }
 
-/// Why rank 0 refuses a registration, if it does: another version, another world size, a rank
-/// out of range or one already taken.
+/// Why rank 0 refuses a registration, if it does: a bad field, another version, another world
+/// size, a rank out of range or one already taken.
 fn refusal(
     reg: &Registration,
     me: &Registration,
-    ranks: &[Option<(Registration, TcpStream)>],
+    ranks: &[Option<(Registration, Channel)>],
 ) -> Option<ClusterError> {
-    if reg.version != me.version {
+    if let Some(fault) = reg.fault() {
+        Some(ClusterError::Rendezvous(format!(
+            "rank {}'s registration is refused: {fault}",
+            reg.rank
+        )))
+    } else if reg.version != me.version {
         Some(ClusterError::Version {
             who: format!("rank {} ({})", reg.rank, reg.hostname),
             theirs: reg.version.clone(),
@@ -249,12 +359,18 @@ pub fn dial(addr: &str, deadline: Instant) -> std::io::Result<Option<TcpStream>>
     }
 }
 
-/// Registers on a connection to rank 0 and waits until `timeout` for the roster.
+/// What a rank has once it joined: the roster, its channel to rank 0, and the trust its
+/// other connections use (under MUNGE, the run's secret it learned from rank 0).
+pub type Joined = (Vec<Registration>, Channel, Trust);
+
+/// Proves this rank to rank 0 (and rank 0 to it) on a connection, registers, and waits until
+/// `timeout` for the roster.
 pub fn register(
-    stream: &mut TcpStream,
+    stream: TcpStream,
     mut me: Registration,
+    trust: &Trust,
     timeout: Duration,
-) -> Result<Vec<Registration>, ClusterError> {
+) -> Result<Joined, ClusterError> {
     let deadline = Instant::now() + timeout;
     let addr = stream
         .peer_addr()
@@ -266,36 +382,66 @@ pub fn register(
             .map(|a| a.ip().to_string())
             .unwrap_or_default();
     }
-    send(stream, &Message::Register(me.clone()))
+    let (key, learned) = auth::prove_learning(&stream, trust, deadline)
+        .map_err(|e| ClusterError::Rendezvous(format!("rank 0 at {addr} is refused: {e}")))?;
+    let settled = match learned {
+        Some(secret) => Trust::Secret(Arc::new(secret)),
+        None => trust.settled(),
+    };
+    let ch = Channel::new(stream, key, End::Rank);
+    send(&ch, &Message::Register(me.clone()))
         .map_err(|e| ClusterError::Rendezvous(format!("rank 0 at {addr}: {e}")))?;
-    match receive(stream, deadline) {
-        Ok(Message::Roster(r)) if r.len() == me.world as usize => Ok(r),
-        Ok(Message::Roster(r)) => Err(ClusterError::Protocol(format!(
-            "rank 0 sent a roster of {} ranks for a world of {}",
-            r.len(),
+    let roster = match receive(&ch, deadline) {
+        Ok(Message::Roster(r)) => r,
+        Ok(Message::Error(why)) => {
+            return Err(ClusterError::Aborted(
+                crate::sanitize::console(&why, 2000).into_owned(),
+            ))
+        }
+        Ok(Message::Register(_)) => {
+            return Err(ClusterError::Protocol(
+                "rank 0 sent a registration, not a roster".into(),
+            ))
+        }
+        Err(e) => {
+            return Err(ClusterError::Rendezvous(format!(
+                "rank 0 at {addr} {e} before sending the roster"
+            )))
+        }
+    };
+    let ordered = r_ordered(&roster);
+    if roster.len() != me.world as usize || !ordered {
+        return Err(ClusterError::Protocol(format!(
+            "rank 0 sent a roster of {} ranks{} for a world of {}",
+            roster.len(),
+            if ordered { "" } else { " out of order" },
             me.world
-        ))),
-        Ok(Message::Error(why)) => Err(ClusterError::Aborted(why)),
-        Ok(Message::Register(_)) => Err(ClusterError::Protocol(
-            "rank 0 sent a registration, not a roster".into(),
-        )),
-        Err(e) => Err(ClusterError::Rendezvous(format!(
-            "rank 0 at {addr} {e} before sending the roster"
-        ))),
+        )));
     }
+    if let Some((r, why)) = roster.iter().find_map(|r| r.fault().map(|f| (r.rank, f))) {
+        return Err(ClusterError::Protocol(format!(
+            "rank 0's roster names rank {r} badly: {why}"
+        )));
+    }
+    Ok((roster, ch, settled))
 }
 
-/// [`connect`] then [`register`]; returns the roster and the connection to rank 0.
+/// Whether a roster holds each rank once, in order.
+fn r_ordered(roster: &[Registration]) -> bool {
+    roster.iter().enumerate().all(|(i, r)| r.rank as usize == i)
+}
+
+/// [`connect`] then [`register`].
 pub fn join(
     addr: &str,
     me: Registration,
+    trust: &Trust,
     timeout: Duration,
-) -> Result<(Vec<Registration>, TcpStream), ClusterError> {
+) -> Result<Joined, ClusterError> {
     let started = Instant::now();
-    let mut stream = connect(addr, timeout)?;
+    let stream = connect(addr, timeout)?;
     let left = timeout.saturating_sub(started.elapsed());
-    let roster = register(&mut stream, me, left.max(Duration::from_millis(1)))?;
-    Ok((roster, stream))
+    register(stream, me, trust, left.max(Duration::from_millis(1)))
 }
 
 #[cfg(test)]
@@ -320,6 +466,12 @@ mod tests {
     type Outcome = Result<Vec<Registration>, ClusterError>;
 
     /// Rank 0 on a loopback port, the others in threads; returns rank 0's result and theirs.
+    fn trust() -> Trust {
+        Trust::Secret(Arc::new(
+            auth::Secret::from_token("the job's own secret token").unwrap(),
+        ))
+    }
+
     fn run(others: Vec<Registration>, world: u32, timeout: Duration) -> (Outcome, Vec<Outcome>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -328,11 +480,12 @@ mod tests {
             .map(|r| {
                 let a = addr.clone();
                 std::thread::spawn(move || {
-                    join(&a, r, timeout + Duration::from_secs(2)).map(|(roster, _)| roster)
+                    join(&a, r, &trust(), timeout + Duration::from_secs(2))
+                        .map(|(roster, ..)| roster)
                 })
             })
             .collect();
-        let zero = serve(&listener, reg(0, world), timeout).map(|(roster, _)| roster);
+        let zero = serve(&listener, reg(0, world), &trust(), timeout).map(|(roster, _)| roster);
         (zero, joins.into_iter().map(|j| j.join().unwrap()).collect())
     }
 
@@ -393,8 +546,7 @@ mod tests {
         old.version = "0.0.9".into();
         let (zero, _) = run(vec![old], 2, t);
         let e = zero.unwrap_err();
-        assert!(matches!(e, ClusterError::Version { .. }), "{e:?}");
-        assert!(e.to_string().contains("runs morphbench 0.0.9"));
+        assert!(e.to_string().contains("runs morphbench 0.0.9"), "{e}");
         // Garbage, and a huge announced length, from a stranger: refused, and the run goes on
         // to meet its real rank 1.
         for junk in [
@@ -407,9 +559,16 @@ mod tests {
                 let mut s = TcpStream::connect(addr).unwrap();
                 s.write_all(&junk).unwrap();
                 std::thread::sleep(Duration::from_millis(200));
-                join(&addr.to_string(), reg(1, 2), Duration::from_secs(5)).map(|(r, _)| r)
+                join(
+                    &addr.to_string(),
+                    reg(1, 2),
+                    &trust(),
+                    Duration::from_secs(5),
+                )
+                .map(|(r, ..)| r)
             });
-            let (roster, _) = serve(&listener, reg(0, 2), Duration::from_secs(5)).unwrap();
+            let (roster, _) =
+                serve(&listener, reg(0, 2), &trust(), Duration::from_secs(5)).unwrap();
             assert_eq!(roster.len(), 2);
             assert_eq!(peer.join().unwrap().unwrap(), roster);
         }
@@ -428,7 +587,7 @@ mod tests {
             }
         });
         let started = Instant::now();
-        let e = serve(&listener, reg(0, 2), Duration::from_secs(3)).unwrap_err();
+        let e = serve(&listener, reg(0, 2), &trust(), Duration::from_secs(3)).unwrap_err();
         assert!(e.to_string().contains("never arrived"), "{e}");
         assert!(
             started.elapsed() < Duration::from_secs(5),
@@ -443,7 +602,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .to_string();
-        let e = join(&free, reg(1, 2), Duration::from_millis(300))
+        let e = join(&free, reg(1, 2), &trust(), Duration::from_millis(300))
             .unwrap_err()
             .to_string();
         assert!(e.contains("rank 0 never answered"), "{e}");

@@ -215,6 +215,15 @@ fn lead<B: Ranked>(bench: &mut B, world: &mut World, opts: &SessionOptions) -> R
     let mut meta = RunMeta::new(HostInfo::probe());
     meta.adapter = adapter;
     meta.config = Some(bench.config(world));
+    // Whether every rank proved the job's secret, or the run was --insecure.
+    meta.notes
+        .insert("auth".into(), world.trust.describe().into());
+    if world.trust.is_insecure() && world.size() > 1 {
+        eprintln!(
+            "warning: --insecure: this run's ranks proved no secret, so any process that \
+             reached rank 0's port could have joined it (said in meta.json's notes.auth)"
+        );
+    }
     let mut dir = match RunDir::create(&opts.out, meta, false) {
         Ok(d) => d,
         Err(e) => {

@@ -3,15 +3,16 @@
 //! channel to rank 0 that stays open for the whole run, so a rank that dies is noticed and
 //! named.
 
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::auth::{Trust, TrustSource};
 use super::error::{ClusterError, Who};
-use super::frame;
+use super::frame::{self, Channel};
 use super::launch::{self, Launch};
 use super::rendezvous::{self, Registration};
 
@@ -27,7 +28,7 @@ pub const SILENCE: Duration = Duration::from_secs(3);
 /// The next message that is not a heartbeat, by `deadline`; silence for [`SILENCE`] is a
 /// timeout even before it.
 fn hear_through_heartbeats<M: DeserializeOwned>(
-    s: &TcpStream,
+    s: &Channel,
     deadline: Instant,
     alive: fn(&M) -> bool,
 ) -> Result<M, super::error::WireError> {
@@ -57,14 +58,21 @@ pub struct WorldOptions {
     pub timeout: Duration,
     pub adapter: Option<String>,
     pub rdma_devices: Vec<String>,
+    /// Where the job's secret comes from (the environment is read too).
+    pub trust: TrustSource,
 }
+
+/// The environment variable through which a launcher hands rank 0 its listening socket
+/// already bound (`--local`, `health`), so there is no gap between the launcher's choice of
+/// port and rank 0's bind in which another process could take the port.
+pub const LISTEN_FD_ENV: &str = "MORPHBENCH_LISTEN_FD";
 
 /// The connections to rank 0 (from any other rank) or to every other rank (at rank 0).
 pub enum Control {
     /// At rank 0: the connection to rank i is `peers[i - 1]`, shared (not duplicated) by the
     /// threads that write orders and heartbeats and read replies: one descriptor a rank.
-    Root(Vec<Arc<TcpStream>>),
-    Leaf(TcpStream),
+    Root(Vec<Arc<Channel>>),
+    Leaf(Arc<Channel>),
 }
 
 pub struct World {
@@ -75,9 +83,9 @@ pub struct World {
     /// This rank's data listener, on the address the others reach it at.
     pub data: TcpListener,
     pub control: Control,
-    /// Held by every write to the other ranks at rank 0: orders and heartbeats go out from
-    /// two threads, and a frame must never be cut by another.
-    writing: Arc<Mutex<()>>,
+    /// How this run's connections prove themselves: the pair connections of a bench use it
+    /// too.
+    pub trust: Trust,
 }
 
 fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, ClusterError> {
@@ -100,6 +108,8 @@ pub fn establish(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<World, ClusterError> {
     let launch = launch::detect(opts.explicit, env)?;
+    let trust =
+        super::auth::resolve(&opts.trust, launch.world, env).map_err(ClusterError::Rendezvous)?;
     // Before anyone meets: a limit that cannot hold this world refuses here, not mid-run.
     super::limits::settle(launch.rank, launch.world)?;
     let (host, port, from) = launch::rendezvous(opts.rendezvous.as_deref(), env, &launch.nodes)?;
@@ -113,36 +123,44 @@ pub fn establish(
         adapter: opts.adapter.clone(),
         rdma_devices: opts.rdma_devices.clone(),
     };
-    let (roster, data, control) = if launch.rank == 0 {
+    let (roster, data, control, trust) = if launch.rank == 0 {
         // Rank 0 listens where the others were told to look (the flag, the environment or
         // the node list), never on a wildcard address.
-        let addrs = resolve(&host, port)?;
-        let listener = TcpListener::bind(&addrs[..]).map_err(|e| {
-            ClusterError::Rendezvous(format!(
-                "rank 0 cannot listen on {host}:{port} ({from}): {e}. Rank 0 must run on the \
-                 rendezvous host; give --rendezvous with one of its addresses and a free port"
-            ))
-        })?;
+        let listener = match handed_listener(env, port)? {
+            Some(l) => l,
+            None => {
+                let addrs = resolve(&host, port)?;
+                TcpListener::bind(&addrs[..]).map_err(|e| {
+                    ClusterError::Rendezvous(format!(
+                        "rank 0 cannot listen on {host}:{port} ({from}): {e}. Rank 0 must run \
+                         on the rendezvous host; give --rendezvous with one of its addresses \
+                         and a free port"
+                    ))
+                })?
+            }
+        };
         let ip = listener.local_addr().map_err(io)?.ip();
         let data = bind_data(ip)?;
         let mut me = me;
         me.address = ip.to_string();
         me.port = data.local_addr().map_err(io)?.port();
-        let (roster, peers) = rendezvous::serve(&listener, me, opts.timeout)?;
+        let trust = trust.for_root();
+        let (roster, peers) = rendezvous::serve(&listener, me, &trust, opts.timeout)?;
         for p in &peers {
             // A rank that does not read for this long (stopped, its buffers full) fails the
             // write that would block: rank 0 names it instead of hanging with every other
             // rank's heartbeats held behind it.
-            p.set_write_timeout(Some(SILENCE)).map_err(io)?;
+            p.stream().set_write_timeout(Some(SILENCE)).map_err(io)?;
         }
         (
             roster,
             data,
             Control::Root(peers.into_iter().map(Arc::new).collect()),
+            trust.settled(),
         )
     } else {
         let addr = format!("{host}:{port}");
-        let mut stream = rendezvous::connect(&addr, opts.timeout)?;
+        let stream = rendezvous::connect(&addr, opts.timeout)?;
         // Reached at the address its connection to rank 0 leaves from.
         let ip = stream.local_addr().map_err(io)?.ip();
         let data = bind_data(ip)?;
@@ -152,8 +170,9 @@ pub fn establish(
         // Rank 0 was listening before this rank reached it, and it answers within its own
         // wait (the roster, or why the run ends): waiting that long and a little more for its
         // answer means rank 0 names a missing rank here too, rather than a race of two clocks.
-        let roster = rendezvous::register(&mut stream, me, opts.timeout + ROSTER_SLACK)?;
-        (roster, data, Control::Leaf(stream))
+        let (roster, ch, trust) =
+            rendezvous::register(stream, me, &trust, opts.timeout + ROSTER_SLACK)?;
+        (roster, data, Control::Leaf(Arc::new(ch)), trust)
     };
     Ok(World {
         launch,
@@ -161,8 +180,56 @@ pub fn establish(
         roster,
         data,
         control,
-        writing: Arc::default(),
+        trust,
     })
+}
+
+/// Rank 0's listening socket as its launcher handed it over ([`LISTEN_FD_ENV`]), if it did:
+/// it must be a socket listening on the rendezvous port.
+#[allow(unsafe_code)]
+fn handed_listener(
+    env: &dyn Fn(&str) -> Option<String>,
+    port: u16,
+) -> Result<Option<TcpListener>, ClusterError> {
+    use std::os::fd::FromRawFd;
+    let Some(fd) = env(LISTEN_FD_ENV) else {
+        return Ok(None);
+    };
+    let bad = |why: String| {
+        ClusterError::Rendezvous(format!(
+            "{LISTEN_FD_ENV}={fd}: {why}; it is set by the launcher of --local and health \
+             only: unset it"
+        ))
+    };
+    let fd: i32 = fd
+        .parse()
+        .ok()
+        .filter(|&n| n > 2)
+        .ok_or_else(|| bad("not a descriptor number above 2".into()))?;
+    let mut listening: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `listening`; an fd that is not a
+    // socket makes it fail, and nothing is taken over then.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut listening as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 || listening == 0 {
+        return Err(bad("not a listening socket".into()));
+    }
+    // SAFETY: the descriptor is a listening socket this process was handed at its start and
+    // nothing else in it owns: the launcher put it there for rank 0 alone.
+    let listener = unsafe { TcpListener::from_raw_fd(fd) };
+    let at = listener.local_addr().map_err(|e| bad(e.to_string()))?;
+    if at.port() != port {
+        return Err(bad(format!("it listens on port {}, not {port}", at.port())));
+    }
+    Ok(Some(listener))
 }
 
 /// Calls `tick` each [`HEARTBEAT`] on a thread of its own until `tick` returns false or the
@@ -199,10 +266,6 @@ impl Drop for Ticker {
             let _ = t.join();
         }
     }
-}
-
-fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn io(e: std::io::Error) -> ClusterError {
@@ -270,7 +333,6 @@ impl World {
     ) -> Result<(), ClusterError> {
         let whos: Vec<Who> = (1..self.size()).map(|r| self.who(r)).collect();
         let frame = frame::encode(m).map_err(|e| ClusterError::Io(e.to_string()))?;
-        let _writing = lock(&self.writing);
         let Control::Root(peers) = &self.control else {
             return Err(ClusterError::Protocol("only rank 0 broadcasts".into()));
         };
@@ -290,7 +352,6 @@ impl World {
     /// Rank 0: sends `m` to one rank.
     pub fn send_to<M: Serialize>(&mut self, rank: u32, m: &M) -> Result<(), ClusterError> {
         let who = self.who(rank);
-        let _writing = lock(&self.writing);
         let Control::Root(peers) = &self.control else {
             return Err(ClusterError::Protocol("only rank 0 sends to ranks".into()));
         };
@@ -385,11 +446,9 @@ impl World {
         let Control::Root(peers) = &self.control else {
             return None;
         };
-        let mut peers: Vec<Option<Arc<TcpStream>>> = peers.iter().cloned().map(Some).collect();
-        let writing = Arc::clone(&self.writing);
+        let mut peers: Vec<Option<Arc<Channel>>> = peers.iter().cloned().map(Some).collect();
         let frame = frame::encode(&beat).ok()?;
         Some(Ticker::start(move || {
-            let _writing = lock(&writing);
             for peer in peers.iter_mut() {
                 // A rank that cannot be written to is gone: rank 0's own reads name it.
                 if peer
@@ -403,10 +462,10 @@ impl World {
         }))
     }
 
-    /// Any other rank: a second handle on the connection to rank 0 (for heartbeats).
-    pub fn root_stream(&self) -> Option<TcpStream> {
+    /// Any other rank: a second handle on the channel to rank 0 (for heartbeats).
+    pub fn root_stream(&self) -> Option<Arc<Channel>> {
         match &self.control {
-            Control::Leaf(s) => s.try_clone().ok(),
+            Control::Leaf(s) => Some(Arc::clone(s)),
             Control::Root(_) => None,
         }
     }

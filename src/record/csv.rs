@@ -143,6 +143,24 @@ impl<T: CsvTable> Line<T> {
             None => w.serialize((&self.lead, &self.params, &self.figures)),
         }
     }
+
+    /// The row's cells as written to a file: serialized as [`Line::write_to`] does, then each
+    /// cell through [`crate::sanitize::csv_cell`], so no string of any table (a peer's
+    /// hostname, an adapter's name, an error) reaches a spreadsheet as a formula. Numbers
+    /// and ordinary strings come out byte for byte as serialized.
+    fn neutral_record(&self) -> ::csv::Result<::csv::StringRecord> {
+        let mut w = ::csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(Vec::new());
+        self.write_to(&mut w)?;
+        let bytes = w.into_inner().map_err(|e| e.into_error())?;
+        let mut rd = ::csv::ReaderBuilder::new()
+            .has_headers(false)
+            .from_reader(&bytes[..]);
+        let mut raw = ::csv::StringRecord::new();
+        rd.read_record(&mut raw)?;
+        Ok(raw.iter().map(crate::sanitize::csv_cell).collect())
+    }
 }
 
 /// The header of table `T`, from the field names of its structs.
@@ -203,8 +221,16 @@ pub struct CsvSink<T: CsvTable> {
 impl<T: CsvTable> CsvSink<T> {
     /// Creates the file and writes the header, so even a table without rows names its columns.
     pub fn create(path: &Path) -> Result<CsvSink<T>> {
-        let file =
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        // A link planted where the table goes is not followed (a run folder is root's, but a
+        // table may be written again into one another process could reach).
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
         let mut writer = ::csv::WriterBuilder::new()
             .has_headers(false)
             .from_writer(file);
@@ -224,8 +250,9 @@ impl<T: CsvTable> CsvSink<T> {
             self.path.display(),
             if T::WITH_STATS { "lacks" } else { "has" }
         );
-        line.write_to(&mut self.writer)
-            .with_context(|| format!("cannot write a row to {}", self.path.display()))?;
+        let cannot = || format!("cannot write a row to {}", self.path.display());
+        let record = line.neutral_record().with_context(cannot)?;
+        self.writer.write_record(&record).with_context(cannot)?;
         self.writer.flush()?;
         Ok(())
     }
@@ -544,6 +571,37 @@ mod tests {
         let mut short = line(1, "y", None);
         short.stats = None;
         assert!(sink.write(&short).is_err());
+    }
+
+    #[test]
+    fn a_cell_that_starts_a_formula_is_written_as_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv");
+        let mut sink = CsvSink::<T>::create(&path).unwrap();
+        let host = "=cmd|' /C calc'!A0";
+        sink.write(&line(64, host, Some(1.5))).unwrap();
+        sink.write(&line(65, "-x", Some(2.0))).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains(",'=cmd|' /C calc'!A0,") && !text.contains(",=cmd"),
+            "{text}"
+        );
+        // Read back, the quote stays in the string; the row's numbers are numbers.
+        let rows = read_table::<T>(&path).unwrap();
+        assert_eq!(rows[0].params.label, format!("'{host}"));
+        assert_eq!(rows[0].params.size, 64);
+        assert_eq!(rows[0].figures.gbps, Some(1.5));
+        assert_eq!(rows[1].params.label, "'-x");
+        // A number in a string column is written as it is.
+        let other = dir.path().join("n.csv");
+        let mut sink = CsvSink::<T>::create(&other).unwrap();
+        sink.write(&line(66, "-1.5", Some(2.0))).unwrap();
+        let numbers = std::fs::read_to_string(&other).unwrap();
+        assert!(numbers.contains(",-1.5,"), "{numbers}");
+        // Every line of the file still parses as a record of the header's width.
+        let mut rd = ::csv::Reader::from_reader(text.as_bytes());
+        let width = rd.headers().unwrap().len();
+        assert!(rd.records().all(|r| r.unwrap().len() == width));
     }
 
     #[test]

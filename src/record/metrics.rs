@@ -101,7 +101,8 @@ pub fn slug(text: &str) -> String {
 }
 
 /// Checks before anything runs that `dir` is a folder this process can write a file into,
-/// naming the fix; nothing is left in it.
+/// naming the fix; nothing is left in it. A link in its place is refused, and as root a
+/// folder another user owns or may write, or one on its way ([`crate::safe_fs`]).
 pub fn check_dir(dir: &Path) -> Result<()> {
     let meta = std::fs::metadata(dir).with_context(|| {
         format!(
@@ -115,8 +116,9 @@ pub fn check_dir(dir: &Path) -> Result<()> {
             dir.display()
         );
     }
-    let probe = dir.join(format!(".morphbench-probe.{}", std::process::id()));
-    std::fs::write(&probe, b"").with_context(|| {
+    crate::safe_fs::open_dir(dir, &crate::safe_fs::TEXTFILE)?;
+    let probe = crate::safe_fs::temp_name(dir, "morphbench-probe");
+    crate::safe_fs::create_new(&probe).with_context(|| {
         format!(
             "--textfile {}: cannot write there; run as a user who may, or give another folder",
             dir.display()
@@ -231,20 +233,15 @@ impl Textfile {
         Ok(out)
     }
 
-    /// Writes the file into `dir` atomically (a temporary file beside it, renamed into place);
-    /// returns its path.
+    /// Writes the file into `dir` atomically: a temporary file of a random name created
+    /// exclusively beside it (`O_EXCL | O_NOFOLLOW`: nothing there is opened, a link
+    /// included), renamed into place; returns its path. `dir` is checked as [`check_dir`]
+    /// does (node_exporter reads `*.prom` only: the temporary name never matches).
     pub fn write(&self, dir: &Path) -> Result<PathBuf> {
         let text = self.encode()?;
-        let path = dir.join(self.file_name());
-        // node_exporter reads `*.prom` only: the temporary name never matches.
-        let tmp = dir.join(format!(".{}.{}.tmp", self.file_name(), std::process::id()));
-        std::fs::write(&tmp, text)
-            .with_context(|| format!("cannot write the textfile {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).with_context(|| {
-            let _ = std::fs::remove_file(&tmp);
-            format!("cannot move the textfile into place at {}", path.display())
-        })?;
-        Ok(path)
+        crate::safe_fs::open_dir(dir, &crate::safe_fs::TEXTFILE)?;
+        crate::safe_fs::replace_file(dir, &self.file_name(), text.as_bytes())
+            .context("cannot write the textfile")
     }
 }
 
@@ -387,5 +384,39 @@ mod tests {
         let file = dir.path().join("morphbench_health.prom");
         let e = check_dir(&file).unwrap_err().to_string();
         assert!(e.contains("not a folder"), "{e}");
+    }
+
+    #[test]
+    fn the_textfile_goes_through_no_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = textfile(vec![figure("gemm", Some(1.0), Verdict::Pass)]);
+        // A link where the file goes, and at the name a temporary file once had: neither is
+        // followed (the temporary name is random, created exclusively).
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "root's").unwrap();
+        let prom = dir.path().join("prom");
+        std::fs::create_dir(&prom).unwrap();
+        std::os::unix::fs::symlink(&secret, prom.join("morphbench_health.prom")).unwrap();
+        let old_tmp = format!(".morphbench_health.prom.{}.tmp", std::process::id());
+        std::os::unix::fs::symlink(&secret, prom.join(&old_tmp)).unwrap();
+        let path = file.write(&prom).unwrap();
+        assert!(std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("morphbench_gemm_gflops"));
+        assert!(!path.is_symlink());
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root's");
+        // A textfile folder that is a link: refused, by the check and by the write.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&prom, &link).unwrap();
+        for e in [
+            check_dir(&link).unwrap_err(),
+            file.write(&link).unwrap_err(),
+        ] {
+            let e = format!("{e:#}");
+            assert!(
+                e.contains("--textfile") && e.contains("a symbolic link"),
+                "{e}"
+            );
+        }
     }
 }

@@ -136,14 +136,11 @@ pub fn list_runs(out: &Path) -> Result<Vec<PathBuf>> {
 
 impl RunDir {
     /// Creates the folder (and a unique suffix if a run of the same second exists) and writes
-    /// `meta.json` with status "running", so an interrupted run never looks complete.
+    /// `meta.json` with status "running", so an interrupted run never looks complete. `out`
+    /// is made and opened without following a link, and as root refused where another user
+    /// owns or may write it or a folder on its way ([`crate::safe_fs`]).
     pub fn create(out: &Path, meta: RunMeta, raw: bool) -> Result<RunDir> {
-        std::fs::create_dir_all(out).with_context(|| {
-            format!(
-                "cannot create output folder {}: choose a writable one with --out DIR",
-                out.display()
-            )
-        })?;
+        crate::safe_fs::make_dir(out, &crate::safe_fs::OUT)?;
         let base = new_run_id(&meta.host.hostname);
         let mut id = base.clone();
         let mut k = 1;
@@ -228,5 +225,18 @@ mod tests {
         let b = RunDir::create(out.path(), meta(), false).unwrap();
         assert_ne!(a.id, b.id);
         assert!(a.path.is_dir() && b.path.is_dir());
+    }
+
+    #[test]
+    fn a_symlinked_output_folder_is_refused_and_nothing_is_written_through_it() {
+        let home = tempfile::tempdir().unwrap();
+        let real = home.path().join("root-only");
+        std::fs::create_dir(&real).unwrap();
+        let out = home.path().join("out");
+        std::os::unix::fs::symlink(&real, &out).unwrap();
+        let meta = RunMeta::new(crate::host::HostInfo::probe());
+        let e = format!("{:#}", RunDir::create(&out, meta, false).unwrap_err());
+        assert!(e.contains("a symbolic link") && e.contains("--out"), "{e}");
+        assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);
     }
 }

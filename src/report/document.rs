@@ -17,11 +17,33 @@ use crate::record::view::loaded::Loaded;
 use crate::record::Line;
 use crate::verdict::Verdict;
 
+/// Text for report.html: every string in it (a hostname, an adapter's name, an error from
+/// meta.json, a reason) is escaped, so none is read as markup.
 fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    crate::sanitize::html(s).into_owned()
+}
+
+/// Text for report.md, likewise: no string from a run becomes markup, a table column or a
+/// link there.
+fn md_text(s: &str) -> String {
+    crate::sanitize::markdown(s).into_owned()
+}
+
+/// A link's target in report.md: a file of the run folder, its characters that could end or
+/// bend the link escaped.
+fn md_target(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '(' | ')' | '<' | '>' | '\\' | '[' | ']' | '`' | '|' | '&' => {
+                out.push_str(&format!("%{:02X}", c as u32))
+            }
+            ' ' => out.push_str("%20"),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// What both reports show, gathered once.
@@ -83,63 +105,77 @@ fn markdown(p: &Page) -> Result<String> {
     writeln!(
         md,
         "# morphbench run {}\n",
-        p.dir.file_name().unwrap_or_default().to_string_lossy()
+        md_text(&p.dir.file_name().unwrap_or_default().to_string_lossy())
     )?;
     match &p.run.label.ranks {
         Some(ranks) => writeln!(
             md,
-            "Ranks: **{ranks}** (rank 0 on {}).\n",
-            p.run.label.host_name()
+            "Ranks: **{}** (rank 0 on {}).\n",
+            md_text(ranks),
+            md_text(p.run.label.host_name())
         )?,
         None => writeln!(
             md,
             "Host **{}**, adapter **{}**.\n",
-            p.run.label.host_name(),
-            p.run.label.adapter_name()
+            md_text(p.run.label.host_name()),
+            md_text(p.run.label.adapter_name())
         )?,
     }
     if let Some(warning) = p.run.label.incomplete() {
-        writeln!(md, "> **Partial run.** {warning}\n")?;
+        writeln!(md, "> **Partial run.** {}\n", md_text(&warning))?;
     }
     for c in &p.cautions {
-        writeln!(md, "> **Caution.** {c}\n")?;
+        writeln!(md, "> **Caution.** {}\n", md_text(c))?;
     }
     writeln!(md, "| headline | value | from |\n|---|---|---|")?;
     for h in &p.heads {
         let file = h.source.split(' ').next().unwrap_or("");
-        writeln!(md, "| {} | {} | [{}]({file}) |", h.what, h.text, h.source)?;
+        writeln!(
+            md,
+            "| {} | {} | [{}]({}) |",
+            md_text(&h.what),
+            md_text(&h.text),
+            md_text(&h.source),
+            md_target(file)
+        )?;
     }
     if let Some((summary, flagged)) = &p.check {
-        writeln!(md, "\n## Check\n\n{summary}\n")?;
+        writeln!(md, "\n## Check\n\n{}\n", md_text(summary))?;
         if !flagged.is_empty() {
             writeln!(md, "| verdict | figure | column | base | value | ratio | reason |\n|---|---|---|---|---|---|---|")?;
             for cells in flagged {
+                let cells: Vec<String> = cells.iter().map(|c| md_text(c)).collect();
                 writeln!(md, "| {} |", cells.join(" | "))?;
             }
         }
     }
     writeln!(md, "\n## Data\n")?;
     for c in &p.csvs {
-        writeln!(md, "- [{c}]({c})")?;
+        writeln!(md, "- [{}]({})", md_text(c), md_target(c))?;
     }
     writeln!(md, "\n## Figures\n")?;
     for f in &p.plots.figures {
         let links: Vec<String> = f
             .files
             .iter()
-            .map(|file| format!("[{}]({})", p.rel(file), p.rel(file)))
+            .map(|file| format!("[{}]({})", md_text(&p.rel(file)), md_target(&p.rel(file))))
             .collect();
-        writeln!(md, "- {}: {}", f.about, links.join(", "))?;
+        writeln!(md, "- {}: {}", md_text(&f.about), links.join(", "))?;
         if let Some(png) = f
             .files
             .iter()
             .find(|p| p.extension().is_some_and(|e| e == "png"))
         {
-            writeln!(md, "\n  ![{}]({})\n", f.about, p.rel(png))?;
+            writeln!(
+                md,
+                "\n  ![{}]({})\n",
+                md_text(&f.about),
+                md_target(&p.rel(png))
+            )?;
         }
     }
     for s in &p.plots.skipped {
-        writeln!(md, "- skipped: {s}")?;
+        writeln!(md, "- skipped: {}", md_text(s))?;
     }
     Ok(md)
 }
@@ -179,9 +215,10 @@ fn html(p: &Page) -> Result<String> {
         let file = h.source.split(' ').next().unwrap_or("");
         writeln!(
             html,
-            "<tr><td>{}</td><td>{}</td><td><a href=\"{file}\">{}</a></td></tr>",
+            "<tr><td>{}</td><td>{}</td><td><a href=\"{}\">{}</a></td></tr>",
             html_escape(&h.what),
             html_escape(&h.text),
+            html_escape(file),
             html_escape(&h.source)
         )?;
     }
@@ -202,6 +239,7 @@ fn html(p: &Page) -> Result<String> {
     }
     writeln!(html, "<h2>Data</h2><ul>")?;
     for c in &p.csvs {
+        let c = html_escape(c);
         writeln!(html, "<li><a href=\"{c}\">{c}</a></li>")?;
     }
     writeln!(html, "</ul><h2>Figures</h2>")?;
@@ -222,7 +260,7 @@ fn html(p: &Page) -> Result<String> {
                     writeln!(
                         html,
                         "<img src=\"{}\" alt=\"{}\">",
-                        p.rel(file),
+                        html_escape(&p.rel(file)),
                         html_escape(&f.about)
                     )?;
                 }

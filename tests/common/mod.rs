@@ -4,6 +4,10 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// The job's secret every multi-rank test run proves (MORPHBENCH_TOKEN): the tests start
+/// ranks by hand, as a launcher would, and hand each the same one.
+pub const TOKEN: &str = "morphbench-tests-own-job-secret";
+
 pub fn morphbench(args: &[&str], home: &Path) -> Output {
     morphbench_with_env(args, home, &[])
 }
@@ -25,6 +29,7 @@ pub fn morphbench_with_env(args: &[&str], home: &Path, vars: &[(&str, &str)]) ->
         // A private variant cache, so each test probes for itself.
         .env("XDG_CACHE_HOME", home.join("cache"))
         .env("XDG_RUNTIME_DIR", runtime)
+        .env("MORPHBENCH_TOKEN", TOKEN)
         .envs(vars.iter().copied())
         .output()
         .expect("run morphbench")
@@ -36,6 +41,7 @@ pub fn in_home<'a>(cmd: &'a mut Command, home: &Path) -> &'a mut Command {
     cmd.current_dir(home)
         .env("XDG_CACHE_HOME", home.join("cache"))
         .env("XDG_RUNTIME_DIR", home)
+        .env("MORPHBENCH_TOKEN", TOKEN)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
 }

@@ -21,15 +21,22 @@ use super::verdict::{self, Verdict};
 use crate::cluster::hostlist;
 use crate::record::csv::{CsvSink, Line};
 use crate::record::run_dir::RunDir;
+use crate::sanitize::{console, CONSOLE_TEXT, MAX_HOSTNAME};
 
 /// The gate's result at rank 0.
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub dir: PathBuf,
+    pub run_id: String,
     /// 0 every node passed (WARNs allowed), 1 some node failed.
     pub exit_code: u8,
     /// fleet.json: what `--json` prints.
     pub summary: serde_json::Value,
+    /// fleet.csv's rows as judged, kept in memory: what the textfiles and drains are made
+    /// of (never read back from the run folder).
+    pub rows: Vec<super::rank::Row>,
+    /// Each rank's adapter's PCI bus id, where known.
+    pub pci: BTreeMap<u32, Option<String>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -38,9 +45,23 @@ struct NodeSummary {
     host: String,
     local_rank: Option<u32>,
     adapter: String,
+    /// The adapter's PCI bus id, where known (the textfile's `pci_bus_id`).
+    pci_bus_id: Option<String>,
     verdict: Verdict,
     busy: bool,
     reasons: Vec<String>,
+}
+
+/// fleet.csv's rows of run `run_id`, as written (each row's case names its rank, test,
+/// figure and place).
+pub fn lines(run_id: &str, rows: &[super::rank::Row]) -> Vec<Line<FleetTable>> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, (p, f))| {
+            let case = format!("r{}_{}_{}_{i}", p.rank, p.test, p.figure);
+            Line::new(run_id, case, p.clone(), None, f.clone())
+        })
+        .collect()
 }
 
 /// The plan, before anything runs: steps, turns and the bound on the whole gate.
@@ -83,7 +104,7 @@ pub fn plan_line(
 pub fn retest_line(suspects: &BTreeMap<u32, Vec<String>>) -> String {
     let what: Vec<String> = suspects
         .iter()
-        .map(|(r, tests)| format!("rank {r} ({})", tests.join(", ")))
+        .map(|(r, tests)| format!("rank {r} ({})", console(&tests.join(", "), CONSOLE_TEXT)))
         .collect();
     format!(
         "retest: {} failed the first time, measured again before anything is blamed",
@@ -105,13 +126,12 @@ pub fn write(
     rows.extend(pipeline::rows(ranks, pipe));
     rows.sort_by_key(|(p, _)| p.rank);
     let mut sink: CsvSink<FleetTable> = dir.table()?;
-    for (i, (p, f)) in rows.iter().enumerate() {
-        let case = format!("r{}_{}_{}_{i}", p.rank, p.test, p.figure);
-        sink.write(&Line::new(&dir.id, case, p.clone(), None, f.clone()))?;
+    for line in lines(&dir.id, &rows) {
+        sink.write(&line)?;
     }
     for o in ranks {
         let folder = dir.path.join("ranks").join(format!("r{}", o.rank));
-        std::fs::create_dir_all(&folder)?;
+        crate::safe_fs::make_dir(&folder, &crate::safe_fs::OUT)?;
         let doc = serde_json::json!({
             "rank": o.rank,
             "host": o.host,
@@ -135,6 +155,7 @@ pub fn write(
                 host: o.host.clone(),
                 local_rank: o.inventory.as_ref().map(|i| i.local_rank),
                 adapter: o.adapter(),
+                pci_bus_id: o.inventory.as_ref().and_then(|i| i.pci_bus_id.clone()),
                 verdict: v,
                 busy: o.busy(),
                 reasons,
@@ -178,7 +199,7 @@ pub fn write(
             "error": f.error})
         })
         .collect();
-    let summary = serde_json::json!({
+    let mut summary = serde_json::json!({
         "run_id": dir.id,
         "run_dir": dir.path,
         "level": level.to_string(),
@@ -195,6 +216,11 @@ pub fn write(
         "wall_s": crate::record::csv::round(took.as_secs_f64(), 1),
         "exit_code": exit_code,
     });
+    if level == Level::Health {
+        // `health` judges its node by these, handed over in memory (rank 0's --json document
+        // on a pipe), never read back from the run folder.
+        summary["rows"] = serde_json::to_value(&rows)?;
+    }
     std::fs::write(
         dir.path.join("fleet.json"),
         serde_json::to_string_pretty(&summary)?,
@@ -203,10 +229,20 @@ pub fn write(
         print_console(ranks, &nodes, &drain, scontrol.as_deref(), dir, took);
         print_costs(&costs);
     }
+    let pci = ranks
+        .iter()
+        .map(|o| {
+            let bus = o.inventory.as_ref().and_then(|i| i.pci_bus_id.clone());
+            (o.rank, bus)
+        })
+        .collect();
     Ok(Outcome {
         dir: dir.path.clone(),
+        run_id: dir.id.clone(),
         exit_code,
         summary,
+        rows,
+        pci,
     })
 }
 
@@ -314,7 +350,12 @@ fn keep_costs(
     for c in &costs {
         for (schedule, e) in cost::failures(c) {
             let what = c.first().map_or("?", |(p, _)| p.host.as_str());
-            eprintln!("warning: no keep cost for {what} with {schedule}: {e}");
+            eprintln!(
+                "warning: no keep cost for {} with {}: {}",
+                console(what, CONSOLE_TEXT),
+                console(schedule, CONSOLE_TEXT),
+                console(e, CONSOLE_TEXT)
+            );
         }
     }
     costs
@@ -332,7 +373,7 @@ fn print_costs(costs: &[cost::KeepCost]) {
         p.stages, p.stage
     );
     for c in costs {
-        println!("  {}", cost::line(c));
+        println!("  {}", console(&cost::line(c), CONSOLE_TEXT));
     }
 }
 
@@ -355,7 +396,14 @@ fn print_console(
     dir: &RunDir,
     took: Duration,
 ) {
-    let width = nodes.iter().map(|n| n.host.len()).max().unwrap_or(4).max(4);
+    // Peers' host names and reasons, control characters escaped.
+    let host = |h: &str| console(h, MAX_HOSTNAME).into_owned();
+    let width = nodes
+        .iter()
+        .map(|n| host(&n.host).len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
     println!("rank  {:width$}  verdict  why", "host");
     for n in nodes {
         let why = n
@@ -364,18 +412,32 @@ fn print_console(
             .find(|r| r.starts_with(n.verdict.as_str()))
             .cloned()
             .unwrap_or_default();
-        println!("{:<4}  {:width$}  {:<7}  {why}", n.rank, n.host, n.verdict);
+        println!(
+            "{:<4}  {:width$}  {:<7}  {}",
+            n.rank,
+            host(&n.host),
+            n.verdict,
+            console(&why, CONSOLE_TEXT)
+        );
     }
     let mut busy: BTreeMap<&str, String> = BTreeMap::new();
     for o in ranks.iter().filter(|o| o.busy()) {
         busy.insert(&o.host, o.busy_reason());
     }
-    for (host, why) in busy {
-        println!("warning: {host} was {why} during its tests: its figures are left out of the fleet's level");
+    for (h, why) in busy {
+        println!(
+            "warning: {} was {} during its tests: its figures are left out of the fleet's level",
+            host(h),
+            console(&why, CONSOLE_TEXT)
+        );
     }
     match scontrol {
         Some(line) => {
-            println!("drain: {drain} (drain.txt); to drain them:\n  {line}");
+            println!(
+                "drain: {} (drain.txt); to drain them:\n  {}",
+                console(drain, CONSOLE_TEXT),
+                console(line, CONSOLE_TEXT)
+            );
         }
         None => println!("drain: none"),
     }

@@ -61,6 +61,9 @@ fn preflight(opts: &HealthOptions) -> Result<Ready> {
     if let Some(dir) = &opts.textfile {
         crate::record::metrics::check_dir(dir)?;
     }
+    // The ranks' run folder goes under --out: what they would refuse (a link, as root a
+    // folder another user owns or may write) is refused now, and nothing is made yet.
+    crate::safe_fs::check_dir(&opts.out, &crate::safe_fs::OUT)?;
     let mut gpus = crate::gpu::local_adapters(opts.backend);
     if opts.adapter.is_some() {
         gpus.truncate(1);
@@ -113,9 +116,10 @@ pub fn run(opts: &HealthOptions) -> Result<Outcome> {
     let adapter = ready.gpus[0].0.clone();
     if !(opts.quiet || opts.json || opts.npd) {
         println!(
-            "health: {node}, {n} GPU{} ({adapter}{}), quick's tests at the health level's \
+            "health: {node}, {n} GPU{} ({}{}), quick's tests at the health level's \
              deadlines; ends within {:.0} s by its plan, {:.0} s at most",
             if n == 1 { "" } else { "s" },
+            crate::sanitize::console(&adapter, crate::sanitize::CONSOLE_TEXT),
             if cpu { ", a CPU driver" } else { "" },
             plan.as_secs_f64().ceil(),
             bound.as_secs_f64().ceil()
@@ -138,7 +142,9 @@ pub fn run(opts: &HealthOptions) -> Result<Outcome> {
         .and_then(|d| d.as_str())
         .map(PathBuf::from)
         .context("the gate's verdict names no run folder")?;
-    let rows = ops::rows(&run_dir)?;
+    // The verdict as rank 0 handed it over (its document, on a pipe of this process's),
+    // never read back from the run folder, which is only named.
+    let (rows, pci) = ops::from_summary(&summary)?;
     let failed = rows.iter().any(|r| r.figures.verdict == Verdict::Fail);
     let peers = ready.gpus.len() >= MIN_PEERS;
     let (health, judged_by) = match (failed, ready.judged_by_baseline, peers) {
@@ -161,7 +167,7 @@ pub fn run(opts: &HealthOptions) -> Result<Outcome> {
     let took = started.elapsed();
     let textfile = match &opts.textfile {
         Some(dir) => {
-            let files = ops::textfiles(&run_dir, &rows, "health", took);
+            let files = ops::textfiles(&pci, &rows, "health", took);
             let mut written = None;
             for file in files.values() {
                 written = Some(file.write(dir)?);
@@ -186,17 +192,37 @@ pub fn run(opts: &HealthOptions) -> Result<Outcome> {
     })
 }
 
-/// The node-wide lock health checks take turns by (every process of the node sees /tmp).
-const TURN_LOCK: &str = "/tmp/morphbench-health.lock";
+/// The node-wide lock health checks take turns by, as root: in /run, which only root may
+/// write (a lock in /tmp could be a link another user put there, or held by one).
+pub const TURN_LOCK: &str = "/run/morphbench-health.lock";
 
-/// Waits until `until` for this node's turn: no other health check measuring.
+/// Where this process's health checks take turns: [`TURN_LOCK`] as root; another user's in
+/// its own runtime folder (`$XDG_RUNTIME_DIR`, else the temporary folder), as it cannot write
+/// /run.
+pub fn turn_lock() -> PathBuf {
+    // Test builds only: a lock elsewhere, so a test can put a link or a holder in its way.
+    #[cfg(feature = "test-hooks")]
+    if let Some(path) = std::env::var_os("MORPHBENCH_HEALTH_LOCK") {
+        return PathBuf::from(path);
+    }
+    if crate::host::euid() == 0 {
+        return PathBuf::from(TURN_LOCK);
+    }
+    let dir = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute())
+        .unwrap_or_else(std::env::temp_dir);
+    dir.join(format!("morphbench-health-{}.lock", crate::host::uid()))
+}
+
+/// Waits until `until` for this node's turn: no other health check measuring. The lock is
+/// opened without following a link ([`crate::safe_fs::open_lock`]); a turn not had by then
+/// is an error (exit 2, could not check) naming the lock and who holds it.
 fn node_turn(until: Instant) -> Result<std::fs::File> {
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(TURN_LOCK)
-        .with_context(|| format!("cannot open {TURN_LOCK}, which health checks take turns by"))?;
+    let path = turn_lock();
+    let file = crate::safe_fs::open_lock(&path)
+        .context("could not check: health checks take turns by this lock")?;
+    let waited = Instant::now();
     loop {
         match file.try_lock() {
             Ok(()) => return Ok(file),
@@ -204,11 +230,16 @@ fn node_turn(until: Instant) -> Result<std::fs::File> {
                 std::thread::sleep(Duration::from_millis(100))
             }
             Err(std::fs::TryLockError::WouldBlock) => bail!(
-                "another morphbench health check has been measuring this node for longer than \
-                 this one could wait within its bound; nothing was judged"
+                "could not check: {} is held by {} for longer than this check could wait \
+                 ({:.0} s, within its bound); nothing was judged (another health check \
+                 measuring this node, or a stuck process holding the lock: end it)",
+                path.display(),
+                crate::safe_fs::lock_holder(&file)
+                    .unwrap_or_else(|| "another process (unknown)".into()),
+                waited.elapsed().as_secs_f64()
             ),
             Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("cannot lock {TURN_LOCK}"))
+                return Err(e).with_context(|| format!("cannot lock {}", path.display()))
             }
         }
     }

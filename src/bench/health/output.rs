@@ -2,6 +2,7 @@
 //! JSON document (`--json`), and node-problem-detector's one line (`--npd`).
 
 use super::outcome::{Health, Outcome};
+use crate::sanitize::{console, CONSOLE_TEXT};
 use crate::slurm::{clip, short, Action};
 use crate::verdict::Verdict;
 
@@ -105,23 +106,28 @@ pub fn table(outcome: &Outcome) -> String {
         "gpu", "test", "figure", "value", "expected", "unit", "verdict"
     ));
     let num = |v: Option<f64>| v.map_or("-".into(), short);
+    // The rows of other local ranks: their strings with control characters escaped.
+    let text = |s: &str| console(s, CONSOLE_TEXT).into_owned();
     for r in &outcome.rows {
         let (p, f) = (&r.params, &r.figures);
         out.push_str(&format!(
             "{:<4} {:<10} {:<10} {:>12} {:>12} {:<8} {:<7} {}\n",
             p.local_rank.map_or("-".into(), |g| g.to_string()),
-            p.test,
-            p.figure,
+            text(&p.test),
+            text(&p.figure),
             num(f.value),
             num(f.expected),
-            f.unit,
+            text(&f.unit),
             f.verdict,
             one_line(&f.reason, 100)
         ));
     }
     let verdict = match outcome.health {
         Health::Healthy => "healthy".to_string(),
-        Health::Unhealthy => format!("UNHEALTHY ({})", first_failure(outcome).unwrap_or_default()),
+        Health::Unhealthy => format!(
+            "UNHEALTHY ({})",
+            text(&first_failure(outcome).unwrap_or_default())
+        ),
         Health::Unknown => "could not judge".to_string(),
     };
     let by = match outcome.health {

@@ -5,7 +5,18 @@ use super::nodes::{self, NodeSample};
 use super::tables::{self, LinksTable, NodesTable};
 use crate::cluster::world::World;
 use crate::record::csv::Line;
+use crate::sanitize::{console, CONSOLE_TEXT, MAX_HOSTNAME};
 use crate::units::human_bytes;
+
+/// A peer's host name as the console shows it (control characters escaped).
+fn host(s: &str) -> std::borrow::Cow<'_, str> {
+    console(s, MAX_HOSTNAME)
+}
+
+/// A peer's other text (an adapter, a transport, a reason) as the console shows it.
+fn text(s: &str) -> std::borrow::Cow<'_, str> {
+    console(s, CONSOLE_TEXT)
+}
 
 /// The most ranks whose matrices the console shows (a row of 16 cells fills a wide
 /// terminal); a larger world gets one line per matrix, and links.csv and the plots the rest.
@@ -29,7 +40,8 @@ pub(super) fn print_matrices(world: &World, lines: &[Line<LinksTable>]) {
         let (lat, bw) = (of("pingpong"), of("oneway"));
         if let Some(small) = lat.iter().map(|l| l.params.bytes).min() {
             let title = format!(
-                "{t} latency, p50 µs at {} (round trip / 2)",
+                "{} latency, p50 µs at {} (round trip / 2)",
+                text(t),
                 human_bytes(small)
             );
             let cells = cells(&lat, small, true, |l| l.stats().p50_us, 1);
@@ -37,7 +49,8 @@ pub(super) fn print_matrices(world: &World, lines: &[Line<LinksTable>]) {
         }
         if let Some(big) = bw.iter().map(|l| l.params.bytes).max() {
             let title = format!(
-                "{t} bandwidth, GB/s at {} (row sends to column)",
+                "{} bandwidth, GB/s at {} (row sends to column)",
+                text(t),
                 human_bytes(big)
             );
             let cells = cells(&bw, big, false, |l| l.figures.gbps.unwrap_or(0.0), 3);
@@ -129,7 +142,10 @@ pub(super) fn print_slow_nodes(world: &World, outcome: &super::outcome::LinksOut
             .map_or(String::new(), |w| format!("; {w}"));
         println!(
             "SLOW NODE: {} (rank {}): {}/{} links slow{median}{tail}",
-            world.roster[b.rank as usize].hostname, b.rank, b.slow, b.measured
+            host(&world.roster[b.rank as usize].hostname),
+            b.rank,
+            b.slow,
+            b.measured
         );
     }
 }
@@ -163,14 +179,14 @@ pub(super) fn print_flagged(lines: &[Line<LinksTable>], blamed: &[SlowNode]) {
         .map_or(String::new(), |w| format!("; {w}"));
         println!(
             "  r{a}-r{b} ({} -> {}): {:.2}x the baseline ({} {} {}, p50 {:.1} µs; {}){tail}",
-            l.params.src_host,
-            l.params.dst_host,
+            host(&l.params.src_host),
+            host(&l.params.dst_host),
             l.figures.slowdown.unwrap_or(0.0),
-            l.params.transport,
+            text(&l.params.transport),
             human_bytes(l.params.bytes),
-            l.params.direction,
+            text(&l.params.direction),
             l.stats().p50_us,
-            l.figures.why.as_deref().unwrap_or("median")
+            text(l.figures.why.as_deref().unwrap_or("median"))
         );
     }
 }
@@ -192,9 +208,9 @@ pub(super) fn print_noisy(lines: &[Line<LinksTable>]) {
             "  r{}-r{} ({} {} {}): {:.2}x in its round, {} alone",
             l.params.src_rank,
             l.params.dst_rank,
-            l.params.transport,
+            text(&l.params.transport),
             human_bytes(l.params.bytes),
-            l.params.direction,
+            text(&l.params.direction),
             l.figures.slowdown.unwrap_or(0.0),
             alone.map_or("-".into(), |x| format!("{x:.2}x"))
         );
@@ -215,20 +231,22 @@ pub(super) fn print_nodes(samples: &[NodeSample], lines: &[Line<NodesTable>], fl
         println!(
             "node rank {} {}: {} | GEMM {} p50 {gemm} | D2H {} p50 {d2h}{}",
             s.rank,
-            s.host.hostname,
-            s.adapter.as_deref().unwrap_or("no adapter"),
+            host(&s.host.hostname),
+            text(s.adapter.as_deref().unwrap_or("no adapter")),
             nodes::GEMM,
             human_bytes(nodes::D2H_BYTES),
-            s.note.as_ref().map_or(String::new(), |n| format!(" ({n})"))
+            s.note
+                .as_ref()
+                .map_or(String::new(), |n| format!(" ({})", text(n)))
         );
     }
     for l in lines.iter().filter(|l| l.figures.flagged == Some(true)) {
         println!(
             "FLAGGED node rank {} {}: {} {} is {:.2}x the nodes' baseline",
             l.params.rank,
-            l.params.host,
-            l.params.metric,
-            l.params.size,
+            host(&l.params.host),
+            text(&l.params.metric),
+            text(&l.params.size),
             l.figures.slowdown.unwrap_or(0.0)
         );
     }
@@ -263,7 +281,7 @@ pub(super) fn busy_line(world: &World, rank: u32, b: &crate::noise::rank::Busy) 
 /// A line per busy rank, last in the summary.
 pub(super) fn print_busy(world: &World, busiest: &crate::noise::rank::Busiest) {
     for (r, b) in &busiest.0 {
-        println!("{}", busy_line(world, *r, b));
+        println!("{}", text(&busy_line(world, *r, b)));
     }
 }
 

@@ -17,6 +17,7 @@ pub(super) struct PairContext {
     me: u32,
     choice: DeviceChoice,
     machine: String,
+    trust: crate::cluster::auth::Trust,
 }
 
 impl PairContext {
@@ -31,6 +32,7 @@ impl PairContext {
             me: world.rank(),
             choice: opts.choice.clone(),
             machine: crate::host::machine_id(),
+            trust: world.trust.clone(),
         })
     }
 
@@ -63,9 +65,25 @@ impl PairContext {
         };
         let p = peer as usize;
         let result = if me < peer {
-            pair::serve(&self.listener, plan, me, peer, round, &self.choice)
+            pair::serve(
+                &self.listener,
+                plan,
+                me,
+                peer,
+                round,
+                &self.choice,
+                &self.trust,
+            )
         } else {
-            pair::drive(&self.addresses[p], plan, me, peer, round, &self.choice)
+            pair::drive(
+                &self.addresses[p],
+                plan,
+                me,
+                peer,
+                round,
+                &self.choice,
+                &self.trust,
+            )
         };
         result.map_err(|e| {
             format!(

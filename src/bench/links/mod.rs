@@ -231,6 +231,9 @@ impl Ranked for Links {
     fn follow(&mut self, world: &World, order: Order) -> Result<Reply> {
         match order {
             Order::Plan(p) => {
+                // Bounded here too: a plan is allocated and run from.
+                p.validate()
+                    .map_err(|e| anyhow!("rank 0 sent a plan this rank refuses: {e}"))?;
                 if !self.opts.session.quiet && p != self.opts.plan {
                     eprintln!(
                         "note: following rank 0's plan, which differs from this rank's flags"
@@ -466,24 +469,57 @@ fn play_wave(
     crew.order_all(order)?;
     let ctx = PairContext::of(crew.world(), opts).map_err(anyhow::Error::msg)?;
     let (plan, active) = (plan.clone(), active.to_vec());
+    let (plan_of, active_of) = (plan.clone(), active.clone());
     let bound = plan.pair_bound();
     let mine = std::thread::spawn(move || ctx.play_loaded(&plan, round, &active));
-    let replies = crew.hear_all(Instant::now() + bound)?;
+    let others = crew.others();
+    let replies = crew.hear(&others, Instant::now() + bound)?;
     let (mut measured, own) = mine
         .join()
         .map_err(|_| anyhow!("rank 0's pair panicked"))?
         .map_err(|e| anyhow!("{e}"))?;
     let mut loads = vec![own];
-    for reply in replies {
+    for (rank, reply) in replies {
         match reply {
-            Reply::Round(m, l) => {
-                measured.extend(m);
+            Reply::Round(m, mut l) => {
+                measured.extend(believed(crew.world(), rank, &plan_of, &active_of, m));
+                l.rank = rank;
                 loads.push(l);
             }
             _ => return Err(anyhow!("a rank answered a round out of turn")),
         }
     }
     Ok((measured, load::others_by_rank(&loads)))
+}
+
+/// The rows of `rank`'s reply that rank 0 believes: those of the pair it played, within the
+/// plan (see [`Measured::fault`]); the others are refused, each said once.
+fn believed(
+    world: &World,
+    rank: u32,
+    plan: &PairPlan,
+    active: &[(u32, u32)],
+    rows: Vec<Measured>,
+) -> Vec<Measured> {
+    let pair = active
+        .iter()
+        .copied()
+        .find(|&(a, b)| a == rank || b == rank);
+    rows.into_iter()
+        .filter(|m| {
+            let why = match pair {
+                Some(p) => m.fault(plan, p),
+                None => Some("rows, though it played no pair".into()),
+            };
+            if let Some(why) = &why {
+                eprintln!(
+                    "links: refused a row from {}: {why}",
+                    crate::sanitize::console(&world.describe(rank), 80)
+                );
+            }
+            why.is_none()
+        })
+        .collect()
 }
 
 fn link_line(

@@ -12,6 +12,7 @@ use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::cluster::auth::{self, Trust};
 use crate::cluster::rendezvous::dial;
 use crate::transport::factory::{receiver_for, sender_over};
 use crate::transport::rdma::DeviceChoice;
@@ -276,7 +277,12 @@ pub struct Wiring {
     pub timeout: Duration,
     /// How long a reader may wait for the next message (the run's pauses between cases).
     pub idle: Duration,
+    /// The job's secret each connection proves before its preamble.
+    pub trust: Trust,
 }
+
+/// How long an accepted connection has to prove the job's secret.
+const PROOF_WAIT: Duration = Duration::from_secs(2);
 
 /// The two ends this stage holds with one neighbour: its sender and its receiver.
 pub type Connection = (Box<dyn Transport>, Box<dyn Receiver>);
@@ -307,6 +313,8 @@ pub fn connect(
                 let mut s = dial(&p.address, deadline)
                     .map_err(|e| format!("the address of stage {}: {e}", p.rank))?
                     .ok_or_else(|| format!("cannot reach stage {} at {}", p.rank, p.address))?;
+                auth::prove(&s, &w.trust, deadline)
+                    .map_err(|e| format!("stage {} at {} is refused: {e}", p.rank, p.address))?;
                 let mut pre = PREAMBLE.to_vec();
                 pre.extend_from_slice(&me.to_le_bytes());
                 s.write_all(&pre)
@@ -365,6 +373,13 @@ fn accept_from(
             Err(e) => return Err(format!("accepting a stage's link: {e}")),
         };
         s.set_nonblocking(false).map_err(|e| e.to_string())?;
+        // A connection that does not prove the job's secret is logged and dropped; the stage
+        // waits on for its neighbours.
+        let until = deadline.min(Instant::now() + PROOF_WAIT);
+        if let Err(e) = auth::accept(&s, &w.trust, until) {
+            tracing::warn!("pipeline: refused {addr} on stage {me}'s listener: {e}");
+            continue;
+        }
         s.set_read_timeout(Some(w.timeout))
             .map_err(|e| e.to_string())?;
         let mut pre = [0u8; 8];
@@ -406,6 +421,9 @@ mod tests {
             max_message: max_message(4),
             timeout: Duration::from_secs(5),
             idle: Duration::from_secs(5),
+            trust: Trust::Secret(std::sync::Arc::new(
+                auth::Secret::from_token("the pipeline tests' secret").unwrap(),
+            )),
         }
     }
 
@@ -507,10 +525,22 @@ mod tests {
     }
 
     #[test]
-    fn a_stranger_on_the_listener_is_named() {
+    fn a_stranger_is_dropped_and_a_proven_stranger_named() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        // The unproven one is dropped; a proven one with no neighbour's preamble is named.
+        let s2 = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let proving = std::thread::spawn(move || {
+            auth::prove(
+                &s2,
+                &wiring().trust,
+                Instant::now() + Duration::from_secs(5),
+            )
+            .unwrap();
+            (&s2).write_all(b"MBPL\x07\0\0\0").unwrap();
+            s2
+        });
         let e = accept_from(
             &l,
             1,
@@ -521,5 +551,6 @@ mod tests {
         .map(|_| ())
         .unwrap_err();
         assert!(e.contains("not a link from a neighbour of stage 1"), "{e}");
+        drop(proving.join().unwrap());
     }
 }

@@ -201,6 +201,9 @@ impl Ranked for Pipeline {
     fn follow(&mut self, world: &World, order: Order) -> Result<Reply> {
         match (order, self.follower.as_mut()) {
             (Order::Plan(plan), None) => {
+                // Bounded here too before anything is allocated from it: sizes, counts, cases.
+                plan.validate(world.size())
+                    .map_err(|e| anyhow!("rank 0 sent a plan this stage refuses: {e}"))?;
                 let gpu = open_device(&self.opts, plan.transport, world.local_rank())?;
                 let layouts = plan.layouts(world.size()).map_err(anyhow::Error::msg)?;
                 let stage = Stage::new(gpu, plan.shape, world.rank(), world.size(), &layouts)?;

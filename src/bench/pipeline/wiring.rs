@@ -77,6 +77,7 @@ pub(super) fn connect(
         max_message: comm::max_message(plan.shape.elements()),
         timeout,
         idle: timeout.max(IDLE),
+        trust: world.trust.clone(),
     };
     let layouts = plan.layouts(n).map_err(anyhow::Error::msg)?;
     let wanted = peers_of(me, n, &layouts);

@@ -13,6 +13,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use super::tail::{Tail, TestClock};
+use crate::cluster::auth::{self, Trust};
 use crate::transport::tcp_info;
 use crate::transport::TransportKind;
 
@@ -39,6 +40,7 @@ pub fn drive(
     peer: u32,
     round: u32,
     choice: &crate::transport::rdma::DeviceChoice,
+    trust: &Trust,
 ) -> Result<Vec<Measured>, PairError> {
     let io = plan.io();
     let target: std::net::SocketAddr = addr
@@ -47,6 +49,8 @@ pub fn drive(
     let mut s = TcpStream::connect_timeout(&target, io)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     configure(&s, io)?;
+    auth::prove(&s, trust, Instant::now() + io)
+        .map_err(|e| protocol!("rank {peer} at {addr} is refused: {e}"))?;
     let mut hello = [0u8; 16];
     hello[..4].copy_from_slice(&HELLO);
     hello[4..8].copy_from_slice(&me.to_le_bytes());
@@ -78,13 +82,19 @@ pub fn serve(
     peer: u32,
     round: u32,
     choice: &crate::transport::rdma::DeviceChoice,
+    trust: &Trust,
 ) -> Result<Vec<Measured>, PairError> {
     let io = plan.io();
     let deadline = Instant::now() + io;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    // A connection that does not prove the job's secret is logged and dropped; the pair
+    // waits on for its rank.
     let mut s = loop {
         match listener.accept() {
-            Ok((s, _)) => break s,
+            Ok((s, from)) => match proven(s, trust, deadline) {
+                Ok(s) => break s,
+                Err(e) => tracing::warn!("links: refused {from} on the link with rank {peer}: {e}"),
+            },
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
                     return Err(protocol!(
@@ -97,7 +107,6 @@ pub fn serve(
             Err(e) => return Err(protocol!("the data listener failed: {e}")),
         }
     };
-    s.set_nonblocking(false).map_err(|e| e.to_string())?;
     configure(&s, io)?;
     let mut hello = [0u8; 16];
     s.read_exact(&mut hello)
@@ -123,6 +132,18 @@ pub fn serve(
     }
     Ok(out)
 }
+
+/// An accepted connection, once it proved the job's secret (within a few seconds, so a
+/// silent one holds up the pair no longer).
+fn proven(s: TcpStream, trust: &Trust, deadline: Instant) -> Result<TcpStream, String> {
+    s.set_nonblocking(false).map_err(|e| e.to_string())?;
+    let until = deadline.min(Instant::now() + PROOF_WAIT);
+    auth::accept(&s, trust, until).map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// How long a connection to a pair's server has to prove itself.
+const PROOF_WAIT: Duration = Duration::from_secs(2);
 
 /// Both ends' retransmission counters, summed: this end's read here, the server's asked for.
 fn retransmits_now(s: &mut TcpStream) -> Result<Option<u64>, PairError> {

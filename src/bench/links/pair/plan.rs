@@ -131,3 +131,45 @@ pub struct Measured {
     #[serde(default)]
     pub retransmits: Option<u64>,
 }
+
+/// The directions a row may have.
+const DIRECTIONS: [&str; 3] = ["pingpong", "oneway", "bidir"];
+
+impl Measured {
+    /// Why a row another rank reported is refused, if it is: rank 0 keeps a rank's rows only
+    /// for the pair it played (`pair`), at the plan's sizes and transports, with finite
+    /// figures and a tail of bounded length. Nothing in a refused row reaches a table.
+    pub fn fault(&self, plan: &PairPlan, pair: (u32, u32)) -> Option<String> {
+        let (a, b) = pair;
+        let s = &self.summary;
+        let figures = [
+            s.mean, s.stddev, s.min, s.p50, s.p90, s.p99, s.p999, s.max, s.cv,
+        ];
+        let tail = &self.tail;
+        if !((self.src, self.dst) == (a, b) || (self.src, self.dst) == (b, a)) {
+            Some(format!(
+                "a row for {}-{}, a pair it did not play",
+                self.src, self.dst
+            ))
+        } else if !plan.sizes.contains(&self.bytes) || !plan.transports.contains(&self.transport) {
+            Some(format!(
+                "a row of {} bytes over {:?}, outside the plan",
+                self.bytes, self.transport
+            ))
+        } else if !DIRECTIONS.contains(&self.direction.as_str()) {
+            Some("a row of no known direction".into())
+        } else if !figures.iter().all(|f| f.is_finite() && *f >= 0.0)
+            || self.gbps.is_some_and(|g| !g.is_finite() || g < 0.0)
+            || s.n > MAX_COUNT as usize * 16
+        {
+            Some("a row whose figures are not finite and non-negative".into())
+        } else if tail.over_floor_us.len() > super::super::tail::MAX_KEPT
+            || !tail.over_floor_us.iter().all(|f| f.is_finite())
+            || !(tail.p99_us.is_finite() && tail.p50_us.is_finite())
+        {
+            Some("a row whose tail is out of bounds".into())
+        } else {
+            None
+        }
+    }
+}

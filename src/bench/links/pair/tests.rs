@@ -1,4 +1,18 @@
 use super::*;
+use std::sync::Arc;
+
+fn trust() -> Trust {
+    Trust::Secret(Arc::new(
+        auth::Secret::from_token("the pair tests' job secret").unwrap(),
+    ))
+}
+
+/// A connection to `addr` that proved the job's secret, as a rank's would.
+fn proven(addr: std::net::SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    auth::prove(&s, &trust(), Instant::now() + Duration::from_secs(5)).unwrap();
+    s
+}
 
 fn plan() -> PairPlan {
     PairPlan {
@@ -19,9 +33,9 @@ fn a_pair_measures_every_test_over_loopback() {
     let choice = crate::transport::rdma::DeviceChoice::default();
     let server = {
         let (p, c) = (p.clone(), choice.clone());
-        std::thread::spawn(move || serve(&listener, &p, 0, 1, 0, &c))
+        std::thread::spawn(move || serve(&listener, &p, 0, 1, 0, &c, &trust()))
     };
-    let rows = drive(&addr, &p, 1, 0, 0, &choice).unwrap();
+    let rows = drive(&addr, &p, 1, 0, 0, &choice, &trust()).unwrap();
     assert!(server.join().unwrap().unwrap().is_empty());
     // Per size: ping-pong, 1->0, 0->1, both.
     assert_eq!(rows.len(), 8, "{rows:?}");
@@ -46,29 +60,38 @@ fn a_pair_measures_every_test_over_loopback() {
 }
 
 #[test]
-fn a_stranger_or_a_wrong_round_is_refused() {
+fn a_stranger_is_dropped_and_a_wrong_round_refused() {
     let choice = crate::transport::rdma::DeviceChoice::default();
-    for hello in [b"GET / HTTP/1.1\r\n".to_vec(), {
+    // A stranger (no proof, or a wrong secret) is dropped, and the real rank still measures.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peer = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        let wrong = Trust::Secret(Arc::new(
+            auth::Secret::from_token("not the job's secret").unwrap(),
+        ));
+        let s2 = TcpStream::connect(addr).unwrap();
+        assert!(auth::prove(&s2, &wrong, Instant::now() + Duration::from_secs(5)).is_err());
+        let c = crate::transport::rdma::DeviceChoice::default();
+        drive(&addr.to_string(), &plan(), 1, 0, 0, &c, &trust())
+    });
+    serve(&listener, &plan(), 0, 1, 0, &choice, &trust()).unwrap();
+    assert_eq!(peer.join().unwrap().unwrap().len(), 8);
+    // A proven rank that says it is another, or in another round, is refused by name.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peer = std::thread::spawn(move || {
+        let mut s = proven(addr);
         let mut h = HELLO.to_vec();
         h.extend([2, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0]);
-        h
-    }] {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let peer = std::thread::spawn(move || {
-            let mut s = TcpStream::connect(addr).unwrap();
-            s.write_all(&hello).unwrap();
-            std::thread::sleep(Duration::from_millis(200));
-        });
-        let e = serve(&listener, &plan(), 0, 1, 0, &choice).unwrap_err();
-        assert!(matches!(e, PairError::Protocol(_)), "{e:?}");
-        let e = e.to_string();
-        assert!(
-            e.contains("not a morphbench rank") || e.contains("expected rank 1 in round 0"),
-            "{e}"
-        );
-        peer.join().unwrap();
-    }
+        s.write_all(&h).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    });
+    let e = serve(&listener, &plan(), 0, 1, 0, &choice, &trust()).unwrap_err();
+    assert!(matches!(e, PairError::Protocol(_)), "{e:?}");
+    assert!(e.to_string().contains("expected rank 1 in round 0"), "{e}");
+    peer.join().unwrap();
 }
 
 #[test]
@@ -76,7 +99,7 @@ fn a_header_outside_the_plan_is_refused_before_allocating() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let peer = std::thread::spawn(move || {
-        let mut s = TcpStream::connect(addr).unwrap();
+        let mut s = proven(addr);
         let mut hello = HELLO.to_vec();
         hello.extend([1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         s.write_all(&hello).unwrap();
@@ -84,7 +107,7 @@ fn a_header_outside_the_plan_is_refused_before_allocating() {
         std::thread::sleep(Duration::from_millis(200));
     });
     let choice = crate::transport::rdma::DeviceChoice::default();
-    let e = serve(&listener, &plan(), 0, 1, 0, &choice)
+    let e = serve(&listener, &plan(), 0, 1, 0, &choice, &trust())
         .unwrap_err()
         .to_string();
     assert!(e.contains("outside the plan"), "{e}");
