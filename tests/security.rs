@@ -208,6 +208,20 @@ fn a_proven_registration_that_is_refused_lets_the_run_go_on() {
             .contains("0.0.0-other"),
         "{refused:?}"
     );
+    // And one whose host name is a formula, markup and a terminal escape: refused by name.
+    let mut evil = registration(1, env!("CARGO_PKG_VERSION"));
+    evil.hostname = "=cmd|' /C calc'!A0<img src=x>\u{1b}[31m".into();
+    let refused = rendezvous::register(
+        reach(port),
+        evil,
+        &trust(common::TOKEN),
+        Duration::from_secs(10),
+    );
+    let e = refused.unwrap_err().to_string();
+    assert!(
+        e.contains("not a valid host name") && !e.contains('\u{1b}'),
+        "{e}"
+    );
     let one = links_rank(home.path(), 1, port, &[]);
     let (o0, o1) = (
         zero.wait_with_output().unwrap(),

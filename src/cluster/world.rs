@@ -113,9 +113,20 @@ pub fn establish(
     // Before anyone meets: a limit that cannot hold this world refuses here, not mid-run.
     super::limits::settle(launch.rank, launch.world)?;
     let (host, port, from) = launch::rendezvous(opts.rendezvous.as_deref(), env, &launch.nodes)?;
+    let hostname = crate::host::HostInfo::probe().hostname;
+    // A rank's host name names its node in verdicts, drain lists, CSVs and `scontrol`: one that
+    // is not a host name is refused here, at every rank, as rank 0 refuses it from a peer.
+    if !crate::sanitize::valid_hostname(&hostname) {
+        return Err(ClusterError::Rendezvous(format!(
+            "this host's name {:?} is not a valid host name (RFC 1123: letters, digits, hyphens \
+             and dots), and a rank's host name names its node in verdicts, drain lists and \
+             scontrol: give the host a valid name",
+            crate::sanitize::console(&hostname, 80)
+        )));
+    }
     let me = Registration {
         version: env!("CARGO_PKG_VERSION").to_string(),
-        hostname: crate::host::HostInfo::probe().hostname,
+        hostname,
         rank: launch.rank,
         world: launch.world,
         address: String::new(),
