@@ -54,3 +54,47 @@ fn only_takes_the_levels_tests_and_names_the_others() {
         "{e}"
     );
 }
+
+#[test]
+fn a_batch_with_results_it_was_not_ordered_or_bad_figures_is_refused() {
+    let ordered = [TestSpec {
+        kind: TestKind::Memcpy,
+        size: 1 << 20,
+        iters: 5,
+        deadline_s: 1.0,
+    }];
+    let measured = |test, value: f64, note: Option<String>| Measured {
+        test,
+        figure: "gbps".into(),
+        unit: "GB/s".into(),
+        value: Some(value),
+        p50_us: Some(1.0),
+        p99_us: Some(1.0),
+        n: 5,
+        cut: false,
+        error: None,
+        skipped: None,
+        note,
+        pcie: None,
+    };
+    let batch = |results| Batch {
+        results,
+        pcie_around: None,
+        others_cores: None,
+        steal_pct: None,
+        busy: false,
+        cores: 2,
+    };
+    assert_eq!(batch(vec![measured(TestKind::Memcpy, 12.0, None)]).fault(&ordered), None);
+    for (bad, says) in [
+        (measured(TestKind::Gemm, 12.0, None), "not ordered"),
+        (measured(TestKind::Memcpy, f64::NAN, None), "not a finite"),
+        (measured(TestKind::Memcpy, -1.0, None), "not a finite"),
+        (measured(TestKind::Memcpy, 1.0, Some("x".repeat(5000))), "text over"),
+    ] {
+        let why = batch(vec![bad]).fault(&ordered).unwrap();
+        assert!(why.contains(says), "{why}");
+    }
+    let many = (0..9).map(|_| measured(TestKind::Memcpy, 1.0, None)).collect();
+    assert!(batch(many).fault(&ordered).unwrap().contains("9 results"));
+}

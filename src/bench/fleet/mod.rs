@@ -291,7 +291,13 @@ impl Fleet {
         }
         for (r, reply) in heard {
             match reply {
-                Reply::Gate(GateReply::Batch(b)) => keep(&mut ranks[r as usize], *b),
+                Reply::Gate(GateReply::Batch(b)) => match b.fault(&tests[&r]) {
+                    None => keep(&mut ranks[r as usize], *b),
+                    Some(why) => {
+                        ranks[r as usize].failure =
+                            Some(format!("answered a batch rank 0 refuses: {why}"))
+                    }
+                },
                 _ => ranks[r as usize].failure = Some("answered a test out of turn".into()),
             }
         }

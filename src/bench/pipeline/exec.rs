@@ -76,6 +76,31 @@ pub struct StageTimes {
     pub load: Option<crate::noise::rank::RankLoad>,
 }
 
+impl StageTimes {
+    /// Why rank 0 refuses a stage's report of an iteration, if it does: more ops than the
+    /// stage's order holds, a send on no link, or a time that is not finite.
+    pub fn fault(&self, ops: usize, links: usize) -> Option<String> {
+        let times = self
+            .ops
+            .iter()
+            .flat_map(|o| [o.start_us, o.end_us, o.queue_end_us])
+            .chain(self.sends.iter().flat_map(|s| [s.d2h_us, s.send_us]));
+        if self.ops.len() > ops || self.sends.len() > 2 * ops.max(1) {
+            Some(format!(
+                "{} ops and {} sends, for an order of {ops} ops",
+                self.ops.len(),
+                self.sends.len()
+            ))
+        } else if let Some(s) = self.sends.iter().find(|s| s.link as usize >= links) {
+            Some(format!("a send on link {}, of {links} links", s.link))
+        } else if times.chain(self.gpu_clock).any(|t| !t.is_finite()) {
+            Some("a time that is not a finite number".into())
+        } else {
+            None
+        }
+    }
+}
+
 /// Puts each op's GPU (start, end) onto the host clock, in place of the host's times taken
 /// around it. The GPU cannot start an op before the host submitted it nor end it after the
 /// host saw it done, so every op bounds the offset between the clocks: offset >= submit -
@@ -344,6 +369,27 @@ pub fn run_iteration(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stages_report_out_of_bounds_is_refused() {
+        let mut t = StageTimes {
+            ops: vec![op(0.0, 1.0), op(1.0, 2.0)],
+            sends: vec![SendTime {
+                link: 0,
+                d2h_us: 1.0,
+                send_us: 2.0,
+            }],
+            gpu_clock: None,
+            load: None,
+        };
+        assert_eq!(t.fault(2, 1), None);
+        assert!(t.fault(1, 1).unwrap().contains("for an order of 1"));
+        t.sends[0].link = 4_000_000_000;
+        assert!(t.fault(2, 1).unwrap().contains("of 1 links"));
+        t.sends[0].link = 0;
+        t.ops[1].end_us = f64::INFINITY;
+        assert!(t.fault(2, 1).unwrap().contains("finite"));
+    }
 
     fn op(start_us: f64, end_us: f64) -> OpTime {
         OpTime {

@@ -478,6 +478,14 @@ fn run_case_iteration(
     for (i, r) in heard.into_iter().enumerate() {
         match r {
             Reply::Iter(mut t) => {
+                let ops = pc.orders.get(i + 1).map_or(0, |o| o.len());
+                let links = crate::sim::links_of(crew.world().size() as usize);
+                if let Some(why) = t.fault(ops, links) {
+                    return Err(anyhow!(
+                        "{} reported an iteration rank 0 refuses: {why}",
+                        crew.world().describe(i as u32 + 1)
+                    ));
+                }
                 predict::shift(&mut t, rig.offsets[i + 1]);
                 all.push(t)
             }
