@@ -128,3 +128,118 @@ impl HostInfo {
         }
     }
 }
+
+/// Where a host buffer's memory came from, as far as this process can see: what share of
+/// its mapping is in transparent huge pages, the NUMA node of its first page, and the CPU the
+/// thread ran on. A copy's bandwidth depends on all three, so a reader can tell placement from
+/// hardware (docs/fleet.md).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, serde::Deserialize)]
+pub struct Placement {
+    /// Share (0 to 1) of the buffer's mapping backed by huge pages (/proc/self/smaps).
+    pub huge_pages: Option<f64>,
+    pub numa_node: Option<i32>,
+    pub cpu: Option<u32>,
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let or = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+        write!(
+            f,
+            "cpu {}, huge pages {}, node {}",
+            or(self.cpu.map(|c| c.to_string())),
+            or(self.huge_pages.map(|h| format!("{:.0}%", 100.0 * h))),
+            or(self.numa_node.map(|n| n.to_string()))
+        )
+    }
+}
+
+/// The placement of `buf` (touched already) and of the calling thread.
+pub fn placement_of(buf: &[u8]) -> Placement {
+    Placement {
+        huge_pages: huge_share(buf.as_ptr() as usize),
+        numa_node: numa_node_of(buf.as_ptr()),
+        cpu: current_cpu(),
+    }
+}
+
+/// The share of the mapping holding `addr` that is in huge pages.
+fn huge_share(addr: usize) -> Option<f64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut size = None;
+    for line in smaps.lines() {
+        let range = line
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.split_once('-'));
+        if let Some((lo, hi)) = range.filter(|_| !line.contains(':') || line.contains('-')) {
+            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            {
+                size = (lo <= addr && addr < hi).then_some(hi - lo);
+                continue;
+            }
+        }
+        if let (Some(bytes), Some(kb)) = (size, line.strip_prefix("AnonHugePages:")) {
+            let kb: f64 = kb.trim().trim_end_matches("kB").trim().parse().ok()?;
+            return Some((kb * 1024.0 / bytes as f64).min(1.0));
+        }
+    }
+    None
+}
+
+/// The NUMA node of the page at `ptr` (move_pages with no target nodes only reports).
+#[allow(unsafe_code)]
+fn numa_node_of(ptr: *const u8) -> Option<i32> {
+    let mut pages = [ptr as *mut libc::c_void];
+    let mut status = [-1i32];
+    // SAFETY: move_pages with a null node list moves nothing and writes one status per page
+    // into `status`, which has room for the one page asked about.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            0,
+            1usize,
+            pages.as_mut_ptr(),
+            std::ptr::null::<i32>(),
+            status.as_mut_ptr(),
+            0,
+        )
+    };
+    (rc == 0 && status[0] >= 0).then_some(status[0])
+}
+
+/// The CPU the calling thread runs on now.
+#[allow(unsafe_code)]
+pub fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu takes nothing and returns -1 on failure.
+    let c = unsafe { libc::sched_getcpu() };
+    u32::try_from(c).ok()
+}
+
+/// The CPUs this thread may run on.
+#[allow(unsafe_code)]
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills at most its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Binds the calling thread to `cpus` (all of them: the set it had); false if refused.
+#[allow(unsafe_code)]
+pub fn bind_thread(cpus: &[usize]) -> bool {
+    // SAFETY: as in allowed_cpus; CPU_SET is given only numbers below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}

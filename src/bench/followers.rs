@@ -324,6 +324,7 @@ fn batch(tests: &[TestSpec]) -> Batch {
                 skipped: None,
                 note: None,
                 pcie: Some(Err("not exposed (a simulated node)".into())),
+                placement: None,
             }
         })
         .collect();

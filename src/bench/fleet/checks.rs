@@ -99,6 +99,10 @@ pub struct TestSpec {
     pub size: u64,
     pub iters: usize,
     pub deadline_s: f64,
+    /// A retest of a failed figure: placement-dependent tests measure on fresh placements
+    /// ([`probe::memcpy_placed`]), so the retest can disagree with the first measurement.
+    #[serde(default)]
+    pub retest: bool,
 }
 
 impl Level {
@@ -107,6 +111,7 @@ impl Level {
     /// its node budget ([`rank_bound`]).
     pub fn tests(self) -> Vec<TestSpec> {
         let t = |kind, size, iters, deadline_s| TestSpec {
+            retest: false,
             kind,
             size,
             iters,
@@ -361,6 +366,10 @@ pub struct Measured {
     /// The adapter's PCIe link read while this test copied (D2H), or why it is not exposed.
     #[serde(default)]
     pub pcie: Option<Result<crate::pcie::Pcie, String>>,
+    /// Where a host copy's buffers and thread were (memcpy), so placement is told from
+    /// hardware; a retest's names every placement it tried.
+    #[serde(default)]
+    pub placement: Option<String>,
 }
 
 /// A batch of tests on one rank, with the host's load around them.
@@ -453,6 +462,7 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
         skipped: None,
         note: None,
         pcie: None,
+        placement: None,
     };
     let budget = Budget {
         iters: t.iters,
@@ -487,7 +497,10 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
     let bytes = |p: Probed| (p, t.size as f64);
     // Each probe's samples and the work (FLOPs or bytes) of one of them.
     let probed: Result<(Probed, f64), String> = match (t.kind, gpu) {
-        (TestKind::Memcpy, _) => probe::memcpy(t.size, budget).map(bytes),
+        (TestKind::Memcpy, _) => probe::memcpy_placed(t.size, budget, t.retest).map(|p| {
+            m.placement = Some(placement_text(&p));
+            bytes(p.probed)
+        }),
         (TestKind::Gemm, Some(g)) => probe::gemm(g, gemm, budget).map(|p| (p, gemm.flops())),
         (TestKind::D2h, Some(g)) => {
             // The link's state is read while the copies run (a link trains down when idle).
@@ -522,6 +535,20 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
         Err(e) => m.error = Some(e),
     }
     m
+}
+
+/// A memcpy's placement for its row: the one kept, and with a retest's several placements
+/// each with its rate.
+fn placement_text(p: &probe::Placed) -> String {
+    if p.tried.len() <= 1 {
+        return p.placement.to_string();
+    }
+    let each: Vec<String> = p
+        .tried
+        .iter()
+        .map(|(at, us)| format!("{at}: {:.0} us", us))
+        .collect();
+    format!("{} (best of {})", p.placement, each.join("; "))
 }
 
 /// The HoL test's stream: a transformer layer's GEMM and layernorm at `size` tokens and hidden

@@ -62,6 +62,7 @@ fn a_batch_with_results_it_was_not_ordered_or_bad_figures_is_refused() {
         size: 1 << 20,
         iters: 5,
         deadline_s: 1.0,
+        retest: false,
     }];
     let measured = |test, value: f64, note: Option<String>| Measured {
         test,
@@ -76,6 +77,7 @@ fn a_batch_with_results_it_was_not_ordered_or_bad_figures_is_refused() {
         skipped: None,
         note,
         pcie: None,
+        placement: None,
     };
     let batch = |results| Batch {
         results,

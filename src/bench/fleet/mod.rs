@@ -165,6 +165,7 @@ impl Ranked for Fleet {
                 .iter()
                 .copied()
                 .filter(|t| names.iter().any(|n| n == t.kind.name()))
+                .map(|t| TestSpec { retest: true, ..t })
                 .collect()
         });
         if !quiet && !suspects.is_empty() {

@@ -86,6 +86,7 @@ mod tests {
             skipped: None,
             note: None,
             pcie: Some(pcie),
+            placement: None,
         }
     }
 

@@ -51,11 +51,18 @@ fn figure_rows(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
     }
     let mut rows = Vec::new();
     for ((_, test, figure), members) in groups {
-        let level = fleet_level(&members);
+        let modes = placement_modes(&test, &members);
+        let level = match &modes {
+            Some(m) => m.standing.clone(),
+            None => fleet_level(&members),
+        };
         for (pos, &(i, m, _)) in members.iter().enumerate() {
             let o = &ranks[i];
             let (p, mut f) = row(o, &test, &figure);
             judge_figure(o, m, level.get(&i).copied(), baseline, &mut f);
+            if let Some(modes) = &modes {
+                f.reason = format!("{}; {}", f.reason, modes.said);
+            }
             let again = retested[i].as_ref().and_then(|r| {
                 let m2 = r
                     .results()
@@ -66,7 +73,10 @@ fn figure_rows(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
                 let mut swapped = members.clone();
                 swapped[pos] = (i, m2, r.busy());
                 let (_, mut g) = row(r, &test, &figure);
-                let standing = fleet_level(&swapped).get(&i).copied();
+                let standing = match placement_modes(&test, &swapped) {
+                    Some(modes) => modes.standing.get(&i).copied(),
+                    None => fleet_level(&swapped).get(&i).copied(),
+                };
                 judge_figure(r, m2, standing, baseline, &mut g);
                 // Busy only slows a figure down: a busy retest as slow as a failure clears
                 // nothing.
@@ -96,6 +106,10 @@ fn judge_figure(
     }
     if let Some(note) = &m.note {
         f.reason = format!("{}; {note}", f.reason);
+    }
+    // Where a host copy's memory and thread were: a reader tells placement from hardware.
+    if let Some(at) = &m.placement {
+        f.reason = format!("{}; placement: {at}", f.reason);
     }
 }
 
@@ -137,6 +151,78 @@ pub fn suspects(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> BTreeMap<
 
 /// A member's standing in its group: (slowdown, flagged, the fleet's healthy rate).
 type Standing = (f64, bool, f64);
+
+/// Tests whose figure depends on where the host's memory and thread landed (huge pages or
+/// not, the NUMA node, a VM's vCPU), as much as on the hardware.
+const PLACEMENT_DEPENDENT: [&str; 3] = ["memcpy", "d2h", "h2d"];
+
+/// A placement-dependent figure whose healthy ranks fall in two modes, and each member's
+/// standing against its own mode.
+struct Modes {
+    standing: BTreeMap<usize, Standing>,
+    said: String,
+}
+
+/// The two modes of a placement-dependent figure's healthy (not busy) ranks, if they have
+/// two: sorted by time, the widest step between neighbours with at least two ranks on each
+/// side is at least the slow threshold (one rank apart is what one slow node looks like, and
+/// is left to the rule and the retest on fresh placements). Each rank is then judged
+/// against the lower median of its own mode, a busy one against the mode nearest it: on a
+/// machine whose processes land in a fast or a slow mode (measured here: 6-8 against 12-13
+/// GB/s for memcpy, per process), the slow mode is healthy, not a failing node.
+fn placement_modes(test: &str, members: &Members) -> Option<Modes> {
+    if !PLACEMENT_DEPENDENT.contains(&test) {
+        return None;
+    }
+    let mut healthy: Vec<(usize, f64, f64)> = members
+        .iter()
+        .filter(|(_, _, busy)| !busy)
+        .filter_map(|&(i, m, _)| Some((i, m.p50_us?, m.value?)))
+        .collect();
+    healthy.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let n = healthy.len();
+    let (at, step) = healthy
+        .windows(2)
+        .enumerate()
+        .map(|(k, w)| (k + 1, w[1].1 / w[0].1.max(1e-12)))
+        .filter(|&(at, _)| at >= 2 && n - at >= 2)
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    if step < flag::SLOW_THRESHOLD {
+        return None;
+    }
+    let (fast, slow) = healthy.split_at(at);
+    let base = |mode: &[(usize, f64, f64)]| {
+        crate::stats::robust::lower_median(&mode.iter().map(|t| t.1).collect::<Vec<_>>())
+    };
+    let rate = |mode: &[(usize, f64, f64)]| {
+        crate::stats::robust::lower_median(&mode.iter().map(|t| t.2).collect::<Vec<_>>())
+    };
+    let (fast_base, slow_base) = (base(fast), base(slow));
+    let mut standing = BTreeMap::new();
+    for &(i, m, _) in members.iter() {
+        let Some(t) = m.p50_us else { continue };
+        // The nearer mode, in ratio.
+        let (b, r) = match (t / fast_base).ln().abs() <= (t / slow_base).ln().abs() {
+            true => (fast_base, rate(fast)),
+            false => (slow_base, rate(slow)),
+        };
+        let slowdown = if b > 0.0 { t / b } else { 1.0 };
+        standing.insert(i, (slowdown, slowdown >= flag::SLOW_THRESHOLD, r));
+    }
+    let unit = members.first().map_or(String::new(), |m| m.1.unit.clone());
+    Some(Modes {
+        standing,
+        said: format!(
+            "the fleet's healthy ranks fall in two modes ({} ranks near {} {unit}, {} near \
+             {} {unit}: where memory and threads landed, see placement), each judged against \
+             its own",
+            fast.len(),
+            crate::record::csv::sig4(rate(fast)),
+            slow.len(),
+            crate::record::csv::sig4(rate(slow))
+        ),
+    })
+}
 
 /// Judges the healthy (not busy) members with a figure against each other, and places the
 /// busy ones against the healthy level. With fewer than 3 healthy members (a machine whose

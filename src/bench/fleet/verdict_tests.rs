@@ -40,6 +40,7 @@ fn outcome(rank: u32, gemm_us: f64, others: f64, memory_gib: u64) -> RankOutcome
         skipped: None,
         note: None,
         pcie: None,
+        placement: None,
     };
     RankOutcome {
         rank,
@@ -283,4 +284,79 @@ fn a_cpu_drivers_kernel_fails_at_its_wider_threshold_a_gpus_at_the_links() {
     let gpu = fleet(false);
     assert_eq!(verdict_of(&gpu, 1, "gemm", "gflops").0, FAIL);
     assert_eq!(verdict_of(&gpu, 4, "gemm", "gflops").0, FAIL);
+}
+
+/// A rank whose only figure is memcpy at `gbps` (64 MiB copies), and its retest at `retest`.
+fn memcpy_rank(rank: u32, gbps: f64, retest: Option<f64>) -> RankOutcome {
+    let batch = |gbps: f64| {
+        let us = (64u64 << 20) as f64 / gbps / 1e3;
+        Batch {
+            results: vec![Measured {
+                test: TestKind::Memcpy,
+                figure: "gbps".into(),
+                unit: "GB/s".into(),
+                value: Some(gbps),
+                p50_us: Some(us),
+                p99_us: Some(us * 1.05),
+                n: 10,
+                cut: false,
+                error: None,
+                skipped: None,
+                note: None,
+                pcie: None,
+                placement: Some("cpu 0, huge pages 0%, node 0".into()),
+            }],
+            pcie_around: None,
+            others_cores: Some(0.0),
+            steal_pct: Some(0.0),
+            busy: false,
+            cores: 2,
+        }
+    };
+    let mut o = outcome(rank, 1000.0, 0.0, 64);
+    o.batches = vec![batch(gbps)];
+    o.retests = retest.map(batch).into_iter().collect();
+    o
+}
+
+/// The memcpy verdict of each rank of a gate whose ranks measured `gbps` (and retested, where
+/// given, at `retests`).
+fn memcpy_verdicts(gbps: &[f64], retests: &[Option<f64>]) -> Vec<Verdict> {
+    let ranks: Vec<RankOutcome> = gbps
+        .iter()
+        .zip(retests)
+        .enumerate()
+        .map(|(r, (&g, &again))| memcpy_rank(r as u32, g, again))
+        .collect();
+    let rows = judge(&ranks, None);
+    (0..gbps.len() as u32)
+        .map(|r| verdict_of(&rows, r, "memcpy", "gbps").0)
+        .collect()
+}
+
+#[test]
+fn a_bimodal_healthy_fleet_drains_no_one_and_a_degraded_rank_still_fails() {
+    let none = [None; 4];
+    // The healthy gates (GB/s per rank): two modes of two ranks, one mode, and one
+    // rank alone in the slow mode (its retest on fresh placements landing in the fast one).
+    assert!(memcpy_verdicts(&[12.3, 7.6, 13.3, 8.7], &none)
+        .iter()
+        .all(|&v| v == PASS));
+    assert!(memcpy_verdicts(&[6.4, 7.2, 6.7, 6.1], &none)
+        .iter()
+        .all(|&v| v == PASS));
+    let first = memcpy_verdicts(&[7.4, 13.5, 12.5, 12.9], &none);
+    assert_eq!(first[0], FAIL, "alone in the slow mode, before its retest");
+    let again = [Some(12.6), None, None, None];
+    assert_eq!(
+        memcpy_verdicts(&[7.4, 13.5, 12.5, 12.9], &again)[0],
+        WARN,
+        "its retest on fresh placements disagrees: placement, not hardware"
+    );
+    // A degraded rank: slow in every placement, against either mode.
+    let slow = [Some(4.9), None, None, None];
+    assert_eq!(memcpy_verdicts(&[5.0, 12.3, 12.9, 13.1], &slow)[0], FAIL);
+    let rows = memcpy_verdicts(&[4.0, 12.3, 7.2, 13.1, 6.9], &[Some(4.1), None, None, None, None]);
+    assert_eq!(rows[0], FAIL, "slower than the slow mode too: {rows:?}");
+    assert!(rows[1..].iter().all(|&v| v == PASS), "{rows:?}");
 }
