@@ -402,13 +402,24 @@ impl Batch {
         };
         let bad_number = |x: Option<f64>| x.is_some_and(|v| !v.is_finite() || v < 0.0);
         if self.results.len() > 4 * ordered.len().max(1) {
-            return Some(format!("{} results for {} tests", self.results.len(), ordered.len()));
+            return Some(format!(
+                "{} results for {} tests",
+                self.results.len(),
+                ordered.len()
+            ));
         }
         self.results.iter().find_map(|m| {
             if !ordered.iter().any(|t| t.kind == m.test) {
-                Some(format!("a result of {}, which it was not ordered", m.test.name()))
+                Some(format!(
+                    "a result of {}, which it was not ordered",
+                    m.test.name()
+                ))
             } else if [m.value, m.p50_us, m.p99_us].into_iter().any(bad_number) {
-                Some(format!("{} {}: a figure that is not a finite number", m.test.name(), m.figure))
+                Some(format!(
+                    "{} {}: a figure that is not a finite number",
+                    m.test.name(),
+                    m.figure
+                ))
             } else if texts(m) {
                 Some(format!("{}: text over {MAX_TEXT} bytes", m.test.name()))
             } else {

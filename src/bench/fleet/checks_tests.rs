@@ -87,16 +87,24 @@ fn a_batch_with_results_it_was_not_ordered_or_bad_figures_is_refused() {
         busy: false,
         cores: 2,
     };
-    assert_eq!(batch(vec![measured(TestKind::Memcpy, 12.0, None)]).fault(&ordered), None);
+    assert_eq!(
+        batch(vec![measured(TestKind::Memcpy, 12.0, None)]).fault(&ordered),
+        None
+    );
     for (bad, says) in [
         (measured(TestKind::Gemm, 12.0, None), "not ordered"),
         (measured(TestKind::Memcpy, f64::NAN, None), "not a finite"),
         (measured(TestKind::Memcpy, -1.0, None), "not a finite"),
-        (measured(TestKind::Memcpy, 1.0, Some("x".repeat(5000))), "text over"),
+        (
+            measured(TestKind::Memcpy, 1.0, Some("x".repeat(5000))),
+            "text over",
+        ),
     ] {
         let why = batch(vec![bad]).fault(&ordered).unwrap();
         assert!(why.contains(says), "{why}");
     }
-    let many = (0..9).map(|_| measured(TestKind::Memcpy, 1.0, None)).collect();
+    let many = (0..9)
+        .map(|_| measured(TestKind::Memcpy, 1.0, None))
+        .collect();
     assert!(batch(many).fault(&ordered).unwrap().contains("9 results"));
 }

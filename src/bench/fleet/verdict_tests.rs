@@ -356,7 +356,10 @@ fn a_bimodal_healthy_fleet_drains_no_one_and_a_degraded_rank_still_fails() {
     // A degraded rank: slow in every placement, against either mode.
     let slow = [Some(4.9), None, None, None];
     assert_eq!(memcpy_verdicts(&[5.0, 12.3, 12.9, 13.1], &slow)[0], FAIL);
-    let rows = memcpy_verdicts(&[4.0, 12.3, 7.2, 13.1, 6.9], &[Some(4.1), None, None, None, None]);
+    let rows = memcpy_verdicts(
+        &[4.0, 12.3, 7.2, 13.1, 6.9],
+        &[Some(4.1), None, None, None, None],
+    );
     assert_eq!(rows[0], FAIL, "slower than the slow mode too: {rows:?}");
     assert!(rows[1..].iter().all(|&v| v == PASS), "{rows:?}");
 }
