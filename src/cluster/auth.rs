@@ -150,6 +150,21 @@ impl Trust {
     }
 }
 
+/// Whether the other end's magic is ours: a stranger's bytes, or a rank launched to prove
+/// itself another way, are refused by name.
+fn agree(trust: &Trust, theirs: [u8; 4]) -> Result<(), AuthError> {
+    if ![SECURED, MUNGED, OPEN].contains(&theirs) {
+        return Err(AuthError::NotOurs);
+    }
+    if theirs != trust.magic() {
+        return Err(AuthError::Mismatch {
+            ours: mode(trust.magic()),
+            theirs: mode(theirs),
+        });
+    }
+    Ok(())
+}
+
 /// How each magic proves itself, for a mismatch's message.
 fn mode(magic: [u8; 4]) -> &'static str {
     match magic {
@@ -309,15 +324,7 @@ pub fn accept(
     put(stream, &[&trust.magic()[..], &ours[..]].concat(), deadline)?;
     let mut head = [0u8; 4];
     fill(stream, &mut head, deadline)?;
-    if ![SECURED, MUNGED, OPEN].contains(&head) {
-        return Err(AuthError::NotOurs);
-    }
-    if head != trust.magic() {
-        return Err(AuthError::Mismatch {
-            ours: mode(trust.magic()),
-            theirs: mode(head),
-        });
-    }
+    agree(trust, head)?;
     let mut theirs = [0u8; NONCE];
     match trust {
         Trust::Insecure => Ok(None),
@@ -378,16 +385,7 @@ pub fn prove_learning(
     let mut hello = [0u8; 4 + NONCE];
     fill(stream, &mut hello, deadline)?;
     let challenge: [u8; NONCE] = hello[4..].try_into().expect("nonce");
-    let magic: [u8; 4] = hello[..4].try_into().expect("magic");
-    if ![SECURED, MUNGED, OPEN].contains(&magic) {
-        return Err(AuthError::NotOurs);
-    }
-    if magic != trust.magic() {
-        return Err(AuthError::Mismatch {
-            ours: mode(trust.magic()),
-            theirs: mode(magic),
-        });
-    }
+    agree(trust, hello[..4].try_into().expect("magic"))?;
     let ours = nonce();
     let answer_closed = |r: Result<(), AuthError>| match r {
         Err(AuthError::Wire(WireError::Closed)) => Err(AuthError::Rejected),
