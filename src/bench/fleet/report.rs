@@ -129,39 +129,8 @@ pub fn write(
     for line in lines(&dir.id, &rows) {
         sink.write(&line)?;
     }
-    for o in ranks {
-        let folder = dir.path.join("ranks").join(format!("r{}", o.rank));
-        crate::safe_fs::make_dir(&folder, &crate::safe_fs::OUT)?;
-        let doc = serde_json::json!({
-            "rank": o.rank,
-            "host": o.host,
-            "inventory": o.inventory,
-            "batches": o.batches,
-            "retests": o.retests,
-            "failure": o.failure,
-        });
-        std::fs::write(
-            folder.join("rank.json"),
-            serde_json::to_string_pretty(&doc)?,
-        )?;
-    }
-    let per_rank = verdict::per_rank(&rows);
-    let nodes: Vec<NodeSummary> = ranks
-        .iter()
-        .map(|o| {
-            let (v, reasons) = per_rank.get(&o.rank).cloned().unwrap_or((FAIL, vec![]));
-            NodeSummary {
-                rank: o.rank,
-                host: o.host.clone(),
-                local_rank: o.inventory.as_ref().map(|i| i.local_rank),
-                adapter: o.adapter(),
-                pci_bus_id: o.inventory.as_ref().and_then(|i| i.pci_bus_id.clone()),
-                verdict: v,
-                busy: o.busy(),
-                reasons,
-            }
-        })
-        .collect();
+    write_rank_files(dir, ranks)?;
+    let nodes = node_summaries(ranks, &rows);
     let failed_hosts: Vec<String> = nodes
         .iter()
         .filter(|n| n.verdict == FAIL)
@@ -185,20 +154,7 @@ pub fn write(
         .map(|n| (n.rank, n.host.clone()))
         .collect();
     let costs = keep_costs(&rows, &failed, (ranks, links), profile);
-    let mut sink: CsvSink<KeepCostTable> = dir.table()?;
-    for (i, (p, f)) in costs.iter().flatten().enumerate() {
-        let case = format!("r{}_{}_{i}", p.rank, p.schedule);
-        sink.write(&Line::new(&dir.id, case, p.clone(), None, f.clone()))?;
-    }
-    let keep_cost: Vec<serde_json::Value> = costs
-        .iter()
-        .flatten()
-        .map(|(p, f)| {
-            serde_json::json!({"rank": p.rank, "host": p.host, "kind": p.kind,
-            "stages": p.stages, "schedule": p.schedule, "throughput_pct": f.throughput_pct,
-            "error": f.error})
-        })
-        .collect();
+    let keep_cost = write_keep_costs(dir, &costs)?;
     let mut summary = serde_json::json!({
         "run_id": dir.id,
         "run_dir": dir.path,
@@ -244,6 +200,66 @@ pub fn write(
         rows,
         pci,
     })
+}
+
+/// Each rank's own record, `ranks/rN/rank.json`: its inventory, batches, retests, failure.
+fn write_rank_files(dir: &RunDir, ranks: &[RankOutcome]) -> Result<()> {
+    for o in ranks {
+        let folder = dir.path.join("ranks").join(format!("r{}", o.rank));
+        crate::safe_fs::make_dir(&folder, &crate::safe_fs::OUT)?;
+        let doc = serde_json::json!({
+            "rank": o.rank,
+            "host": o.host,
+            "inventory": o.inventory,
+            "batches": o.batches,
+            "retests": o.retests,
+            "failure": o.failure,
+        });
+        std::fs::write(
+            folder.join("rank.json"),
+            serde_json::to_string_pretty(&doc)?,
+        )?;
+    }
+    Ok(())
+}
+
+/// Each rank's verdict (the worst of its rows) and what it is, for fleet.json and the console.
+fn node_summaries(ranks: &[RankOutcome], rows: &[super::rank::Row]) -> Vec<NodeSummary> {
+    let per_rank = verdict::per_rank(rows);
+    ranks
+        .iter()
+        .map(|o| {
+            let (v, reasons) = per_rank.get(&o.rank).cloned().unwrap_or((FAIL, vec![]));
+            NodeSummary {
+                rank: o.rank,
+                host: o.host.clone(),
+                local_rank: o.inventory.as_ref().map(|i| i.local_rank),
+                adapter: o.adapter(),
+                pci_bus_id: o.inventory.as_ref().and_then(|i| i.pci_bus_id.clone()),
+                verdict: v,
+                busy: o.busy(),
+                reasons,
+            }
+        })
+        .collect()
+}
+
+/// keep_cost.csv, and its rows as fleet.json gives them.
+fn write_keep_costs(dir: &RunDir, costs: &[cost::KeepCost]) -> Result<Vec<serde_json::Value>> {
+    let mut sink: CsvSink<KeepCostTable> = dir.table()?;
+    for (i, (p, f)) in costs.iter().flatten().enumerate() {
+        let case = format!("r{}_{}_{i}", p.rank, p.schedule);
+        sink.write(&Line::new(&dir.id, case, p.clone(), None, f.clone()))?;
+    }
+    Ok(costs
+        .iter()
+        .flatten()
+        .map(|(p, f)| {
+            serde_json::json!({"rank": p.rank, "host": p.host, "kind": p.kind,
+            "stages": p.stages, "schedule": p.schedule, "throughput_pct": f.throughput_pct,
+            "error": f.error})
+        })
+        .collect())
 }
 
 /// The confirmed slow links no node explains, as (lower rank, `hostA-hostB`, extra µs a send).
