@@ -22,4 +22,4 @@ macro_rules! registry {
 }
 
 // A new bench is its file or folder (with its `DESCRIPTOR`) and its name here.
-registry!(peak, kernels, d2h, hol, rdma, sim, links, pipeline, fleet, clock);
+registry!(peak, kernels, d2h, hol, rdma, sim, links, pipeline, fleet, clock, whatif);

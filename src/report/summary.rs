@@ -14,7 +14,7 @@ use crate::record::label::RunLabel;
 use crate::record::view::headline::Headline;
 
 /// Bumped whenever a field of summary.json is added, removed or renamed.
-pub const SUMMARY_SCHEMA_VERSION: u32 = 2;
+pub const SUMMARY_SCHEMA_VERSION: u32 = 3;
 
 #[derive(Debug, Serialize)]
 pub struct RunSummary {
@@ -35,6 +35,10 @@ pub struct RunSummary {
     pub benches: BTreeMap<&'static str, BenchSummary>,
     /// Why the tables could not be read, when they could not.
     pub tables_error: Option<String>,
+    /// A what-if run's answer (its whatif.json): blocking_slowdown, launch_slowdown, m_s, m_w,
+    /// the top groups of each dimension.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whatif: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -94,6 +98,9 @@ pub fn summarize(dir: &Path) -> RunSummary {
         warnings: label.busy.into_iter().map(|(_, w)| w).collect(),
         benches,
         tables_error,
+        whatif: std::fs::read(dir.join("whatif.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok()),
     }
 }
 

@@ -6,6 +6,7 @@ pub mod hand;
 pub mod memory;
 pub mod model;
 pub mod render;
+pub mod replay;
 pub mod runtime;
 pub mod schedules;
 pub mod torch_csv;

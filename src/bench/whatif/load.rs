@@ -1,0 +1,104 @@
+//! Reading a trace file: parquet (told by its magic bytes) or CSV, size-capped before a byte
+//! of it is parsed.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+use super::trace::{record, RawRecord, Record, COLUMNS};
+
+/// The largest trace read unless `--max-trace-mb` says otherwise.
+pub const DEFAULT_MAX_TRACE_MB: u64 = 4096;
+
+/// Reads a trace (parquet by its magic bytes, else CSV), refusing one over `max_mb`.
+pub fn read(path: &Path, max_mb: u64) -> Result<Vec<Record>> {
+    let meta = std::fs::metadata(path)
+        .with_context(|| format!("--trace {}: cannot read it", path.display()))?;
+    if meta.len() > max_mb.saturating_mul(1 << 20) {
+        bail!(
+            "--trace {}: {} MB, over the cap of {max_mb} MB: give --max-trace-mb to read a larger \
+             trace, or --steps to analyse fewer steps of a smaller export",
+            path.display(),
+            meta.len() >> 20
+        );
+    }
+    let mut magic = [0u8; 4];
+    let is_parquet = {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path)?;
+        f.read(&mut magic)? == 4 && &magic == b"PAR1"
+    };
+    let records = match is_parquet {
+        true => super::parquet::read(path),
+        false => read_csv(path),
+    }
+    .with_context(|| format!("--trace {}", path.display()))?;
+    if records.is_empty() {
+        bail!("--trace {}: no ops in it", path.display());
+    }
+    Ok(records)
+}
+
+fn read_csv(path: &Path) -> Result<Vec<Record>> {
+    let mut reader = csv::ReaderBuilder::new().from_path(path)?;
+    let headers = reader.headers()?.clone();
+    let mut at = [0usize; 11];
+    for (i, name) in COLUMNS.iter().enumerate() {
+        at[i] = headers.iter().position(|h| h == *name).with_context(|| {
+            format!(
+                "no column {name:?}: a trace has the columns {}",
+                COLUMNS.join(",")
+            )
+        })?;
+    }
+    let mut out = Vec::new();
+    let mut row = csv::StringRecord::new();
+    let mut line = 1usize;
+    while reader.read_record(&mut row)? {
+        line += 1;
+        let where_ = || format!("line {line}");
+        let cell = |i: usize| row.get(at[i]).unwrap_or("").trim();
+        let int = |i: usize| -> Result<i64> {
+            let c = cell(i);
+            // pandas writes integers of a float column as "3.0".
+            c.parse::<i64>()
+                .or_else(|_| match c.parse::<f64>() {
+                    Ok(f) if f.fract() == 0.0 && f.abs() < 1e15 => Ok(f as i64),
+                    _ => Err(()),
+                })
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "{}: {} = {:?} is not an integer",
+                        where_(),
+                        COLUMNS[i],
+                        crate::sanitize::console(c, 64)
+                    )
+                })
+        };
+        let float = |i: usize| -> Result<f64> {
+            cell(i).parse::<f64>().map_err(|_| {
+                anyhow::anyhow!(
+                    "{}: {} = {:?} is not a number",
+                    where_(),
+                    COLUMNS[i],
+                    crate::sanitize::console(cell(i), 64)
+                )
+            })
+        };
+        let raw = RawRecord {
+            dp_rank: int(0)?,
+            stage: int(1)?,
+            rank: int(2)?,
+            step: int(3)?,
+            optype: cell(4).to_string(),
+            start: float(5)?,
+            duration: float(6)?,
+            seq_id: int(7)?,
+            mc: int(8)?,
+            mb_id: int(9)?,
+            gmc: int(10)?,
+        };
+        out.push(record(&raw, &where_)?);
+    }
+    Ok(out)
+}
