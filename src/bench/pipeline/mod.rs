@@ -17,6 +17,7 @@ mod report;
 pub mod shape;
 pub mod stage;
 pub mod table;
+mod trace_csv;
 mod validate;
 mod views;
 mod wiring;

@@ -33,6 +33,9 @@ pub(super) struct Outputs {
     pub(super) busiest: Busiest,
     /// Every case's row, for a bench that leads the pipeline (the fleet gate).
     pub(super) rows: Vec<CaseRow>,
+    /// pipeline_trace.csv's rows (the what-if's schema), and the cases it leaves out.
+    pub(super) trace_csv: String,
+    pub(super) trace_skipped: Vec<String>,
 }
 
 /// One case's row of pipeline.csv.
@@ -55,6 +58,8 @@ pub(super) fn write_all(
         unverified: Vec::new(),
         busiest: Default::default(),
         rows: Vec::new(),
+        trace_csv: super::trace_csv::HEADER.to_string(),
+        trace_skipped: Vec::new(),
     };
     // Each case's typical op and link times over its timed iterations: a delayed case is
     // predicted from its healthy case's.
@@ -92,6 +97,13 @@ pub(super) fn write_all(
             false => println!("{line}"),
         }
         busy.push((format!("pipeline r{r}"), line));
+    }
+    std::fs::write(dir.path.join("pipeline_trace.csv"), &out.trace_csv)?;
+    if !out.trace_skipped.is_empty() && !quiet {
+        println!(
+            "pipeline_trace.csv leaves out {}",
+            out.trace_skipped.join("; ")
+        );
     }
     let refs: Vec<(String, &Run)> = out.traces.iter().map(|(n, r)| (n.clone(), r)).collect();
     let trace = crate::sim::render::trace_events(&refs);
@@ -194,6 +206,10 @@ pub(super) fn write_case(
         case.slow
             .map_or("nodelay".into(), |(l, d)| format!("link{l}+{d}ms"))
     );
+    match super::trace_csv::rows(&case_name, pc.layout, &m.timed) {
+        Ok(rows) => out.trace_csv.push_str(&rows),
+        Err(why) => out.trace_skipped.push(format!("{case_name}: {why}")),
+    }
     if !quiet {
         println!(
             "{case_name:<28} measured {:>9.2} ms  predicted {:>9.2} ms (from {}) error {:>+6.1}%  replayed error {:>+6.1}%  bubble {:.3}  grad err {:.1e}  ops timed by {}{}",

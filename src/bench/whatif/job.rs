@@ -17,6 +17,8 @@ pub struct Job {
     pub model: Model,
     pub dp: usize,
     pub pp: usize,
+    /// Model chunks per stage.
+    pub vpp: usize,
     pub steps: Vec<i64>,
     /// `steps.len() * dp`: lane `i * dp + d` is step `steps[i]` on DP rank d.
     pub lanes: usize,
@@ -117,6 +119,7 @@ impl Job {
             model,
             dp,
             pp,
+            vpp: sizes.vpp as usize,
             base_span: first.iter().zip(&last).map(|(a, b)| b - a).collect(),
             steps: chosen,
             lanes,

@@ -10,8 +10,9 @@ use super::trace::{record, RawRecord, Record, COLUMNS};
 /// The largest trace read unless `--max-trace-mb` says otherwise.
 pub const DEFAULT_MAX_TRACE_MB: u64 = 4096;
 
-/// Reads a trace (parquet by its magic bytes, else CSV), refusing one over `max_mb`.
-pub fn read(path: &Path, max_mb: u64) -> Result<Vec<Record>> {
+/// Reads a trace (parquet by its magic bytes, else CSV), refusing one over `max_mb`. A CSV
+/// with a `case` column (pipeline_trace.csv) holds several cases: `case` picks one.
+pub fn read(path: &Path, max_mb: u64, case: Option<&str>) -> Result<Vec<Record>> {
     let meta = std::fs::metadata(path)
         .with_context(|| format!("--trace {}: cannot read it", path.display()))?;
     if meta.len() > max_mb.saturating_mul(1 << 20) {
@@ -30,7 +31,7 @@ pub fn read(path: &Path, max_mb: u64) -> Result<Vec<Record>> {
     };
     let records = match is_parquet {
         true => super::parquet::read(path),
-        false => read_csv(path),
+        false => read_csv(path, case),
     }
     .with_context(|| format!("--trace {}", path.display()))?;
     if records.is_empty() {
@@ -39,9 +40,11 @@ pub fn read(path: &Path, max_mb: u64) -> Result<Vec<Record>> {
     Ok(records)
 }
 
-fn read_csv(path: &Path) -> Result<Vec<Record>> {
+fn read_csv(path: &Path, case: Option<&str>) -> Result<Vec<Record>> {
     let mut reader = csv::ReaderBuilder::new().from_path(path)?;
     let headers = reader.headers()?.clone();
+    let case_at = headers.iter().position(|h| h == "case");
+    let mut cases = std::collections::BTreeSet::new();
     let mut at = [0usize; 11];
     for (i, name) in COLUMNS.iter().enumerate() {
         at[i] = headers.iter().position(|h| h == *name).with_context(|| {
@@ -56,6 +59,14 @@ fn read_csv(path: &Path) -> Result<Vec<Record>> {
     let mut line = 1usize;
     while reader.read_record(&mut row)? {
         line += 1;
+        if let Some(c) = case_at.and_then(|i| row.get(i)) {
+            if cases.len() < 1000 {
+                cases.insert(c.to_string());
+            }
+            if case.is_some_and(|want| want != c) {
+                continue;
+            }
+        }
         let where_ = || format!("line {line}");
         let cell = |i: usize| row.get(at[i]).unwrap_or("").trim();
         let int = |i: usize| -> Result<i64> {
@@ -100,5 +111,28 @@ fn read_csv(path: &Path) -> Result<Vec<Record>> {
         };
         out.push(record(&raw, &where_)?);
     }
-    Ok(out)
+    let list = || {
+        cases
+            .iter()
+            .map(|c| crate::sanitize::console(c, 80).into_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (case, case_at) {
+        (Some(want), None) => bail!("--case {want:?}: this trace has no case column"),
+        (Some(want), Some(_)) if !cases.contains(want) => {
+            bail!(
+                "--case {want:?} is not in this trace; its cases: {}",
+                list()
+            )
+        }
+        (None, Some(_)) if cases.len() > 1 => {
+            bail!(
+                "this trace holds {} cases: pick one with --case ({})",
+                cases.len(),
+                list()
+            )
+        }
+        _ => Ok(out),
+    }
 }

@@ -11,6 +11,8 @@ pub mod meta;
 pub mod model;
 pub mod output;
 pub mod parquet;
+pub mod schedules;
+pub mod synth;
 pub mod trace;
 
 use std::collections::BTreeSet;
@@ -41,6 +43,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         vec![
             TableSpec::of::<output::WhatifTable>().single_node(),
             TableSpec::of::<output::AttributionTable>().single_node(),
+            TableSpec::of::<output::SchedulesTable>().single_node(),
         ]
     },
 };
@@ -54,6 +57,9 @@ pub struct WhatifArgs {
     /// The job's meta YAML (dp_size, pp_size, tp_size, vpp_size, world_size).
     #[arg(long)]
     pub meta: Option<PathBuf>,
+    /// The case to analyse, in a trace holding several (pipeline_trace.csv).
+    #[arg(long)]
+    pub case: Option<String>,
     /// Steps to analyse, e.g. 12,20-23 (default: all).
     #[arg(long)]
     pub steps: Option<String>,
@@ -79,18 +85,24 @@ pub struct WhatifArgs {
     /// Share of the step a worker's removal must recover to be drained.
     #[arg(long, default_value_t = 0.05)]
     pub drain_threshold: f64,
+    /// For the schedules what-if: the share of Megatron's backward-compute that is the weight
+    /// gradient (W; the rest is B). Zero Bubble measures B and W about equal.
+    #[arg(long, default_value_t = 0.5)]
+    pub w_fraction: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WhatifPlan {
     pub trace: PathBuf,
     pub meta: Option<PathBuf>,
+    pub case: Option<String>,
     pub steps: Option<BTreeSet<i64>>,
     pub sizes: meta::SizeFlags,
     pub split: Vec<String>,
     pub max_trace_mb: u64,
     pub hosts: Option<PathBuf>,
     pub drain_threshold: f64,
+    pub w_fraction: f64,
 }
 
 impl BenchConfig for WhatifPlan {
@@ -109,6 +121,12 @@ impl BenchConfig for WhatifPlan {
                 self.drain_threshold
             ));
         }
+        if !(0.0..1.0).contains(&self.w_fraction) {
+            return Err(format!(
+                "--w-fraction {}: give the weight gradient's share of a backward, 0 to under 1",
+                self.w_fraction
+            ));
+        }
         Ok(self.clone())
     }
 }
@@ -119,6 +137,7 @@ impl BenchArgs for WhatifArgs {
         Ok(WhatifPlan {
             trace: self.trace.clone(),
             meta: self.meta.clone(),
+            case: self.case.clone(),
             steps: self.steps.as_deref().map(parse_steps).transpose()?,
             sizes: meta::SizeFlags {
                 dp: self.dp,
@@ -135,6 +154,7 @@ impl BenchArgs for WhatifArgs {
             max_trace_mb: self.max_trace_mb,
             hosts: self.hosts.clone(),
             drain_threshold: self.drain_threshold,
+            w_fraction: self.w_fraction,
         })
     }
 }
@@ -183,7 +203,7 @@ impl crate::suite::Bench for WhatifPlan {
         progress: &Progress,
     ) -> Result<crate::suite::Notes> {
         let t0 = std::time::Instant::now();
-        let records = load::read(&self.trace, self.max_trace_mb)?;
+        let records = load::read(&self.trace, self.max_trace_mb, self.case.as_deref())?;
         let sizes = meta::sizes(self.meta.as_deref(), &self.sizes, &records)?;
         let job = job::Job::new(&records, sizes, self.steps.as_ref())
             .with_context(|| format!("--trace {}", self.trace.display()))?;
@@ -200,8 +220,10 @@ impl crate::suite::Bench for WhatifPlan {
             Some(h) => output::drains(&job, &answer, h, self.drain_threshold)?,
             None => Vec::new(),
         };
+        let schedules = schedules::run(&job, &answer, self.w_fraction)?;
         output::write(dir, &job, &answer, sizes, &drains, hosts.is_some())?;
-        for line in output::answer_text(&job, &answer, &drains) {
+        output::write_schedules(dir, &schedules)?;
+        for line in output::answer_text(&job, &answer, &drains, &schedules) {
             progress.println(line);
         }
         progress.inc();

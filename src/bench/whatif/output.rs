@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::analysis::{mean, Answer};
 use super::job::{Job, Sizes};
+use super::schedules::ScheduleRow;
 use crate::record::{CsvSink, CsvTable, Line, RunDir};
 
 pub struct WhatifTable;
@@ -51,6 +52,45 @@ impl CsvTable for AttributionTable {
     const WITH_STATS: bool = false;
     type Params = GroupParams;
     type Figures = GroupFigures;
+}
+
+pub struct SchedulesTable;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ScheduleParams {
+    pub schedule: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ScheduleFigures {
+    pub with_stragglers_s: Option<f64>,
+    pub without_s: Option<f64>,
+    pub slowdown: Option<f64>,
+    pub refused: String,
+}
+
+impl CsvTable for SchedulesTable {
+    const NAME: &'static str = "whatif_schedules";
+    const WITH_STATS: bool = false;
+    type Params = ScheduleParams;
+    type Figures = ScheduleFigures;
+}
+
+pub fn write_schedules(dir: &RunDir, rows: &[ScheduleRow]) -> Result<()> {
+    let mut sink: CsvSink<SchedulesTable> = dir.table()?;
+    for r in rows {
+        let figures = ScheduleFigures {
+            with_stragglers_s: r.with_stragglers_s,
+            without_s: r.without_s,
+            slowdown: r.with_stragglers_s.zip(r.without_s).map(|(a, b)| a / b),
+            refused: r.refused.clone().unwrap_or_default(),
+        };
+        let params = ScheduleParams {
+            schedule: r.schedule.clone(),
+        };
+        sink.write(&Line::new(&dir.id, &r.schedule, params, None, figures))?;
+    }
+    Ok(())
 }
 
 /// A worker whose removal recovers enough of the step.
@@ -278,7 +318,12 @@ pub fn drains(
 }
 
 /// The answer in a screen.
-pub fn answer_text(job: &Job, a: &Answer, drains: &[Drain]) -> Vec<String> {
+pub fn answer_text(
+    job: &Job,
+    a: &Answer,
+    drains: &[Drain],
+    schedules: &[ScheduleRow],
+) -> Vec<String> {
     let mut out = Vec::new();
     let s = a.blocking_slowdown;
     let best = |dim: &str| {
@@ -318,12 +363,26 @@ pub fn answer_text(job: &Job, a: &Answer, drains: &[Drain]) -> Vec<String> {
     }
     match &a.m_w {
         Some(mw) if mw.rem >= 0.5 => out.push(format!(
-            "  worker {} stands out (M_W {:.2}): its removal takes away most of the slowdown",
-            a.m_w_workers.join(","),
+            "  the top 3% of workers ({}) stand out (M_W {:.2}): their removal takes away most \
+             of the slowdown",
+            a.m_w_workers.join(", "),
             mw.rem
         )),
         Some(mw) => out.push(format!("  no single worker stands out (M_W {:.2})", mw.rem)),
         None => {}
+    }
+    for r in schedules {
+        out.push(match (r.with_stragglers_s, r.without_s) {
+            (Some(with), Some(without)) => format!(
+                "  under {}: {with:.3} s a step with its stragglers, {without:.3} s without",
+                r.schedule
+            ),
+            _ => format!(
+                "  under {}: not simulated ({})",
+                r.schedule,
+                r.refused.as_deref().unwrap_or("")
+            ),
+        });
     }
     for d in drains {
         out.push(format!(

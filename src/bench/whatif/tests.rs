@@ -25,7 +25,7 @@ fn json(name: &str) -> serde_json::Value {
 }
 
 fn st(file: &str) -> (Job, Answer) {
-    let records = super::load::read(&data(file), 64).unwrap();
+    let records = super::load::read(&data(file), 64, None).unwrap();
     let sizes =
         super::meta::sizes(Some(&data("meta-ST.yaml")), &Default::default(), &records).unwrap();
     let job = Job::new(&records, sizes, None).unwrap();
@@ -335,7 +335,7 @@ fn refused(text: &str, max_mb: u64) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("trace.csv");
     std::fs::write(&path, text).unwrap();
-    let err = match super::load::read(&path, max_mb) {
+    let err = match super::load::read(&path, max_mb, None) {
         Err(e) => e,
         Ok(records) => match Job::new(&records, hand_sizes(), None) {
             Err(e) => e,
@@ -351,7 +351,7 @@ fn bad_traces_are_refused_by_name() {
     // The CSV round trip itself is accepted.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("t.csv"), &good).unwrap();
-    let records = super::load::read(&dir.path().join("t.csv"), 1).unwrap();
+    let records = super::load::read(&dir.path().join("t.csv"), 1, None).unwrap();
     Job::new(&records, hand_sizes(), None).unwrap();
 
     let e = refused(&good.replacen(",gmc\n", ",gmx\n", 1), 1);
@@ -430,7 +430,7 @@ fn a_truncated_parquet_file_is_an_error_not_a_panic() {
         b.extend_from_slice(&bytes[bytes.len() - 8..]);
         std::fs::write(&path, &b).unwrap();
         assert!(
-            super::load::read(&path, 64).is_err(),
+            super::load::read(&path, 64, None).is_err(),
             "a parquet cut at {cut} was read"
         );
     }
