@@ -1,7 +1,8 @@
 //! A synthetic what-if trace at scale (the benchmark's input, `scripts/whatif-bench`): a
 //! Megatron 1F1B step, DP x PP workers, one slow worker, as CSV in the artifact's schema.
 //!
-//! Usage: whatif_trace OUT.csv DP PP [STEPS] [MICROBATCHES]
+//! Usage: whatif_trace OUT.csv DP PP [STEPS] [MICROBATCHES]   (WHATIF_OVERLAP=1: the gradient
+//! reduce-scatter overlapped with the backwards)
 
 use std::io::BufWriter;
 
@@ -32,6 +33,7 @@ fn main() -> anyhow::Result<()> {
         // One worker in the middle computes 30% slower.
         slow: Some((dp / 2, pp / 2, 1.3)),
         seed: 1,
+        overlap: std::env::var_os("WHATIF_OVERLAP").is_some(),
     };
     let file = std::fs::File::create(out).with_context(|| format!("cannot write {out}"))?;
     let rows = write(&shape, &mut BufWriter::new(file))?;

@@ -98,6 +98,7 @@ fn a_slow_workers_host_is_drained_with_its_price() {
         steps: 4,
         slow: Some((3, 2, 1.6)),
         seed: 3,
+        overlap: false,
     };
     let mut f = std::fs::File::create(&trace).unwrap();
     morphbench::bench::whatif::synth::write(&shape, &mut f).unwrap();

@@ -5,6 +5,7 @@
 //! traces of the step as recorded and without stragglers, and with `--hosts`, drain.txt.
 
 pub mod analysis;
+pub mod charts;
 pub mod job;
 pub mod load;
 pub mod meta;
@@ -42,7 +43,9 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     tables: || {
         vec![
             TableSpec::of::<output::WhatifTable>().single_node(),
-            TableSpec::of::<output::AttributionTable>().single_node(),
+            TableSpec::of::<output::AttributionTable>()
+                .single_node()
+                .charts(crate::record::Charts::OfFirst(charts::whatif_charts)),
             TableSpec::of::<output::SchedulesTable>().single_node(),
         ]
     },

@@ -21,11 +21,14 @@ pub struct Shape {
     pub steps: u32,
     /// (dp rank, stage, factor): the worker whose computes take `factor` times longer.
     pub slow: Option<(u32, u32, f64)>,
+    /// Gradient reduce-scatter overlapped with the backwards (Megatron's
+    /// `--overlap-grad-reduce`: a separate all-reduce after them).
+    pub overlap: bool,
     pub seed: u64,
 }
 
 /// One stage's ops in the order it issues them: (type, seq, microbatch).
-fn program(s: u32, pp: u32, m: u32, dp: u32) -> Vec<(OpType, u32, i32)> {
+fn program(s: u32, pp: u32, m: u32, dp: u32, overlap: bool) -> Vec<(OpType, u32, i32)> {
     let mut out = Vec::new();
     let mut n = std::collections::HashMap::new();
     let mut push = |t: OpType, mb: i32, out: &mut Vec<(OpType, u32, i32)>| {
@@ -65,12 +68,17 @@ fn program(s: u32, pp: u32, m: u32, dp: u32) -> Vec<(OpType, u32, i32)> {
     for i in m - warmup..m {
         backward(i, &mut out, &mut push);
     }
+    if dp > 1 && overlap {
+        push(OpType::GradsReduceScatter, -1, &mut out);
+    }
     push(OpType::Gc, -1, &mut out);
     push(OpType::LayernormGradsAllReduce, -1, &mut out);
     if s == 0 || s + 1 == pp {
         push(OpType::EmbeddingGradsAllReduce, -1, &mut out);
     }
-    if dp > 1 {
+    if dp > 1 && overlap {
+        push(OpType::SeparateGradsAllReduce, -1, &mut out);
+    } else if dp > 1 {
         push(OpType::GradsReduceScatter, -1, &mut out);
     }
     push(OpType::OptimizerClipMainGrad, -1, &mut out);
@@ -85,6 +93,7 @@ fn typical(t: OpType) -> f64 {
         OpType::BackwardCompute => 20e-3,
         OpType::ParamsAllGather => 2e-3,
         OpType::GradsReduceScatter => 4e-3,
+        OpType::SeparateGradsAllReduce => 1e-3,
         OpType::EmbeddingGradsAllReduce => 1e-3,
         OpType::LayernormGradsAllReduce => 0.5e-3,
         OpType::OptimizerClipMainGrad => 0.3e-3,
@@ -121,7 +130,7 @@ pub fn write(shape: &Shape, out: &mut dyn Write) -> Result<u64> {
     let (dp, pp) = (shape.dp, shape.pp);
     // Lay the order out on DP rank 0 of one step: ops 1 ms apart, then build the model.
     let programs: Vec<_> = (0..pp)
-        .map(|s| program(s, pp, shape.microbatches, dp))
+        .map(|s| program(s, pp, shape.microbatches, dp, shape.overlap))
         .collect();
     let mut layout = Vec::new();
     for (s, prog) in programs.iter().enumerate() {
@@ -132,7 +141,7 @@ pub fn write(shape: &Shape, out: &mut dyn Write) -> Result<u64> {
             layout.push(r);
         }
     }
-    let model = model::build(&layout, dp > 1, false)?;
+    let model = model::build(&layout, dp > 1, shape.overlap && dp > 1)?;
     let (lanes, n) = ((shape.steps * dp) as usize, model.keys.len());
     let mut rng = rand::rngs::SmallRng::seed_from_u64(shape.seed);
     let mut cost = vec![0.0; n * lanes];
@@ -202,7 +211,14 @@ mod tests {
 
     #[test]
     fn a_synthetic_trace_reads_back_and_finds_its_slow_worker() {
+        for overlap in [false, true] {
+            reads_back(overlap);
+        }
+    }
+
+    fn reads_back(overlap: bool) {
         let shape = Shape {
+            overlap,
             dp: 4,
             pp: 4,
             microbatches: 6,
