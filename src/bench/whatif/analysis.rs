@@ -201,9 +201,10 @@ impl Job {
             Box<dyn Fn(usize, usize) -> bool + Sync + '_>,
         )> = Vec::new();
         if s.optype {
-            let mut keys: Vec<&'static str> = (0..self.model.keys.len())
-                .map(|n| self.node_type(n).attribution_key())
-                .collect();
+            // Every type the trace records, modelled or not (an unmodelled one, a DP collective
+            // of a job with DP 1, changes nothing: 1.0, as the artifact reports it).
+            let mut keys: Vec<&'static str> =
+                self.types.iter().map(|t| t.attribution_key()).collect();
             keys.sort();
             keys.dedup();
             for k in keys {

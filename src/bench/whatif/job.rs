@@ -19,6 +19,8 @@ pub struct Job {
     pub pp: usize,
     /// Model chunks per stage.
     pub vpp: usize,
+    /// The op types the analysed steps record.
+    pub types: BTreeSet<OpType>,
     pub steps: Vec<i64>,
     /// `steps.len() * dp`: lane `i * dp + d` is step `steps[i]` on DP rank d.
     pub lanes: usize,
@@ -120,6 +122,11 @@ impl Job {
             dp,
             pp,
             vpp: sizes.vpp as usize,
+            types: records
+                .iter()
+                .filter(|r| step_index.contains_key(&r.step))
+                .map(|r| r.optype)
+                .collect(),
             base_span: first.iter().zip(&last).map(|(a, b)| b - a).collect(),
             steps: chosen,
             lanes,
