@@ -187,8 +187,31 @@ fn aer_delta(before: &Aer, after: &Aer) -> (Option<u64>, Option<u64>, Option<u64
     )
 }
 
-/// Judges one side of a link: its state under load, its AER counters before and after.
-pub fn judge_state(under_load: &LinkState, before: &Aer, after: &Aer) -> Judged {
+/// The most a link can train to: the lesser of its two ends' maxima (a Gen5 card in a Gen4
+/// slot runs Gen4 at best). An end whose maximum is unread leaves the other's.
+fn attainable(a: &LinkState, b: Option<&LinkState>) -> (Option<f64>, Option<u32>) {
+    let least_f = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
+    };
+    let least_u = |x: Option<u32>, y: Option<u32>| match (x, y) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
+    };
+    (
+        least_f(a.max_speed_gts, b.and_then(|b| b.max_speed_gts)),
+        least_u(a.max_width, b.and_then(|b| b.max_width)),
+    )
+}
+
+/// Judges one side of a link: its state under load against what the link can attain (the
+/// lesser of its and its partner's maxima), its AER counters before and after.
+pub fn judge_state(
+    under_load: &LinkState,
+    partner: Option<&LinkState>,
+    before: &Aer,
+    after: &Aer,
+) -> Judged {
     let s = under_load;
     let state = format!(
         "{} {} {}, capable of {} {}",
@@ -198,11 +221,28 @@ pub fn judge_state(under_load: &LinkState, before: &Aer, after: &Aer) -> Judged 
         x(s.max_width),
         gts(s.max_speed_gts)
     );
-    let narrower = matches!((s.width, s.max_width), (Some(w), Some(m)) if w < m);
-    let slower = matches!((s.speed_gts, s.max_speed_gts), (Some(v), Some(m)) if v + 1e-9 < m);
+    let (top_speed, top_width) = attainable(s, partner);
+    let narrower = matches!((s.width, top_width), (Some(w), Some(m)) if w < m);
+    let slower = matches!((s.speed_gts, top_speed), (Some(v), Some(m)) if v + 1e-9 < m);
     if narrower || slower {
-        return Judged::Fail(format!("PCIe {state} under load"));
+        let limit = match (top_speed, top_width) != (s.max_speed_gts, s.max_width) {
+            true => format!(" (the link attains {} {})", x(top_width), gts(top_speed)),
+            false => String::new(),
+        };
+        return Judged::Fail(format!("PCIe {state}{limit} under load"));
     }
+    // Below its own maximum but at its partner's: the slot (or the card) limits the link.
+    let own_narrower = matches!((s.width, s.max_width), (Some(w), Some(m)) if w < m);
+    let own_slower = matches!((s.speed_gts, s.max_speed_gts), (Some(v), Some(m)) if v + 1e-9 < m);
+    let limited = match own_narrower || own_slower {
+        true => format!(
+            "; slot-limited: its other end ({}) attains {} {}",
+            partner.map_or("?", |p| p.bus_id.as_str()),
+            x(top_width),
+            gts(top_speed)
+        ),
+        false => String::new(),
+    };
     let (cor, nonfatal, fatal) = aer_delta(before, after);
     if nonfatal.unwrap_or(0) + fatal.unwrap_or(0) > 0 {
         return Judged::Fail(format!(
@@ -222,18 +262,20 @@ pub fn judge_state(under_load: &LinkState, before: &Aer, after: &Aer) -> Judged 
     if s.width.is_none() || s.speed_gts.is_none() {
         return Judged::NotExposed(format!("PCIe {state}: the link state reads unknown"));
     }
-    Judged::Pass(format!("PCIe {state}"))
+    Judged::Pass(format!("PCIe {state}{limited}"))
 }
 
-/// Judges a device's link and its upstream port's: the worst of the two.
+/// Judges a device's link and its upstream port's, each against what the link between them
+/// can attain: the worst of the two.
 pub fn judge(under_load: &Pcie, before: &Pcie, after: &Pcie) -> Judged {
     let mut out = vec![judge_state(
         &under_load.device,
+        under_load.upstream.as_ref(),
         &before.device.aer,
         &after.device.aer,
     )];
     if let (Some(u), Some(b), Some(a)) = (&under_load.upstream, &before.upstream, &after.upstream) {
-        out.push(judge_state(u, &b.aer, &a.aer));
+        out.push(judge_state(u, Some(&under_load.device), &b.aer, &a.aer));
     }
     let rank = |j: &Judged| match j {
         Judged::Fail(_) => 3,
@@ -241,7 +283,9 @@ pub fn judge(under_load: &Pcie, before: &Pcie, after: &Pcie) -> Judged {
         Judged::NotExposed(_) => 1,
         Judged::Pass(_) => 0,
     };
+    // The worst; between equals the device's (the last maximum of the reversed list).
     out.into_iter()
+        .rev()
         .max_by_key(rank)
         .expect("the device is always judged")
 }
@@ -396,5 +440,58 @@ mod tests {
         assert!(read(t.path(), "llvmpipe")
             .unwrap_err()
             .contains("no PCI address"));
+    }
+
+    #[test]
+    fn a_card_in_a_slower_slot_is_slot_limited_not_failed() {
+        // A Gen5 x16 card in a Gen4 x16 slot, running Gen4 x16: as fast as the link can go.
+        let mut dev = healthy();
+        dev[0] = ("current_link_speed", "16.0 GT/s PCIe\n");
+        let mut port = healthy();
+        port[0] = ("current_link_speed", "16.0 GT/s PCIe\n");
+        port[1] = ("max_link_speed", "16.0 GT/s PCIe\n");
+        let t = tree(&dev, &port);
+        let p = read(t.path(), "0000:01:00.0").unwrap();
+        match judge(&p, &p, &p) {
+            Judged::Pass(s) => assert!(
+                s.contains("slot-limited") && s.contains("0000:00:01.0") && s.contains("16 GT/s"),
+                "{s}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // The same card in an x8 slot, at x8: slot-limited too.
+        let mut port8 = port.clone();
+        port8[2] = ("current_link_width", "8\n");
+        port8[3] = ("max_link_width", "8\n");
+        let mut dev8 = dev.clone();
+        dev8[2] = ("current_link_width", "8\n");
+        let t = tree(&dev8, &port8);
+        let p = read(t.path(), "0000:01:00.0").unwrap();
+        assert!(matches!(judge(&p, &p, &p), Judged::Pass(s) if s.contains("slot-limited")));
+    }
+
+    #[test]
+    fn a_link_trained_below_both_ends_still_fails() {
+        // Gen5 card, Gen4 slot, running Gen3: below what the link attains.
+        let mut dev = healthy();
+        dev[0] = ("current_link_speed", "8.0 GT/s PCIe\n");
+        let mut port = healthy();
+        port[0] = ("current_link_speed", "8.0 GT/s PCIe\n");
+        port[1] = ("max_link_speed", "16.0 GT/s PCIe\n");
+        let t = tree(&dev, &port);
+        let p = read(t.path(), "0000:01:00.0").unwrap();
+        match judge(&p, &p, &p) {
+            Judged::Fail(s) => assert!(
+                s.contains("x16 8 GT/s") && s.contains("attains x16 16 GT/s"),
+                "{s}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Width: an x16 card in an x16 slot trained to x4 fails.
+        let mut dev4 = healthy();
+        dev4[2] = ("current_link_width", "4\n");
+        let t = tree(&dev4, &healthy());
+        let p = read(t.path(), "0000:01:00.0").unwrap();
+        assert!(matches!(judge(&p, &p, &p), Judged::Fail(s) if s.contains("x4")));
     }
 }

@@ -1,6 +1,7 @@
 //! Each rank's PCIe link as fleet.csv rows (test `pcie`, figures `width`, `speed_gts`,
 //! `aer_correctable`), read by the rank while its D2H test copied and around its batches, and
-//! judged by [`crate::pcie::judge`]: a link below its capability under load FAILs with both
+//! judged by [`crate::pcie::judge`]: a link below what it can attain under load (the lesser of its
+//! two ends' maxima, so a card in a slower slot is slot-limited, not failed) FAILs with both
 //! widths and speeds in the reason, AER errors over the run WARN (correctable) or FAIL, and a
 //! rank whose sysfs has no such files gets one SKIP row saying "not exposed", never a PASS.
 
