@@ -160,7 +160,7 @@ fn every_csv_kind_is_drawn_and_reported() {
     // summary.json: the same headlines, with units, for automation.
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(summary["schema_version"], 2);
+    assert_eq!(summary["schema_version"], 3);
     assert_eq!(summary["status"], "complete");
     let heads = summary["headlines"].as_array().unwrap();
     assert!(heads

@@ -25,3 +25,5 @@ pub use schedules::{
 mod published;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod torch_files;

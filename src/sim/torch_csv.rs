@@ -45,7 +45,13 @@ struct Action {
     mb: Option<usize>,
 }
 
-const TYPES: [(&str, Kind); 11] = [
+/// Longest first where one name begins another (`WAIT_SEND_F` before `W`).
+const TYPES: [(&str, Kind); 16] = [
+    ("WAIT_REDUCE_GRAD", Kind::Other),
+    ("WAIT_SEND_F", Kind::Other),
+    ("WAIT_RECV_F", Kind::Other),
+    ("WAIT_SEND_B", Kind::Other),
+    ("WAIT_RECV_B", Kind::Other),
     ("REDUCE_GRAD", Kind::Other),
     ("UNSHARD", Kind::Other),
     ("RESHARD", Kind::Other),
@@ -200,7 +206,18 @@ impl Scan {
             Kind::B => &mut self.fulls,
             Kind::Other => return Ok(()),
         };
-        set.insert(key);
+        if !set.insert(key) {
+            let what = match a.kind {
+                Kind::F => "Forward",
+                Kind::I => "Backward Input",
+                Kind::W => "Backward Weight",
+                _ => "Full Backward",
+            };
+            return Err(at(format!(
+                "{what} for stage {}, microbatch {mb} runs a second time",
+                a.stage
+            )));
+        }
         self.lists[rank].push((a.stage, a.kind, mb, joined));
         Ok(())
     }
@@ -225,13 +242,23 @@ impl Scan {
                      counts, but got I={i}, W={w}"
                 )
             } else if b + i != m {
+                let rank = self.rank_of[&s];
+                let missing: Vec<String> = (0..m)
+                    .filter(|&mb| !self.fulls.contains(&(s, mb)) && !self.inputs.contains(&(s, mb)))
+                    .map(|mb| mb.to_string())
+                    .collect();
                 format!(
-                    "invalid backward microbatches for stage {s}: expected {m} total \
-                     backwards, but got B={b}, I={i}, W={w}"
+                    "invalid backward microbatches for stage {s} on rank {rank}: expected {m} \
+                     total backwards, but got B={b}, I={i}, W={w}; no backward for microbatch \
+                     {}",
+                    missing.join(", ")
                 )
             } else if let Some(&(_, odd)) = self.forwards.iter().find(|k| k.0 == s && k.1 >= m) {
                 format!(
-                    "stage {s} runs microbatch {odd}, but there are {m}: microbatches are 0..{m}"
+                    "stage {s} on rank {} runs microbatch {odd}, but there are {m}: microbatches \
+                     are 0 to {}",
+                    self.rank_of[&s],
+                    m - 1
                 )
             } else {
                 continue;
@@ -291,8 +318,17 @@ pub fn parse(text: &str) -> Result<TorchSchedule, String> {
     if p == 0 {
         return Err("the schedule has no rows: one row per rank".into());
     }
-    if p > super::model::MAX_STAGES || rows.iter().any(|r| r.len() > MAX_INDEX) {
-        return Err("the schedule is too large for the simulator".into());
+    if p > super::model::MAX_STAGES {
+        return Err(format!(
+            "the schedule has {p} rows (ranks): the simulator takes at most {}",
+            super::model::MAX_STAGES
+        ));
+    }
+    if let Some(rank) = rows.iter().position(|r| r.len() > MAX_INDEX) {
+        return Err(format!(
+            "rank {rank}'s row has {} steps: the simulator takes at most {MAX_INDEX}",
+            rows[rank].len()
+        ));
     }
     let mut scan = Scan {
         lists: vec![Vec::new(); p],

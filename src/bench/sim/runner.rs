@@ -230,7 +230,7 @@ pub fn export_torch(outcomes: &[Outcome], path: &Path) -> Result<Vec<std::path::
                 let tag = crate::record::run_dir::file_safe(&o.schedule);
                 let name = match path.extension() {
                     Some(ext) => format!("{stem}-{tag}.{}", ext.to_string_lossy()),
-                    None => format!("{stem}-{tag}"),
+                    None => format!("{stem}-{tag}.csv"),
                 };
                 path.with_file_name(name)
             }
