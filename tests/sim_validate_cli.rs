@@ -246,3 +246,54 @@ fn pytorch_schedule_files_round_trip() {
         output(&o)
     );
 }
+
+/// A delayed case with no healthy twin is never predicted from its own times (they hold the
+/// delay it would add again): left out, and with nothing else to predict, refused.
+#[test]
+fn a_delayed_case_without_a_healthy_twin_is_not_predicted_from_itself() {
+    let home = tempfile::tempdir().unwrap();
+    let args = [
+        "pipeline",
+        "--local",
+        "2",
+        "--layers",
+        "1",
+        "--hidden",
+        "32",
+        "--tokens",
+        "16",
+        "--microbatches",
+        "4",
+        "--iters",
+        "2",
+        "--warmup",
+        "1",
+        "--schedule",
+        "1f1b",
+        "--comm",
+        "offload",
+        "--slow",
+        "0:10",
+        "-q",
+    ];
+    let o = morphbench(&args, home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = only_run(&home.path().join("results"));
+    let out = home.path().join("validate");
+    let o = morphbench(
+        &[
+            "sim",
+            "--validate",
+            run.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("lacks a healthy twin") && e.contains("--slow LINK:0,MS"),
+        "{e}"
+    );
+}

@@ -143,12 +143,16 @@ fn case_of(
     // includes it): the healthy case's, where there is one.
     // The prediction's op and send times: the healthy case's, where there is one (its B
     // and W as its own lane has them: a case of the same schedule splits backward alike).
+    // A healthy case is its own twin; a delayed one without a twin never reaches here (`read`).
     let (tf, tb, tw, healthy_send) = match calm_case {
         Some(c) => {
             let (t, send, _) = lane_of(ops, &c.lead.case, stages)?;
             (medians(&t[0]), medians(&t[1]), medians(&t[2]), send)
         }
-        None => (own[0].clone(), own[1].clone(), own[2].clone(), send.clone()),
+        None if calm(&p.slow, stages) => {
+            (own[0].clone(), own[1].clone(), own[2].clone(), send.clone())
+        }
+        None => return Err("a delayed case with no healthy twin".into()),
     };
     if tf.iter().chain(&tb).any(|&t| t <= 0.0) {
         return Err("its healthy case has a stage without F or B ops".into());
@@ -236,6 +240,7 @@ pub(super) fn read(dir: &Path) -> Result<Input> {
         records: Vec::new(),
         cases: Vec::new(),
     };
+    let mut skipped = Vec::new();
     for line in &cases {
         let chunked = ops
             .iter()
@@ -250,10 +255,37 @@ pub(super) fn read(dir: &Path) -> Result<Input> {
             );
             continue;
         }
+        let stages = line.params.stages as usize;
+        let twin = cases.iter().any(|c| {
+            calm(&c.params.slow, stages)
+                && c.params.schedule == line.params.schedule
+                && c.params.comm == line.params.comm
+        });
+        if !calm(&line.params.slow, stages) && !twin {
+            // Predicting it from its own op and send times would count its delay twice: the
+            // run it predicts would be its own input.
+            eprintln!(
+                "note: {}: case '{}' has a delay but no healthy case of its schedule and comm, \
+                 so nothing to predict it from (its own times hold the delay): left out of \
+                 every figure; run pipeline with --slow LINK:0,MS for a healthy twin",
+                dir.display(),
+                line.lead.case
+            );
+            skipped.push(line.lead.case.clone());
+            continue;
+        }
         let (record, case) = case_of(line, &cases, &ops)
             .map_err(|why| anyhow!("{}: case '{}': {why}", dir.display(), line.lead.case))?;
         input.records.push(record);
         input.cases.push(case);
+    }
+    if input.cases.is_empty() && !skipped.is_empty() {
+        anyhow::bail!(
+            "{}: every delayed case ({}) lacks a healthy twin to be predicted from: run \
+             pipeline with --slow LINK:0,MS",
+            dir.display(),
+            skipped.join(", ")
+        );
     }
     if input.cases.is_empty() {
         anyhow::bail!("{}: pipeline.csv has no cases", dir.display());
