@@ -48,12 +48,18 @@ pub struct Model {
 struct Group0<'a> {
     ops: BTreeMap<OpKey, &'a Record>,
     pp: u32,
+    /// The step the model is built from.
+    step: i64,
 }
 
 impl<'a> Group0<'a> {
     fn get(&self, key: OpKey) -> Result<&'a Record> {
         self.ops.get(&key).copied().with_context(|| {
-            format!("the model needs {key} on DP rank 0 of the first step, and the trace has none")
+            format!(
+                "step {}, worker 0:{}: no {key}, which the step's dependency model needs (DP \
+                 rank 0 of the first step is the model every step and DP rank follows)",
+                self.step, key.stage
+            )
         })
     }
     /// A stage's ops of the given types, in the order they started.
@@ -122,7 +128,11 @@ pub fn build(records: &[Record], use_dp: bool, ovlp_dp: bool) -> Result<Model> {
     }
     let pp = ops.keys().map(|k| k.stage).max().unwrap_or(0) + 1;
     let vpp = ops.values().map(|r| r.mc).max().unwrap_or(0).max(0) as u32 + 1;
-    let g = Group0 { ops, pp };
+    let g = Group0 {
+        ops,
+        pp,
+        step: first,
+    };
     let mut b = Builder::default();
     for s in 0..pp {
         pipeline(&g, &mut b, s, vpp).with_context(|| format!("stage {s} of step {first}"))?;
@@ -440,8 +450,9 @@ fn finish(g: &Group0, b: Builder) -> Result<Model> {
     for ((t, n, s), members) in &b.pairs {
         if members.len() != 2 {
             bail!(
-                "{} of stage {s} (the {n}-th that moves data) has no partner on the next stage: \
-                 a send needs its receive",
+                "step {}, worker 0:{s}: {} (the {n}-th of stage {s} that moves data) has no \
+                 partner on its peer stage: a send needs its receive",
+                g.step,
                 t.name()
             );
         }

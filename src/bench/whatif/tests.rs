@@ -397,7 +397,7 @@ fn bad_traces_are_refused_by_name() {
         .collect();
     let e = refused(&csv_of(&unpaired), 1);
     assert!(
-        e.contains("forward-send") && e.contains("no partner"),
+        e.contains("step 7, worker 0:0: forward-send") && e.contains("no partner"),
         "{e}"
     );
     // Sizes that disagree with the trace.
