@@ -276,3 +276,19 @@ fn occupancy_queues_sends_behind_each_other() {
     assert!(base.clone().with_occupancy(&[(1, 1.0)]).is_err());
     assert!(base.with_occupancy(&[(0, f64::NAN)]).is_err());
 }
+
+#[test]
+fn zb_v_below_its_planners_rule_is_refused_naming_the_rule_and_the_fix() {
+    let sc = uniform(8, 4, 1.0, &[], CommModel::Latency);
+    let e = evaluate(&"zb-v".parse().unwrap(), &sc, default_mem_limit(&sc))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("at least as many microbatches as ranks (4 < 8)")
+            && e.contains("--microbatches 8")
+            && e.contains("--schedule-file"),
+        "{e}"
+    );
+    let sc = uniform(8, 8, 1.0, &[], CommModel::Latency);
+    run("zb-v", &sc);
+}
