@@ -64,7 +64,37 @@ pub struct Splits {
     pub worker: bool,
 }
 
+/// The most op-lane updates one what-if may take: about ten minutes on one core here (a
+/// replay updates about 1e8 a second), so a run's cost is bounded before it starts.
+const MAX_WORK: f64 = 6e10;
+
 impl Job {
+    /// Refuses a what-if whose replays would take too long, naming what to drop.
+    pub fn check_cost(&self, s: Splits, drains: bool) -> Result<()> {
+        self.check_cost_within(s, drains, MAX_WORK)
+    }
+
+    pub(super) fn check_cost_within(&self, s: Splits, drains: bool, max: f64) -> Result<()> {
+        let workers = self.dp * self.pp;
+        let replays = 6
+            + if s.optype { OpType::ALL.len() } else { 0 }
+            + if s.dp_rank { self.dp } else { 0 }
+            + if s.stage { self.pp } else { 0 }
+            + if s.worker { workers } else { 0 }
+            + if drains { workers } else { 0 };
+        let work = replays as f64 * self.cost.len() as f64;
+        if work > max {
+            anyhow::bail!(
+                "this what-if would replay {} ops on {} lanes {replays} times ({work:.1e} \
+                 updates, over the bound of {max:.0e}): give --split without worker, fewer \
+                 --steps, or leave out --hosts",
+                self.model.keys.len(),
+                self.lanes
+            );
+        }
+        Ok(())
+    }
+
     pub(super) fn replay(&self, cost: &[f64], launch: &[f64]) -> Timeline {
         self.model
             .plan

@@ -212,12 +212,14 @@ impl crate::suite::Bench for WhatifPlan {
             .with_context(|| format!("--trace {}", self.trace.display()))?;
         drop(records);
         let has = |s: &str| self.split.iter().any(|x| x == s);
-        let answer = job.analyse(analysis::Splits {
+        let splits = analysis::Splits {
             optype: has("optype"),
             dp_rank: has("dp_rank"),
             stage: has("stage"),
             worker: has("worker"),
-        })?;
+        };
+        job.check_cost(splits, self.hosts.is_some())?;
+        let answer = job.analyse(splits)?;
         let hosts = self.hosts.as_deref().map(output::read_hosts).transpose()?;
         let drains = match &hosts {
             Some(h) => output::drains(&job, &answer, h, self.drain_threshold)?,

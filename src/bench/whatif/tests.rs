@@ -443,3 +443,14 @@ fn steps_parse_as_lists_and_ranges() {
     assert!(super::parse_steps("5-2").is_err());
     assert!(super::parse_steps("x").is_err());
 }
+
+#[test]
+fn a_what_if_over_its_cost_bound_is_refused_before_it_starts() {
+    let job = Job::new(&hand_trace(1.0, 0.0), hand_sizes(), None).unwrap();
+    job.check_cost(ALL, true).unwrap();
+    let e = format!("{:#}", job.check_cost_within(ALL, true, 10.0).unwrap_err());
+    assert!(
+        e.contains("over the bound") && e.contains("--split without worker"),
+        "{e}"
+    );
+}
