@@ -432,4 +432,106 @@ mod tests {
         // The goal is 2 s here; a test only checks it finishes (timings are the note's).
         assert!(t.elapsed().as_secs() < 120);
     }
+
+    /// A links run of ranks 0, 1, 2 (pipeline links 0 and 1) as links.csv: each pair's
+    /// ping-pong at 8 B and 64 KiB; link 1's 64 KiB round trips stall 1% of the time, 30 ms.
+    fn links_run() -> tempfile::TempDir {
+        use crate::bench::links::tables::{link_case, LinkFigures, LinkParams, LinksTable};
+        use crate::record::{CsvSink, Line};
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = CsvSink::<LinksTable>::create(&dir.path().join("links.csv")).unwrap();
+        for (a, b) in [(0u32, 1u32), (1, 2)] {
+            for bytes in [8u64, 65536] {
+                let mut samples = vec![50.0; 1000];
+                let stalls = (a, bytes) == (1, 65536);
+                if stalls {
+                    samples[..10].fill(30_000.0);
+                }
+                let params = LinkParams {
+                    src_rank: a,
+                    dst_rank: b,
+                    src_host: format!("h{a}"),
+                    dst_host: format!("h{b}"),
+                    transport: "tcp".into(),
+                    bytes,
+                    direction: "pingpong".into(),
+                };
+                let figures = LinkFigures {
+                    verified: true,
+                    stalls: Some(if stalls { 10 } else { 0 }),
+                    stall_threshold_us: Some(5_000.0),
+                    ..Default::default()
+                };
+                let s = crate::stats::Summary::of(&samples).unwrap();
+                let case = link_case(&params);
+                sink.write(&Line::new("run", case, params, Some(&s), figures))
+                    .unwrap();
+            }
+        }
+        dir
+    }
+
+    #[test]
+    fn a_links_run_gives_each_pipeline_link_its_measured_stall_share_and_length() {
+        let dir = links_run();
+        // An activation of 1 MiB reads the largest size under it: 64 KiB.
+        let stalls = from_links_run(dir.path(), "tcp", 1 << 20).unwrap();
+        assert_eq!(stalls.len(), 1, "{stalls:?}");
+        let (stall, why) = &stalls[0];
+        assert_eq!(stall.link, 1);
+        assert!((stall.prob - 0.01).abs() < 1e-12, "{stall:?}");
+        // Twice (the quantile over the threshold - p50): p99 sits in the stalls.
+        assert!(
+            (stall.ms - 2.0 * (30_000.0 - 50.0) / 1e3).abs() < 1e-6,
+            "{stall:?}"
+        );
+        assert!(
+            why.contains("link 1 (r1-r2): 10 of 1000 round trips at 65536 B"),
+            "{why}"
+        );
+        // A small activation reads the 8 B rows, which did not stall; another transport none.
+        assert!(from_links_run(dir.path(), "tcp", 100).unwrap().is_empty());
+        assert!(from_links_run(dir.path(), "rdma", 1 << 20)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn the_sampler_stalls_each_transfer_with_its_links_probability() {
+        let s = sc(4, 64);
+        let stalls = [Stall {
+            link: 1,
+            prob: 0.25,
+            ms: 7.0,
+        }];
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
+        let (mut hits, mut total, mut elsewhere) = (0usize, 0usize, 0usize);
+        for _ in 0..200 {
+            let d = draw(&s, Layout::Linear, &stalls, &mut rng);
+            for kind in [crate::sim::OpKind::F, crate::sim::OpKind::B] {
+                for stage in 0..4 {
+                    for mb in 0..64 {
+                        let op = crate::sim::Op::new(kind, stage, mb);
+                        let Some(link) = s.out_link(op, Layout::Linear) else {
+                            continue;
+                        };
+                        let v = d[s.transfer_index(op, Layout::Linear)];
+                        match link {
+                            1 => {
+                                total += 1;
+                                hits += usize::from(v > 0.0);
+                                assert!(v == 0.0 || v == 7.0, "{v}");
+                            }
+                            _ => elsewhere += usize::from(v > 0.0),
+                        }
+                    }
+                }
+            }
+        }
+        // 200 iterations x 128 transfers over link 1 (F from stage 1, B from stage 2).
+        assert_eq!(total, 200 * 128);
+        let share = hits as f64 / total as f64;
+        assert!((share - 0.25).abs() < 0.01, "{share}");
+        assert_eq!(elsewhere, 0);
+    }
 }
