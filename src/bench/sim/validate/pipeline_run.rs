@@ -99,6 +99,50 @@ fn medians(v: &[Vec<f64>]) -> Vec<f64> {
     v.iter().map(|x| median(x.clone())).collect()
 }
 
+/// The case without a delay of `line`'s schedule and comm: its healthy twin.
+fn twin_of<'a>(
+    line: &Line<PipelineTable>,
+    cases: &'a [Line<PipelineTable>],
+) -> Option<&'a Line<PipelineTable>> {
+    let (p, stages) = (&line.params, line.params.stages as usize);
+    cases.iter().find(|c| {
+        calm(&c.params.slow, stages) && c.params.schedule == p.schedule && c.params.comm == p.comm
+    })
+}
+
+/// The row `--validate` prints and writes for a case: what it read and the replay's time.
+fn record_of(
+    line: &Line<PipelineTable>,
+    case: &Case,
+    cells: [String; 2],
+    replayed: Option<f64>,
+) -> Vec<String> {
+    let opt = |x: Option<f64>| x.map(|v| format!("{v}")).unwrap_or_default();
+    let list = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.4}"))
+            .collect::<Vec<_>>()
+            .join(";")
+    };
+    let p = &line.params;
+    let [link_cell, delay_cell] = cells;
+    vec![
+        line.lead.case.clone(),
+        case.system.to_string(),
+        p.schedule.clone(),
+        link_cell,
+        delay_cell,
+        case.stages.to_string(),
+        p.microbatches.to_string(),
+        list(&case.tf),
+        list(&case.tb),
+        list(&case.tw),
+        opt(case.healthy_ms),
+        opt(case.slow_ms),
+        replayed.map(|v| format!("{v:.2}")).unwrap_or_default(),
+    ]
+}
+
 /// One case as a row (its record and its case), judged against its healthy case.
 fn case_of(
     line: &Line<PipelineTable>,
@@ -136,9 +180,7 @@ fn case_of(
             o.into_iter().map(|(_, k, m)| (k, m)).collect()
         })
         .collect();
-    let calm_case = cases.iter().find(|c| {
-        calm(&c.params.slow, stages) && c.params.schedule == p.schedule && c.params.comm == p.comm
-    });
+    let calm_case = twin_of(line, cases);
     // What a send holds without the delay (inline, the wait for the acknowledgement
     // includes it): the healthy case's, where there is one.
     // The prediction's op and send times: the healthy case's, where there is one (its B
@@ -164,7 +206,6 @@ fn case_of(
             Some(line.figures.iteration_ms),
         ),
     };
-    let opt = |x: Option<f64>| x.map(|v| format!("{v}")).unwrap_or_default();
     let case = Case {
         system,
         stages,
@@ -199,27 +240,7 @@ fn case_of(
         }
         None => None,
     };
-    let list = |v: &[f64]| {
-        v.iter()
-            .map(|x| format!("{x:.4}"))
-            .collect::<Vec<_>>()
-            .join(";")
-    };
-    let record = vec![
-        line.lead.case.clone(),
-        system.to_string(),
-        p.schedule.clone(),
-        link_cell,
-        delay_cell,
-        stages.to_string(),
-        p.microbatches.to_string(),
-        list(&case.tf),
-        list(&case.tb),
-        list(&case.tw),
-        opt(healthy_ms),
-        opt(slow_ms),
-        replayed.map(|v| format!("{v:.2}")).unwrap_or_default(),
-    ];
+    let record = record_of(line, &case, [link_cell, delay_cell], replayed);
     Ok((record, case))
 }
 
@@ -256,12 +277,7 @@ pub(super) fn read(dir: &Path) -> Result<Input> {
             continue;
         }
         let stages = line.params.stages as usize;
-        let twin = cases.iter().any(|c| {
-            calm(&c.params.slow, stages)
-                && c.params.schedule == line.params.schedule
-                && c.params.comm == line.params.comm
-        });
-        if !calm(&line.params.slow, stages) && !twin {
+        if !calm(&line.params.slow, stages) && twin_of(line, &cases).is_none() {
             // Predicting it from its own op and send times would count its delay twice: the
             // run it predicts would be its own input.
             eprintln!(
