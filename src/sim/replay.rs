@@ -34,6 +34,41 @@ pub struct Graph {
     pub names: Vec<String>,
 }
 
+impl Graph {
+    /// When op `v` can start on every lane: the latest end among its dependencies, or 0 (its
+    /// step's start) when it has none. `end` and `out` are `[node * lanes + lane]` and `[lane]`.
+    pub fn ready(&self, v: usize, end: &[f64], lanes: usize, out: &mut [f64]) {
+        let deps = &self.nodes[v].deps;
+        out.fill(if deps.is_empty() {
+            0.0
+        } else {
+            f64::NEG_INFINITY
+        });
+        for &u in deps {
+            for (o, e) in out.iter_mut().zip(&end[u * lanes..(u + 1) * lanes]) {
+                *o = o.max(*e);
+            }
+        }
+    }
+
+    /// The latest start among a collective's members on every lane (across each step's `dp`
+    /// lanes too, for a DP collective): when all of them have started.
+    pub fn together(&self, g: &Group, start: &[f64], lanes: usize, dp: usize, out: &mut [f64]) {
+        out.fill(f64::NEG_INFINITY);
+        for &m in &g.members {
+            for (o, s) in out.iter_mut().zip(&start[m * lanes..(m + 1) * lanes]) {
+                *o = o.max(*s);
+            }
+        }
+        if g.dp_sync && dp > 1 {
+            for step in out.chunks_mut(dp) {
+                let latest = step.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                step.fill(latest);
+            }
+        }
+    }
+}
+
 #[derive(Debug, Error, PartialEq)]
 pub enum ReplayError {
     #[error(
@@ -144,19 +179,8 @@ impl Plan {
         for unit in &self.order {
             for &v in unit {
                 let at = v * lanes;
-                let deps = &self.graph.nodes[v].deps;
-                // An op with no dependency starts with its step (at 0).
                 let here = &mut start[at..at + lanes];
-                here.fill(if deps.is_empty() {
-                    0.0
-                } else {
-                    f64::NEG_INFINITY
-                });
-                for &u in deps {
-                    for (h, e) in here.iter_mut().zip(&end[u * lanes..(u + 1) * lanes]) {
-                        *h = h.max(*e);
-                    }
-                }
+                self.graph.ready(v, &end, lanes, here);
                 for (h, d) in here.iter_mut().zip(&costs.launch[at..at + lanes]) {
                     *h += d;
                 }
@@ -170,18 +194,7 @@ impl Plan {
                     }
                 }
                 Some(g) => {
-                    together.fill(f64::NEG_INFINITY);
-                    for &v in unit {
-                        for (l, t) in together.iter_mut().enumerate() {
-                            *t = t.max(start[v * lanes + l]);
-                        }
-                    }
-                    if g.dp_sync && dp > 1 {
-                        for step in together.chunks_mut(dp) {
-                            let latest = step.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                            step.fill(latest);
-                        }
-                    }
+                    self.graph.together(g, &start, lanes, dp, &mut together);
                     for &v in unit {
                         let at = v * lanes;
                         for l in 0..lanes {
@@ -234,7 +247,7 @@ impl Timeline {
 mod tests {
     use super::*;
 
-    fn node(deps: &[usize], _group: Option<usize>) -> Node {
+    fn node(deps: &[usize]) -> Node {
         Node {
             deps: deps.to_vec(),
         }
@@ -244,13 +257,7 @@ mod tests {
     fn a_collective_ends_at_its_last_start_plus_each_transfer() {
         // 0 -> 2, 1 -> 3; 2 and 3 are one collective; 4 after 2.
         let graph = Graph {
-            nodes: vec![
-                node(&[], None),
-                node(&[], None),
-                node(&[0], Some(0)),
-                node(&[1], Some(0)),
-                node(&[2], None),
-            ],
+            nodes: vec![node(&[]), node(&[]), node(&[0]), node(&[1]), node(&[2])],
             groups: vec![Group {
                 members: vec![2, 3],
                 dp_sync: false,
@@ -281,7 +288,7 @@ mod tests {
     fn a_dp_collective_waits_for_the_steps_slowest_rank() {
         // Two lanes (one step, DP 2): op 0 then a DP collective of one op.
         let graph = Graph {
-            nodes: vec![node(&[], None), node(&[0], Some(0))],
+            nodes: vec![node(&[]), node(&[0])],
             groups: vec![Group {
                 members: vec![1],
                 dp_sync: true,
@@ -304,7 +311,7 @@ mod tests {
     #[test]
     fn a_cycle_is_named() {
         let graph = Graph {
-            nodes: vec![node(&[1], None), node(&[0], None)],
+            nodes: vec![node(&[1]), node(&[0])],
             groups: vec![],
             names: vec!["fwd_0".into(), "fwd_1".into()],
         };

@@ -326,9 +326,5 @@ pub fn mean(v: &[f64]) -> f64 {
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n % 2 {
-        1 => v[n / 2],
-        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+    crate::stats::percentile_sorted(v, 0.5)
 }

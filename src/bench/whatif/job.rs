@@ -143,19 +143,13 @@ impl Job {
 
     /// Start minus the latest end among its dependencies (or its step's start).
     fn launch_delays(&self) -> Vec<f64> {
-        let lanes = self.lanes;
+        let (lanes, graph) = (self.lanes, self.model.plan.graph());
         let mut out = vec![0.0; self.start.len()];
-        for (v, node) in self.model.plan.graph().nodes.iter().enumerate() {
-            for l in 0..lanes {
-                let ready = match node.deps.is_empty() {
-                    true => 0.0,
-                    false => node
-                        .deps
-                        .iter()
-                        .map(|&u| self.end[u * lanes + l])
-                        .fold(f64::NEG_INFINITY, f64::max),
-                };
-                let d = self.start[v * lanes + l] - ready;
+        let mut ready = vec![0.0; lanes];
+        for v in 0..graph.nodes.len() {
+            graph.ready(v, &self.end, lanes, &mut ready);
+            for (l, r) in ready.iter().enumerate() {
+                let d = self.start[v * lanes + l] - r;
                 out[v * lanes + l] = if d <= -SKEW_S { 0.0 } else { d };
             }
         }
@@ -165,28 +159,16 @@ impl Job {
     /// Each op's own time: its duration, or for a collective member its end minus the latest
     /// start among the members (and among the step's DP ranks, for a DP collective).
     fn costs(&self) -> Vec<f64> {
-        let lanes = self.lanes;
+        let (lanes, graph) = (self.lanes, self.model.plan.graph());
         let mut out: Vec<f64> = self
             .end
             .iter()
             .zip(&self.start)
             .map(|(e, s)| e - s)
             .collect();
-        let graph = self.model.plan.graph();
         let mut latest = vec![0.0f64; lanes];
         for g in &graph.groups {
-            latest.fill(f64::NEG_INFINITY);
-            for &m in &g.members {
-                for (l, t) in latest.iter_mut().enumerate() {
-                    *t = t.max(self.start[m * lanes + l]);
-                }
-            }
-            if g.dp_sync {
-                for step in latest.chunks_mut(self.dp) {
-                    let m = step.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    step.fill(m);
-                }
-            }
+            graph.together(g, &self.start, lanes, self.dp, &mut latest);
             for &m in &g.members {
                 for l in 0..lanes {
                     let t = self.end[m * lanes + l] - latest[l];

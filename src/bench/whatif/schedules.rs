@@ -78,14 +78,10 @@ fn tail(job: &Job, t: &crate::sim::replay::Timeline) -> f64 {
 }
 
 pub fn run(job: &Job, a: &Answer, w_fraction: f64) -> Result<Vec<ScheduleRow>> {
-    let link_ms = {
-        let mut v: Vec<f64> = (0..job.model.keys.len())
-            .filter(|&n| job.node_type(n) == OpType::ForwardRecv)
-            .map(|n| a.ideal_cost[n * job.lanes] * 1e3)
-            .collect();
-        v.push(0.0);
-        v.into_iter().fold(0.0, f64::max)
-    };
+    // The typical receive's transfer (every forward receive has the same typical cost).
+    let link_ms = (0..job.model.keys.len())
+        .find(|&n| job.node_type(n) == OpType::ForwardRecv)
+        .map_or(0.0, |n| a.ideal_cost[n * job.lanes] * 1e3);
     let (tail_real, tail_ideal) = (tail(job, &a.nodelay), tail(job, &a.ideal));
     let scenario = |f: &[f64], b: &[f64], m: usize| -> Result<Scenario> {
         let tb: Vec<f64> = b.iter().map(|x| x * (1.0 - w_fraction)).collect();
