@@ -6,10 +6,12 @@ mod common;
 
 use common::*;
 
-/// `sim --validate` takes a pipeline run folder: each delayed case against its case without
-/// delay, its own measured op times, orders and send times, the runtime model of its comm.
-#[test]
-fn a_pipeline_run_is_validated_against_the_runtime_model() {
+/// A tiny two-stage 1F1B `pipeline` run with `comm` and `slow`, then `sim --validate` on its
+/// folder: the home, validate's output folder and its output.
+fn validate_tiny_pipeline(
+    comm: &str,
+    slow: &str,
+) -> (tempfile::TempDir, std::path::PathBuf, std::process::Output) {
     let home = tempfile::tempdir().unwrap();
     let args = [
         "pipeline",
@@ -30,9 +32,9 @@ fn a_pipeline_run_is_validated_against_the_runtime_model() {
         "--schedule",
         "1f1b",
         "--comm",
-        "inline,offload",
+        comm,
         "--slow",
-        "0:0,10",
+        slow,
         "-q",
     ];
     let o = morphbench(&args, home.path());
@@ -49,6 +51,14 @@ fn a_pipeline_run_is_validated_against_the_runtime_model() {
         ],
         home.path(),
     );
+    (home, out, o)
+}
+
+/// `sim --validate` takes a pipeline run folder: each delayed case against its case without
+/// delay, its own measured op times, orders and send times, the runtime model of its comm.
+#[test]
+fn a_pipeline_run_is_validated_against_the_runtime_model() {
+    let (home, out, o) = validate_tiny_pipeline("inline,offload", "0:0,10");
     assert!(o.status.success(), "{}", stderr(&o));
     let v = only_run(&out);
     let (h, rows) = read_csv(&v.join("validate.csv"));
@@ -251,45 +261,7 @@ fn pytorch_schedule_files_round_trip() {
 /// delay it would add again): left out, and with nothing else to predict, refused.
 #[test]
 fn a_delayed_case_without_a_healthy_twin_is_not_predicted_from_itself() {
-    let home = tempfile::tempdir().unwrap();
-    let args = [
-        "pipeline",
-        "--local",
-        "2",
-        "--layers",
-        "1",
-        "--hidden",
-        "32",
-        "--tokens",
-        "16",
-        "--microbatches",
-        "4",
-        "--iters",
-        "2",
-        "--warmup",
-        "1",
-        "--schedule",
-        "1f1b",
-        "--comm",
-        "offload",
-        "--slow",
-        "0:10",
-        "-q",
-    ];
-    let o = morphbench(&args, home.path());
-    assert!(o.status.success(), "{}", stderr(&o));
-    let run = only_run(&home.path().join("results"));
-    let out = home.path().join("validate");
-    let o = morphbench(
-        &[
-            "sim",
-            "--validate",
-            run.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        home.path(),
-    );
+    let (_home, _, o) = validate_tiny_pipeline("offload", "0:10");
     assert!(!o.status.success());
     let e = stderr(&o);
     assert!(
