@@ -158,18 +158,12 @@ fn hand_trace(slow: f64, late: f64) -> Vec<Record> {
         let mut seq = std::collections::HashMap::new();
         let mut rec = |s: u32, t: OpType, gmc: i32, start: f64, dur: f64| {
             let n = seq.entry((s, t)).or_insert(0u32);
+            let op = hand_op(d, s, t, start, dur);
             out.push(Record {
-                dp_rank: d,
-                stage: s,
-                rank: d * 2 + s,
-                step: 7,
-                optype: t,
-                start,
-                duration: dur,
                 seq_id: *n,
-                mc: if gmc < 0 { -1 } else { gmc / 2 },
-                mb_id: if t.is_compute() { 0 } else { -1 },
+                mc: if gmc < 0 { op.mc } else { gmc / 2 },
                 gmc,
+                ..op
             });
             *n += 1;
         };
@@ -206,25 +200,7 @@ fn hand_trace(slow: f64, late: f64) -> Vec<Record> {
     let e = ends[0].max(ends[1]);
     for d in 0..2u32 {
         for s in 0..2u32 {
-            let mut push = |t: OpType, start: f64, dur: f64| {
-                out.push(Record {
-                    dp_rank: d,
-                    stage: s,
-                    rank: d * 2 + s,
-                    step: 7,
-                    optype: t,
-                    start,
-                    duration: dur,
-                    seq_id: 0,
-                    mc: if t == OpType::GradsReduceScatter {
-                        0
-                    } else {
-                        -1
-                    },
-                    mb_id: -1,
-                    gmc: -1,
-                });
-            };
+            let mut push = |t: OpType, start: f64, dur: f64| out.push(hand_op(d, s, t, start, dur));
             let own = ends[d as usize];
             push(OpType::GradsReduceScatter, own, e - own);
             push(OpType::OptimizerClipMainGrad, e, 0.0);
@@ -232,14 +208,25 @@ fn hand_trace(slow: f64, late: f64) -> Vec<Record> {
             push(OpType::Optimizer, e + delay, 1.0);
         }
     }
-    // Params all-gathers carry their chunk.
-    for r in out
-        .iter_mut()
-        .filter(|r| r.optype == OpType::ParamsAllGather)
-    {
-        r.mc = 0;
-    }
     out
+}
+
+/// One op of the hand-made trace: worker d:s of step 7, the first of its type, no chunk but
+/// the DP collectives' (chunk 0).
+fn hand_op(d: u32, s: u32, t: OpType, start: f64, duration: f64) -> Record {
+    Record {
+        dp_rank: d,
+        stage: s,
+        rank: d * 2 + s,
+        step: 7,
+        optype: t,
+        start,
+        duration,
+        seq_id: 0,
+        mc: if t.is_dp_comm() { 0 } else { -1 },
+        mb_id: if t.is_compute() { 0 } else { -1 },
+        gmc: -1,
+    }
 }
 
 fn hand_sizes() -> Sizes {
