@@ -276,16 +276,21 @@ impl Job {
     /// M_W's workers: the top 3% (at least one) by min(their DP rank's slowdown, their
     /// stage's), ties to the lower rank.
     fn top_workers(&self, attribution: &[Attribution]) -> Vec<(usize, usize)> {
-        let of = |dim: &str, k: usize| {
-            attribution
-                .iter()
-                .find(|a| a.dimension == dim && a.key == k.to_string())
-                .map(|a| a.slowdown)
+        // Each DP rank's and stage's slowdown, looked up once (not per worker).
+        let of = |dim: &str, n: usize| {
+            let mut v = vec![None; n];
+            for a in attribution.iter().filter(|a| a.dimension == dim) {
+                if let Some(slot) = a.key.parse::<usize>().ok().and_then(|k| v.get_mut(k)) {
+                    *slot = Some(a.slowdown);
+                }
+            }
+            v
         };
+        let (by_dp, by_stage) = (of("dp_rank", self.dp), of("stage", self.pp));
         let mut scored = Vec::new();
-        for d in 0..self.dp {
-            for s in 0..self.pp {
-                if let (Some(a), Some(b)) = (of("dp_rank", d), of("stage", s)) {
+        for (d, a) in by_dp.iter().enumerate() {
+            for (s, b) in by_stage.iter().enumerate() {
+                if let (Some(a), Some(b)) = (*a, *b) {
                     scored.push((a.min(b), self.ranks[d * self.pp + s], (d, s)));
                 }
             }
