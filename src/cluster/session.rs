@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ClusterError, Who};
-use super::world::{self, Ticker, World, WorldOptions, SILENCE};
+use super::world::{self, Ticker, World, WorldOptions, HOLE, SILENCE};
 use crate::host::HostInfo;
 use crate::record::meta::RunMeta;
 use crate::record::run_dir::RunDir;
@@ -91,7 +91,8 @@ impl<O: DeserializeOwned + Send + 'static> RootWatch<O> {
         let armed = Arc::new(Mutex::new(true));
         let still_armed = Arc::clone(&armed);
         std::thread::spawn(move || loop {
-            let heard = super::frame::receive::<Down<O>>(&stream, Instant::now() + SILENCE);
+            let by = Instant::now() + HOLE;
+            let heard = super::frame::receive_live::<Down<O>>(&stream, SILENCE, by);
             let fatal = match heard {
                 Ok(Down::Alive) => continue,
                 Ok(Down::Abort(why)) => ClusterError::Aborted(why),

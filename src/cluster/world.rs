@@ -24,17 +24,21 @@ pub const HEARTBEAT: Duration = Duration::from_millis(500);
 /// takes it for stopped; and how long any other rank waits for a word (rank 0's heartbeat, an
 /// order) before it takes rank 0 for stopped.
 pub const SILENCE: Duration = Duration::from_secs(3);
+/// The longest a message may take from a peer whose packets still reach this host (its stream
+/// waiting behind a lost segment for TCP to send it again; see [`frame::receive_live`]) before
+/// the peer is taken for stopped all the same.
+pub const HOLE: Duration = Duration::from_secs(15);
 
-/// The next message that is not a heartbeat, by `deadline`; silence for [`SILENCE`] is a
-/// timeout even before it.
+/// The next message that is not a heartbeat, by `deadline`; silence for [`SILENCE`] (no
+/// packet of the peer's reaching this host either) is a timeout even before it.
 fn hear_through_heartbeats<M: DeserializeOwned>(
     s: &Channel,
     deadline: Instant,
     alive: fn(&M) -> bool,
 ) -> Result<M, super::error::WireError> {
     loop {
-        let until = deadline.min(Instant::now() + SILENCE);
-        let m: M = frame::receive(s, until)?;
+        let by = deadline.min(Instant::now() + HOLE);
+        let m: M = frame::receive_live(s, SILENCE, by)?;
         if !alive(&m) {
             return Ok(m);
         }

@@ -18,12 +18,31 @@ pub fn read(s: &TcpStream) -> Option<Retransmits> {
     imp::read(s)
 }
 
+/// How many segments with data this end's kernel has received on `s` (`tcpi_data_segs_in`),
+/// in order or not: a segment that arrived behind a lost one counts, though the reader sees
+/// nothing until the lost one is sent again (`tcpi_last_data_recv` does not move for it).
+/// None where the OS has no TCP_INFO.
+pub fn data_segments_received(s: &TcpStream) -> Option<u32> {
+    imp::data_segments_received(s)
+}
+
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod imp {
     use std::os::fd::AsRawFd;
 
     pub fn read(s: &std::net::TcpStream) -> Option<super::Retransmits> {
+        info(s).map(|i| super::Retransmits {
+            total: i.tcpi_total_retrans,
+            lost: i.tcpi_lost,
+        })
+    }
+
+    pub fn data_segments_received(s: &std::net::TcpStream) -> Option<u32> {
+        info(s).map(|i| i.tcpi_data_segs_in)
+    }
+
+    fn info(s: &std::net::TcpStream) -> Option<libc::tcp_info> {
         let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
         let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
         // SAFETY: getsockopt writes at most `len` bytes into the buffer, which is a zeroed
@@ -41,17 +60,17 @@ mod imp {
             return None;
         }
         // SAFETY: zero-initialised, and a kernel older than the struct fills a prefix only.
-        let info = unsafe { info.assume_init() };
-        Some(super::Retransmits {
-            total: info.tcpi_total_retrans,
-            lost: info.tcpi_lost,
-        })
+        Some(unsafe { info.assume_init() })
     }
 }
 
 #[cfg(not(target_os = "linux"))]
 mod imp {
     pub fn read(_: &std::net::TcpStream) -> Option<super::Retransmits> {
+        None
+    }
+
+    pub fn data_segments_received(_: &std::net::TcpStream) -> Option<u32> {
         None
     }
 }
