@@ -6,6 +6,8 @@
 //! The standard deviation is the sample one (n - 1 denominator); the 95% confidence interval
 //! of the mean is mean ± t(0.975, n - 1) · s / sqrt(n) with Student's t from statrs.
 
+pub mod hist;
+
 use statrs::distribution::{ContinuousCDF, StudentsT};
 use statrs::statistics::Statistics;
 

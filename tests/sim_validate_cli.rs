@@ -269,3 +269,44 @@ fn a_delayed_case_without_a_healthy_twin_is_not_predicted_from_itself() {
         "{e}"
     );
 }
+
+/// `sim --from` twice: the stages and links from a links run, the op times from a pipeline
+/// run's healthy case; a second run of either kind, or a folder of neither, is refused.
+#[test]
+fn op_times_and_links_come_from_two_runs() {
+    let (home, _, _) = validate_tiny_pipeline("inline", "0:0");
+    let pipeline = only_run(&home.path().join("results"));
+    let links_home = tempfile::tempdir().unwrap();
+    let o = morphbench(
+        &[
+            "links", "--local", "2", "--sizes", "8", "--iters", "100", "-q",
+        ],
+        links_home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let links = only_run(&links_home.path().join("results"));
+    assert!(links.join("links_hist.csv").exists());
+    let (p, l) = (pipeline.to_str().unwrap(), links.to_str().unwrap());
+    let o = morphbench(
+        &["sim", "--from", l, "--from", p, "--timeline", "none"],
+        home.path(),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}{out}", stderr(&o));
+    assert!(
+        out.contains("op times from") && out.contains("medians per stage"),
+        "{out}"
+    );
+    for (args, said) in [
+        (vec!["--from", p, "--from", p], "a second run with op times"),
+        (
+            vec!["--from", l, "--from", l],
+            "a second run with links.csv",
+        ),
+        (vec!["--from", "/"], "not a run folder sim reads"),
+    ] {
+        let o = morphbench(&[&["sim"], &args[..]].concat(), home.path());
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains(said), "{}", stderr(&o));
+    }
+}

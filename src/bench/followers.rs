@@ -435,6 +435,7 @@ fn canned(f: &Followers, plan: &PairPlan, server: u32, me: u32) -> Vec<Measured>
             gbps,
             tail: Tail::of(&s, 0),
             retransmits: Some(0),
+            hist: crate::stats::hist::LogHist::of(&s),
         }
     };
     let mut out = Vec::new();

@@ -85,10 +85,13 @@ pub struct SimArgs {
     /// Straggler trace: lines of iteration;link;delay_ms, one simulated iteration each.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Take tF/tB/tW (and the D2H cost) from a measured run folder; from a links run
-    /// (links.csv), the stages are its ranks and each link costs what the matrix says.
+    /// A measured run folder, repeatable: tF/tB/tW from a node run (kernels.csv; its D2H cost
+    /// too) or a pipeline run (pipeline.csv: its healthy case's medians per stage); from a
+    /// links run (links.csv), the stages are its ranks, each link costs what the matrix says
+    /// and its tails are drawn from the measured distributions. One links run and one op-times
+    /// run: `--from LINKS_RUN --from PIPELINE_RUN`.
     #[arg(long, value_name = "RUN_DIR")]
-    pub from: Option<PathBuf>,
+    pub from: Vec<PathBuf>,
     /// With --from a links run: the bytes each link carries per transfer (the activation),
     /// costed from the run's fitted links [default: the largest size it measured].
     #[arg(long, value_parser = crate::units::parse_byte_count, value_name = "SIZE")]

@@ -19,44 +19,17 @@ pub(super) fn sim_command(
     // With --json, standard output carries the summary alone.
     let quiet = g.quiet || g.json;
     let mut cfg = a.config()?;
-    let links = match &a.from {
-        Some(dir) if dir.join("links.csv").exists() => Some(sim_links(a, &mut cfg, dir, quiet)?),
-        Some(dir) if a.place => anyhow::bail!(
-            "--place needs a links run: {} has no links.csv (run `morphbench links`)",
-            dir.display()
+    let from = FromRuns::of(&a.from)?;
+    let links = match (&from.links, a.place) {
+        (Some(dir), _) => Some(sim_links(a, &mut cfg, dir, quiet)?),
+        (None, true) => anyhow::bail!(
+            "--place needs a links run: give --from a run folder with links.csv (run `morphbench \
+             links`)"
         ),
         _ => None,
     };
-    if let Some(dir) = a
-        .from
-        .as_ref()
-        .filter(|d| links.is_none() || d.join("kernels.csv").exists())
-    {
-        let cal = calibrate_from(dir, a.layers_per_stage)?;
-        if !quiet {
-            println!("{}", cal.note);
-        }
-        // Values given by flag or scenario file win over the calibration, and it says so.
-        let given: Vec<&str> = [
-            ("tf", cfg.tf.is_some()),
-            ("tb", cfg.tb.is_some()),
-            ("tw", cfg.tw.is_some()),
-            ("d2h-ms", cfg.d2h_ms.is_some()),
-            ("link-ms", cfg.link_ms.is_some()),
-        ]
-        .iter()
-        .filter(|(_, set)| *set)
-        .map(|(name, _)| *name)
-        .collect();
-        if !quiet && !given.is_empty() {
-            println!("given, so not calibrated: {}", given.join(", "));
-        }
-        let one = |x: f64| Some(OneOrMany::One(x));
-        cfg.tf = cfg.tf.take().or(one(cal.tf_ms));
-        cfg.tb = cfg.tb.take().or(one(cal.tb_ms));
-        cfg.tw = cfg.tw.take().or(one(cal.tw_ms));
-        cfg.d2h_ms = cfg.d2h_ms.or(cal.d2h_ms);
-        cfg.link_ms = cfg.link_ms.or(cal.link_ms);
+    if let Some(ops) = &from.ops {
+        op_times(a, &mut cfg, ops, quiet)?;
     }
     let trace = match &a.trace {
         Some(p) => Some(
@@ -93,6 +66,116 @@ pub(super) fn sim_command(
         Some(serde_json::to_value(&cfg)?),
     )?;
     super::after_run(&dir.path, g)
+}
+
+/// The run folders `--from` names, by what each gives: a links run (links.csv) the stages and
+/// their links, a node run (kernels.csv) or a pipeline run (pipeline.csv) the op times. One
+/// folder may give both (a links run with kernels.csv).
+struct FromRuns {
+    links: Option<std::path::PathBuf>,
+    ops: Option<OpSource>,
+}
+
+enum OpSource {
+    Node(std::path::PathBuf),
+    Pipeline(std::path::PathBuf),
+}
+
+impl FromRuns {
+    fn of(dirs: &[std::path::PathBuf]) -> anyhow::Result<FromRuns> {
+        let mut from = FromRuns {
+            links: None,
+            ops: None,
+        };
+        for dir in dirs {
+            let has = |f: &str| dir.join(f).exists();
+            let op = match (has("kernels.csv"), has("pipeline.csv")) {
+                (true, _) => Some(OpSource::Node(dir.clone())),
+                (false, true) => Some(OpSource::Pipeline(dir.clone())),
+                _ => None,
+            };
+            if !has("links.csv") && op.is_none() {
+                anyhow::bail!(
+                    "--from {}: not a run folder sim reads (no links.csv, kernels.csv or \
+                     pipeline.csv): give a links, node or pipeline run",
+                    dir.display()
+                );
+            }
+            let twice = |what: &str| {
+                anyhow::anyhow!(
+                    "--from {}: a second run with {what}; give one links run and one node or \
+                     pipeline run",
+                    dir.display()
+                )
+            };
+            if has("links.csv") {
+                if from.links.is_some() {
+                    return Err(twice("links.csv"));
+                }
+                from.links = Some(dir.clone());
+            }
+            if let Some(op) = op {
+                if from.ops.is_some() {
+                    return Err(twice("op times"));
+                }
+                from.ops = Some(op);
+            }
+        }
+        Ok(from)
+    }
+}
+
+/// tF/tB/tW (and a node run's D2H and link cost) from the op-times run; values given by flag or
+/// scenario file win, and it says so.
+fn op_times(
+    a: &crate::cli::SimArgs,
+    cfg: &mut crate::bench::sim::SimConfig,
+    from: &OpSource,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    let given: Vec<&str> = [
+        ("tf", cfg.tf.is_some()),
+        ("tb", cfg.tb.is_some()),
+        ("tw", cfg.tw.is_some()),
+        ("d2h-ms", cfg.d2h_ms.is_some()),
+        ("link-ms", cfg.link_ms.is_some()),
+    ]
+    .iter()
+    .filter(|(_, set)| *set)
+    .map(|(name, _)| *name)
+    .collect();
+    let ([tf, tb, tw], note) = match from {
+        OpSource::Node(dir) => {
+            let cal = calibrate_from(dir, a.layers_per_stage)?;
+            cfg.d2h_ms = cfg.d2h_ms.or(cal.d2h_ms);
+            cfg.link_ms = cfg.link_ms.or(cal.link_ms);
+            let one = OneOrMany::One;
+            ([one(cal.tf_ms), one(cal.tb_ms), one(cal.tw_ms)], cal.note)
+        }
+        OpSource::Pipeline(dir) => {
+            let (t, note) = crate::bench::sim::validate::healthy_op_times(dir)?;
+            let stages = t[0].len();
+            match cfg.stages {
+                Some(s) if s != stages => anyhow::bail!(
+                    "--from {}: its pipeline has {stages} stages, the scenario {s}: give runs \
+                     of one pipeline",
+                    dir.display()
+                ),
+                _ => cfg.stages = Some(stages),
+            }
+            (t.map(OneOrMany::Many), note)
+        }
+    };
+    if !quiet {
+        println!("{note}");
+        if !given.is_empty() {
+            println!("given, so not calibrated: {}", given.join(", "));
+        }
+    }
+    cfg.tf = cfg.tf.take().or(Some(tf));
+    cfg.tb = cfg.tb.take().or(Some(tb));
+    cfg.tw = cfg.tw.take().or(Some(tw));
+    Ok(())
 }
 
 /// `sim --from` a links run: the stages are its ranks in launcher order, each link costed at
@@ -146,18 +229,46 @@ fn sim_links(
         println!("{}", costs.note());
         println!("launcher order: {}", costs.describe(&launcher));
     }
-    // Its stalls, drawn per transfer, unless the flags or the scenario give their own.
+    // Its tails, drawn per transfer, unless the flags or the scenario give stalls of their own.
     if cfg.stall.is_empty() {
-        let stalls =
-            crate::bench::sim::tail::from_links_run(dir, &costs.transport, costs.activation)?;
+        measured_tails(cfg, dir, &costs, quiet)?;
+    }
+    Ok(costs)
+}
+
+/// Each pipeline link's transfers drawn from the links run's distributions at the
+/// activation's size; from a run that kept none (older than links_hist.csv), the stall share
+/// and length its tail counts give.
+fn measured_tails(
+    cfg: &mut crate::bench::sim::SimConfig,
+    dir: &std::path::Path,
+    costs: &LinkCosts,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    use crate::bench::sim::{measured, tail};
+    let links = measured::measured_links(dir, &costs.transport, costs.activation)?;
+    let stalls = tail::from_links_run(dir, &costs.transport, costs.activation)?;
+    if links.is_empty() {
         for (stall, why) in stalls {
             if !quiet {
-                println!("stalls measured: {why}");
+                println!("stalls estimated from tail counts (no links_hist.csv): {why}");
             }
             cfg.stall.push(stall);
         }
+        return Ok(());
     }
-    Ok(costs)
+    // The links whose tails stalled are drawn (as before, a run without stalls has no tail
+    // run); a healthy link's jitter is left out.
+    for m in links {
+        if !stalls.iter().any(|(s, _)| s.link == m.link) {
+            continue;
+        }
+        if !quiet {
+            println!("tail measured: {}", m.why);
+        }
+        cfg.measured_tail.push(m);
+    }
+    Ok(())
 }
 
 /// `sim --place`: the best order of ranks into stages per schedule, against the launcher's.

@@ -432,7 +432,7 @@ fn stalled_iterations(
         .map(|s| s.parse().expect("built-in schedules"))
         .collect();
     let mem = crate::sim::default_mem_limit(&sc);
-    let rows = tail::run(&sc, &schedules, mem, &stalls, LOSSY_ITERATIONS, 0)
+    let rows = tail::run(&sc, &schedules, mem, (&stalls, &[]), LOSSY_ITERATIONS, 0)
         .map_err(|e| format!("the simulator: {e}"))?;
     rows.into_iter()
         .map(|r| finite(r.healthy_ms.min(r.mean_ms)).map(|_| (r.schedule, r.healthy_ms, r.mean_ms)))

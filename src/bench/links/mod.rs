@@ -9,6 +9,7 @@ mod console;
 mod context;
 mod fingerprint;
 pub mod flag;
+pub mod hist;
 pub mod nodes;
 pub mod options;
 pub mod outcome;
@@ -357,6 +358,7 @@ fn play_rounds(
         schedule.len() as u32,
     )?;
     rewrite(&dir.path, &lines)?;
+    hist::write(&dir.path, &dir.id, &lines)?;
     busiest.merge(retest_load);
     if quiet {
         for (r, b) in &busiest.0 {
@@ -554,6 +556,7 @@ fn link_line(
         busy: Some(busy.busy),
         retransmits: m.retransmits,
         tail: Some(m.tail.clone()),
+        hist: Some(m.hist.clone()),
         ..Default::default()
     };
     let case = match round {
@@ -587,6 +590,7 @@ pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descr
                 .headlines(views::headlines)
                 .charts(crate::record::Charts::OfFirst(charts::links_charts)),
             crate::record::TableSpec::compared::<tables::NodesTable>(),
+            crate::record::TableSpec::of::<hist::LinksHistTable>(),
         ]
     },
 };

@@ -63,6 +63,9 @@ pub struct LinkFigures {
     /// The tail the measuring rank reported (rank 0's, in memory; not a column).
     #[serde(skip)]
     pub tail: Option<super::tail::Tail>,
+    /// The samples' distribution, for links_hist.csv (in memory; not a column).
+    #[serde(skip)]
+    pub hist: Option<crate::stats::hist::LogHist>,
 }
 
 impl CsvTable for LinksTable {

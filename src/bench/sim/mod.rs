@@ -4,6 +4,7 @@
 use anyhow::{anyhow, Result};
 
 pub mod calibrate;
+pub mod measured;
 pub mod place;
 pub mod plan;
 pub mod runner;
@@ -101,19 +102,23 @@ impl crate::suite::Bench for SimBench {
         progress: &Progress,
     ) -> Result<crate::suite::Notes> {
         let out = &self.output;
-        let outcomes = run(&self.plan, dir, progress)?;
+        // The tail first, so the first case's rows in sim.csv carry its iterations' spread.
+        let mut tails = Vec::new();
         if let (Some(t), Some(case)) = (&self.plan.tail, self.plan.cases.first()) {
-            let rows = tail::run(
+            tails = tail::run(
                 &case.scenario,
                 &self.plan.schedules,
                 self.plan.mem_limit,
-                &t.stalls,
+                (&t.stalls, &t.measured),
                 t.iterations,
                 t.seed,
             )
             .map_err(|e| anyhow!("tail: {e}"))?;
-            tail::print(&rows, &t.stalls, t.iterations, t.seed);
-            tail::write(&rows, t, dir)?;
+        }
+        let outcomes = run(&self.plan, dir, progress, &tails)?;
+        if let Some(t) = &self.plan.tail {
+            tail::print(&tails, t);
+            tail::write(&tails, t, dir)?;
         }
         let shown: Vec<_> = outcomes
             .iter()

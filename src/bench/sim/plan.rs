@@ -231,7 +231,7 @@ impl SimPlan {
     /// The tail run a config asks for (stalls given), checked: links that exist, at most
     /// [`tail::MAX_ITERATIONS`].
     fn tail_plan(cfg: &SimConfig, links: usize) -> Result<Option<TailPlan>, String> {
-        if cfg.stall.is_empty() {
+        if cfg.stall.is_empty() && cfg.measured_tail.is_empty() {
             if cfg.iterations.is_some() || cfg.seed.is_some() {
                 return Err(
                     "--iterations and --seed draw stalls: give --stall LINK:PROB:MS (or \
@@ -241,10 +241,13 @@ impl SimPlan {
             }
             return Ok(None);
         }
-        if let Some(s) = cfg.stall.iter().find(|s| s.link >= links) {
+        let drawn = cfg.stall.iter().map(|s| s.link);
+        let beyond = drawn
+            .chain(cfg.measured_tail.iter().map(|m| m.link))
+            .find(|&l| l >= links);
+        if let Some(link) = beyond {
             return Err(format!(
-                "stall link {} does not exist: links are 0..={} (link i joins stages i and i+1)",
-                s.link,
+                "stall link {link} does not exist: links are 0..={} (link i joins stages i and i+1)",
                 links as i64 - 1
             ));
         }
@@ -257,6 +260,7 @@ impl SimPlan {
         }
         Ok(Some(TailPlan {
             stalls: cfg.stall.clone(),
+            measured: cfg.measured_tail.clone(),
             iterations,
             seed: cfg.seed.unwrap_or(0),
         }))

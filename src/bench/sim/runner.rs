@@ -58,8 +58,15 @@ fn figures_of(
 }
 
 /// Simulates every schedule on every case, writing `sim.csv` row by row (and the ops of small
-/// scenarios to `sim_timeline.csv`).
-pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outcome>> {
+/// scenarios to `sim_timeline.csv`). With a tail run (`tails`, of the first case), that case's
+/// rows carry the spread of its iterations in their statistics; every other row has one
+/// iteration.
+pub fn run(
+    plan: &SimPlan,
+    dir: &RunDir,
+    progress: &Progress,
+    tails: &[super::tail::TailRow],
+) -> Result<Vec<Outcome>> {
     let mut table = dir.table::<SimTable>()?;
     let mut timeline = dir.table::<TimelineTable>()?;
     // Rows sim_timeline.csv may still take; `None` once a case did not fit.
@@ -73,7 +80,7 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
         .max()
         .unwrap_or(0)
         .max(14);
-    for case in &plan.cases {
+    for (k, case) in plan.cases.iter().enumerate() {
         let sc = &case.scenario;
         progress.set_message(format!("sim {}", case.label));
         let reference = evaluate(&one_f_one_b, sc, plan.mem_limit)
@@ -103,7 +110,14 @@ pub fn run(plan: &SimPlan, dir: &RunDir, progress: &Progress) -> Result<Vec<Outc
             let speedup = reference / run.iteration_ms;
             let figures_rate = crate::sim::bubble_rate(schedule, sc, &run);
             let peak_max = run.peak_in_flight.iter().copied().max().unwrap_or(0);
-            let stats = Summary::of(&[run.iteration_ms * 1e3]).context("iteration time")?;
+            let spread = tails.iter().find(|t| {
+                k == 0 && t.schedule == schedule.to_string() && !t.iterations_ms.is_empty()
+            });
+            let iterations_us: Vec<f64> = match spread {
+                Some(t) => t.iterations_ms.iter().map(|ms| ms * 1e3).collect(),
+                None => vec![run.iteration_ms * 1e3],
+            };
+            let stats = Summary::of(&iterations_us).context("iteration time")?;
             let params = SimParams {
                 iteration: case.iteration,
                 schedule: schedule.to_string(),

@@ -73,6 +73,10 @@ pub struct SimConfig {
     /// `iterations` times with stalls drawn from `seed`.
     #[serde(default)]
     pub stall: Vec<super::tail::Stall>,
+    /// Links whose transfers draw their excess from a links run's distributions (`sim --from
+    /// LINKS_RUN`, which says so; not a setting of a file).
+    #[serde(skip)]
+    pub measured_tail: Vec<super::measured::MeasuredLink>,
     pub iterations: Option<u32>,
     pub seed: Option<u64>,
 }

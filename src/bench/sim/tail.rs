@@ -8,6 +8,7 @@
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use super::measured::MeasuredLink;
 use crate::sim::{adaptive, policy_of, simulate, Layout, Policy, Scenario, Schedule, SimError};
 use crate::stats::percentile_sorted;
 
@@ -15,6 +16,8 @@ use crate::stats::percentile_sorted;
 #[derive(Debug, Clone)]
 pub struct TailPlan {
     pub stalls: Vec<Stall>,
+    /// Links whose transfers draw their excess from a links run's distributions.
+    pub measured: Vec<MeasuredLink>,
     pub iterations: u32,
     pub seed: u64,
 }
@@ -117,17 +120,20 @@ pub struct TailRow {
     /// Without stalls (the healthy links).
     pub healthy_ms: f64,
     pub p50_ms: f64,
+    pub p90_ms: f64,
     pub p99_ms: f64,
     pub mean_ms: f64,
     /// 1 - healthy / mean: the share of throughput the stalls take.
     pub lost: f64,
+    /// Every iteration's time (ms), sorted: sim.csv's statistics of the schedule.
+    pub iterations_ms: Vec<f64>,
 }
 
 /// Draws one iteration's stalls: every transfer over a stalled link, in a fixed order.
 fn draw(
     sc: &Scenario,
     layout: Layout,
-    stalls: &[Stall],
+    (stalls, measured): (&[Stall], &[MeasuredLink]),
     rng: &mut rand::rngs::SmallRng,
 ) -> Vec<f64> {
     let mut out = vec![0.0; sc.transfer_slots(layout)];
@@ -144,10 +150,14 @@ fn draw(
                     let Some(link) = sc.out_link(op, layout) else {
                         continue;
                     };
+                    let at = sc.transfer_index(op, layout);
                     for s in stalls.iter().filter(|s| s.link == link) {
                         if rng.gen::<f64>() < s.prob {
-                            out[sc.transfer_index(op, layout)] += s.ms;
+                            out[at] += s.ms;
                         }
+                    }
+                    for m in measured.iter().filter(|m| m.link == link) {
+                        out[at] += m.draw(rng);
                     }
                 }
             }
@@ -169,7 +179,7 @@ pub fn run(
     sc: &Scenario,
     schedules: &[Schedule],
     mem_limit: usize,
-    stalls: &[Stall],
+    drawn: (&[Stall], &[MeasuredLink]),
     iterations: u32,
     seed: u64,
 ) -> Result<Vec<TailRow>, SimError> {
@@ -190,7 +200,7 @@ pub fn run(
         for (p, t) in policies.iter().zip(times.iter_mut()) {
             let layout = p.layout();
             if !draws.iter().any(|(l, _)| *l == layout) {
-                draws.push((layout, draw(sc, layout, stalls, &mut rng)));
+                draws.push((layout, draw(sc, layout, drawn, &mut rng)));
             }
             stalled.stall_ms = draws.iter().find(|(l, _)| *l == layout).unwrap().1.clone();
             t.push(simulate(&stalled, p)?.iteration_ms);
@@ -211,6 +221,7 @@ pub fn run(
                 schedule: s.to_string(),
                 healthy_ms,
                 p50_ms: q(0.5),
+                p90_ms: q(0.9),
                 p99_ms: q(0.99),
                 mean_ms: if t.is_empty() { healthy_ms } else { mean_ms },
                 lost: if t.is_empty() {
@@ -218,6 +229,7 @@ pub fn run(
                 } else {
                     1.0 - healthy_ms / mean_ms
                 },
+                iterations_ms: t,
             }
         })
         .collect())
@@ -245,6 +257,7 @@ pub struct SimTailFigures {
     pub mean_ms: f64,
     /// 1 - healthy / mean.
     pub throughput_lost: f64,
+    pub p90_ms: Option<f64>,
 }
 
 impl crate::record::csv::CsvTable for SimTailTable {
@@ -252,6 +265,7 @@ impl crate::record::csv::CsvTable for SimTailTable {
     const WITH_STATS: bool = false;
     type Params = SimTailParams;
     type Figures = SimTailFigures;
+    const ADDED: &'static [&'static str] = &["p90_ms"];
 }
 
 /// Writes `sim_tail.csv` in the run folder.
@@ -265,6 +279,11 @@ pub fn write(
         .stalls
         .iter()
         .map(|s| format!("{}:{}:{}", s.link, s.prob, s.ms))
+        .chain(
+            plan.measured
+                .iter()
+                .map(|m| format!("{}:measured@{}B", m.link, m.bytes)),
+        )
         .collect();
     let sig = crate::record::csv::sig4;
     for r in rows {
@@ -280,6 +299,7 @@ pub fn write(
             p99_ms: sig(r.p99_ms),
             mean_ms: sig(r.mean_ms),
             throughput_lost: crate::record::csv::round(r.lost, 4),
+            p90_ms: Some(sig(r.p90_ms)),
         };
         let line =
             crate::record::csv::Line::new(&dir.id, r.schedule.clone(), params, None, figures);
@@ -289,8 +309,9 @@ pub fn write(
 }
 
 /// The table `sim` prints.
-pub fn print(rows: &[TailRow], stalls: &[Stall], iterations: u32, seed: u64) {
-    let what: Vec<String> = stalls
+pub fn print(rows: &[TailRow], plan: &TailPlan) {
+    let what: Vec<String> = plan
+        .stalls
         .iter()
         .map(|s| {
             format!(
@@ -300,21 +321,25 @@ pub fn print(rows: &[TailRow], stalls: &[Stall], iterations: u32, seed: u64) {
                 s.ms
             )
         })
+        .chain(plan.measured.iter().map(|m| m.why.clone()))
         .collect();
     println!(
-        "\ntail: {iterations} iterations (seed {seed}); {}",
+        "\ntail: {} iterations (seed {}); {}",
+        plan.iterations,
+        plan.seed,
         what.join("; ")
     );
     println!(
-        "  {:<14} {:>11} {:>10} {:>10} {:>10} {:>16}",
-        "schedule", "healthy ms", "p50 ms", "p99 ms", "mean ms", "throughput lost"
+        "  {:<14} {:>11} {:>10} {:>10} {:>10} {:>10} {:>16}",
+        "schedule", "healthy ms", "p50 ms", "p90 ms", "p99 ms", "mean ms", "throughput lost"
     );
     for r in rows {
         println!(
-            "  {:<14} {:>11.2} {:>10.2} {:>10.2} {:>10.2} {:>15.1}%",
+            "  {:<14} {:>11.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>15.1}%",
             r.schedule,
             r.healthy_ms,
             r.p50_ms,
+            r.p90_ms,
             r.p99_ms,
             r.mean_ms,
             100.0 * r.lost
@@ -368,7 +393,7 @@ mod tests {
     #[test]
     fn no_stall_is_the_healthy_iteration_and_a_sure_one_is_priced_exactly() {
         let base = sc(4, 8);
-        let rows = run(&base, &schedules(), 16, &[], 20, 1).unwrap();
+        let rows = run(&base, &schedules(), 16, (&[], &[]), 20, 1).unwrap();
         for r in &rows {
             for x in [r.p50_ms, r.p99_ms, r.mean_ms] {
                 assert!((x - r.healthy_ms).abs() < 1e-9, "{r:?}");
@@ -381,7 +406,7 @@ mod tests {
             prob: 1.0,
             ms: 5.0,
         }];
-        let rows = run(&base, &schedules()[..1], 16, &sure, 5, 1).unwrap();
+        let rows = run(&base, &schedules()[..1], 16, (&sure, &[]), 5, 1).unwrap();
         let slow = Scenario::new(
             4,
             8,
@@ -408,8 +433,8 @@ mod tests {
             prob: 0.01,
             ms: 100.0,
         }];
-        let a = run(&base, &schedules(), 16, &rare, 300, 7).unwrap();
-        let b = run(&base, &schedules(), 16, &rare, 300, 7).unwrap();
+        let a = run(&base, &schedules(), 16, (&rare, &[]), 300, 7).unwrap();
+        let b = run(&base, &schedules(), 16, (&rare, &[]), 300, 7).unwrap();
         assert_eq!(a, b, "deterministic for a seed");
         for r in &a {
             // 64 transfers over link 3 an iteration at 1%: about half the iterations stall.
@@ -427,7 +452,7 @@ mod tests {
             ms: 200.0,
         }];
         let t = std::time::Instant::now();
-        let rows = run(&base, &schedules(), 16, &rare, 1000, 1).unwrap();
+        let rows = run(&base, &schedules(), 16, (&rare, &[]), 1000, 1).unwrap();
         assert_eq!(rows.len(), 2);
         // The goal is 2 s here; a test only checks it finishes (timings are the note's).
         assert!(t.elapsed().as_secs() < 120);
@@ -507,7 +532,7 @@ mod tests {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
         let (mut hits, mut total, mut elsewhere) = (0usize, 0usize, 0usize);
         for _ in 0..200 {
-            let d = draw(&s, Layout::Linear, &stalls, &mut rng);
+            let d = draw(&s, Layout::Linear, (&stalls, &[]), &mut rng);
             for kind in [crate::sim::OpKind::F, crate::sim::OpKind::B] {
                 for stage in 0..4 {
                     for mb in 0..64 {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::tail::{Tail, TestClock};
 use crate::cluster::auth::{self, Trust};
+use crate::stats::hist::LogHist;
 use crate::transport::tcp_info;
 use crate::transport::TransportKind;
 
@@ -191,6 +192,7 @@ fn tcp_tests(
             gbps,
             tail,
             retransmits,
+            hist: LogHist::of(samples),
         })
     };
     let ((lat, tail), retrans) = counted(s, |s| ping_pong(s, plan, bytes))?;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::super::tail::Tail;
+use crate::stats::hist::LogHist;
 use crate::stats::Summary;
 use crate::transport::TransportKind;
 
@@ -130,6 +131,10 @@ pub struct Measured {
     /// Segments both ends retransmitted during the test (TCP_INFO; None where unread).
     #[serde(default)]
     pub retransmits: Option<u64>,
+    /// The samples' distribution (µs, as the summary's), for what a tail costs a pipeline
+    /// (`sim --from`; links_hist.csv).
+    #[serde(default)]
+    pub hist: LogHist,
 }
 
 /// The directions a row may have.
@@ -168,6 +173,10 @@ impl Measured {
             || !(tail.p99_us.is_finite() && tail.p50_us.is_finite())
         {
             Some("a row whose tail is out of bounds".into())
+        } else if let Err(why) = self.hist.check() {
+            Some(format!("a row whose histogram is malformed: {why}"))
+        } else if self.hist.count() > s.n as u64 {
+            Some("a row whose histogram holds more samples than its n".into())
         } else {
             None
         }

@@ -6,6 +6,7 @@ use std::net::TcpStream;
 use super::super::tail::Tail;
 use super::plan::{Measured, PairPlan};
 use super::wire::{summary, PairError};
+use crate::stats::hist::LogHist;
 use crate::transport::rdma::oob::{OobChannel, Params, Purpose};
 use crate::transport::rdma::perf::{self, Role, Session, TEST_BW, TEST_LAT};
 use crate::transport::rdma::{client_hello, server_hello, DeviceChoice, Link};
@@ -88,6 +89,7 @@ pub(super) fn tests(
                 gbps: None,
                 tail: Tail::of(&lat.samples_us, 0),
                 retransmits: None,
+                hist: LogHist::of(&lat.samples_us),
             });
         }
         // Each way: the driver writes first, then the server; the writer measures.
@@ -105,6 +107,7 @@ pub(super) fn tests(
                     gbps: Some(bw.avg_gbps),
                     tail: Tail::default(),
                     retransmits: None,
+                    hist: LogHist::of(&bw.per_write_us),
                 });
             }
         }

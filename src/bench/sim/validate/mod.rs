@@ -19,6 +19,7 @@ use anyhow::{Context, Result};
 
 pub use case::{error_added, errors, spread, Case, Input, BENCH};
 pub use file::read;
+pub use pipeline_run::healthy_op_times;
 pub use report::ValidateBench;
 
 /// Runs the validation of `file` into a run folder; its line goes into summary.json too.

@@ -308,3 +308,49 @@ pub(super) fn read(dir: &Path) -> Result<Input> {
     }
     Ok(input)
 }
+
+/// A pipeline run's op times for `sim --from`: per stage, the medians of F, B and W (ms) in a
+/// case without a delay (what is known before a fault), and where they came from, in words.
+/// A case whose backward was split into B and W on every stage is taken first (a schedule
+/// that fuses them, as 1f1b does, can be simulated from split times, not the other way round).
+pub fn healthy_op_times(dir: &Path) -> Result<([Vec<f64>; 3], String)> {
+    let cases: Vec<Line<PipelineTable>> = read_table(&dir.join("pipeline.csv"))?;
+    let ops: Vec<Line<TimelineTable>> = read_table(&dir.join("pipeline_timeline.csv"))
+        .with_context(|| format!("{}: no pipeline_timeline.csv", dir.display()))?;
+    let mut found: Vec<(&Line<PipelineTable>, [Vec<f64>; 3])> = Vec::new();
+    for c in cases
+        .iter()
+        .filter(|c| calm(&c.params.slow, c.params.stages as usize))
+    {
+        let stages = c.params.stages as usize;
+        let (t, _, _) = lane_of(&ops, &c.lead.case, stages).map_err(|e| anyhow!("{e}"))?;
+        let has = |v: &[Vec<f64>]| v.iter().all(|s| !s.is_empty());
+        if has(&t[0]) && has(&t[1]) {
+            let split = has(&t[2]);
+            let w = match split {
+                true => medians(&t[2]),
+                false => vec![0.0; stages],
+            };
+            found.push((c, [medians(&t[0]), medians(&t[1]), w]));
+        }
+    }
+    let split = |f: &&(&Line<PipelineTable>, [Vec<f64>; 3])| f.1[2].iter().all(|&w| w > 0.0);
+    let Some((case, times)) = found.iter().find(split).or(found.first()) else {
+        return Err(anyhow!(
+            "{}: no case without a delay whose stages all ran F and B, so no healthy op times \
+             (a prediction takes them from before the fault): run `morphbench pipeline` with a \
+             healthy case",
+            dir.display()
+        ));
+    };
+    let fused = match times[2].iter().all(|&w| w > 0.0) {
+        true => "",
+        false => "; its backward is not split (tW = 0, B holds it)",
+    };
+    let note = format!(
+        "op times from {} case {} (medians per stage){fused}",
+        dir.display(),
+        case.lead.case
+    );
+    Ok((times.clone(), note))
+}

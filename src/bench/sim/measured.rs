@@ -1,0 +1,239 @@
+//! A link's measured distribution as the price of its tail: each transfer over a pipeline link
+//! takes its healthy time plus an excess drawn from the link's ping-pong samples at the
+//! transfer's size (interpolated between the measured sizes), as `links` kept them
+//! (links_hist.csv). The derivation of the draw is in docs/simulator.md ("Tails from a links run").
+
+use std::path::Path;
+
+use rand::Rng;
+
+use crate::bench::links::tables::{LinkParams, LinksTable};
+use crate::record::Line;
+use crate::stats::hist::LogHist;
+
+/// One pipeline link's ping-pong distributions (one-way µs: half a round trip), by size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasuredLink {
+    /// Link i joins stages i and i + 1.
+    pub link: usize,
+    /// The bytes each transfer over it carries.
+    pub bytes: u64,
+    /// The measured sizes around `bytes` (one, at or beyond the ends), with their
+    /// distributions and medians, and the weight of the second.
+    lower: (LogHist, f64),
+    upper: Option<(LogHist, f64, f64)>,
+    /// What it was drawn from, in words.
+    pub why: String,
+}
+
+impl MeasuredLink {
+    /// From the distributions at each measured size; None without any.
+    pub fn new(link: usize, bytes: u64, mut sizes: Vec<(u64, LogHist)>) -> Option<MeasuredLink> {
+        sizes.retain(|(_, h)| h.count() > 0);
+        sizes.sort_by_key(|(b, _)| *b);
+        let median = |h: &LogHist| h.quantile(0.5).unwrap_or(0.0);
+        let below = sizes.iter().rposition(|(b, _)| *b <= bytes);
+        let (lower, upper) = match below {
+            None => (0, None),
+            Some(i) if i + 1 < sizes.len() && sizes[i].0 < bytes => (i, Some(i + 1)),
+            Some(i) => (i, None),
+        };
+        let (lo_bytes, lo_hist) = sizes.get(lower)?.clone();
+        let upper = upper.map(|j| {
+            let (hi_bytes, h) = &sizes[j];
+            let w =
+                (bytes as f64 / lo_bytes as f64).ln() / (*hi_bytes as f64 / lo_bytes as f64).ln();
+            (h.clone(), median(h), w)
+        });
+        let n: u64 = lo_hist.count() + upper.as_ref().map_or(0, |u| u.0.count());
+        let at = match &upper {
+            Some(_) => format!("{lo_bytes} B and {} B", sizes[lower + 1].0),
+            None => format!("{lo_bytes} B"),
+        };
+        let why = format!("link {link}: {n} round trips at {at}, drawn at {bytes} B");
+        Some(MeasuredLink {
+            link,
+            bytes,
+            lower: (lo_hist.clone(), median(&lo_hist)),
+            upper,
+            why,
+        })
+    }
+
+    /// One transfer's excess over its median (ms, never negative). A round trip crosses the
+    /// link twice, so a drawn round trip's excess belongs to this transfer's direction half
+    /// the time, and then all of it (in one-way units doubled): a stall keeps its length and
+    /// its rate per crossing.
+    pub fn draw(&self, rng: &mut impl Rng) -> f64 {
+        let u: f64 = rng.gen();
+        let mine: bool = rng.gen();
+        let excess = |(h, m): (&LogHist, f64)| h.quantile(u).map_or(0.0, |x| x - m);
+        let lo = excess((&self.lower.0, self.lower.1));
+        let e = match &self.upper {
+            Some((h, m, w)) => lo * (1.0 - w) + excess((h, *m)) * w,
+            None => lo,
+        };
+        match mine {
+            true => (2.0 * e).max(0.0) / 1e3,
+            false => 0.0,
+        }
+    }
+}
+
+/// The measured links of a pipeline in launcher order (stage i on rank i): each link's
+/// ping-pong rows over `transport`, both ways and every retest merged by size. Empty for a run
+/// that kept no distributions (written before links_hist.csv).
+pub fn measured_links(
+    dir: &Path,
+    transport: &str,
+    bytes: u64,
+) -> anyhow::Result<Vec<MeasuredLink>> {
+    let hists = crate::bench::links::hist::read(dir)?;
+    if hists.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<Line<LinksTable>> = crate::record::read_table(&dir.join("links.csv"))?;
+    let ranks = rows
+        .iter()
+        .map(|l| l.params.src_rank.max(l.params.dst_rank) + 1)
+        .max()
+        .unwrap_or(0);
+    let on = |p: &LinkParams, a: u32| {
+        (p.src_rank.min(p.dst_rank), p.src_rank.max(p.dst_rank)) == (a, a + 1)
+            && p.direction == "pingpong"
+            && p.transport == transport
+    };
+    let mut out = Vec::new();
+    for a in 0..ranks.saturating_sub(1) {
+        let mut sizes: Vec<(u64, LogHist)> = Vec::new();
+        for l in rows.iter().filter(|l| on(&l.params, a)) {
+            let Some(h) = hists.get(&l.lead.case) else {
+                continue;
+            };
+            match sizes.iter_mut().find(|(b, _)| *b == l.params.bytes) {
+                Some((_, merged)) => merged.merge(h),
+                None => sizes.push((l.params.bytes, h.clone())),
+            }
+        }
+        out.extend(MeasuredLink::new(a as usize, bytes, sizes));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn link(sizes: Vec<(u64, Vec<f64>)>, bytes: u64) -> MeasuredLink {
+        let sizes = sizes
+            .into_iter()
+            .map(|(b, s)| (b, LogHist::of(&s)))
+            .collect();
+        MeasuredLink::new(0, bytes, sizes).unwrap()
+    }
+
+    fn draws(l: &MeasuredLink, n: usize) -> Vec<f64> {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        (0..n).map(|_| l.draw(&mut rng)).collect()
+    }
+
+    #[test]
+    fn a_stall_keeps_its_length_and_half_its_round_trip_rate() {
+        // 4% of round trips stalled by 200 ms (100 ms one way): 2% of crossings stall 200 ms.
+        let mut s = vec![20.0; 960];
+        s.extend(vec![100_020.0; 40]);
+        let d = draws(&link(vec![(8, s)], 8), 100_000);
+        let stalled = d.iter().filter(|&&x| x > 100.0).count() as f64 / d.len() as f64;
+        assert!((stalled - 0.02).abs() < 0.003, "{stalled}");
+        let long = d.iter().copied().fold(0.0, f64::max);
+        assert!((long / 200.0 - 1.0).abs() < 0.05, "{long} ms");
+        assert!(d.iter().all(|&x| x >= 0.0));
+    }
+
+    #[test]
+    fn a_size_between_two_measured_is_interpolated_and_ends_are_held() {
+        // No excess at 8 B; at 1 MiB half the round trips are 10 ms (one way) over the median.
+        let mut big = vec![100.0; 500];
+        big.extend(vec![10_100.0; 500]);
+        let small = vec![10.0; 1000];
+        let mid = link(vec![(8, small.clone()), (1 << 20, big.clone())], 2896);
+        let d = draws(&mid, 20_000);
+        let max = d.iter().copied().fold(0.0, f64::max);
+        // ln(2896/8) / ln(131072) = 0.5: half the big size's excess (2 x 10 ms, halved).
+        assert!(max > 5.0 && max < 15.0, "{max}");
+        assert!(mid.why.contains("8 B and 1048576 B"), "{}", mid.why);
+        let beyond = link(vec![(8, small), (1 << 20, big)], 1 << 30);
+        assert!(beyond.why.contains("at 1048576 B,"), "{}", beyond.why);
+        assert!(MeasuredLink::new(0, 8, vec![]).is_none());
+    }
+
+    /// A links run of ranks 0, 1, 2 with links.csv and links_hist.csv: each pair's ping-pong
+    /// at 8 B and 64 KiB, both ways; link 1's 64 KiB round trips stall 2% of the time by 30 ms.
+    fn links_run() -> tempfile::TempDir {
+        use crate::bench::links::tables::{link_case, LinkFigures, LinkParams};
+        use crate::record::CsvSink;
+        let dir = tempfile::tempdir().unwrap();
+        let mut lines = Vec::new();
+        for (a, b) in [(0u32, 1u32), (1, 2), (2, 1)] {
+            for bytes in [8u64, 65536] {
+                let mut samples = vec![50.0; 1000];
+                if (a.min(b), bytes) == (1, 65536) {
+                    samples[..20].fill(30_000.0);
+                }
+                let params = LinkParams {
+                    src_rank: a,
+                    dst_rank: b,
+                    transport: "tcp".into(),
+                    bytes,
+                    direction: "pingpong".into(),
+                    ..Default::default()
+                };
+                let figures = LinkFigures {
+                    verified: true,
+                    hist: Some(LogHist::of(&samples)),
+                    ..Default::default()
+                };
+                let s = crate::stats::Summary::of(&samples).unwrap();
+                lines.push(Line::new(
+                    "run",
+                    link_case(&params),
+                    params,
+                    Some(&s),
+                    figures,
+                ));
+            }
+        }
+        let mut sink = CsvSink::<LinksTable>::create(&dir.path().join("links.csv")).unwrap();
+        lines.iter().for_each(|l| sink.write(l).unwrap());
+        crate::bench::links::hist::write(dir.path(), "run", &lines).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_links_run_gives_each_pipeline_link_its_distributions_both_ways_merged() {
+        let dir = links_run();
+        let links = measured_links(dir.path(), "tcp", 4096).unwrap();
+        assert_eq!(links.iter().map(|l| l.link).collect::<Vec<_>>(), [0, 1]);
+        let stalled = &links[1];
+        assert!(
+            stalled.why.contains("4000 round trips at 8 B and 65536 B"),
+            "{}",
+            stalled.why
+        );
+        // At 4 KiB, 9/13 of the way from 8 B to 64 KiB in log size: the 60 ms stall, so
+        // weighted, on 1% of crossings (2% of round trips, one crossing in two).
+        let d = draws(stalled, 50_000);
+        let share = d.iter().filter(|&&x| x > 1.0).count() as f64 / d.len() as f64;
+        assert!((share - 0.01).abs() < 0.002, "{share}");
+        let w = (4096f64 / 8.0).ln() / (65536f64 / 8.0).ln();
+        let long = d.iter().copied().fold(0.0, f64::max);
+        assert!(
+            (long / (60.0 * w) - 1.0).abs() < 0.05,
+            "{long} vs {}",
+            60.0 * w
+        );
+        assert!(draws(&links[0], 1000).iter().all(|&x| x < 0.01));
+        assert!(measured_links(dir.path(), "rdma", 4096).unwrap().is_empty());
+    }
+}
