@@ -33,6 +33,13 @@ pub fn process_cpu_us() -> Option<f64> {
     }
 }
 
+/// The wall clock, in µs since the Unix epoch (the ranks' clocks are compared in it).
+pub fn now_us() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
+
 /// This process's user id (for per-user paths such as a private runtime directory).
 #[allow(unsafe_code)]
 pub fn uid() -> u32 {

@@ -213,7 +213,7 @@ fn obey(
             Ok(Down::Finish) => return Ending::Finished,
             Ok(Down::Abort(why)) => return Ending::Aborted(why),
             Ok(Down::Ping) => {
-                let pong = Up::<FleetReply>::Pong(crate::cluster::clock::now_us());
+                let pong = Up::<FleetReply>::Pong(crate::host::now_us());
                 let _ = frame::send(stream, &pong);
                 continue;
             }

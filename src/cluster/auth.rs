@@ -1,7 +1,7 @@
 //! Who may take part in a run. Every connection between ranks (the rendezvous and control
 //! channel, the pair connections of `links` and `pipeline`) opens with a challenge-response
 //! proof, both ways, that each end holds the job's secret; after it, every control message
-//! carries a MAC keyed for that connection alone ([`super::frame`]). HMAC-SHA-256 from
+//! carries a MAC keyed for that connection alone (frame.rs). HMAC-SHA-256 from
 //! RustCrypto's `hmac` and `sha2`: nothing here is hand-made crypto, only the message layout.
 //! The threat model and the token sources are in docs/security.md.
 //!
@@ -285,7 +285,7 @@ pub enum AuthError {
 }
 
 fn fill(stream: &TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), AuthError> {
-    super::frame::read_by(stream, buf, deadline).map_err(AuthError::Wire)
+    super::deadline::read_by(stream, buf, deadline).map_err(AuthError::Wire)
 }
 
 fn put(mut stream: &TcpStream, bytes: &[u8], deadline: Instant) -> Result<(), AuthError> {

@@ -12,13 +12,6 @@ use super::session::Crew;
 /// Pings per rank for its offset.
 pub const PINGS: usize = 8;
 
-/// The wall clock, in µs since the Unix epoch.
-pub fn now_us() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
-}
-
 /// Each rank's clock offset from rank 0's and the round trip it was measured over (µs; rank
 /// 0's are 0): from the ping with the lowest round trip, offset = the rank's clock - the
 /// midpoint of the round trip, as NTP's simplest estimate. Its error is at most half that

@@ -1,8 +1,6 @@
 //! The errors of a multi-rank run, as types: callers match a dead rank, a silent one or a
 //! version mismatch by variant, never by message text.
 
-use super::frame::MAX_MESSAGE;
-
 /// What a peer did wrong on the wire (one message read).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum WireError {
@@ -12,8 +10,8 @@ pub enum WireError {
     Closed,
     #[error("sent something that is not a morphbench message")]
     NotOurs,
-    #[error("announced a {0}-byte message, over the {MAX_MESSAGE}-byte cap")]
-    TooLarge(u32),
+    #[error("announced a {0}-byte message, over the {1}-byte cap")]
+    TooLarge(u32, u32),
     #[error("sent a message whose MAC does not verify (altered on the way, or not from a rank of this job)")]
     Forged,
     #[error("sent a malformed message: {0}")]

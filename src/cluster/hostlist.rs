@@ -2,7 +2,9 @@
 //! topology files, and written compactly for drain lists.
 
 use super::error::{launch_err, LaunchError};
-use super::launch::MAX_HOSTS;
+
+/// The most hosts a node list may expand to.
+pub const MAX_HOSTS: usize = 65536;
 
 /// Expands a Slurm hostlist expression such as `gpu[01-04,07],login1` into host names, keeping
 /// zero padding (`gpu01`..`gpu04`, `gpu07`). Several bracket groups in one name multiply out

@@ -18,8 +18,6 @@ use super::error::{launch_err, LaunchError};
 pub const MAX_WORLD: u32 = 4096;
 /// The most ranks `--local` starts on one machine.
 pub const MAX_LOCAL: u32 = 256;
-/// The most hosts a node list may expand to.
-pub const MAX_HOSTS: usize = 65536;
 /// The rendezvous port when none is given.
 pub const DEFAULT_PORT: u16 = 18700;
 

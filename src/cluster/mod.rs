@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod clock;
+pub mod deadline;
 pub mod error;
 pub mod frame;
 pub mod hostlist;

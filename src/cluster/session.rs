@@ -25,7 +25,7 @@ use crate::record::run_dir::RunDir;
 pub enum Down<O> {
     /// The bench's own order.
     Order(O),
-    /// Answer at once with this rank's clock (see [`super::clock`]).
+    /// Answer at once with this rank's clock (its offset is worked out in clock.rs).
     Ping,
     /// The run is over: leave.
     Finish,
@@ -276,7 +276,7 @@ fn follow<B: Ranked>(bench: &mut B, world: &mut World) -> Result<()> {
                 crate::suite::catching(|| bench.follow(world, o))
             }
             Down::Ping => {
-                world.tell_root(&Up::<B::Reply>::Pong(super::clock::now_us()))?;
+                world.tell_root(&Up::<B::Reply>::Pong(crate::host::now_us()))?;
                 continue;
             }
             Down::Finish => return Ok(()),
@@ -397,7 +397,7 @@ where
     /// Sends a clock ping to `rank` and waits for its clock, as (sent, its clock, received),
     /// all µs since the Unix epoch.
     pub fn ping(&mut self, rank: u32, wait: Duration) -> Result<(f64, f64, f64), ClusterError> {
-        let t0 = super::clock::now_us();
+        let t0 = crate::host::now_us();
         self.world.send_to(rank, &Down::<O>::Ping)?;
         let reply = self
             .world
@@ -409,7 +409,7 @@ where
             )
             .pop()
             .flatten();
-        let t1 = super::clock::now_us();
+        let t1 = crate::host::now_us();
         match reply {
             Some(Ok(Up::Pong(t))) => Ok((t0, t, t1)),
             Some(Err(e)) => Err(e),

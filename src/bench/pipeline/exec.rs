@@ -133,7 +133,7 @@ pub fn map_gpu_spans(ops: &mut [OpTime], spans: &[(f64, f64)]) -> Option<f64> {
 }
 
 /// The microseconds since the Unix epoch: one clock for every process on one machine.
-pub use crate::cluster::clock::now_us;
+pub use crate::host::now_us;
 
 /// One of this stage's links: the neighbouring rank at its other end, the link's index (as
 /// the simulator numbers links: i joins ranks i and i + 1, the wrap link the last and the

@@ -73,9 +73,10 @@ impl MeasuredLink {
             Some((h, m, w)) => lo * (1.0 - w) + excess((h, *m)) * w,
             None => lo,
         };
-        match mine {
-            true => (2.0 * e).max(0.0) / 1e3,
-            false => 0.0,
+        if mine {
+            (2.0 * e).max(0.0) / 1e3
+        } else {
+            0.0
         }
     }
 }

@@ -327,9 +327,10 @@ pub fn healthy_op_times(dir: &Path) -> Result<([Vec<f64>; 3], String)> {
         let has = |v: &[Vec<f64>]| v.iter().all(|s| !s.is_empty());
         if has(&t[0]) && has(&t[1]) {
             let split = has(&t[2]);
-            let w = match split {
-                true => medians(&t[2]),
-                false => vec![0.0; stages],
+            let w = if split {
+                medians(&t[2])
+            } else {
+                vec![0.0; stages]
             };
             found.push((c, [medians(&t[0]), medians(&t[1]), w]));
         }
@@ -343,9 +344,10 @@ pub fn healthy_op_times(dir: &Path) -> Result<([Vec<f64>; 3], String)> {
             dir.display()
         ));
     };
-    let fused = match times[2].iter().all(|&w| w > 0.0) {
-        true => "",
-        false => "; its backward is not split (tW = 0, B holds it)",
+    let fused = if times[2].iter().all(|&w| w > 0.0) {
+        ""
+    } else {
+        "; its backward is not split (tW = 0, B holds it)"
     };
     let note = format!(
         "op times from {} case {} (medians per stage){fused}",
