@@ -57,6 +57,35 @@ fn figures_of(
     }
 }
 
+/// The width of the schedule column: the longest name, at least 14.
+fn name_width(schedules: &[Schedule]) -> usize {
+    schedules
+        .iter()
+        .map(|s| s.to_string().len())
+        .max()
+        .unwrap_or(0)
+        .max(14)
+}
+
+/// The statistics of a sim.csv row: the tail's iterations for the first case (`k` 0) when a
+/// tail run drew them for `schedule`, else the one simulated iteration (µs).
+fn iteration_stats(
+    tails: &[super::tail::TailRow],
+    k: usize,
+    schedule: &Schedule,
+    iteration_ms: f64,
+) -> Result<Summary> {
+    let name = schedule.to_string();
+    let spread = tails
+        .iter()
+        .find(|t| k == 0 && t.schedule == name && !t.iterations_ms.is_empty());
+    let iterations_us: Vec<f64> = match spread {
+        Some(t) => t.iterations_ms.iter().map(|ms| ms * 1e3).collect(),
+        None => vec![iteration_ms * 1e3],
+    };
+    Summary::of(&iterations_us).context("iteration time")
+}
+
 /// Simulates every schedule on every case, writing `sim.csv` row by row (and the ops of small
 /// scenarios to `sim_timeline.csv`). With a tail run (`tails`, of the first case), that case's
 /// rows carry the spread of its iterations in their statistics; every other row has one
@@ -73,13 +102,7 @@ pub fn run(
     let mut timeline_room = Some(MAX_TIMELINE_ROWS);
     let mut outcomes = Vec::new();
     let one_f_one_b: Schedule = "1f1b".parse().expect("valid");
-    let name_width = plan
-        .schedules
-        .iter()
-        .map(|s| s.to_string().len())
-        .max()
-        .unwrap_or(0)
-        .max(14);
+    let name_width = name_width(&plan.schedules);
     for (k, case) in plan.cases.iter().enumerate() {
         let sc = &case.scenario;
         progress.set_message(format!("sim {}", case.label));
@@ -110,14 +133,7 @@ pub fn run(
             let speedup = reference / run.iteration_ms;
             let figures_rate = crate::sim::bubble_rate(schedule, sc, &run);
             let peak_max = run.peak_in_flight.iter().copied().max().unwrap_or(0);
-            let spread = tails.iter().find(|t| {
-                k == 0 && t.schedule == schedule.to_string() && !t.iterations_ms.is_empty()
-            });
-            let iterations_us: Vec<f64> = match spread {
-                Some(t) => t.iterations_ms.iter().map(|ms| ms * 1e3).collect(),
-                None => vec![run.iteration_ms * 1e3],
-            };
-            let stats = Summary::of(&iterations_us).context("iteration time")?;
+            let stats = iteration_stats(tails, k, schedule, run.iteration_ms)?;
             let params = SimParams {
                 iteration: case.iteration,
                 schedule: schedule.to_string(),
