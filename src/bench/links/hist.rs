@@ -73,6 +73,16 @@ pub fn write(dir: &Path, run_id: &str, lines: &[Line<LinksTable>]) -> Result<()>
     Ok(())
 }
 
+/// Writes a links run's links.csv and links_hist.csv from `lines`, for tests that read one.
+#[cfg(test)]
+pub fn write_run(dir: &Path, lines: &[Line<LinksTable>]) -> Result<()> {
+    let mut sink = CsvSink::<LinksTable>::create(&dir.join("links.csv"))?;
+    for l in lines {
+        sink.write(l)?;
+    }
+    write(dir, "run", lines)
+}
+
 /// The distributions of a links run by case; empty for a run written before the file was.
 pub fn read(dir: &Path) -> Result<BTreeMap<String, LogHist>> {
     let path = dir.join("links_hist.csv");

@@ -447,6 +447,28 @@ fn judge_groups<R, K: PartialEq>(
     flagged
 }
 
+/// A TCP ping-pong row of link a-b at `bytes` from `samples` (µs), as rank 0 writes it, its
+/// distribution kept: the row tests of a links run build on.
+#[cfg(test)]
+pub fn pingpong_line(a: u32, b: u32, bytes: u64, samples: &[f64]) -> Line<LinksTable> {
+    let params = LinkParams {
+        src_rank: a,
+        dst_rank: b,
+        src_host: format!("h{a}"),
+        dst_host: format!("h{b}"),
+        transport: "tcp".into(),
+        bytes,
+        direction: "pingpong".into(),
+    };
+    let figures = LinkFigures {
+        verified: true,
+        hist: Some(crate::stats::hist::LogHist::of(samples)),
+        ..Default::default()
+    };
+    let s = crate::stats::Summary::of(samples).expect("samples");
+    Line::new("run", link_case(&params), params, Some(&s), figures)
+}
+
 #[cfg(test)]
 #[path = "tables_tests.rs"]
 mod tests;

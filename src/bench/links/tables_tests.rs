@@ -5,26 +5,12 @@ use crate::stats::Summary;
 
 /// A ping-pong row of link a-b whose samples sit around `us`.
 fn row(a: u32, b: u32, us: f64, round: &str) -> Line<LinksTable> {
-    let s = Summary::of(&[us * 0.98, us, us * 1.02]).unwrap();
-    let params = LinkParams {
-        src_rank: a,
-        dst_rank: b,
-        src_host: format!("h{a}"),
-        dst_host: format!("h{b}"),
-        transport: "tcp".into(),
-        bytes: 8,
-        direction: "pingpong".into(),
-    };
-    let figures = LinkFigures {
-        round: Some(round.into()),
-        verified: true,
-        ..Default::default()
-    };
-    let case = match round {
-        RETEST => format!("{}_{RETEST}", link_case(&params)),
-        _ => link_case(&params),
-    };
-    Line::new("run", case, params, Some(&s), figures)
+    let mut l = pingpong_line(a, b, 8, &[us * 0.98, us, us * 1.02]);
+    l.figures.round = Some(round.into());
+    if round == RETEST {
+        l.lead.case = format!("{}_{RETEST}", l.lead.case);
+    }
+    l
 }
 
 #[test]

@@ -38,23 +38,25 @@ impl MeasuredLink {
             Some(i) if i + 1 < sizes.len() && sizes[i].0 < bytes => (i, Some(i + 1)),
             Some(i) => (i, None),
         };
-        let (lo_bytes, lo_hist) = sizes.get(lower)?.clone();
+        let lo_bytes = sizes.get(lower)?.0;
         let upper = upper.map(|j| {
             let (hi_bytes, h) = &sizes[j];
             let w =
                 (bytes as f64 / lo_bytes as f64).ln() / (*hi_bytes as f64 / lo_bytes as f64).ln();
             (h.clone(), median(h), w)
         });
-        let n: u64 = lo_hist.count() + upper.as_ref().map_or(0, |u| u.0.count());
+        let n: u64 = sizes[lower].1.count() + upper.as_ref().map_or(0, |u| u.0.count());
         let at = match &upper {
             Some(_) => format!("{lo_bytes} B and {} B", sizes[lower + 1].0),
             None => format!("{lo_bytes} B"),
         };
         let why = format!("link {link}: {n} round trips at {at}, drawn at {bytes} B");
+        let lo_hist = sizes.swap_remove(lower).1;
+        let lo_median = median(&lo_hist);
         Some(MeasuredLink {
             link,
             bytes,
-            lower: (lo_hist.clone(), median(&lo_hist)),
+            lower: (lo_hist, lo_median),
             upper,
             why,
         })
@@ -172,8 +174,7 @@ mod tests {
     /// A links run of ranks 0, 1, 2 with links.csv and links_hist.csv: each pair's ping-pong
     /// at 8 B and 64 KiB, both ways; link 1's 64 KiB round trips stall 2% of the time by 30 ms.
     fn links_run() -> tempfile::TempDir {
-        use crate::bench::links::tables::{link_case, LinkFigures, LinkParams};
-        use crate::record::CsvSink;
+        use crate::bench::links::tables::pingpong_line;
         let dir = tempfile::tempdir().unwrap();
         let mut lines = Vec::new();
         for (a, b) in [(0u32, 1u32), (1, 2), (2, 1)] {
@@ -182,32 +183,10 @@ mod tests {
                 if (a.min(b), bytes) == (1, 65536) {
                     samples[..20].fill(30_000.0);
                 }
-                let params = LinkParams {
-                    src_rank: a,
-                    dst_rank: b,
-                    transport: "tcp".into(),
-                    bytes,
-                    direction: "pingpong".into(),
-                    ..Default::default()
-                };
-                let figures = LinkFigures {
-                    verified: true,
-                    hist: Some(LogHist::of(&samples)),
-                    ..Default::default()
-                };
-                let s = crate::stats::Summary::of(&samples).unwrap();
-                lines.push(Line::new(
-                    "run",
-                    link_case(&params),
-                    params,
-                    Some(&s),
-                    figures,
-                ));
+                lines.push(pingpong_line(a, b, bytes, &samples));
             }
         }
-        let mut sink = CsvSink::<LinksTable>::create(&dir.path().join("links.csv")).unwrap();
-        lines.iter().for_each(|l| sink.write(l).unwrap());
-        crate::bench::links::hist::write(dir.path(), "run", &lines).unwrap();
+        crate::bench::links::hist::write_run(dir.path(), &lines).unwrap();
         dir
     }
 

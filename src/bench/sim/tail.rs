@@ -461,10 +461,9 @@ mod tests {
     /// A links run of ranks 0, 1, 2 (pipeline links 0 and 1) as links.csv: each pair's
     /// ping-pong at 8 B and 64 KiB; link 1's 64 KiB round trips stall 1% of the time, 30 ms.
     fn links_run() -> tempfile::TempDir {
-        use crate::bench::links::tables::{link_case, LinkFigures, LinkParams, LinksTable};
-        use crate::record::{CsvSink, Line};
+        use crate::bench::links::tables::pingpong_line;
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = CsvSink::<LinksTable>::create(&dir.path().join("links.csv")).unwrap();
+        let mut lines = Vec::new();
         for (a, b) in [(0u32, 1u32), (1, 2)] {
             for bytes in [8u64, 65536] {
                 let mut samples = vec![50.0; 1000];
@@ -472,27 +471,13 @@ mod tests {
                 if stalls {
                     samples[..10].fill(30_000.0);
                 }
-                let params = LinkParams {
-                    src_rank: a,
-                    dst_rank: b,
-                    src_host: format!("h{a}"),
-                    dst_host: format!("h{b}"),
-                    transport: "tcp".into(),
-                    bytes,
-                    direction: "pingpong".into(),
-                };
-                let figures = LinkFigures {
-                    verified: true,
-                    stalls: Some(if stalls { 10 } else { 0 }),
-                    stall_threshold_us: Some(5_000.0),
-                    ..Default::default()
-                };
-                let s = crate::stats::Summary::of(&samples).unwrap();
-                let case = link_case(&params);
-                sink.write(&Line::new("run", case, params, Some(&s), figures))
-                    .unwrap();
+                let mut l = pingpong_line(a, b, bytes, &samples);
+                l.figures.stalls = Some(if stalls { 10 } else { 0 });
+                l.figures.stall_threshold_us = Some(5_000.0);
+                lines.push(l);
             }
         }
+        crate::bench::links::hist::write_run(dir.path(), &lines).unwrap();
         dir
     }
 
