@@ -16,6 +16,8 @@ const GEMM_VARIANT: &str = "tiled64";
 const WARMUP: usize = 3;
 /// Fewer samples than this and a probe cut by its deadline has no figure.
 pub const MIN_SAMPLES: usize = 3;
+/// How a probe with fewer than [`MIN_SAMPLES`] by its deadline says so.
+const CUT: &str = "cut by its deadline";
 
 /// How long a probe may run and how many samples it takes.
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +52,7 @@ pub(crate) fn sample(
     }
     if us.len() < MIN_SAMPLES {
         return Err(format!(
-            "cut by its deadline after {} samples (fewer than {MIN_SAMPLES})",
+            "{CUT} after {} samples (fewer than {MIN_SAMPLES})",
             us.len()
         ));
     }
@@ -82,57 +84,88 @@ fn pattern(n: usize) -> Vec<u8> {
 
 /// µs per device-to-host copy of `bytes` and its map; the first copy's bytes are checked.
 pub fn d2h(gpu: &Gpu, bytes: u64, budget: Budget) -> Result<Probed, String> {
+    d2h_placed(gpu, bytes, budget, false).map(|p| p.probed)
+}
+
+/// [`d2h`] with the placement of the host buffer the mapped bytes land in; with `spread`,
+/// on fresh buffers several times ([`spread_tries`]).
+pub fn d2h_placed(gpu: &Gpu, bytes: u64, budget: Budget, spread: bool) -> Result<Placed, String> {
     let want = pattern(bytes as usize);
-    let device = gpu.storage_from("probe d2h", &want);
-    let staging = gpu.staging("probe d2h staging", bytes, wgpu::MapMode::Read);
-    let mut host = vec![0u8; bytes as usize];
-    let mut first = true;
-    sample(budget, || {
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(&device, 0, &staging, 0, bytes);
-        let t0 = Instant::now();
-        let idx = gpu.queue.submit([enc.finish()]);
-        gpu.wait(idx.clone()).map_err(|e| e.to_string())?;
-        gpu.map_read_into(&staging, &mut host, Some(idx))
-            .map_err(|e| e.to_string())?;
-        let t = elapsed_us(t0);
-        if std::mem::take(&mut first) && host != want {
-            return Err("the device-to-host copy delivered wrong bytes".into());
-        }
-        Ok(t)
+    let mut held = Vec::new();
+    spread_tries(budget, spread, |share| {
+        let device = gpu.storage_from("probe d2h", &want);
+        let staging = gpu.staging("probe d2h staging", bytes, wgpu::MapMode::Read);
+        let mut host = vec![0u8; bytes as usize];
+        let mut first = true;
+        let probed = sample(share, || {
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(&device, 0, &staging, 0, bytes);
+            let t0 = Instant::now();
+            let idx = gpu.queue.submit([enc.finish()]);
+            gpu.wait(idx.clone()).map_err(|e| e.to_string())?;
+            gpu.map_read_into(&staging, &mut host, Some(idx))
+                .map_err(|e| e.to_string())?;
+            let t = elapsed_us(t0);
+            if std::mem::take(&mut first) && host != want {
+                return Err("the device-to-host copy delivered wrong bytes".into());
+            }
+            Ok(t)
+        })?;
+        let at = crate::host::placement_of(&host);
+        held.push((device, staging, host));
+        Ok((probed, at))
     })
 }
 
 /// µs per host-to-device copy of `bytes` (mapped write, then the copy to a device buffer);
 /// the first copy is read back and checked.
 pub fn h2d(gpu: &Gpu, bytes: u64, budget: Budget) -> Result<Probed, String> {
-    let want = pattern(bytes as usize);
-    let staging = gpu.staging("probe h2d staging", bytes, wgpu::MapMode::Write);
-    let device = gpu.storage_from("probe h2d", &vec![0u8; bytes as usize]);
-    let mut first = true;
-    sample(budget, || {
-        let t0 = Instant::now();
-        gpu.map_write_from(&staging, &want)
-            .map_err(|e| e.to_string())?;
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(&staging, 0, &device, 0, bytes);
-        let idx = gpu.queue.submit([enc.finish()]);
-        gpu.wait(idx).map_err(|e| e.to_string())?;
-        let t = elapsed_us(t0);
-        if std::mem::take(&mut first) {
-            let back = gpu.staging("probe h2d check", bytes, wgpu::MapMode::Read);
-            let mut enc = gpu.device.create_command_encoder(&Default::default());
-            enc.copy_buffer_to_buffer(&device, 0, &back, 0, bytes);
-            let idx = gpu.queue.submit([enc.finish()]);
-            let mut got = vec![0u8; bytes as usize];
-            gpu.map_read_into(&back, &mut got, Some(idx))
+    h2d_placed(gpu, bytes, budget, false).map(|p| p.probed)
+}
+
+/// [`h2d`] with the placement of the host buffer the bytes are written from; with `spread`,
+/// on fresh buffers several times ([`spread_tries`]).
+pub fn h2d_placed(gpu: &Gpu, bytes: u64, budget: Budget, spread: bool) -> Result<Placed, String> {
+    let mut held = Vec::new();
+    spread_tries(budget, spread, |share| {
+        let want = pattern(bytes as usize);
+        let staging = gpu.staging("probe h2d staging", bytes, wgpu::MapMode::Write);
+        let device = gpu.storage_from("probe h2d", &vec![0u8; bytes as usize]);
+        let mut first = true;
+        let probed = sample(share, || {
+            let t0 = Instant::now();
+            gpu.map_write_from(&staging, &want)
                 .map_err(|e| e.to_string())?;
-            if got != want {
-                return Err("the host-to-device copy delivered wrong bytes".into());
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(&staging, 0, &device, 0, bytes);
+            let idx = gpu.queue.submit([enc.finish()]);
+            gpu.wait(idx).map_err(|e| e.to_string())?;
+            let t = elapsed_us(t0);
+            if std::mem::take(&mut first) {
+                check_h2d(gpu, &device, &want)?;
             }
-        }
-        Ok(t)
+            Ok(t)
+        })?;
+        let at = crate::host::placement_of(&want);
+        held.push((device, staging, want));
+        Ok((probed, at))
     })
+}
+
+/// Reads `device` back and compares it with what was written.
+fn check_h2d(gpu: &Gpu, device: &wgpu::Buffer, want: &[u8]) -> Result<(), String> {
+    let bytes = want.len() as u64;
+    let back = gpu.staging("probe h2d check", bytes, wgpu::MapMode::Read);
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(device, 0, &back, 0, bytes);
+    let idx = gpu.queue.submit([enc.finish()]);
+    let mut got = vec![0u8; want.len()];
+    gpu.map_read_into(&back, &mut got, Some(idx))
+        .map_err(|e| e.to_string())?;
+    if got != want {
+        return Err("the host-to-device copy delivered wrong bytes".into());
+    }
+    Ok(())
 }
 
 /// µs per host memcpy of `bytes` (the host's memory bandwidth as a copy sees it); each copy
@@ -141,7 +174,7 @@ pub fn memcpy(bytes: u64, budget: Budget) -> Result<Probed, String> {
     memcpy_placed(bytes, budget, false).map(|p| p.probed)
 }
 
-/// A memcpy's samples with where its buffers and thread were, and each placement tried.
+/// A copy's samples with where its host buffer and thread were, and each placement tried.
 #[derive(Debug, Clone)]
 pub struct Placed {
     pub probed: Probed,
@@ -150,43 +183,66 @@ pub struct Placed {
     pub tried: Vec<(crate::host::Placement, f64)>,
 }
 
-/// The most placements a retest tries.
+/// The fewest and the most placements a retest tries.
+const MIN_PLACEMENTS: usize = 3;
 const MAX_PLACEMENTS: usize = 4;
 
-/// [`memcpy`] with its placement. With `spread` (a retest that must be able to disagree), it
-/// measures on fresh buffers once on each CPU the thread may use (up to [`MAX_PLACEMENTS`]),
-/// the earlier buffers held meanwhile so the new ones land on other pages, and keeps the
-/// fastest: a copy's speed on a VM or a NUMA host depends on the vCPU and the pages it got,
-/// and a retest in the conditions of the first measurement only repeats them.
+/// [`memcpy`] with its placement; with `spread`, on fresh buffers several times
+/// ([`spread_tries`]).
 pub fn memcpy_placed(bytes: u64, budget: Budget, spread: bool) -> Result<Placed, String> {
+    let mut held = Vec::new();
+    spread_tries(budget, spread, |share| {
+        let (src, dst) = (pattern(bytes as usize), vec![0u8; bytes as usize]);
+        let (probed, dst) = copy_between(&src, dst, share)?;
+        let at = crate::host::placement_of(&dst);
+        held.push((src, dst));
+        Ok((probed, at))
+    })
+}
+
+/// Runs `measure` once, or with `spread` (a retest that must be able to disagree) on fresh
+/// buffers [`MIN_PLACEMENTS`] to [`MAX_PLACEMENTS`] times, one per CPU the thread may use
+/// in turn, each in its share of the deadline, and keeps the fastest. `measure` holds its
+/// earlier buffers meanwhile so the new ones land on other pages: a copy's speed on a VM or
+/// a NUMA host depends on the vCPU and the pages it got, and a retest in the conditions of
+/// the first measurement only repeats them. A try cut by its share of the deadline is passed
+/// over; any other error (wrong bytes) ends it.
+fn spread_tries(
+    budget: Budget,
+    spread: bool,
+    mut measure: impl FnMut(Budget) -> Result<(Probed, crate::host::Placement), String>,
+) -> Result<Placed, String> {
     let all = crate::host::allowed_cpus();
-    let cpus: Vec<Option<usize>> = match spread && all.len() > 1 {
-        true => all.iter().take(MAX_PLACEMENTS).map(|&c| Some(c)).collect(),
-        false => vec![None],
+    let tries = if spread {
+        all.len().clamp(MIN_PLACEMENTS, MAX_PLACEMENTS)
+    } else {
+        1
     };
+    let bind = spread && all.len() > 1;
     let started = Instant::now();
     let span = budget.deadline.saturating_duration_since(started);
-    let mut held = Vec::new();
     let mut best: Option<Placed> = None;
     let mut tried = Vec::new();
-    for (i, cpu) in cpus.iter().enumerate() {
-        if let Some(c) = cpu {
-            crate::host::bind_thread(&[*c]);
+    let (mut cut, mut failed) = (None, None);
+    for i in 0..tries {
+        if bind {
+            crate::host::bind_thread(&[all[i % all.len()]]);
         }
         let share = Budget {
             iters: budget.iters,
-            deadline: started + span.mul_f64((i + 1) as f64 / cpus.len() as f64),
+            deadline: started + span.mul_f64((i + 1) as f64 / tries as f64),
         };
-        let (src, dst) = (pattern(bytes as usize), vec![0u8; bytes as usize]);
-        let run = copy_between(&src, dst, share);
-        held.push(src);
-        let (probed, dst) = match run {
+        let (probed, placement) = match measure(share) {
             Ok(r) => r,
-            Err(e) if best.is_none() && i + 1 == cpus.len() => return Err(e),
-            Err(_) => continue,
+            Err(e) if e.starts_with(CUT) => {
+                cut = Some(e);
+                continue;
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
         };
-        let placement = crate::host::placement_of(&dst);
-        held.push(dst);
         tried.push((placement, probed.summary.p50));
         if best
             .as_ref()
@@ -199,10 +255,14 @@ pub fn memcpy_placed(bytes: u64, budget: Budget, spread: bool) -> Result<Placed,
             });
         }
     }
-    if spread && all.len() > 1 {
+    if bind {
         crate::host::bind_thread(&all);
     }
-    let mut best = best.ok_or_else(|| "no placement could be measured".to_string())?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let mut best =
+        best.ok_or_else(|| cut.unwrap_or_else(|| "no placement could be measured".into()))?;
     best.tried = tried;
     Ok(best)
 }
@@ -242,20 +302,14 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(20),
         };
         let p = memcpy_placed(1 << 20, budget, true).unwrap();
-        let want = if before.len() > 1 {
-            before.len().min(MAX_PLACEMENTS)
-        } else {
-            1
-        };
+        let want = before.len().clamp(MIN_PLACEMENTS, MAX_PLACEMENTS);
         assert_eq!(p.tried.len(), want, "{:?}", p.tried);
         let best = p.tried.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
         assert_eq!(p.probed.summary.p50, best);
         if before.len() > 1 {
             let cpus: Vec<Option<u32>> = p.tried.iter().map(|t| t.0.cpu).collect();
-            let want: Vec<Option<u32>> = before
-                .iter()
-                .take(MAX_PLACEMENTS)
-                .map(|&c| Some(c as u32))
+            let want: Vec<Option<u32>> = (0..want)
+                .map(|i| Some(before[i % before.len()] as u32))
                 .collect();
             assert_eq!(cpus, want, "each placement on its own CPU");
         }
@@ -266,6 +320,45 @@ mod tests {
         );
         let one = memcpy_placed(1 << 20, budget, false).unwrap();
         assert_eq!(one.tried.len(), 1);
+    }
+
+    #[test]
+    fn a_spread_copy_to_and_from_the_device_tries_fresh_buffers_and_keeps_the_fastest() {
+        let gpu = Gpu::open(crate::gpu::BackendChoice::Auto, None).expect("a GPU adapter");
+        let budget = || Budget {
+            iters: 3,
+            deadline: Instant::now() + Duration::from_secs(20),
+        };
+        let tries = crate::host::allowed_cpus()
+            .len()
+            .clamp(MIN_PLACEMENTS, MAX_PLACEMENTS);
+        for p in [
+            d2h_placed(&gpu, 1 << 20, budget(), true).unwrap(),
+            h2d_placed(&gpu, 1 << 20, budget(), true).unwrap(),
+        ] {
+            assert_eq!(p.tried.len(), tries, "{:?}", p.tried);
+            let best = p.tried.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
+            assert_eq!(p.probed.summary.p50, best);
+        }
+        assert_eq!(
+            d2h_placed(&gpu, 1 << 20, budget(), false)
+                .unwrap()
+                .tried
+                .len(),
+            1
+        );
+        // Every try shares the one deadline: a retest costs what the first measurement did.
+        let t0 = Instant::now();
+        let short = Budget {
+            iters: 1_000_000,
+            deadline: t0 + Duration::from_millis(600),
+        };
+        let p = h2d_placed(&gpu, 1 << 16, short, true).unwrap();
+        assert!(
+            p.probed.cut && t0.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            t0.elapsed()
+        );
     }
 
     #[test]

@@ -99,8 +99,9 @@ pub struct TestSpec {
     pub size: u64,
     pub iters: usize,
     pub deadline_s: f64,
-    /// A retest of a failed figure: placement-dependent tests measure on fresh placements
-    /// ([`probe::memcpy_placed`]), so the retest can disagree with the first measurement.
+    /// A retest of a failed figure: placement-dependent tests (memcpy, d2h, h2d) measure on
+    /// fresh placements ([`probe::memcpy_placed`]), so the retest can disagree with the first
+    /// measurement.
     #[serde(default)]
     pub retest: bool,
 }
@@ -476,11 +477,17 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
                 std::thread::sleep(Duration::from_millis(50));
                 crate::pcie::read(&crate::pcie::sysfs_root(), &bus)
             });
-            let out = probe::d2h(g, t.size, budget).map(bytes);
+            let out = probe::d2h_placed(g, t.size, budget, t.retest).map(|p| {
+                m.placement = Some(placement_text(&p));
+                bytes(p.probed)
+            });
             m.pcie = reader.join().ok();
             out
         }
-        (TestKind::H2d, Some(g)) => probe::h2d(g, t.size, budget).map(bytes),
+        (TestKind::H2d, Some(g)) => probe::h2d_placed(g, t.size, budget, t.retest).map(|p| {
+            m.placement = Some(placement_text(&p));
+            bytes(p.probed)
+        }),
         (TestKind::Fma, Some(g)) => crate::bench::peak::probe::fma(g, budget),
         (TestKind::Bandwidth, Some(g)) => crate::bench::peak::probe::copy(g, t.size, budget),
         (TestKind::Hol, Some(_)) => unreachable!("run above"),
@@ -504,7 +511,7 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
     m
 }
 
-/// A memcpy's placement for its row: the one kept, and with a retest's several placements
+/// A copy's placement for its row: the one kept, and with a retest's several placements
 /// each with its rate.
 fn placement_text(p: &probe::Placed) -> String {
     if p.tried.len() <= 1 {
