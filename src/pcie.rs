@@ -225,23 +225,25 @@ pub fn judge_state(
     let narrower = matches!((s.width, top_width), (Some(w), Some(m)) if w < m);
     let slower = matches!((s.speed_gts, top_speed), (Some(v), Some(m)) if v + 1e-9 < m);
     if narrower || slower {
-        let limit = match (top_speed, top_width) != (s.max_speed_gts, s.max_width) {
-            true => format!(" (the link attains {} {})", x(top_width), gts(top_speed)),
-            false => String::new(),
+        let limit = if (top_speed, top_width) != (s.max_speed_gts, s.max_width) {
+            format!(" (the link attains {} {})", x(top_width), gts(top_speed))
+        } else {
+            String::new()
         };
         return Judged::Fail(format!("PCIe {state}{limit} under load"));
     }
     // Below its own maximum but at its partner's: the slot (or the card) limits the link.
     let own_narrower = matches!((s.width, s.max_width), (Some(w), Some(m)) if w < m);
     let own_slower = matches!((s.speed_gts, s.max_speed_gts), (Some(v), Some(m)) if v + 1e-9 < m);
-    let limited = match own_narrower || own_slower {
-        true => format!(
+    let limited = if own_narrower || own_slower {
+        format!(
             "; slot-limited: its other end ({}) attains {} {}",
             partner.map_or("?", |p| p.bus_id.as_str()),
             x(top_width),
             gts(top_speed)
-        ),
-        false => String::new(),
+        )
+    } else {
+        String::new()
     };
     let (cor, nonfatal, fatal) = aer_delta(before, after);
     if nonfatal.unwrap_or(0) + fatal.unwrap_or(0) > 0 {

@@ -40,9 +40,10 @@ pub fn short(v: f64) -> String {
     }
     let decimals = (3 - v.abs().log10().floor() as i32).max(0) as usize;
     let text = format!("{v:.decimals$}");
-    match text.contains('.') {
-        true => text.trim_end_matches('0').trim_end_matches('.').to_string(),
-        false => text,
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
     }
 }
 

@@ -53,9 +53,10 @@ pub fn run(
 ) -> Result<RunDir> {
     // Open the GPU (when a bench needs one) before creating the run folder: no adapter
     // leaves nothing behind.
-    let gpu = match benches.iter().any(|b| b.needs_gpu()) {
-        true => Some(Gpu::open(options.backend, options.adapter.as_deref())?),
-        false => None,
+    let gpu = if benches.iter().any(|b| b.needs_gpu()) {
+        Some(Gpu::open(options.backend, options.adapter.as_deref())?)
+    } else {
+        None
     };
     let mut meta = RunMeta::new(HostInfo::probe());
     if let Some(gpu) = &gpu {

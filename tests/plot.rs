@@ -529,9 +529,10 @@ fn links_are_coloured_by_their_healthy_level_and_the_slow_node_is_named_at_8_64_
         let o = morphbench(&["plot", run.to_str().unwrap()], home.path());
         assert!(o.status.success(), "{}", stderr(&o));
         let slow_name = format!("r{slow} host{slow:03}");
-        let svg = match ranks <= 64 {
-            true => run.join("plots/links_latency_tcp_8.svg"),
-            false => run.join("plots/links_nodes_tcp.svg"),
+        let svg = if ranks <= 64 {
+            run.join("plots/links_latency_tcp_8.svg")
+        } else {
+            run.join("plots/links_nodes_tcp.svg")
         };
         assert_names_apart(&svg);
         let names = names_in(&svg);

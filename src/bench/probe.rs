@@ -276,9 +276,10 @@ fn copy_between(src: &[u8], mut dst: Vec<u8>, budget: Budget) -> Result<(Probed,
         dst.copy_from_slice(src);
         let t = elapsed_us(t0);
         let whole = std::mem::take(&mut first);
-        let ok = match whole {
-            true => dst == src,
-            false => dst[0] == src[0] && dst[dst.len() / 2] == src[src.len() / 2],
+        let ok = if whole {
+            dst == src
+        } else {
+            dst[0] == src[0] && dst[dst.len() / 2] == src[src.len() / 2]
         };
         if !ok {
             return Err("the memcpy delivered wrong bytes".into());

@@ -174,9 +174,10 @@ pub fn compress(hosts: &[String]) -> String {
             while j + 1 < nums.len() && nums[j + 1] == nums[j] + 1 {
                 j += 1;
             }
-            ranges.push(match j > k {
-                true => format!("{:0w$}-{:0w$}", nums[k], nums[j]),
-                false => format!("{:0w$}", nums[k]),
+            ranges.push(if j > k {
+                format!("{:0w$}-{:0w$}", nums[k], nums[j])
+            } else {
+                format!("{:0w$}", nums[k])
             });
             k = j + 1;
         }

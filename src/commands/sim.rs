@@ -274,12 +274,13 @@ fn measured_tails(
 /// `sim --place`: the best order of ranks into stages per schedule, against the launcher's.
 fn place(costs: &LinkCosts, plan: &SimPlan, named: bool, quiet: bool) -> anyhow::Result<()> {
     let base = &plan.cases[0].scenario;
-    let schedules: Vec<crate::sim::Schedule> = match named {
-        true => plan.schedules.clone(),
-        false => ["adaptive", "1f1b"]
+    let schedules: Vec<crate::sim::Schedule> = if named {
+        plan.schedules.clone()
+    } else {
+        ["adaptive", "1f1b"]
             .iter()
             .map(|s| s.parse().expect("built-in schedules"))
-            .collect(),
+            .collect()
     };
     let (found, exhaustive) =
         crate::bench::sim::place::place(costs, base, plan.mem_limit, &schedules)?;

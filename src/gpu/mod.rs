@@ -232,13 +232,14 @@ pub fn pick_adapter(wanted: &str, names: &[String]) -> Result<usize, GpuError> {
     };
     let w = wanted.trim();
     if let Ok(i) = w.parse::<usize>() {
-        return match i < names.len() {
-            true => Ok(i),
-            false => Err(GpuError::AdapterIndex {
+        return if i < names.len() {
+            Ok(i)
+        } else {
+            Err(GpuError::AdapterIndex {
                 index: i,
                 count: names.len(),
                 available: available(),
-            }),
+            })
         };
     }
     let lower = w.to_lowercase();

@@ -46,9 +46,10 @@ pub fn is_loaded(busy: bool, other_cores: f64, steal: f64) -> bool {
 /// (steal comes in bursts). Slower still is slow, busy or not: a GPU at a third of its peers'
 /// speed is not 10% steal.
 pub fn explained_by_load(others: f64, steal: f64) -> f64 {
-    let cpu = match others >= BUSY_OTHER_CORES {
-        true => (2.0 * (1.0 + others)).max(4.0),
-        false => 1.0,
+    let cpu = if others >= BUSY_OTHER_CORES {
+        (2.0 * (1.0 + others)).max(4.0)
+    } else {
+        1.0
     };
     cpu.max(2.0 / (1.0 - steal.clamp(0.0, 0.9)))
 }
@@ -67,9 +68,10 @@ pub const CPU_DRIVER_SLOW: f64 = 2.0;
 /// The slowdown that counts as slow for a figure: [`CPU_DRIVER_SLOW`] for a CPU driver's
 /// kernel or copy figure (`cpu_kernel`), else [`SLOW`].
 pub fn slow_at(cpu_kernel: bool) -> f64 {
-    match cpu_kernel {
-        true => CPU_DRIVER_SLOW,
-        false => SLOW,
+    if cpu_kernel {
+        CPU_DRIVER_SLOW
+    } else {
+        SLOW
     }
 }
 

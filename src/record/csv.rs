@@ -374,9 +374,10 @@ pub fn read_table<T: CsvTable>(path: &Path) -> Result<Vec<Line<T>>, DataError> {
         let line = Line {
             lead,
             params: record.deserialize(Some(&headers)).map_err(cell)?,
-            stats: match T::WITH_STATS {
-                true => Some(record.deserialize(Some(&headers)).map_err(cell)?),
-                false => None,
+            stats: if T::WITH_STATS {
+                Some(record.deserialize(Some(&headers)).map_err(cell)?)
+            } else {
+                None
             },
             figures: record.deserialize(Some(&headers)).map_err(cell)?,
         };

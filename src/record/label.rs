@@ -152,12 +152,13 @@ fn ranks_of(dir: &Path, roster: &serde_json::Value) -> Option<String> {
             .or_default() += 1;
     }
     // A run that opened no adapter (links) names none.
-    let counted: Vec<String> = match adapters.keys().all(|a| a == "adapter unknown") {
-        true => Vec::new(),
-        false => adapters
+    let counted: Vec<String> = if adapters.keys().all(|a| a == "adapter unknown") {
+        Vec::new()
+    } else {
+        adapters
             .iter()
             .map(|(a, n)| format!(", {n}x {a}"))
-            .collect(),
+            .collect()
     };
     Some(format!(
         "{} ranks on {} host{}{}",

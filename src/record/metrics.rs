@@ -94,9 +94,10 @@ pub fn slug(text: &str) -> String {
         }
     }
     let out = out.trim_matches('_').to_string();
-    match out.is_empty() {
-        true => "x".into(),
-        false => out,
+    if out.is_empty() {
+        "x".into()
+    } else {
+        out
     }
 }
 

@@ -167,14 +167,15 @@ fn check_at(
                 (_, Some(libc::ENOTDIR)) => "not a folder".to_string(),
                 _ => e.to_string(),
             };
-            match at == path {
-                true => bail!("{} {}: {why}", purpose.name, path.display()),
-                false => bail!(
+            if at == path {
+                bail!("{} {}: {why}", purpose.name, path.display())
+            } else {
+                bail!(
                     "{} {}: {}: {why}",
                     purpose.name,
                     path.display(),
                     at.display()
-                ),
+                )
             }
         }
     };
@@ -408,11 +409,12 @@ pub fn open_lock_as(path: &Path, euid: u32) -> Result<File> {
         Ok(f) => f,
         Err(e) => {
             let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
-            return Err(named(match link {
-                true => "a symbolic link, refused (a lock is never opened through a link); \
-                         remove it"
-                    .into(),
-                false => format!("cannot open it: {e}"),
+            return Err(named(if link {
+                "a symbolic link, refused (a lock is never opened through a link); \
+                 remove it"
+                    .into()
+            } else {
+                format!("cannot open it: {e}")
             }));
         }
     };

@@ -491,9 +491,10 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
         // A group's ops end together: a forward with a backward takes the scenario's
         // overlapped time, a whole backward (B with its W) the two's.
         let overlapped = group.iter().any(|o| o.kind == OpKind::F) && group.len() > 1;
-        let compute = match overlapped {
-            true => sc.tfb[s] / layout.chunks() as f64,
-            false => group.iter().map(|&o| sc.compute(o, split, layout)).sum(),
+        let compute = if overlapped {
+            sc.tfb[s] / layout.chunks() as f64
+        } else {
+            group.iter().map(|&o| sc.compute(o, split, layout)).sum()
         };
         let end = start + compute;
         let mut queue_end = end;

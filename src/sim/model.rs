@@ -505,9 +505,10 @@ impl Scenario {
         match self.out_link(op, layout) {
             None => (0.0, 0.0),
             Some(l) => {
-                let stall = match self.stall_ms.is_empty() {
-                    true => 0.0,
-                    false => self.stall_ms[self.transfer_index(op, layout)],
+                let stall = if self.stall_ms.is_empty() {
+                    0.0
+                } else {
+                    self.stall_ms[self.transfer_index(op, layout)]
                 };
                 let c = self.link(l) + stall;
                 match self.comm {

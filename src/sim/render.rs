@@ -43,9 +43,10 @@ pub fn ascii_timeline(run: &Run, stages: usize, width: usize) -> String {
     for (s, row) in rows.iter().enumerate() {
         let peak = run.peak_in_flight.get(s).copied().unwrap_or(0);
         let bytes = run.peak_activation_bytes.get(s).copied().unwrap_or(0.0);
-        let memory = match bytes > 0.0 {
-            true => format!(" {peak} act, {:.2} GiB", bytes / (1u64 << 30) as f64),
-            false => format!(" {peak} act"),
+        let memory = if bytes > 0.0 {
+            format!(" {peak} act, {:.2} GiB", bytes / (1u64 << 30) as f64)
+        } else {
+            format!(" {peak} act")
         };
         out.push_str(&format!(
             "stage {s:>2} |{}|{memory}\n",

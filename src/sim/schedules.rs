@@ -225,15 +225,14 @@ fn hand_policy(schedule: &Schedule, sc: &Scenario) -> Result<Policy, SimError> {
                 max_mem: 2.0 * p as f64,
             };
             let orders = super::zbv::zb_v(p, n, costs).map_err(|e| {
-                refused(match n < p {
-                    // Measured: the authors' planner places p = 4 from m = 4 and p = 8 from
-                    // m = 8, and stops below (its warm-up wants a forward per rank).
-                    true => format!(
+                refused(if n < p {
+                    format!(
                         "Zero Bubble's V planner needs at least as many microbatches as ranks \
-                         ({n} < {p}): give --microbatches {p} or more, or simulate PyTorch's \
-                         ScheduleZBVZeroBubble order from its CSV with --schedule-file"
-                    ),
-                    false => format!("the V planner stopped: {e}"),
+                     ({n} < {p}): give --microbatches {p} or more, or simulate PyTorch's \
+                     ScheduleZBVZeroBubble order from its CSV with --schedule-file"
+                    )
+                } else {
+                    format!("the V planner stopped: {e}")
                 })
             })?;
             (orders, true)

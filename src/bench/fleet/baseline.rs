@@ -219,9 +219,10 @@ impl Baseline {
 fn expect(test: String, figure: String, unit: String, v: &[f64]) -> Expected {
     let m = median(v);
     let spread = 4.0 * 1.4826 * mad(v, m, median) / m.max(1e-12);
-    let tolerance = match v.len() < FEW_NODES {
-        true => FEW_NODES_TOLERANCE,
-        false => spread.clamp(MIN_TOLERANCE, MAX_TOLERANCE),
+    let tolerance = if v.len() < FEW_NODES {
+        FEW_NODES_TOLERANCE
+    } else {
+        spread.clamp(MIN_TOLERANCE, MAX_TOLERANCE)
     };
     Expected {
         test,

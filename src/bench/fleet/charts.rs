@@ -108,9 +108,10 @@ fn overview(run: &Loaded, mut nodes: Vec<Node>, columns: &[(String, String, Stri
     });
     let keys: Vec<(String, String)> = columns.iter().map(|c| (c.0.clone(), c.1.clone())).collect();
     let total = nodes.len();
-    let rest = match total > OVERVIEW_NODES {
-        true => nodes.split_off(OVERVIEW_WORST),
-        false => Vec::new(),
+    let rest = if total > OVERVIEW_NODES {
+        nodes.split_off(OVERVIEW_WORST)
+    } else {
+        Vec::new()
     };
     let mut cells = Vec::new();
     for (row, node) in nodes.iter().enumerate() {
@@ -119,9 +120,10 @@ fn overview(run: &Loaded, mut nodes: Vec<Node>, columns: &[(String, String, Stri
                 continue;
             };
             let ratio = node.ratio(key).unwrap_or(f64::NAN);
-            let text = match ratio.is_finite() {
-                true => format!("{ratio:.2}x"),
-                false => "—".to_string(),
+            let text = if ratio.is_finite() {
+                format!("{ratio:.2}x")
+            } else {
+                "—".to_string()
             };
             cells.push(Cell {
                 row,
@@ -171,9 +173,10 @@ fn overview(run: &Loaded, mut nodes: Vec<Node>, columns: &[(String, String, Stri
             (format!("{} {}", k.0, k.1), worst)
         })
         .collect();
-    let shown = match rest.is_empty() {
-        true => format!("{total} nodes"),
-        false => format!("the worst {OVERVIEW_WORST} of {total} nodes"),
+    let shown = if rest.is_empty() {
+        format!("{total} nodes")
+    } else {
+        format!("the worst {OVERVIEW_WORST} of {total} nodes")
     };
     named(
         "fleet_overview",
@@ -223,9 +226,10 @@ fn figure_strip(
     }
     let mut strip = Strip {
         title: format!("{test} {figure} on every node — {}", run.label.short()),
-        x_label: match sorted {
-            true => format!("{} nodes, slowest first", have.len()),
-            false => "node".into(),
+        x_label: if sorted {
+            format!("{} nodes, slowest first", have.len())
+        } else {
+            "node".into()
         },
         y_label: unit.clone(),
         categories: have.iter().map(|n| n.name.clone()).collect(),

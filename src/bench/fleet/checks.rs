@@ -245,9 +245,10 @@ impl Level {
                 .copied()
                 .filter(|t| t.kind.shares_host(cpu) == shared)
                 .collect();
-            match part.is_empty() {
-                true => Duration::ZERO,
-                false => batch_bound(&part, self.setup_margin()),
+            if part.is_empty() {
+                Duration::ZERO
+            } else {
+                batch_bound(&part, self.setup_margin())
             }
         };
         let pass = batch(false) + batch(true) * per_machine;
@@ -298,19 +299,20 @@ pub fn check_only(level: Level, only: &[String]) -> Result<(), String> {
         if at_level {
             continue;
         }
-        return Err(match TEST_NAMES.contains(&name.as_str()) {
-            true => format!(
+        return Err(if TEST_NAMES.contains(&name.as_str()) {
+            format!(
                 "--only {name}: {name} is not a test of --level {level}; it runs at {}",
                 match name.as_str() {
                     "pipeline" => "extended",
                     "hol" | "links" => "standard and extended",
                     _ => "every level",
                 }
-            ),
-            false => format!(
+            )
+        } else {
+            format!(
                 "--only {name}: no such test; give some of {}",
                 TEST_NAMES.join(",")
-            ),
+            )
         });
     }
     Ok(())

@@ -441,9 +441,10 @@ fn stalled_iterations(
 
 /// A modelled time that is a number (the model gave NaN or infinity: an error, never a row).
 fn finite(ms: f64) -> Result<f64, String> {
-    match ms.is_finite() && ms > 0.0 {
-        true => Ok(ms),
-        false => Err(format!("the model gave an iteration of {ms} ms")),
+    if ms.is_finite() && ms > 0.0 {
+        Ok(ms)
+    } else {
+        Err(format!("the model gave an iteration of {ms} ms"))
     }
 }
 

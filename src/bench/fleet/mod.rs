@@ -260,9 +260,12 @@ impl Fleet {
         step: &Step,
         retest: bool,
     ) {
-        let keep = |o: &mut RankOutcome, b: Batch| match retest {
-            true => o.retests.push(b),
-            false => o.batches.push(b),
+        let keep = |o: &mut RankOutcome, b: Batch| {
+            if retest {
+                o.retests.push(b)
+            } else {
+                o.batches.push(b)
+            }
         };
         let tests: BTreeMap<u32, Vec<TestSpec>> = step
             .iter()

@@ -84,9 +84,10 @@ impl RankOutcome {
             "busy: other processes used {:.1} of {} cores{}",
             self.others_cores().unwrap_or(0.0),
             self.cores(),
-            match steal >= 100.0 * crate::noise::BUSY_STEAL {
-                true => format!(", the hypervisor stole {steal:.1}%"),
-                false => String::new(),
+            if steal >= 100.0 * crate::noise::BUSY_STEAL {
+                format!(", the hypervisor stole {steal:.1}%")
+            } else {
+                String::new()
             }
         )
     }

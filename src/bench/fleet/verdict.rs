@@ -202,9 +202,10 @@ fn placement_modes(test: &str, members: &Members) -> Option<Modes> {
     for &(i, m, _) in members.iter() {
         let Some(t) = m.p50_us else { continue };
         // The nearer mode, in ratio.
-        let (b, r) = match (t / fast_base).ln().abs() <= (t / slow_base).ln().abs() {
-            true => (fast_base, rate(fast)),
-            false => (slow_base, rate(slow)),
+        let (b, r) = if (t / fast_base).ln().abs() <= (t / slow_base).ln().abs() {
+            (fast_base, rate(fast))
+        } else {
+            (slow_base, rate(slow))
         };
         let slowdown = if b > 0.0 { t / b } else { 1.0 };
         standing.insert(i, (slowdown, slowdown >= flag::SLOW_THRESHOLD, r));
@@ -234,9 +235,10 @@ fn fleet_level(members: &Members) -> BTreeMap<usize, Standing> {
         .filter_map(|&(i, m, busy)| Some((i, m.p50_us?, m.p99_us?, m.value?, busy)))
         .collect();
     let healthy: Vec<&(usize, f64, f64, f64, bool)> = timed.iter().filter(|t| !t.4).collect();
-    let pool: Vec<&(usize, f64, f64, f64, bool)> = match healthy.len() >= flag::MIN_GROUP {
-        true => healthy,
-        false => timed.iter().collect(),
+    let pool: Vec<&(usize, f64, f64, f64, bool)> = if healthy.len() >= flag::MIN_GROUP {
+        healthy
+    } else {
+        timed.iter().collect()
     };
     let mut out = BTreeMap::new();
     if pool.len() < flag::MIN_GROUP {
@@ -275,9 +277,10 @@ fn judge_one(o: &RankOutcome, m: &Measured, standing: Option<Standing>, f: &mut 
     };
     let Some((slowdown, flagged, healthy)) = standing else {
         f.verdict = WARN;
-        let busy = match o.busy() {
-            true => format!("{}; ", o.busy_reason()),
-            false => String::new(),
+        let busy = if o.busy() {
+            format!("{}; ", o.busy_reason())
+        } else {
+            String::new()
         };
         f.reason = format!(
             "{busy}fewer than {} healthy nodes with this adapter: no fleet to judge by{cut}",

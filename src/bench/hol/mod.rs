@@ -129,9 +129,10 @@ pub fn run(
     let act = plan.activation_bytes();
     gpu.check_binding("hol activation", act)?;
     let stream = stream::build_stream(gpu, plan)?;
-    let standin = match plan.modes.contains(&Mode::Inline) {
-        true => Some(StandIn::calibrate(gpu, &stream.act_c)?),
-        false => None,
+    let standin = if plan.modes.contains(&Mode::Inline) {
+        Some(StandIn::calibrate(gpu, &stream.act_c)?)
+    } else {
+        None
     };
     let calibration = match &standin {
         Some(s) => {
@@ -393,9 +394,10 @@ pub fn probe(
     Ok(HolProbe {
         offload: offload.makespan()?,
         inline: inline.makespan()?,
-        stall_removed: match inline_stall > 0.0 {
-            true => 1.0 - offload.stall()?.mean / inline_stall,
-            false => 0.0,
+        stall_removed: if inline_stall > 0.0 {
+            1.0 - offload.stall()?.mean / inline_stall
+        } else {
+            0.0
         },
         ops: plan.ops,
         cut,

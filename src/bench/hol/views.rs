@@ -33,9 +33,10 @@ pub fn headlines(run: &Loaded, out: &mut Vec<Headline>) {
         .collect();
     for (i, r) in offload {
         let p = &r.params;
-        let shape = match shapes.len() > 1 {
-            true => format!(", every {} ops, {}", p.every, human_bytes(p.bytes)),
-            false => String::new(),
+        let shape = if shapes.len() > 1 {
+            format!(", every {} ops, {}", p.every, human_bytes(p.bytes))
+        } else {
+            String::new()
         };
         let what = format!(
             "HoL stall removed by offload, {} ms delay{shape}",

@@ -115,28 +115,25 @@ pub fn links_charts(run: &Loaded) -> Vec<Named> {
     let tails = tail_ratios(rows);
     let mut out = Vec::new();
     for t in transports {
-        match n <= LINKS_HEATMAP_RANKS {
-            true => {
-                out.extend(heatmaps(&ctx, t));
-                out.extend(tail_heatmap(&ctx, t, &tails));
-            }
-            false => {
-                let median = StripOf {
-                    ratios: &medians,
-                    flag: flagged,
-                    stem: "links_nodes",
-                    what: "typical time",
+        if n <= LINKS_HEATMAP_RANKS {
+            out.extend(heatmaps(&ctx, t));
+            out.extend(tail_heatmap(&ctx, t, &tails));
+        } else {
+            let median = StripOf {
+                ratios: &medians,
+                flag: flagged,
+                stem: "links_nodes",
+                what: "typical time",
+            };
+            out.extend(node_strip(&ctx, t, &median));
+            if tails.iter().any(Option::is_some) {
+                let tail = StripOf {
+                    ratios: &tails,
+                    flag: stalled,
+                    stem: "links_tails_nodes",
+                    what: "p99",
                 };
-                out.extend(node_strip(&ctx, t, &median));
-                if tails.iter().any(Option::is_some) {
-                    let tail = StripOf {
-                        ratios: &tails,
-                        flag: stalled,
-                        stem: "links_tails_nodes",
-                        what: "p99",
-                    };
-                    out.extend(node_strip(&ctx, t, &tail));
-                }
+                out.extend(node_strip(&ctx, t, &tail));
             }
         }
     }
@@ -155,9 +152,10 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// A blamed node is marked FAIL.
     fn node_mark(&self, rank: usize) -> Mark {
-        match self.blamed.contains(&(rank as u32)) {
-            true => Mark::Fail,
-            false => Mark::Plain,
+        if self.blamed.contains(&(rank as u32)) {
+            Mark::Fail
+        } else {
+            Mark::Plain
         }
     }
 
@@ -287,9 +285,10 @@ fn tail_heatmap(ctx: &Ctx, t: &str, tails: &[Option<f64>]) -> Option<Named> {
         .filter_map(|(l, r)| {
             let r = (*r)?;
             let share = l.figures.stalls? as f64 / l.stats().n.max(1) as f64;
-            let text = match share > 0.0 {
-                true => format!("{:.1}%", 100.0 * share),
-                false => format!("{r:.2}x"),
+            let text = if share > 0.0 {
+                format!("{:.1}%", 100.0 * share)
+            } else {
+                format!("{r:.2}x")
             };
             let mark = if stalled(l) { Mark::Fail } else { Mark::Plain };
             let (a, b) = (l.params.src_rank as usize, l.params.dst_rank as usize);

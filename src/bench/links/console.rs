@@ -132,9 +132,10 @@ fn print_grid(n: usize, cell: impl Fn(u32, u32) -> Option<(String, bool)>) {
 /// The nodes the links blame, one line each.
 pub(super) fn print_slow_nodes(world: &World, outcome: &super::outcome::LinksOutcome) {
     for b in &outcome.slow_nodes {
-        let median = match b.median_slowdown >= crate::noise::SLOW {
-            true => format!(", median slowdown {:.1}x", b.median_slowdown),
-            false => String::new(),
+        let median = if b.median_slowdown >= crate::noise::SLOW {
+            format!(", median slowdown {:.1}x", b.median_slowdown)
+        } else {
+            String::new()
         };
         let tail = outcome
             .node_tails

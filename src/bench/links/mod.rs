@@ -200,9 +200,10 @@ impl Ranked for Links {
         let plan = self.opts.plan.clone();
         crew.order_all(Order::Plan(plan.clone()))?;
         crew.hear_all(Instant::now() + Duration::from_secs(60))?;
-        let nodes = match self.opts.fingerprint {
-            true => fingerprint::fingerprint_all(crew, &self.opts, dir)?,
-            false => Vec::new(),
+        let nodes = if self.opts.fingerprint {
+            fingerprint::fingerprint_all(crew, &self.opts, dir)?
+        } else {
+            Vec::new()
         };
         let (schedule, took) = self.plan_rounds(crew.world().size());
         if !self.opts.session.quiet {

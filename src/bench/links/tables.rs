@@ -278,9 +278,10 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
         }
         // Its tail and retransmissions, judged with it standing in for its row; a loaded
         // window's stalls must lie beyond what the load explains.
-        let scale = match crate::noise::is_loaded(t.figures.busy == Some(true), others, steal) {
-            true => crate::noise::explained_by_load(others, steal),
-            false => 1.0,
+        let scale = if crate::noise::is_loaded(t.figures.busy == Some(true), others, steal) {
+            crate::noise::explained_by_load(others, steal)
+        } else {
+            1.0
         };
         let (tail_v, retransmits) = {
             let mut tails: Vec<Option<&super::tail::Tail>> = group

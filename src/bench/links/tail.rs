@@ -76,13 +76,15 @@ impl Tail {
         Tail {
             trials: samples.len() as u32,
             missing,
-            p99_us: match sorted.is_empty() {
-                true => 0.0,
-                false => crate::stats::percentile_sorted(&sorted, 0.99),
+            p99_us: if sorted.is_empty() {
+                0.0
+            } else {
+                crate::stats::percentile_sorted(&sorted, 0.99)
             },
-            p50_us: match sorted.is_empty() {
-                true => 0.0,
-                false => crate::stats::percentile_sorted(&sorted, 0.5),
+            p50_us: if sorted.is_empty() {
+                0.0
+            } else {
+                crate::stats::percentile_sorted(&sorted, 0.5)
             },
             over_floor_us: over,
         }
@@ -129,9 +131,10 @@ pub fn healthy_rate(tails: &[&Tail], threshold: f64) -> f64 {
             }
         })
         .collect();
-    match rates.is_empty() {
-        true => HEALTHY_RATE_FLOOR,
-        false => lower_median(&rates).max(HEALTHY_RATE_FLOOR),
+    if rates.is_empty() {
+        HEALTHY_RATE_FLOOR
+    } else {
+        lower_median(&rates).max(HEALTHY_RATE_FLOOR)
     }
 }
 
@@ -252,9 +255,10 @@ pub fn retransmits_flagged(counts: &[Option<u64>], i: usize) -> bool {
 /// [`retransmits_flagged`] for every member (the group's level computed once).
 pub fn retransmits_judged(counts: &[Option<u64>]) -> Vec<bool> {
     let known: Vec<f64> = counts.iter().flatten().map(|&c| c as f64).collect();
-    let healthy = match known.is_empty() {
-        true => 0.0,
-        false => lower_median(&known),
+    let healthy = if known.is_empty() {
+        0.0
+    } else {
+        lower_median(&known)
     };
     counts
         .iter()

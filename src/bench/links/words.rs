@@ -54,15 +54,16 @@ pub fn tail_words(
         .iter()
         .filter(|l| l.params.direction == "pingpong" && l.figures.stalls.unwrap_or(0) > 0)
         .collect();
-    let (rows, unit): (Vec<&Line<LinksTable>>, &str) = match pings.is_empty() {
-        true => (
+    let (rows, unit): (Vec<&Line<LinksTable>>, &str) = if pings.is_empty() {
+        (
             bad.iter()
                 .copied()
                 .filter(|l| l.figures.stalls.unwrap_or(0) > 0)
                 .collect(),
             "stream batches",
-        ),
-        false => (pings.iter().map(|l| **l).collect(), "round trips"),
+        )
+    } else {
+        (pings.iter().map(|l| **l).collect(), "round trips")
     };
     if let Some(worst) = rows
         .iter()
@@ -86,9 +87,10 @@ pub fn tail_words(
             .map(|l| l.figures.stalls.unwrap_or(0) as u64)
             .sum();
         let trials: u64 = rows.iter().map(|l| l.stats().n as u64).sum();
-        let vs = match healthy.is_empty() {
-            true => String::new(),
-            false => format!(" vs {} healthy", ms(lower_median(&healthy))),
+        let vs = if healthy.is_empty() {
+            String::new()
+        } else {
+            format!(" vs {} healthy", ms(lower_median(&healthy)))
         };
         parts.push(format!(
             "{} of {} links stall: p99 {} (p99.9 {}){vs}, {:.1}% of {unit}",

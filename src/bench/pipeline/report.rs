@@ -80,9 +80,10 @@ pub(super) fn write_all(
             .position(|h| calm(h) && h.schedule == case.schedule && h.comm == case.comm)
             .map(|h| (&means[h], !planned[h].split));
         let slow = case.slow.filter(|_| !calm(case));
-        let (sc, basis) = match calm(case) {
-            true => predicting_scenario(pc, Some((&means[i], !pc.split)), None),
-            false => predicting_scenario(pc, healthy, slow),
+        let (sc, basis) = if calm(case) {
+            predicting_scenario(pc, Some((&means[i], !pc.split)), None)
+        } else {
+            predicting_scenario(pc, healthy, slow)
         };
         write_case(&mut out, (case, pc, m), (&sc, basis), plan, quiet)?;
     }
@@ -92,9 +93,10 @@ pub(super) fn write_all(
             "its stage was timed",
             "the case's figures there are the machine's, not the pipeline's",
         );
-        match quiet {
-            true => eprintln!("{line}"),
-            false => println!("{line}"),
+        if quiet {
+            eprintln!("{line}")
+        } else {
+            println!("{line}")
         }
         busy.push((format!("pipeline r{r}"), line));
     }

@@ -213,9 +213,12 @@ pub fn run(
         .map(|((s, mut t), healthy_ms)| {
             t.sort_by(f64::total_cmp);
             let mean_ms = t.iter().sum::<f64>() / t.len().max(1) as f64;
-            let q = |p| match t.is_empty() {
-                true => healthy_ms,
-                false => percentile_sorted(&t, p),
+            let q = |p| {
+                if t.is_empty() {
+                    healthy_ms
+                } else {
+                    percentile_sorted(&t, p)
+                }
             };
             TailRow {
                 schedule: s.to_string(),

@@ -114,9 +114,10 @@ impl Job {
             if v.is_empty() {
                 continue;
             }
-            let value = match t.is_comm() {
-                true => median(&mut v),
-                false => v.iter().sum::<f64>() / v.len() as f64,
+            let value = if t.is_comm() {
+                median(&mut v)
+            } else {
+                v.iter().sum::<f64>() / v.len() as f64
             };
             typical.insert(t, value);
         }

@@ -29,9 +29,10 @@ pub fn read(path: &Path, max_mb: u64, case: Option<&str>) -> Result<Vec<Record>>
         let mut f = std::fs::File::open(path)?;
         f.read(&mut magic)? == 4 && &magic == b"PAR1"
     };
-    let records = match is_parquet {
-        true => super::parquet::read(path),
-        false => read_csv(path, case),
+    let records = if is_parquet {
+        super::parquet::read(path)
+    } else {
+        read_csv(path, case)
     }
     .with_context(|| format!("--trace {}", path.display()))?;
     if records.is_empty() {

@@ -229,9 +229,12 @@ fn pipeline(g: &Group0, b: &mut Builder, s: u32, vpp: u32) -> Result<()> {
             let is_send = t == send;
             // A send that ends before the first compute or a receive that starts after the
             // last one serves none (the profiler records them at the step's edges).
-            let serves = |r: &Record| match is_send {
-                true => r.start + r.duration >= first_end - EPS,
-                false => r.start <= last_start + EPS,
+            let serves = |r: &Record| {
+                if is_send {
+                    r.start + r.duration >= first_end - EPS
+                } else {
+                    r.start <= last_start + EPS
+                }
             };
             let rows: Vec<(OpKey, &Record)> = comm
                 .iter()

@@ -26,13 +26,14 @@ pub(super) fn tests(
 ) -> Result<Vec<Measured>, PairError> {
     let e = |e: crate::transport::rdma::RdmaError| {
         let text = e.to_string();
-        match text.contains("retry counter exceeded") || text.contains("RETRY_EXC") {
-            true => format!(
+        if text.contains("retry counter exceeded") || text.contains("RETRY_EXC") {
+            format!(
                 "RDMA link r{me}-r{peer}: the queue pair exceeded its retry count (7 tries of \
-                 67 ms): the path is dropping packets; see the port's hw_counters and `links` \
-                 tails ({text})"
-            ),
-            false => format!("RDMA: {text}"),
+             67 ms): the path is dropping packets; see the port's hw_counters and `links` \
+             tails ({text})"
+            )
+        } else {
+            format!("RDMA: {text}")
         }
     };
     let stream = s.try_clone().map_err(|e| e.to_string())?;
@@ -114,9 +115,12 @@ pub(super) fn tests(
         let moved = before
             .zip(counters())
             .map(|(b, a)| crate::transport::rdma::counters::delta(&b, &a).0);
-        let mine = |m: &Measured| match driver {
-            true => m.direction == "pingpong",
-            false => m.src == me,
+        let mine = |m: &Measured| {
+            if driver {
+                m.direction == "pingpong"
+            } else {
+                m.src == me
+            }
         };
         if let Some(m) = out.iter_mut().rev().find(|m| m.bytes == bytes && mine(m)) {
             m.retransmits = moved;

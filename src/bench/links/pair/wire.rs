@@ -152,8 +152,9 @@ pub(super) fn chunk(n: usize, clock: &TestClock, plan: &PairPlan, cap: u32) -> u
 /// The samples a test that its stall cap stopped still owed the plan: what its budget left
 /// would have taken at its healthy pace (none when the budget, not the cap, ended it).
 pub(super) fn missing(n: usize, clock: &TestClock, plan: &PairPlan) -> u32 {
-    match n < plan.iters as usize && clock.capped() && !clock.spent() {
-        true => clock.fit(clock.left_us()).min(plan.iters as u64 - n as u64) as u32,
-        false => 0,
+    if n < plan.iters as usize && clock.capped() && !clock.spent() {
+        clock.fit(clock.left_us()).min(plan.iters as u64 - n as u64) as u32
+    } else {
+        0
     }
 }

@@ -199,12 +199,13 @@ fn case_of(
     if tf.iter().chain(&tb).any(|&t| t <= 0.0) {
         return Err("its healthy case has a stage without F or B ops".into());
     }
-    let (healthy_ms, slow_ms) = match calm(&p.slow, stages) {
-        true => (Some(line.figures.iteration_ms), None),
-        false => (
+    let (healthy_ms, slow_ms) = if calm(&p.slow, stages) {
+        (Some(line.figures.iteration_ms), None)
+    } else {
+        (
             calm_case.map(|c| c.figures.iteration_ms),
             Some(line.figures.iteration_ms),
-        ),
+        )
     };
     let case = Case {
         system,

@@ -38,9 +38,12 @@ pub(super) fn tx(v: f64, log: bool) -> f64 {
 pub(super) fn fmt_tick(v: f64, log: bool) -> String {
     let x = if log { 10f64.powf(v) } else { v };
     let a = x.abs();
-    let trimmed = |s: String| match s.contains('.') {
-        true => s.trim_end_matches('0').trim_end_matches('.').to_string(),
-        false => s,
+    let trimmed = |s: String| {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
     };
     if a == 0.0 {
         "0".into()
@@ -115,9 +118,10 @@ impl plotters::coord::ranged1d::Ranged for Ticked {
         self.inner.map(v, limit)
     }
     fn key_points<Hint: plotters::coord::ranged1d::KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
-        match hint.weight().allow_light_points() {
-            true => Vec::new(),
-            false => self.ticks.clone(),
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.ticks.clone()
         }
     }
     fn range(&self) -> std::ops::Range<f64> {

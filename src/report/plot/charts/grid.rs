@@ -93,9 +93,12 @@ where
         ]
     };
     // A cell with nothing to compare with (no expected level) is grey.
-    let fill = |r: f64| match r.is_finite() {
-        true => ratio_color(r),
-        false => RGBColor(215, 215, 215),
+    let fill = |r: f64| {
+        if r.is_finite() {
+            ratio_color(r)
+        } else {
+            RGBColor(215, 215, 215)
+        }
     };
     let gap = if cell_w.min(cell_h) > 8.0 { 0.03 } else { 0.0 };
     chart.draw_series(

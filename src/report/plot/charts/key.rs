@@ -184,9 +184,12 @@ where
         let chars = (room as f64 / per_char) as usize;
         lines = lines
             .iter()
-            .flat_map(|l| match fits(size, std::slice::from_ref(l)) {
-                true => vec![l.clone()],
-                false => wrap(l, chars.max(10)),
+            .flat_map(|l| {
+                if fits(size, std::slice::from_ref(l)) {
+                    vec![l.clone()]
+                } else {
+                    wrap(l, chars.max(10))
+                }
             })
             .collect();
         (size, lines)

@@ -72,16 +72,16 @@ where
     draw_points(&mut chart, c, &cats)?;
     let green = RGBColor(44, 160, 44);
     draw_category_names(root, &chart, c, &cats, y0)?;
-    let mut entries: Vec<(Swatch, String)> = match c.marks.is_empty() {
-        true => [Mark::Plain, Mark::Warn, Mark::Fail]
+    let mut entries: Vec<(Swatch, String)> = if c.marks.is_empty() {
+        [Mark::Plain, Mark::Warn, Mark::Fail]
             .into_iter()
             .map(|m| (Swatch::Point(mark_color(m)), mark_word(m).to_string()))
-            .collect(),
-        false => c
-            .marks
+            .collect()
+    } else {
+        c.marks
             .iter()
             .map(|(m, words)| (Swatch::Point(mark_color(*m)), words.clone()))
-            .collect(),
+            .collect()
     };
     if !c.expected.is_empty() {
         entries.push((Swatch::Line(green), c.expected_label.clone()));
