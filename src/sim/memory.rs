@@ -89,7 +89,7 @@ impl ModelShape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::{evaluate, CommModel, Scenario, Schedule};
+    use crate::sim::{evaluate, Scenario, Schedule};
 
     fn shape() -> ModelShape {
         ModelShape {
@@ -103,19 +103,12 @@ mod tests {
 
     /// Peak activation bytes per rank of `schedule` on p ranks and m microbatches.
     fn peaks(schedule: &str, p: usize, m: usize) -> Vec<f64> {
-        let sc = Scenario::new(
-            p,
-            m,
-            &[2.0],
-            &[2.0],
-            &[1.0],
-            0.1,
-            &[],
-            CommModel::Latency,
-            0.0,
-        )
-        .unwrap()
-        .with_activation(shape().activation());
+        let sc = Scenario::builder(p, m)
+            .times(&[2.0], &[2.0], &[1.0])
+            .link_ms(0.1)
+            .build()
+            .unwrap()
+            .with_activation(shape().activation());
         let schedule: Schedule = schedule.parse().unwrap();
         evaluate(&schedule, &sc, usize::MAX)
             .unwrap()

@@ -290,21 +290,61 @@ fn non_negative(field: &'static str, x: f64) -> Result<f64, ScenarioError> {
     Ok(x)
 }
 
-impl Scenario {
-    /// Builds and checks a scenario; `tf`/`tb`/`tw` take one value or one per stage, and
-    /// `slow` lists (link, extra delay) pairs.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        stages: usize,
-        microbatches: usize,
-        tf: &[f64],
-        tb: &[f64],
-        tw: &[f64],
-        link_ms: f64,
-        slow: &[(usize, f64)],
-        comm: CommModel,
-        d2h_ms: f64,
-    ) -> Result<Scenario, ScenarioError> {
+/// A scenario being described: its shape, then what differs from the defaults (every op
+/// 1 ms, links without latency or delay, transfers on the compute stream, no device-to-host
+/// copy); [`ScenarioBuilder::build`] checks it.
+#[derive(Debug, Clone, Copy)]
+pub struct ScenarioBuilder<'a> {
+    stages: usize,
+    microbatches: usize,
+    tf: &'a [f64],
+    tb: &'a [f64],
+    tw: &'a [f64],
+    link_ms: f64,
+    slow: &'a [(usize, f64)],
+    comm: CommModel,
+    d2h_ms: f64,
+}
+
+impl<'a> ScenarioBuilder<'a> {
+    /// F, B and W times (ms): one value each, or one per stage.
+    pub fn times(self, tf: &'a [f64], tb: &'a [f64], tw: &'a [f64]) -> Self {
+        ScenarioBuilder { tf, tb, tw, ..self }
+    }
+
+    /// Every link's base latency (ms).
+    pub fn link_ms(self, link_ms: f64) -> Self {
+        ScenarioBuilder { link_ms, ..self }
+    }
+
+    /// Extra delay (ms) on some links: (link, delay) pairs.
+    pub fn slow(self, slow: &'a [(usize, f64)]) -> Self {
+        ScenarioBuilder { slow, ..self }
+    }
+
+    /// How transfers meet the compute stream, and the device-to-host copy's queue time (ms)
+    /// under [`CommModel::Offload`].
+    pub fn comm(self, comm: CommModel, d2h_ms: f64) -> Self {
+        ScenarioBuilder {
+            comm,
+            d2h_ms,
+            ..self
+        }
+    }
+
+    /// The checked scenario.
+    pub fn build(self) -> Result<Scenario, ScenarioError> {
+        let ScenarioBuilder {
+            stages,
+            microbatches,
+            tf,
+            tb,
+            tw,
+            link_ms,
+            slow,
+            comm,
+            d2h_ms,
+        } = self;
         if stages < 1 {
             return Err(ScenarioError::TooFew("stages"));
         }
@@ -377,6 +417,23 @@ impl Scenario {
             activation: None,
             activation_limit: None,
         })
+    }
+}
+
+impl Scenario {
+    /// A scenario of `stages` and `microbatches`, described from the defaults on.
+    pub fn builder<'a>(stages: usize, microbatches: usize) -> ScenarioBuilder<'a> {
+        ScenarioBuilder {
+            stages,
+            microbatches,
+            tf: &[1.0],
+            tb: &[1.0],
+            tw: &[1.0],
+            link_ms: 0.0,
+            slow: &[],
+            comm: CommModel::Latency,
+            d2h_ms: 0.0,
+        }
     }
 
     /// The same scenario with each link held `occupancy` ms by every transfer over it
@@ -533,7 +590,10 @@ mod tests {
     #[test]
     fn rejects_bad_input_naming_the_field() {
         let ok = |s, n, tf: &[f64], slow: &[(usize, f64)]| {
-            Scenario::new(s, n, tf, &[1.0], &[1.0], 0.0, slow, CommModel::Latency, 0.0)
+            Scenario::builder(s, n)
+                .times(tf, &[1.0], &[1.0])
+                .slow(slow)
+                .build()
         };
         assert_eq!(ok(0, 4, &[1.0], &[]), Err(ScenarioError::TooFew("stages")));
         assert_eq!(

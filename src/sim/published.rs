@@ -3,7 +3,7 @@
 //! `megatron/core/pipeline_parallel/efficiency.py` at commit f68d3879 lists them, times in
 //! µs there, ms here), each within 0.0005.
 
-use super::model::{CommModel, Scenario};
+use super::model::Scenario;
 use super::schedules::{bubble_rate, evaluate, Schedule};
 
 /// One row: p, m, F, B, W, communication (ms), layers, then the published bubble rates of
@@ -38,18 +38,11 @@ const ICLR: [Row; 12] = [
 ];
 
 fn scenario(r: &Row) -> Scenario {
-    Scenario::new(
-        r.p,
-        r.m,
-        &[r.f],
-        &[r.b],
-        &[r.w],
-        r.c,
-        &[],
-        CommModel::Latency,
-        0.0,
-    )
-    .unwrap()
+    Scenario::builder(r.p, r.m)
+        .times(&[r.f], &[r.b], &[r.w])
+        .link_ms(r.c)
+        .build()
+        .unwrap()
 }
 
 fn rate(schedule: &str, sc: &Scenario) -> f64 {
@@ -128,7 +121,10 @@ fn hand_schedules_obey_the_closed_forms_without_communication() {
     // The authors' asserts: without communication, ZB-H1 adds (p - 1)(F + B - W) to m(F + B
     // + W), ZB-H2 (p - 1)(F + B - 2W) (from the first forward), 1F1B (p - 1)(F + B + W).
     let (p, m, f, b, w) = (6, 20, 3.0, 2.5, 1.25);
-    let sc = Scenario::new(p, m, &[f], &[b], &[w], 0.0, &[], CommModel::Latency, 0.0).unwrap();
+    let sc = Scenario::builder(p, m)
+        .times(&[f], &[b], &[w])
+        .build()
+        .unwrap();
     let ideal = m as f64 * (f + b + w);
     let t = |rate: f64| ideal / (1.0 - rate);
     let pm = (p - 1) as f64;
@@ -174,19 +170,12 @@ fn the_arxiv_rows_and_zb_v_match_the_authors_script() {
             micro_batch: 1,
             layers_per_stage: 1.0,
         };
-        let sc = Scenario::new(
-            p,
-            m,
-            &[2.0 * f],
-            &[2.0 * b],
-            &[2.0 * w],
-            c,
-            &[],
-            CommModel::Latency,
-            0.0,
-        )
-        .unwrap()
-        .with_activation(shape.activation());
+        let sc = Scenario::builder(p, m)
+            .times(&[2.0 * f], &[2.0 * b], &[2.0 * w])
+            .link_ms(c)
+            .build()
+            .unwrap()
+            .with_activation(shape.activation());
         for (name, want) in ["1f1b", "zb-h1", "zb-h2", "zb-v"].into_iter().zip(want) {
             check(
                 &format!("arXiv row {i} {name}"),
@@ -214,20 +203,12 @@ fn dualpipev_matches_the_dualpipe_readme() {
         (2.0, 2.0, 1.0, 4.0),
     ] {
         for (p, n) in [(4usize, 8usize), (4, 10), (3, 9), (6, 12)] {
-            let sc = Scenario::new(
-                p,
-                n,
-                &[2.0 * f],
-                &[2.0 * i],
-                &[2.0 * w],
-                0.0,
-                &[],
-                CommModel::Latency,
-                0.0,
-            )
-            .unwrap()
-            .with_tfb(&[2.0 * fb])
-            .unwrap();
+            let sc = Scenario::builder(p, n)
+                .times(&[2.0 * f], &[2.0 * i], &[2.0 * w])
+                .build()
+                .unwrap()
+                .with_tfb(&[2.0 * fb])
+                .unwrap();
             let schedule: Schedule = "dualpipev".parse().unwrap();
             let (_, run) = evaluate(&schedule, &sc, usize::MAX).unwrap();
             let b = i + w;
@@ -248,18 +229,7 @@ fn dualpipev_matches_the_dualpipe_readme() {
             );
         }
     }
-    let sc = Scenario::new(
-        4,
-        7,
-        &[1.0],
-        &[1.0],
-        &[1.0],
-        0.0,
-        &[],
-        CommModel::Latency,
-        0.0,
-    )
-    .unwrap();
+    let sc = Scenario::builder(4, 7).build().unwrap();
     let e = evaluate(&"dualpipev".parse().unwrap(), &sc, usize::MAX)
         .unwrap_err()
         .to_string();

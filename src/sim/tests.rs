@@ -8,7 +8,12 @@ use super::model::{CommModel, Layout, OpKind, Scenario};
 use super::schedules::{default_mem_limit, evaluate, policy_of, static_policy, Schedule};
 
 fn uniform(s: usize, n: usize, t: f64, slow: &[(usize, f64)], comm: CommModel) -> Scenario {
-    Scenario::new(s, n, &[t], &[t], &[t], 0.0, slow, comm, 0.0).unwrap()
+    Scenario::builder(s, n)
+        .times(&[t], &[t], &[t])
+        .slow(slow)
+        .comm(comm, 0.0)
+        .build()
+        .unwrap()
 }
 
 fn run(schedule: &str, sc: &Scenario) -> Run {
@@ -200,7 +205,7 @@ proptest! {
         comm in prop::sample::select(vec![CommModel::Latency, CommModel::Queue, CommModel::Offload]),
     ) {
         let slow: Vec<(usize, f64)> = slow.into_iter().filter(|(l, _)| l + 1 < s).collect();
-        let sc = Scenario::new(s, n, &tf, &[tb], &[tw], link, &slow, comm, 0.3).unwrap();
+        let sc = Scenario::builder(s, n).times(&tf, &[tb], &[tw]).link_ms(link).slow(&slow).comm(comm, 0.3).build().unwrap();
         let mem = default_mem_limit(&sc);
         for name in ["gpipe", "1f1b", "zb-h1", "zb-h2", "zb-fill", "greedy", "static:1f1b", "static:zb-fill", "static:gpipe", "adaptive"] {
             let schedule: Schedule = name.parse().unwrap();
@@ -210,7 +215,7 @@ proptest! {
         }
         // Interleaving needs whole groups of ranks: n rounded down to a multiple of s.
         if n >= s {
-            let sc = Scenario::new(s, n / s * s, &tf, &[tb], &[tw], link, &slow, comm, 0.3).unwrap();
+            let sc = Scenario::builder(s, n / s * s).times(&tf, &[tb], &[tw]).link_ms(link).slow(&slow).comm(comm, 0.3).build().unwrap();
             for name in ["interleaved:2", "interleaved:3", "zb-v"] {
                 let schedule: Schedule = name.parse().unwrap();
                 let (_, r) = evaluate(&schedule, &sc, mem).unwrap();
@@ -232,7 +237,7 @@ proptest! {
         if s > 1 {
             let mut slower = slow.clone();
             slower.push((0, 7.5));
-            let sc2 = Scenario::new(s, n, &tf, &[tb], &[tw], link, &slower, comm, 0.3).unwrap();
+            let sc2 = Scenario::builder(s, n).times(&tf, &[tb], &[tw]).link_ms(link).slow(&slower).comm(comm, 0.3).build().unwrap();
             for name in ["static:1f1b", "static:zb-fill", "zb-h1", "zb-h2"] {
                 let (t1, t2) = (run(name, &sc).iteration_ms, run(name, &sc2).iteration_ms);
                 prop_assert!(t2 + 1e-9 >= t1, "{name}: {t2} ms with more delay < {t1} ms");
@@ -246,31 +251,16 @@ proptest! {
 /// as 5 ms of pure latency the two overlap: 16 ms.
 #[test]
 fn occupancy_queues_sends_behind_each_other() {
-    let base = Scenario::new(
-        2,
-        2,
-        &[1.0],
-        &[1.0],
-        &[0.0],
-        0.0,
-        &[],
-        CommModel::Latency,
-        0.0,
-    )
-    .unwrap();
+    let base = Scenario::builder(2, 2)
+        .times(&[1.0], &[1.0], &[0.0])
+        .build()
+        .unwrap();
     let held = base.clone().with_occupancy(&[(0, 5.0)]).unwrap();
-    let latency = Scenario::new(
-        2,
-        2,
-        &[1.0],
-        &[1.0],
-        &[0.0],
-        5.0,
-        &[],
-        CommModel::Latency,
-        0.0,
-    )
-    .unwrap();
+    let latency = Scenario::builder(2, 2)
+        .times(&[1.0], &[1.0], &[0.0])
+        .link_ms(5.0)
+        .build()
+        .unwrap();
     assert_eq!(run("gpipe", &held).iteration_ms, 24.0);
     assert_eq!(run("gpipe", &latency).iteration_ms, 16.0);
     assert!(base.clone().with_occupancy(&[(1, 1.0)]).is_err());

@@ -427,7 +427,7 @@ pub fn together_of(run: &super::engine::Run, stages: usize) -> Vec<Vec<bool>> {
 mod tests {
     use super::*;
     use crate::sim::schedules::{policy_of, static_policy};
-    use crate::sim::{simulate, CommModel, Policy, Scenario, Schedule};
+    use crate::sim::{simulate, Policy, Scenario, Schedule};
 
     /// PyTorch's Schedule1F1B for p = 4, m = 8, as `_step_microbatches` runs it (p - r
     /// warm-up forwards, then backward and forward in turn), with the REDUCE_GRAD that
@@ -450,18 +450,12 @@ mod tests {
 ";
 
     fn scenario() -> Scenario {
-        Scenario::new(
-            4,
-            8,
-            &[2.0],
-            &[2.0],
-            &[1.0],
-            0.2,
-            &[(1, 3.0)],
-            CommModel::Latency,
-            0.0,
-        )
-        .unwrap()
+        Scenario::builder(4, 8)
+            .times(&[2.0], &[2.0], &[1.0])
+            .link_ms(0.2)
+            .slow(&[(1, 3.0)])
+            .build()
+            .unwrap()
     }
 
     fn fixed(policy: Policy) -> (Vec<Vec<Op>>, bool, Layout) {

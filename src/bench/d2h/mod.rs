@@ -180,27 +180,65 @@ struct Rows<'a> {
 }
 
 impl Rows<'_> {
-    #[allow(clippy::too_many_arguments)]
-    fn write(
+    /// A part timed on the host, one transfer per sample.
+    fn host(
         &mut self,
         direction: &str,
         method: &str,
         bytes: u64,
         part: &str,
-        copies: u32,
-        timer: &str,
         samples: &[f64],
     ) -> Result<f64> {
-        let s = Summary::of(samples).context("no samples")?;
-        let gbps = bytes as f64 / s.p50 / 1e3;
-        let case = format!("{direction} {method} {bytes} {part}");
         let params = D2hParams {
             direction: direction.into(),
             method: method.into(),
             bytes,
             part: part.into(),
+            copies: 1,
+        };
+        self.write(params, "host", samples)
+    }
+
+    /// The device's copies alone, `copies` per sample, timed by `timer`.
+    fn device_copies(
+        &mut self,
+        direction: &str,
+        bytes: u64,
+        copies: u32,
+        timer: &str,
+        samples: &[f64],
+    ) -> Result<f64> {
+        let params = D2hParams {
+            direction: direction.into(),
+            method: "copy".into(),
+            bytes,
+            part: "gpu_copy".into(),
             copies,
         };
+        self.write(params, timer, samples)
+    }
+
+    /// Writes one row (and its samples when kept); returns its p50 (µs).
+    fn write(&mut self, params: D2hParams, timer: &str, samples: &[f64]) -> Result<f64> {
+        let s = Summary::of(samples).context("no samples")?;
+        let D2hParams {
+            direction,
+            method,
+            bytes,
+            part,
+            ..
+        } = &params;
+        let gbps = *bytes as f64 / s.p50 / 1e3;
+        let case = format!("{direction} {method} {bytes} {part}");
+        // The parts a reader compares; the rest are in the CSV.
+        let shown = (part == "end_to_end" || part == "gpu_copy").then(|| {
+            format!(
+                "{direction:<7} {method:<15} {:>10} {part:<10} p50 {:>11.2} µs {:>9.3} GB/s [{timer}]",
+                human_bytes(*bytes),
+                s.p50,
+                gbps
+            )
+        });
         let figures = D2hFigures {
             gbps: sig4(gbps),
             timer: timer.into(),
@@ -211,13 +249,8 @@ impl Rows<'_> {
         if let Some(raw) = &mut self.samples {
             raw.samples(&self.run.id, BENCH, &case, timer, samples)?;
         }
-        if part == "end_to_end" || part == "gpu_copy" {
-            self.progress.println(format!(
-                "{direction:<7} {method:<15} {:>10} {part:<10} p50 {:>11.2} µs {:>9.3} GB/s [{timer}]",
-                human_bytes(bytes),
-                s.p50,
-                gbps
-            ));
+        if let Some(shown) = shown {
+            self.progress.println(shown);
         }
         Ok(s.p50)
     }
@@ -379,8 +412,7 @@ fn measure_d2h(
         plan.warmup,
         plan.iters,
     )?;
-    let gbps =
-        bytes as f64 / rows.write("d2h", "copy", bytes, "gpu_copy", copies, timer, &copy_us)? / 1e3;
+    let gbps = bytes as f64 / rows.device_copies("d2h", bytes, copies, timer, &copy_us)? / 1e3;
     let (mut map, mut copy_out, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..plan.warmup + plan.iters {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
@@ -410,9 +442,9 @@ fn measure_d2h(
         "D2H of {} delivered wrong bytes",
         human_bytes(bytes)
     );
-    rows.write("d2h", "mapped", bytes, "map", 1, "host", &map)?;
-    rows.write("d2h", "mapped", bytes, "copy_out", 1, "host", &copy_out)?;
-    let e2e_p50 = rows.write("d2h", "mapped", bytes, "end_to_end", 1, "host", &e2e)?;
+    rows.host("d2h", "mapped", bytes, "map", &map)?;
+    rows.host("d2h", "mapped", bytes, "copy_out", &copy_out)?;
+    let e2e_p50 = rows.host("d2h", "mapped", bytes, "end_to_end", &e2e)?;
 
     Ok((gbps, e2e_p50))
 }
@@ -430,8 +462,7 @@ fn measure_h2d(gpu: &Gpu, plan: &D2hPlan, b: &Buffers, rows: &mut Rows<'_>) -> R
         plan.warmup,
         plan.iters,
     )?;
-    let gbps =
-        bytes as f64 / rows.write("h2d", "copy", bytes, "gpu_copy", copies, timer, &copy_us)? / 1e3;
+    let gbps = bytes as f64 / rows.device_copies("h2d", bytes, copies, timer, &copy_us)? / 1e3;
     let (mut map, mut copy_in, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..plan.warmup + plan.iters {
         let t0 = Instant::now();
@@ -452,10 +483,10 @@ fn measure_h2d(gpu: &Gpu, plan: &D2hPlan, b: &Buffers, rows: &mut Rows<'_>) -> R
         "H2D (mapped) of {} delivered wrong bytes",
         human_bytes(bytes)
     );
-    rows.write("h2d", "mapped", bytes, "map", 1, "host", &map)?;
+    rows.host("h2d", "mapped", bytes, "map", &map)?;
     // For H2D this part is the host copy into the mapped staging buffer.
-    rows.write("h2d", "mapped", bytes, "copy_out", 1, "host", &copy_in)?;
-    rows.write("h2d", "mapped", bytes, "end_to_end", 1, "host", &e2e)?;
+    rows.host("h2d", "mapped", bytes, "copy_out", &copy_in)?;
+    rows.host("h2d", "mapped", bytes, "end_to_end", &e2e)?;
     let mut e2e = Vec::new();
     for i in 0..plan.warmup + plan.iters {
         let t0 = Instant::now();
@@ -471,7 +502,7 @@ fn measure_h2d(gpu: &Gpu, plan: &D2hPlan, b: &Buffers, rows: &mut Rows<'_>) -> R
         "H2D (write_buffer) of {} delivered wrong bytes",
         human_bytes(bytes)
     );
-    rows.write("h2d", "write_buffer", bytes, "end_to_end", 1, "host", &e2e)?;
+    rows.host("h2d", "write_buffer", bytes, "end_to_end", &e2e)?;
 
     Ok(gbps)
 }
@@ -490,15 +521,7 @@ fn measure_memcpy(plan: &D2hPlan, b: &Buffers, rows: &mut Rows<'_>) -> Result<f6
         }
     }
     ensure!(dst == *down, "memcpy baseline produced different bytes");
-    rows.write(
-        "memcpy",
-        "copy_from_slice",
-        bytes,
-        "end_to_end",
-        1,
-        "host",
-        &t,
-    )
+    rows.host("memcpy", "copy_from_slice", bytes, "end_to_end", &t)
 }
 
 #[cfg(test)]

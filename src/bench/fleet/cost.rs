@@ -407,18 +407,10 @@ fn stalled_iterations(
     (share, ms): (f64, f64),
 ) -> Result<Vec<(String, f64, f64)>, String> {
     use crate::bench::sim::tail;
-    let sc = crate::sim::Scenario::new(
-        p.stages,
-        p.microbatches,
-        &p.tf,
-        &p.tb,
-        &p.tw,
-        0.0,
-        &[],
-        crate::sim::CommModel::Latency,
-        0.0,
-    )
-    .map_err(|e| format!("the modelled pipeline: {e}"))?;
+    let sc = crate::sim::Scenario::builder(p.stages, p.microbatches)
+        .times(&p.tf, &p.tb, &p.tw)
+        .build()
+        .map_err(|e| format!("the modelled pipeline: {e}"))?;
     let stalls: Vec<tail::Stall> = links
         .iter()
         .map(|&link| tail::Stall {

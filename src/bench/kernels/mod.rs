@@ -217,6 +217,7 @@ pub fn run(
         table: run.table()?,
         samples: run.samples_table(BENCH)?,
         results: Vec::new(),
+        progress,
     };
     let mut selections = Vec::new();
 

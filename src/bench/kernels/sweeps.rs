@@ -52,7 +52,7 @@ pub(super) fn sweep_gemm(
         let (k, variant) = first_fitting(&ranked, |v| GemmKernel::new(gpu, v, size))?;
         let v = k.verify()?;
         let t = time_compute_passes(gpu, plan.warmup, plan.iters, k.upload(), |p| k.encode(p))?;
-        w.gpu_rows("gemm", variant.name, &Size::Gemm(size), &t, v, progress)?;
+        w.gpu_rows("gemm", variant.name, &Size::Gemm(size), &t, v)?;
         progress.inc();
         if plan.cpu_baseline {
             let mut c = vec![0.0f32; size.m as usize * size.n as usize];
@@ -62,15 +62,7 @@ pub(super) fn sweep_gemm(
             let samples = time_host(plan.warmup, plan.iters, || {
                 cpu_sgemm(size, &k.a, &k.b, &mut c)
             });
-            w.row(
-                "cpu_sgemm",
-                &label,
-                &Size::Gemm(size),
-                "host",
-                &samples,
-                v,
-                progress,
-            )?;
+            w.row("cpu_sgemm", &label, &Size::Gemm(size), "host", &samples, v)?;
             progress.inc();
         }
     }
@@ -134,14 +126,7 @@ pub(super) fn sweep_layernorm(
         let (k, variant) = first_fitting(ranked, |v| LayernormKernel::new(gpu, v, size))?;
         let v = k.verify()?;
         let t = time_compute_passes(gpu, plan.warmup, plan.iters, k.upload(), |p| k.encode(p))?;
-        w.gpu_rows(
-            "layernorm",
-            variant.name,
-            &Size::Layernorm(size),
-            &t,
-            v,
-            progress,
-        )?;
+        w.gpu_rows("layernorm", variant.name, &Size::Layernorm(size), &t, v)?;
         progress.inc();
         if plan.cpu_baseline {
             // memcpy of the layernorm's bytes into a pre-touched buffer.
@@ -166,7 +151,6 @@ pub(super) fn sweep_layernorm(
                 "host",
                 &samples,
                 v,
-                progress,
             )?;
             progress.inc();
         }

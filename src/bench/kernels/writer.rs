@@ -33,6 +33,7 @@ pub(super) struct Writer<'a> {
     pub(super) table: CsvSink<KernelsTable>,
     pub(super) samples: Option<CsvSink<SamplesTable>>,
     pub(super) results: Vec<PointResult>,
+    pub(super) progress: &'a Progress,
 }
 
 pub(super) enum Size {
@@ -74,7 +75,6 @@ impl Size {
 }
 
 impl Writer<'_> {
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn row(
         &mut self,
         kernel: &'static str,
@@ -83,7 +83,6 @@ impl Writer<'_> {
         timer: &'static str,
         samples: &[f64],
         v: Verification,
-        progress: &Progress,
     ) -> Result<()> {
         let s = Summary::of(samples).context("no valid timing samples")?;
         let case = format!("{kernel} {}", size.label());
@@ -115,7 +114,7 @@ impl Writer<'_> {
         }
         let throughput = gflops.or(gbps).unwrap_or(0.0);
         let unit = if gflops.is_some() { "GFLOP/s" } else { "GB/s" };
-        progress.println(format!(
+        self.progress.println(format!(
             "{kernel:<10} {variant:<22} {:<16} p50 {:>11.1} µs  {throughput:>9.2} {unit:<7} [{timer}] rel_err {:.1e}",
             size.label(),
             s.p50,
@@ -140,7 +139,6 @@ impl Writer<'_> {
         size: &Size,
         t: &IterationTimes,
         v: Verification,
-        progress: &Progress,
     ) -> Result<()> {
         let host = Summary::of(&t.host_us).context("no host samples")?;
         match &t.gpu_us {
@@ -148,7 +146,7 @@ impl Writer<'_> {
                 let gpu = Summary::of(gpu_us).context("no GPU samples")?;
                 let gap = (host.p50 - gpu.p50).abs() / gpu.p50.max(1e-9);
                 if gap > 0.10 {
-                    progress.println(format!(
+                    self.progress.println(format!(
                         "note: {kernel} {}: GPU timestamps and host clock disagree by {:.0}% \
                          (p50 {:.1} vs {:.1} µs); the host figure includes submit and wake-up",
                         size.label(),
@@ -157,9 +155,9 @@ impl Writer<'_> {
                         host.p50
                     ));
                 }
-                self.row(kernel, variant, size, "gpu", gpu_us, v, progress)?;
+                self.row(kernel, variant, size, "gpu", gpu_us, v)?;
             }
-            None => progress.println(format!(
+            None => self.progress.println(format!(
                 "note: {kernel} {}: {}; host clock only",
                 size.label(),
                 t.gpu_rejected
@@ -167,7 +165,7 @@ impl Writer<'_> {
                     .unwrap_or("adapter has no timestamp queries")
             )),
         }
-        self.row(kernel, variant, size, "host", &t.host_us, v, progress)
+        self.row(kernel, variant, size, "host", &t.host_us, v)
     }
 }
 

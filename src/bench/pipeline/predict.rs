@@ -131,18 +131,12 @@ pub(super) fn measured_scenario(
         Comm::Inline => CommModel::Queue,
         Comm::Offload => CommModel::Offload,
     };
-    Scenario::new(
-        stages,
-        shape.microbatches as usize,
-        &tf,
-        &tb,
-        &tw,
-        0.0,
-        &slow,
-        model,
-        d2h_ms,
-    )
-    .map_err(|e| anyhow!("the measured scenario: {e}"))
+    Scenario::builder(stages, shape.microbatches as usize)
+        .times(&tf, &tb, &tw)
+        .slow(&slow)
+        .comm(model, d2h_ms)
+        .build()
+        .map_err(|e| anyhow!("the measured scenario: {e}"))
 }
 
 /// One case as planned: the simulator's plan, each stage's op order, and where the model's
@@ -178,18 +172,17 @@ pub(super) fn plan_case(case: &Case, cals: &[Calibration], shape: &Shape) -> Res
     };
     let slow: Vec<(usize, f64)> = case.slow.iter().map(|&(l, d)| (l as usize, d)).collect();
     let d2h = ms(cals.iter().map(|c| c.d2h).sum::<f64>() / n as f64);
-    let planning = Scenario::new(
-        n,
-        shape.microbatches as usize,
-        &cals.iter().map(|c| ms(c.f)).collect::<Vec<_>>(),
-        &cals.iter().map(|c| ms(c.b)).collect::<Vec<_>>(),
-        &cals.iter().map(|c| ms(c.w)).collect::<Vec<_>>(),
-        d2h,
-        &slow,
-        model,
-        d2h,
-    )
-    .map_err(|e| anyhow!("{e}"))?;
+    let planning = Scenario::builder(n, shape.microbatches as usize)
+        .times(
+            &cals.iter().map(|c| ms(c.f)).collect::<Vec<_>>(),
+            &cals.iter().map(|c| ms(c.b)).collect::<Vec<_>>(),
+            &cals.iter().map(|c| ms(c.w)).collect::<Vec<_>>(),
+        )
+        .link_ms(d2h)
+        .slow(&slow)
+        .comm(model, d2h)
+        .build()
+        .map_err(|e| anyhow!("{e}"))?;
     let mem = crate::sim::default_mem_limit(&planning);
     let (name, planned) =
         evaluate(&schedule, &planning, mem).map_err(|e| anyhow!("{schedule}: {e}"))?;
@@ -349,18 +342,12 @@ mod tests {
     #[test]
     fn a_delayed_case_is_predicted_from_the_healthy_one_and_the_delay_alone() {
         let sc = |tb: f64, tw: f64, links: &[(usize, f64)]| {
-            Scenario::new(
-                3,
-                4,
-                &[1.0],
-                &[tb],
-                &[tw],
-                0.0,
-                links,
-                CommModel::Queue,
-                0.0,
-            )
-            .unwrap()
+            Scenario::builder(3, 4)
+                .times(&[1.0], &[tb], &[tw])
+                .slow(links)
+                .comm(CommModel::Queue, 0.0)
+                .build()
+                .unwrap()
         };
         // Healthy: links cost 0.5 and 0.7 ms as measured; the fault adds 20 ms to link 1.
         let healthy = sc(3.0, 0.0, &[(0, 0.5), (1, 0.7)]);

@@ -5,7 +5,7 @@ use super::plan::{
     MAX_WARMUP,
 };
 use super::shape;
-use crate::sim::{evaluate, CommModel, Layout, Scenario, Schedule};
+use crate::sim::{evaluate, Layout, Scenario, Schedule};
 
 impl PipelinePlan {
     /// The layouts the cases' schedules put the model in (one chunk per stage, interleaved,
@@ -126,18 +126,9 @@ fn runnable(schedule: &Schedule, shape: &shape::Shape, stages: u32) -> Result<()
     if v > 1 && stages < 2 {
         return Err(format!("--schedule {schedule}: it needs at least 2 stages"));
     }
-    let unit = Scenario::new(
-        stages as usize,
-        shape.microbatches as usize,
-        &[1.0],
-        &[1.0],
-        &[1.0],
-        0.0,
-        &[],
-        CommModel::Latency,
-        0.0,
-    )
-    .map_err(|e| e.to_string())?;
+    let unit = Scenario::builder(stages as usize, shape.microbatches as usize)
+        .build()
+        .map_err(|e| e.to_string())?;
     evaluate(schedule, &unit, usize::MAX)
         .map(|_| ())
         .map_err(|e| format!("--schedule {schedule}: {e}"))

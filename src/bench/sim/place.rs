@@ -249,19 +249,14 @@ pub fn place(
     let wrap = crosses_wrap(schedules, n);
     let scenario = |order: &[usize]| -> Result<Scenario> {
         let (link_ms, slow) = costs.links_of(order, wrap);
-        Scenario::new(
-            n,
-            base.microbatches,
-            &base.tf,
-            &base.tb,
-            &base.tw,
-            link_ms,
-            &slow,
-            base.comm,
-            base.d2h_ms,
-        )
-        .and_then(|sc| sc.with_occupancy(&costs.occupancy_of(order, wrap)))
-        .map_err(|e| anyhow!("{e}"))
+        Scenario::builder(n, base.microbatches)
+            .times(&base.tf, &base.tb, &base.tw)
+            .link_ms(link_ms)
+            .slow(&slow)
+            .comm(base.comm, base.d2h_ms)
+            .build()
+            .and_then(|sc| sc.with_occupancy(&costs.occupancy_of(order, wrap)))
+            .map_err(|e| anyhow!("{e}"))
     };
     let time = |order: &[usize], s: &Schedule| -> Result<f64> {
         let sc = scenario(order)?;
@@ -438,18 +433,11 @@ mod tests {
     fn a_slow_host_is_put_at_an_end_not_between_two_stages() {
         for (n, exhaustive) in [(4, true), (9, false)] {
             let costs = costs_with_slow(1, n);
-            let base = Scenario::new(
-                n,
-                8,
-                &[10.0],
-                &[10.0],
-                &[10.0],
-                0.0,
-                &[],
-                CommModel::Latency,
-                0.5,
-            )
-            .unwrap();
+            let base = Scenario::builder(n, 8)
+                .times(&[10.0], &[10.0], &[10.0])
+                .comm(CommModel::Latency, 0.5)
+                .build()
+                .unwrap();
             let schedules: Vec<Schedule> = ["1f1b", "adaptive"]
                 .iter()
                 .map(|s| s.parse().unwrap())

@@ -127,19 +127,24 @@ impl SimPlan {
                 _ => unreachable!("read_schedule_file gives a file schedule"),
             })
         };
-        let base = Scenario::new(
+        let base = Scenario::builder(
             cfg.stages.or(from_file(|s| s.ranks)).unwrap_or(4),
             cfg.microbatches
                 .or(from_file(|s| s.microbatches))
                 .unwrap_or(12),
+        )
+        .times(
             &cfg.tf.as_ref().unwrap_or(&ten).values(),
             &cfg.tb.as_ref().unwrap_or(&ten).values(),
             &cfg.tw.as_ref().unwrap_or(&ten).values(),
-            cfg.link_ms.unwrap_or(0.0),
-            &slow,
+        )
+        .link_ms(cfg.link_ms.unwrap_or(0.0))
+        .slow(&slow)
+        .comm(
             cfg.comm.unwrap_or(CommModel::Latency),
             cfg.d2h_ms.unwrap_or(0.5),
         )
+        .build()
         .and_then(|sc| {
             let occupy: Vec<(usize, f64)> = cfg.occupy.iter().map(|o| (o.link, o.ms)).collect();
             sc.with_occupancy(&occupy)

@@ -290,18 +290,13 @@ pub fn write_trace(outcomes: &[Outcome], path: &Path) -> Result<()> {
 /// Simulator throughput: every schedule on S = 64, N = 1024, timed `reps` times.
 pub fn throughput_bench(dir: &RunDir, reps: u32, progress: &Progress) -> Result<f64> {
     let mut table = dir.table::<SimBenchTable>()?;
-    let sc = Scenario::new(
-        64,
-        1024,
-        &[1.0],
-        &[1.2],
-        &[0.8],
-        0.1,
-        &[(10, 30.0)],
-        CommModel::Latency,
-        0.5,
-    )
-    .map_err(|e| anyhow!("{e}"))?;
+    let sc = Scenario::builder(64, 1024)
+        .times(&[1.0], &[1.2], &[0.8])
+        .link_ms(0.1)
+        .slow(&[(10, 30.0)])
+        .comm(CommModel::Latency, 0.5)
+        .build()
+        .map_err(|e| anyhow!("{e}"))?;
     let mem = default_mem_limit(&sc);
     let (mut all_ops, mut all_secs) = (0usize, 0.0f64);
     let schedules = [

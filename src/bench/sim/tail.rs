@@ -353,21 +353,9 @@ pub fn print(rows: &[TailRow], plan: &TailPlan) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::CommModel;
 
     fn sc(s: usize, n: usize) -> Scenario {
-        Scenario::new(
-            s,
-            n,
-            &[1.0],
-            &[1.0],
-            &[1.0],
-            0.1,
-            &[],
-            CommModel::Latency,
-            0.0,
-        )
-        .unwrap()
+        Scenario::builder(s, n).link_ms(0.1).build().unwrap()
     }
 
     fn schedules() -> Vec<Schedule> {
@@ -410,18 +398,11 @@ mod tests {
             ms: 5.0,
         }];
         let rows = run(&base, &schedules()[..1], 16, (&sure, &[]), 5, 1).unwrap();
-        let slow = Scenario::new(
-            4,
-            8,
-            &[1.0],
-            &[1.0],
-            &[1.0],
-            0.1,
-            &[(1, 5.0)],
-            CommModel::Latency,
-            0.0,
-        )
-        .unwrap();
+        let slow = Scenario::builder(4, 8)
+            .link_ms(0.1)
+            .slow(&[(1, 5.0)])
+            .build()
+            .unwrap();
         let policy = policy_of(&"1f1b".parse().unwrap(), &slow).unwrap();
         let want = simulate(&slow, &policy).unwrap().iteration_ms;
         assert!((rows[0].p50_ms - want).abs() < 1e-9, "{rows:?} vs {want}");

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::analysis::Answer;
 use super::job::Job;
 use super::trace::OpType;
-use crate::sim::{default_mem_limit, evaluate, CommModel, Scenario, Schedule};
+use crate::sim::{default_mem_limit, evaluate, Scenario, Schedule};
 
 /// The schedules a job is tried under (interleaved with the job's own chunks, at least 2).
 pub fn names(vpp: u32) -> Vec<String> {
@@ -86,18 +86,11 @@ pub fn run(job: &Job, a: &Answer, w_fraction: f64) -> Result<Vec<ScheduleRow>> {
     let scenario = |f: &[f64], b: &[f64], m: usize| -> Result<Scenario> {
         let tb: Vec<f64> = b.iter().map(|x| x * (1.0 - w_fraction)).collect();
         let tw: Vec<f64> = b.iter().map(|x| x * w_fraction).collect();
-        Scenario::new(
-            job.pp,
-            m,
-            f,
-            &tb,
-            &tw,
-            link_ms,
-            &[],
-            CommModel::Latency,
-            0.0,
-        )
-        .map_err(|e| anyhow::anyhow!("{e}"))
+        Scenario::builder(job.pp, m)
+            .times(f, &tb, &tw)
+            .link_ms(link_ms)
+            .build()
+            .map_err(|e| anyhow::anyhow!("{e}"))
     };
     let mut rows = Vec::new();
     for name in names(job.vpp as u32) {

@@ -277,7 +277,6 @@ pub(crate) fn compare(
 }
 
 /// Fails unless every element was written, finite, and within the bound.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn judge(
     kernel: &'static str,
     variant: &'static str,

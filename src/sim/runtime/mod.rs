@@ -20,7 +20,7 @@ use exec::injected_delay;
 use program::{Instr, Orders};
 
 use super::engine::{simulate, Policy, PriorityPolicy};
-use super::model::{CommModel, OpKind, Scenario};
+use super::model::{OpKind, Scenario};
 use super::schedules::pipemorph_warmup;
 use super::zb::zb_runtime_lists;
 
@@ -367,18 +367,11 @@ fn planned_order(
         .filter(|d| d.1 > 0.0)
         .collect();
     let [tf, tb, tw] = times;
-    let sc = Scenario::new(
-        s,
-        job.microbatches,
-        tf,
-        tb,
-        tw,
-        0.0,
-        &slow,
-        CommModel::Latency,
-        0.0,
-    )
-    .map_err(|e| e.to_string())?;
+    let sc = Scenario::builder(s, job.microbatches)
+        .times(tf, tb, tw)
+        .slow(&slow)
+        .build()
+        .map_err(|e| e.to_string())?;
     let policy = Policy::Priority(PriorityPolicy {
         split: true,
         warmup,
@@ -403,18 +396,7 @@ fn zb_programs(job: &Job, mech: &Mechanisms) -> Result<Vec<Vec<Instr>>, String> 
     if mech.zb_plan {
         return Ok(program::from_steps(&zb_runtime_lists(s, n, 2 * s)?));
     }
-    let sc = Scenario::new(
-        s,
-        n,
-        &[1.0],
-        &[1.0],
-        &[1.0],
-        0.0,
-        &[],
-        CommModel::Latency,
-        0.0,
-    )
-    .map_err(|e| e.to_string())?;
+    let sc = Scenario::builder(s, n).build().map_err(|e| e.to_string())?;
     let policy = super::schedules::base_policy(&super::Schedule::ZbFill, &sc);
     let run = simulate(&sc, &policy).map_err(|e| e.to_string())?;
     let mut end = vec![0.0; 3 * s * n];
@@ -551,18 +533,11 @@ fn best_replan(
             .enumerate()
             .filter(|d| d.1 > 0.0)
             .collect();
-        let sc = Scenario::new(
-            job.stages,
-            job.microbatches,
-            job.tf,
-            job.tb,
-            job.tw,
-            0.0,
-            &slow,
-            CommModel::Latency,
-            0.0,
-        )
-        .map_err(|e| e.to_string())?;
+        let sc = Scenario::builder(job.stages, job.microbatches)
+            .times(job.tf, job.tb, job.tw)
+            .slow(&slow)
+            .build()
+            .map_err(|e| e.to_string())?;
         let warm = pipemorph_warmup(&sc, 2, job.microbatches);
         let order = planned_order(job, [job.tf, job.tb, job.tw], &delay, warm)?;
         let t = execute(&program::from_orders(&order, job.stages), split, m, machine)?;
