@@ -33,6 +33,48 @@ pub fn process_cpu_us() -> Option<f64> {
     }
 }
 
+/// The calling thread's run delay so far (ns): the time it was ready to run and did not, on a
+/// run queue behind other work or held by its cgroup's CPU quota (`/proc/thread-self/schedstat`,
+/// its second field). Measured: a thread spinning 2 s in a cgroup allowed a quarter of a CPU
+/// gained 1,476 ms of run delay and its cgroup 1,476 ms of throttled time, so throttling is a
+/// part of it.
+pub fn thread_run_delay_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// How long this process's cgroup has been held by its CPU quota so far (ns): cgroup v2's
+/// `cpu.stat` `throttled_usec`, or v1's `throttled_time` in the cpu controller's group.
+pub fn cgroup_throttled_ns() -> Option<u64> {
+    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    for line in groups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let (dir, key, scale) = if controllers.is_empty() {
+            (format!("/sys/fs/cgroup{path}"), "throttled_usec", 1000)
+        } else if controllers.split(',').any(|c| c == "cpu") {
+            (
+                format!("/sys/fs/cgroup/{controllers}{path}"),
+                "throttled_time",
+                1,
+            )
+        } else {
+            continue;
+        };
+        // v1 mounts "cpu,cpuacct" under either name; "cpu" is the usual link.
+        let stat = std::fs::read_to_string(format!("{dir}/cpu.stat"))
+            .or_else(|_| std::fs::read_to_string(format!("/sys/fs/cgroup/cpu{path}/cpu.stat")));
+        let Ok(stat) = stat else { continue };
+        if let Some(v) = stat
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok())
+        {
+            return Some(v * scale);
+        }
+    }
+    None
+}
+
 /// The wall clock, in µs since the Unix epoch (the ranks' clocks are compared in it).
 pub fn now_us() -> f64 {
     std::time::SystemTime::now()

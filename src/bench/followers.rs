@@ -473,6 +473,8 @@ fn quiet_load(rank: u32) -> RankLoad {
         steal_pct: None,
         cores: 1,
         injected: None,
+        paused_ms: None,
+        throttled_ms: None,
     }
 }
 

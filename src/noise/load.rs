@@ -16,6 +16,9 @@ pub struct Sample {
     /// CPU seconds this process used so far.
     own_s: Option<f64>,
     load1: Option<f64>,
+    /// The sampling thread's run delay and its cgroup's throttled time so far (ns).
+    run_delay_ns: Option<u64>,
+    throttled_ns: Option<u64>,
 }
 
 /// Clock ticks per second of /proc/stat (USER_HZ, 100 on every Linux that matters).
@@ -35,6 +38,8 @@ impl Sample {
             load1: std::fs::read_to_string("/proc/loadavg")
                 .ok()
                 .and_then(|t| t.split_whitespace().next()?.parse().ok()),
+            run_delay_ns: crate::host::thread_run_delay_ns(),
+            throttled_ns: crate::host::cgroup_throttled_ns(),
         }
     }
 }
@@ -73,6 +78,10 @@ pub struct Load {
     pub cores: usize,
     /// Whether the machine counts as busy ([`super::is_busy`]).
     pub busy: bool,
+    /// Seconds the sampling thread was ready to run and did not (its own lost time), and the
+    /// part its cgroup's CPU quota held it.
+    pub paused_s: Option<f64>,
+    pub throttled_s: Option<f64>,
 }
 
 /// A busy rank's warning: (its name in meta.json, `links r2`; the warning).
@@ -107,7 +116,10 @@ impl Load {
         let steal_fraction =
             diff(a.steal_s, b.steal_s).map(|s| (s / (seconds * cores as f64)).clamp(0.0, 1.0));
         let busy = super::is_busy(seconds, other_cores, steal_fraction);
+        let ns = |x: Option<u64>, y: Option<u64>| Some(y?.saturating_sub(x?) as f64 / 1e9);
         Load {
+            paused_s: ns(a.run_delay_ns, b.run_delay_ns),
+            throttled_s: ns(a.throttled_ns, b.throttled_ns),
             seconds,
             other_cores,
             machine_cores,
@@ -160,10 +172,14 @@ mod tests {
             steal_s: Some(0.0),
             own_s: Some(own),
             load1: Some(1.0),
+            run_delay_ns: Some((t * 1e8) as u64),
+            throttled_ns: None,
         };
         // 10 s in which the machine used 15 CPU seconds, 14 of them ours: quiet.
         let quiet = Load::between(&sample(0.0, 100.0, 5.0), &sample(10.0, 115.0, 19.0));
         assert!(!quiet.busy && quiet.warning("x").is_none(), "{quiet:?}");
+        // Its thread waited 1 s of the 10 to run; no cgroup quota was read.
+        assert_eq!((quiet.paused_s, quiet.throttled_s), (Some(1.0), None));
         // Others used 8 CPU seconds in 10 s: busy, and the warning names the bench.
         let busy = Load::between(&sample(0.0, 100.0, 5.0), &sample(10.0, 122.0, 19.0));
         assert!(busy.busy);

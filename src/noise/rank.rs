@@ -25,6 +25,12 @@ pub struct RankLoad {
     pub cores: usize,
     /// A test's stand-in for the machine's other processes (see [`super::injected_other_cores`]).
     pub injected: Option<f64>,
+    /// Its own lost time (ms): ready to run and not running, and the part its cgroup's CPU
+    /// quota held it ([`crate::host::thread_run_delay_ns`]).
+    #[serde(default)]
+    pub paused_ms: Option<f64>,
+    #[serde(default)]
+    pub throttled_ms: Option<f64>,
 }
 
 impl RankLoad {
@@ -36,6 +42,10 @@ impl RankLoad {
             (Some(x), Some(y)) => Some((x * a + y * b) / (a + b).max(1e-12)),
             (x, y) => x.or(y),
         };
+        let sum = |x: Option<f64>, y: Option<f64>| match (x, y) {
+            (Some(x), Some(y)) => Some(x + y),
+            (x, y) => x.or(y),
+        };
         RankLoad {
             rank: self.rank,
             machine: self.machine.clone(),
@@ -45,6 +55,8 @@ impl RankLoad {
             steal_pct: w(self.steal_pct, other.steal_pct),
             cores: self.cores.max(other.cores),
             injected: self.injected.or(other.injected),
+            paused_ms: sum(self.paused_ms, other.paused_ms),
+            throttled_ms: sum(self.throttled_ms, other.throttled_ms),
         }
     }
 
@@ -59,6 +71,8 @@ impl RankLoad {
             steal_pct: l.steal_fraction.map(|s| 100.0 * s),
             cores: l.cores,
             injected: super::injected_other_cores(),
+            paused_ms: l.paused_s.map(|s| 1e3 * s),
+            throttled_ms: l.throttled_s.map(|s| 1e3 * s),
         }
     }
 }
@@ -80,6 +94,8 @@ fn combine(x: &Busy, y: &Busy) -> Busy {
         steal_pct: max(x.steal_pct, y.steal_pct),
         cores: x.cores.max(y.cores),
         busy: x.busy || y.busy,
+        paused_ms: max(x.paused_ms, y.paused_ms),
+        throttled_ms: max(x.throttled_ms, y.throttled_ms),
     }
 }
 
@@ -90,6 +106,9 @@ pub struct Busy {
     pub steal_pct: Option<f64>,
     pub cores: usize,
     pub busy: bool,
+    /// Its own lost time (ms) and the part its CPU quota held it (see [`RankLoad`]).
+    pub paused_ms: Option<f64>,
+    pub throttled_ms: Option<f64>,
 }
 
 impl Busy {
@@ -137,6 +156,8 @@ pub fn others_by_rank(loads: &[RankLoad]) -> BTreeMap<u32, Busy> {
                 steal_pct: l.steal_pct.map(round),
                 cores: l.cores,
                 busy,
+                paused_ms: l.paused_ms.map(round),
+                throttled_ms: l.throttled_ms.map(round),
             };
             (l.rank, b)
         })
@@ -185,6 +206,8 @@ mod tests {
             steal_pct: Some(0.0),
             cores: 2,
             injected,
+            paused_ms: None,
+            throttled_ms: None,
         }
     }
 

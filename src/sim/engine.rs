@@ -488,14 +488,7 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
             } => group_at(&orders[s], together.get(s), stages[s].cursor),
             Policy::Priority(_) => std::slice::from_ref(&first),
         };
-        // A group's ops end together: a forward with a backward takes the scenario's
-        // overlapped time, a whole backward (B with its W) the two's.
-        let overlapped = group.iter().any(|o| o.kind == OpKind::F) && group.len() > 1;
-        let compute = if overlapped {
-            sc.tfb[s] / layout.chunks() as f64
-        } else {
-            group.iter().map(|&o| sc.compute(o, split, layout)).sum()
-        };
+        let compute = sc.group_compute(group, s, split, layout);
         let end = start + compute;
         let mut queue_end = end;
         for &op in group {

@@ -466,6 +466,17 @@ impl Scenario {
         }
     }
 
+    /// Compute time of a group of ops that end together on rank `s`: a forward with a backward
+    /// takes the overlapped time, a whole backward (B with its W) the two's.
+    pub fn group_compute(&self, group: &[Op], s: usize, split: bool, layout: Layout) -> f64 {
+        let overlapped = group.iter().any(|o| o.kind == OpKind::F) && group.len() > 1;
+        if overlapped {
+            self.tfb[s] / layout.chunks() as f64
+        } else {
+            group.iter().map(|&o| self.compute(o, split, layout)).sum()
+        }
+    }
+
     /// Compute time of an op on its rank; `split` says whether backward is split into B and W.
     /// A rank with several model chunks spends 1/chunks of its stage's time on each.
     pub fn compute(&self, op: Op, split: bool, layout: Layout) -> f64 {

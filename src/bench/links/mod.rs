@@ -555,6 +555,8 @@ fn link_line(
         others_cores: busy.others_cores,
         steal_pct: busy.steal_pct,
         busy: Some(busy.busy),
+        paused_ms: busy.paused_ms,
+        throttled_ms: busy.throttled_ms,
         retransmits: m.retransmits,
         tail: Some(m.tail.clone()),
         hist: Some(m.hist.clone()),

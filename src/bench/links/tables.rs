@@ -58,8 +58,14 @@ pub struct LinkFigures {
     pub stall_threshold_us: Option<f64>,
     /// TCP segments both ends retransmitted during the test (TCP_INFO deltas).
     pub retransmits: Option<u64>,
-    /// Why the row is flagged: `median`, `tail`, `retransmits`, joined by `+`.
+    /// Why the row is flagged: `median`, `tail`, `paused`, `retransmits`, joined by `+`
+    /// (`paused`: stalls its own hosts' lost time explains, not the network).
     pub why: Option<String>,
+    /// The time (ms) either end's measuring thread was ready to run and did not while the row
+    /// was measured (the larger end; its run delay: CPU quota throttling, other work), and
+    /// the part its cgroup's CPU quota held it.
+    pub paused_ms: Option<f64>,
+    pub throttled_ms: Option<f64>,
     /// The tail the measuring rank reported (rank 0's, in memory; not a column).
     #[serde(skip)]
     pub tail: Option<super::tail::Tail>,
@@ -84,6 +90,8 @@ impl CsvTable for LinksTable {
         "stall_threshold_us",
         "retransmits",
         "why",
+        "paused_ms",
+        "throttled_ms",
     ];
 }
 
@@ -303,7 +311,11 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
         let tail = tail_v.is_some_and(|v| v.flagged);
         t.figures.stalls = tail_v.map(|v| v.stalls);
         t.figures.stall_threshold_us = tail_v.map(|v| crate::record::csv::round(v.threshold_us, 1));
-        let reasons = why(slow, tail, retransmits);
+        let mut paused: Vec<Option<f64>> =
+            group.iter().map(|&i| rows[i].figures.paused_ms).collect();
+        paused[pos] = t.figures.paused_ms;
+        let paused = tail && !retransmits && own_pause(&t, tail_v, &paused, pos);
+        let reasons = why(slow, tail && !paused, paused, retransmits);
         let slow = reasons.is_some();
         // A retest speaks only for a suspect: the other direction of a retested link, measured
         // along with it, keeps its slowdown but is no suspect of its own.
@@ -368,15 +380,18 @@ pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
             .collect();
         let verdicts = super::tail::judge(&refs);
         let lossy = super::tail::retransmits_judged(&counts);
+        let paused_ms: Vec<Option<f64>> =
+            members.iter().map(|&j| rows[j].figures.paused_ms).collect();
         for (m, &j) in members.iter().enumerate() {
             let (v, retransmits) = (verdicts[m], lossy[m]);
+            let tail = v.is_some_and(|v| v.flagged);
+            let paused = tail && !retransmits && own_pause(&rows[j], v, &paused_ms, m);
             let f = &mut rows[j].figures;
             let median = f.flagged == Some(true);
-            let tail = v.is_some_and(|v| v.flagged);
             f.stalls = v.map(|v| v.stalls);
             f.stall_threshold_us = v.map(|v| crate::record::csv::round(v.threshold_us, 1));
             f.flagged = Some(median || tail || retransmits);
-            f.why = why(median, tail, retransmits);
+            f.why = why(median, tail && !paused, paused, retransmits);
             flagged += usize::from(median || tail || retransmits);
         }
     }
@@ -403,11 +418,27 @@ fn groups<R, K: PartialEq>(rows: &[R], key: impl Fn(&R) -> K) -> Vec<Vec<usize>>
     out
 }
 
+/// Whether a row flagged on its tail (`v`) stalls because its own hosts paused
+/// ([`super::tail::paused_explains`]), its group's lost times `paused_ms` beside it at `pos`.
+fn own_pause(
+    l: &Line<LinksTable>,
+    v: Option<super::tail::TailVerdict>,
+    paused_ms: &[Option<f64>],
+    pos: usize,
+) -> bool {
+    let (Some(v), Some(t)) = (v, l.figures.tail.as_ref()) else {
+        return false;
+    };
+    let round_trip = l.params.direction == "pingpong";
+    super::tail::paused_explains(t, v.threshold_us, round_trip, paused_ms, pos)
+}
+
 /// The `why` of a flag: its reasons joined by `+` (None when there is none).
-fn why(median: bool, tail: bool, retransmits: bool) -> Option<String> {
+fn why(median: bool, tail: bool, paused: bool, retransmits: bool) -> Option<String> {
     let reasons: Vec<&str> = [
         (median, "median"),
         (tail, "tail"),
+        (paused, "paused"),
         (retransmits, "retransmits"),
     ]
     .iter()

@@ -225,6 +225,56 @@ pub fn judge(tails: &[Option<&Tail>]) -> Vec<Option<TailVerdict>> {
         .collect()
 }
 
+/// A row's stalls are its own hosts' pauses, not the network's, when the time its ends were
+/// ready to run and did not (their run delay over the wave: a CPU quota's throttling, a
+/// descheduled rank) covers at least this share of the time its stalls added.
+pub const PAUSE_SHARE: f64 = 0.5;
+
+/// The time (ms) a row's stalls at `threshold` added beyond its typical sample (the samples
+/// its stall cap cut are not timed: what they would have cost is unknown); a ping-pong's
+/// samples are half a round trip (`round_trip`), so twice theirs.
+pub fn stall_excess_ms(t: &Tail, threshold: f64, round_trip: bool) -> f64 {
+    let at = threshold.max(STALL_FACTOR * t.p50_us);
+    let one: f64 = t
+        .over_floor_us
+        .iter()
+        .filter(|&&s| s >= at)
+        .map(|s| s - t.p50_us)
+        .sum();
+    let per = if round_trip { 2.0 } else { 1.0 };
+    per * one / 1e3
+}
+
+/// A row's lost time counts as its hosts' own pauses only at this many times its group's
+/// healthy level: on the 2-core virtual cluster every rank waits for a CPU now and then
+/// (measured: healthy ranks' run delay 368-466 ms a wave of 2-3 s, at most 1.1x their
+/// median; a rank held to a quarter of a CPU by its cgroup 2,159-3,486 ms in the rounds, and
+/// 928-1,392 ms in its retests alone, at least 2.2x).
+pub const PAUSE_FACTOR: f64 = 2.0;
+
+/// Whether member `i`'s stalls (at `threshold`) are its own hosts' pauses: its ends' lost time
+/// (`paused_ms`, each member's larger end) covers [`PAUSE_SHARE`] of what its stalls added,
+/// and lies [`PAUSE_FACTOR`] times beyond its group's healthy level (the lower median) and
+/// over the stall floor.
+pub fn paused_explains(
+    t: &Tail,
+    threshold: f64,
+    round_trip: bool,
+    paused_ms: &[Option<f64>],
+    i: usize,
+) -> bool {
+    let Some(mine) = paused_ms[i] else {
+        return false;
+    };
+    let known: Vec<f64> = paused_ms.iter().flatten().copied().collect();
+    let healthy = lower_median(&known);
+    let excess = stall_excess_ms(t, threshold, round_trip);
+    (excess > 0.0 || t.missing > 0)
+        && mine >= PAUSE_SHARE * excess
+        && mine >= PAUSE_FACTOR * healthy
+        && mine >= STALL_FLOOR_US / 1e3
+}
+
 /// Fewest retransmissions that flag a test.
 pub const MIN_RETRANSMITS: u64 = 10;
 /// A test is flagged on its retransmissions at this many times its group's healthy level.
@@ -502,5 +552,36 @@ mod tests {
         big.note(50_000.0, 100_000.0);
         big.note(60_000.0, 120_000.0);
         assert_eq!(big.stalled_us, 0.0);
+    }
+
+    #[test]
+    fn stalls_are_the_hosts_own_pauses_only_when_its_lost_time_covers_them() {
+        // 10 round trips stalled 100 ms each (samples are half of them): 1.0 s one way, 2.0 s
+        // of round trips.
+        let t = tail(1000, 10);
+        let excess = stall_excess_ms(&t, STALL_FLOOR_US, true);
+        assert!(
+            (excess - 2.0 * 10.0 * (100.0 - 0.02)).abs() < 0.5,
+            "{excess}"
+        );
+        assert!((stall_excess_ms(&t, STALL_FLOOR_US, false) - excess / 2.0).abs() < 1e-9);
+        // The group's healthy ranks lost 400 ms each; this one 1.5 s: its pauses explain
+        // the 2 s of stalls (at least half), and 0.9 s would not.
+        let group = |mine: f64| vec![Some(400.0), Some(mine), Some(420.0), Some(380.0)];
+        assert!(paused_explains(&t, STALL_FLOOR_US, true, &group(1500.0), 1));
+        assert!(!paused_explains(&t, STALL_FLOOR_US, true, &group(900.0), 1));
+        // Lost time within twice the healthy level is any rank's on a shared machine, and a
+        // rank with no figure is never said to pause.
+        let busy_group = vec![Some(900.0), Some(1500.0), Some(1000.0), Some(950.0)];
+        assert!(!paused_explains(&t, STALL_FLOOR_US, true, &busy_group, 1));
+        assert!(!paused_explains(&t, STALL_FLOOR_US, true, &[None, None], 1));
+        // A healthy tail with nothing stalled and nothing cut is never a pause.
+        assert!(!paused_explains(
+            &tail(1000, 0),
+            STALL_FLOOR_US,
+            true,
+            &group(5000.0),
+            1
+        ));
     }
 }
