@@ -96,6 +96,7 @@ fn combine(x: &Busy, y: &Busy) -> Busy {
         busy: x.busy || y.busy,
         paused_ms: max(x.paused_ms, y.paused_ms),
         throttled_ms: max(x.throttled_ms, y.throttled_ms),
+        wave_ms: max(x.wave_ms, y.wave_ms),
     }
 }
 
@@ -106,9 +107,11 @@ pub struct Busy {
     pub steal_pct: Option<f64>,
     pub cores: usize,
     pub busy: bool,
-    /// Its own lost time (ms) and the part its CPU quota held it (see [`RankLoad`]).
+    /// Its own lost time (ms) and the part its CPU quota held it (see [`RankLoad`]), and how
+    /// long the wave was (ms): lost time is judged as a share of it.
     pub paused_ms: Option<f64>,
     pub throttled_ms: Option<f64>,
+    pub wave_ms: Option<f64>,
 }
 
 impl Busy {
@@ -158,6 +161,7 @@ pub fn others_by_rank(loads: &[RankLoad]) -> BTreeMap<u32, Busy> {
                 busy,
                 paused_ms: l.paused_ms.map(round),
                 throttled_ms: l.throttled_ms.map(round),
+                wave_ms: Some(round(1e3 * l.seconds)),
             };
             (l.rank, b)
         })

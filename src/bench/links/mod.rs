@@ -557,6 +557,7 @@ fn link_line(
         busy: Some(busy.busy),
         paused_ms: busy.paused_ms,
         throttled_ms: busy.throttled_ms,
+        wave_ms: busy.wave_ms,
         retransmits: m.retransmits,
         tail: Some(m.tail.clone()),
         hist: Some(m.hist.clone()),

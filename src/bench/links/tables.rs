@@ -66,6 +66,9 @@ pub struct LinkFigures {
     /// the part its cgroup's CPU quota held it.
     pub paused_ms: Option<f64>,
     pub throttled_ms: Option<f64>,
+    /// How long the wave `paused_ms` was read over (ms; in memory, not a column).
+    #[serde(skip)]
+    pub wave_ms: Option<f64>,
     /// The tail the measuring rank reported (rank 0's, in memory; not a column).
     #[serde(skip)]
     pub tail: Option<super::tail::Tail>,
@@ -311,9 +314,8 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
         let tail = tail_v.is_some_and(|v| v.flagged);
         t.figures.stalls = tail_v.map(|v| v.stalls);
         t.figures.stall_threshold_us = tail_v.map(|v| crate::record::csv::round(v.threshold_us, 1));
-        let mut paused: Vec<Option<f64>> =
-            group.iter().map(|&i| rows[i].figures.paused_ms).collect();
-        paused[pos] = t.figures.paused_ms;
+        let mut paused: Vec<Option<(f64, f64)>> = group.iter().map(|&i| lost(&rows[i])).collect();
+        paused[pos] = lost(&t);
         let paused = tail && !retransmits && own_pause(&t, tail_v, &paused, pos);
         let reasons = why(slow, tail && !paused, paused, retransmits);
         let slow = reasons.is_some();
@@ -380,8 +382,7 @@ pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
             .collect();
         let verdicts = super::tail::judge(&refs);
         let lossy = super::tail::retransmits_judged(&counts);
-        let paused_ms: Vec<Option<f64>> =
-            members.iter().map(|&j| rows[j].figures.paused_ms).collect();
+        let paused_ms: Vec<Option<(f64, f64)>> = members.iter().map(|&j| lost(&rows[j])).collect();
         for (m, &j) in members.iter().enumerate() {
             let (v, retransmits) = (verdicts[m], lossy[m]);
             let tail = v.is_some_and(|v| v.flagged);
@@ -418,12 +419,17 @@ fn groups<R, K: PartialEq>(rows: &[R], key: impl Fn(&R) -> K) -> Vec<Vec<usize>>
     out
 }
 
+/// A row's hosts' lost time and the wave it was read over (ms), where both are known.
+fn lost(l: &Line<LinksTable>) -> Option<(f64, f64)> {
+    Some((l.figures.paused_ms?, l.figures.wave_ms?))
+}
+
 /// Whether a row flagged on its tail (`v`) stalls because its own hosts paused
 /// ([`super::tail::paused_explains`]), its group's lost times `paused_ms` beside it at `pos`.
 fn own_pause(
     l: &Line<LinksTable>,
     v: Option<super::tail::TailVerdict>,
-    paused_ms: &[Option<f64>],
+    paused_ms: &[Option<(f64, f64)>],
     pos: usize,
 ) -> bool {
     let (Some(v), Some(t)) = (v, l.figures.tail.as_ref()) else {

@@ -334,3 +334,52 @@ fn a_row_cleared_by_a_later_retest_leaves_no_retest_row_flagged() {
     let first = rows.iter().find(|l| is_retest(l)).unwrap();
     assert_eq!(first.figures.confirmed, Some(true));
 }
+
+#[test]
+fn a_host_that_lost_the_time_itself_is_paused_not_lossy() {
+    // Host 3 is held by its CPU quota: its links stall with no retransmissions, and its
+    // measuring thread waited 2.9 s of a 3.5 s wave to run, where healthy ranks waited 0.4 s.
+    let lost = |mut l: Line<LinksTable>, ms: f64| {
+        (l.figures.paused_ms, l.figures.wave_ms) = (Some(ms), Some(3500.0));
+        l.figures.throttled_ms = (ms > 1000.0).then_some(ms - 100.0);
+        l
+    };
+    let mut rows = vec![
+        lost(lossy_row(0, 1, 0, 0, "1"), 400.0),
+        lost(lossy_row(2, 3, 21, 0, "1"), 2900.0),
+        lost(lossy_row(0, 2, 0, 0, "2"), 420.0),
+        lost(lossy_row(1, 3, 17, 0, "2"), 2800.0),
+        lost(lossy_row(0, 3, 1, 0, "3"), 2700.0),
+        lost(lossy_row(1, 2, 0, 0, "3"), 380.0),
+    ];
+    assert_eq!(judge_links(&mut rows), 2);
+    assert_eq!(
+        flagged_why(&rows),
+        [
+            ("r2-r3_tcp_8_pingpong".into(), "paused".into()),
+            ("r1-r3_tcp_8_pingpong".into(), "paused".into()),
+        ]
+    );
+    let words = crate::bench::links::words::tail_words(&matrix_rows(&rows), |l| {
+        l.params.src_rank == 3 || l.params.dst_rank == 3
+    })
+    .unwrap();
+    assert_eq!(
+        words,
+        "2 of 3 links stall while their own host waits to run (up to 2900 ms of 3500 ms, 2800 \
+         ms of it held by its cgroup's CPU quota), not the network"
+    );
+    assert!(!rows.iter().any(crate::bench::links::words::lossy));
+    // The same stalls with retransmissions are the network's, whatever the host lost.
+    let mut lossy = vec![
+        lost(lossy_row(0, 1, 0, 0, "1"), 400.0),
+        lost(lossy_row(2, 3, 21, 20, "1"), 2900.0),
+        lost(lossy_row(0, 2, 0, 0, "2"), 420.0),
+        lost(lossy_row(1, 3, 17, 14, "2"), 2800.0),
+        lost(lossy_row(1, 2, 0, 0, "3"), 380.0),
+    ];
+    judge_links(&mut lossy);
+    assert!(flagged_why(&lossy)
+        .iter()
+        .all(|(_, w)| w == "tail+retransmits"));
+}

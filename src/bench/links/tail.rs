@@ -246,33 +246,34 @@ pub fn stall_excess_ms(t: &Tail, threshold: f64, round_trip: bool) -> f64 {
 }
 
 /// A row's lost time counts as its hosts' own pauses only at this many times its group's
-/// healthy level: on the 2-core virtual cluster every rank waits for a CPU now and then
-/// (measured: healthy ranks' run delay 368-466 ms a wave of 2-3 s, at most 1.1x their
-/// median; a rank held to a quarter of a CPU by its cgroup 2,159-3,486 ms in the rounds, and
-/// 928-1,392 ms in its retests alone, at least 2.2x).
+/// healthy share of the wave (the lower median): on the 2-core virtual cluster every rank
+/// waits for a CPU now and then (measured: healthy ranks' run delay 368-466 ms in waves of
+/// 2-3 s; a rank held to a quarter of a CPU by its cgroup 2,159-3,486 ms in the rounds and
+/// 699-1,392 ms in its shorter retests alone).
 pub const PAUSE_FACTOR: f64 = 2.0;
 
-/// Whether member `i`'s stalls (at `threshold`) are its own hosts' pauses: its ends' lost time
-/// (`paused_ms`, each member's larger end) covers [`PAUSE_SHARE`] of what its stalls added,
-/// and lies [`PAUSE_FACTOR`] times beyond its group's healthy level (the lower median) and
-/// over the stall floor.
+/// Whether member `i`'s stalls (at `threshold`) are its own hosts' pauses. `lost` holds each
+/// member's (lost ms, wave ms), its larger end's: member `i`'s lost time covers
+/// [`PAUSE_SHARE`] of what its stalls added and is over the stall floor, and its share of its
+/// wave is [`PAUSE_FACTOR`] times its group's healthy share or more.
 pub fn paused_explains(
     t: &Tail,
     threshold: f64,
     round_trip: bool,
-    paused_ms: &[Option<f64>],
+    lost: &[Option<(f64, f64)>],
     i: usize,
 ) -> bool {
-    let Some(mine) = paused_ms[i] else {
+    let Some((mine, wave)) = lost[i] else {
         return false;
     };
-    let known: Vec<f64> = paused_ms.iter().flatten().copied().collect();
-    let healthy = lower_median(&known);
+    let share = |(ms, wave): (f64, f64)| ms / wave.max(1e-9);
+    let shares: Vec<f64> = lost.iter().flatten().map(|&l| share(l)).collect();
+    let healthy = lower_median(&shares);
     let excess = stall_excess_ms(t, threshold, round_trip);
     (excess > 0.0 || t.missing > 0)
         && mine >= PAUSE_SHARE * excess
-        && mine >= PAUSE_FACTOR * healthy
         && mine >= STALL_FLOOR_US / 1e3
+        && share((mine, wave)) >= PAUSE_FACTOR * healthy
 }
 
 /// Fewest retransmissions that flag a test.
@@ -567,13 +568,20 @@ mod tests {
         assert!((stall_excess_ms(&t, STALL_FLOOR_US, false) - excess / 2.0).abs() < 1e-9);
         // The group's healthy ranks lost 400 ms each; this one 1.5 s: its pauses explain
         // the 2 s of stalls (at least half), and 0.9 s would not.
-        let group = |mine: f64| vec![Some(400.0), Some(mine), Some(420.0), Some(380.0)];
+        let w = |ms: f64| Some((ms, 2500.0));
+        let group = |mine: f64| vec![w(400.0), w(mine), w(420.0), w(380.0)];
         assert!(paused_explains(&t, STALL_FLOOR_US, true, &group(1500.0), 1));
         assert!(!paused_explains(&t, STALL_FLOOR_US, true, &group(900.0), 1));
         // Lost time within twice the healthy level is any rank's on a shared machine, and a
         // rank with no figure is never said to pause.
-        let busy_group = vec![Some(900.0), Some(1500.0), Some(1000.0), Some(950.0)];
+        let busy_group = vec![w(900.0), w(1500.0), w(1000.0), w(950.0)];
         assert!(!paused_explains(&t, STALL_FLOOR_US, true, &busy_group, 1));
+        // Lost time is weighed as a share of its wave: 1.5 s of a 10 s wave is no pause beside
+        // healthy ranks' 400 ms of 2.5 s, and 1.2 s of a 1.3 s retest alone is one.
+        let long = vec![w(400.0), Some((1500.0, 10_000.0)), w(420.0), w(380.0)];
+        assert!(!paused_explains(&t, STALL_FLOOR_US, true, &long, 1));
+        let alone = vec![w(400.0), Some((1200.0, 1300.0)), w(420.0), w(380.0)];
+        assert!(paused_explains(&t, STALL_FLOOR_US, true, &alone, 1));
         assert!(!paused_explains(&t, STALL_FLOOR_US, true, &[None, None], 1));
         // A healthy tail with nothing stalled and nothing cut is never a pause.
         assert!(!paused_explains(

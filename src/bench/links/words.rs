@@ -35,14 +35,11 @@ pub fn tail_words(
 ) -> Option<String> {
     let mine: Vec<&Line<LinksTable>> = matrix.iter().filter(|l| on(l)).collect();
     let bad: Vec<&Line<LinksTable>> = mine.iter().copied().filter(|l| lossy(l)).collect();
-    if bad.is_empty() {
-        return None;
-    }
-    let pair = |l: &Line<LinksTable>| {
-        let (a, b) = (l.params.src_rank, l.params.dst_rank);
-        (a.min(b), a.max(b))
-    };
     let links: BTreeSet<(u32, u32)> = mine.iter().map(|l| pair(l)).collect();
+    let paused = pause_words(&mine, links.len());
+    if bad.is_empty() {
+        return paused;
+    }
     let stalling: BTreeSet<(u32, u32)> = bad
         .iter()
         .filter(|l| l.figures.stalls.unwrap_or(0) > 0)
@@ -118,7 +115,51 @@ pub fn tail_words(
             retransmitting.len()
         ));
     }
+    parts.extend(paused);
     Some(parts.join("; "))
+}
+
+/// A link as its two ranks, lower first.
+fn pair(l: &Line<LinksTable>) -> (u32, u32) {
+    let (a, b) = (l.params.src_rank, l.params.dst_rank);
+    (a.min(b), a.max(b))
+}
+
+/// What the rows flagged `paused` among `mine` (of `links` links) say: the host lost the time,
+/// not the network. None when there is none.
+fn pause_words(mine: &[&Line<LinksTable>], links: usize) -> Option<String> {
+    let paused: Vec<&&Line<LinksTable>> = mine
+        .iter()
+        .filter(|l| l.figures.flagged == Some(true))
+        .filter(|l| {
+            l.figures
+                .why
+                .as_deref()
+                .is_some_and(|w| w.contains("paused"))
+        })
+        .collect();
+    let worst = paused.iter().max_by(|a, b| {
+        let lost = |l: &Line<LinksTable>| l.figures.paused_ms.unwrap_or(0.0);
+        lost(a).total_cmp(&lost(b))
+    })?;
+    let pairs: BTreeSet<(u32, u32)> = paused.iter().map(|l| pair(l)).collect();
+    let wave = worst
+        .figures
+        .wave_ms
+        .map_or(String::new(), |w| format!(" of {}", ms(1e3 * w)));
+    let throttled = worst
+        .figures
+        .throttled_ms
+        .filter(|&t| t > 0.0)
+        .map_or(String::new(), |t| {
+            format!(", {} of it held by its cgroup's CPU quota", ms(1e3 * t))
+        });
+    Some(format!(
+        "{} of {links} links stall while their own host waits to run (up to {}{wave}{throttled}), \
+         not the network",
+        pairs.len(),
+        ms(1e3 * worst.figures.paused_ms.unwrap_or(0.0)),
+    ))
 }
 
 /// One ping-pong row's stalls: (stalls, round trips, ms a stall costs a transfer). A stall's
