@@ -9,7 +9,7 @@ use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 
 use crate::bench::REGISTRY;
-use crate::suite::Bench;
+use crate::suite::Planned;
 
 pub const QUICK_TOML: &str = include_str!("../bench-configs/quick.toml");
 
@@ -63,11 +63,12 @@ impl SuiteConfig {
 
     /// The benches the config names, planned, in the registry's order (the order a run does
     /// them, whatever the file's order).
-    pub fn benches(&self) -> Result<Vec<Box<dyn Bench>>> {
+    pub fn benches(&self) -> Result<Vec<Planned>> {
         let mut out = Vec::new();
         for (name, from_toml) in suite_benches() {
             if let Some(table) = self.tables.get(name) {
-                out.push(from_toml(table.clone()).map_err(|e| anyhow!("[{name}] {e}"))?);
+                let bench = from_toml(table.clone()).map_err(|e| anyhow!("[{name}] {e}"))?;
+                out.push(Planned { name, bench });
             }
         }
         Ok(out)
@@ -99,7 +100,7 @@ mod tests {
     use super::*;
 
     fn names(cfg: &SuiteConfig) -> Vec<&'static str> {
-        cfg.benches().unwrap().iter().map(|b| b.name()).collect()
+        cfg.benches().unwrap().iter().map(|p| p.name).collect()
     }
 
     fn kernels_plan(cfg: &SuiteConfig) -> crate::bench::kernels::KernelsPlan {

@@ -18,8 +18,6 @@ pub type Notes = serde_json::Map<String, serde_json::Value>;
 
 /// A planned bench, ready to run.
 pub trait Bench {
-    /// The bench's name, as in its config table and its CSV.
-    fn name(&self) -> &'static str;
     /// Whether the run must open a GPU adapter for it.
     fn needs_gpu(&self) -> bool {
         true
@@ -29,6 +27,22 @@ pub trait Bench {
     /// Measures, writing its tables into `run` row by row; returns its notes for meta.json.
     /// `gpu` is `Some` whenever `needs_gpu` says so.
     fn run(&self, gpu: Option<&Gpu>, run: &RunDir, progress: &Progress) -> Result<Notes>;
+}
+
+/// A planned bench with its registry name (its config table, its CSV's `bench`), which
+/// meta.json's notes are kept under.
+pub struct Planned {
+    pub name: &'static str,
+    pub bench: Box<dyn Bench>,
+}
+
+impl Planned {
+    pub fn new(name: &'static str, bench: impl Bench + 'static) -> Planned {
+        Planned {
+            name,
+            bench: Box::new(bench),
+        }
+    }
 }
 
 /// Where and how a run happens, whatever it runs (the global flags, without clap).
@@ -48,12 +62,12 @@ pub struct RunOptions {
 /// failure meta.json says "failed" with the error, and the rows written so far stay.
 pub fn run(
     options: &RunOptions,
-    benches: &[Box<dyn Bench>],
+    benches: &[Planned],
     config: Option<serde_json::Value>,
 ) -> Result<RunDir> {
     // Open the GPU (when a bench needs one) before creating the run folder: no adapter
     // leaves nothing behind.
-    let gpu = if benches.iter().any(|b| b.needs_gpu()) {
+    let gpu = if benches.iter().any(|p| p.bench.needs_gpu()) {
         Some(Gpu::open(options.backend, options.adapter.as_deref())?)
     } else {
         None
@@ -64,7 +78,7 @@ pub fn run(
     }
     meta.config = config;
     let mut dir = RunDir::create(&options.out, meta, options.raw)?;
-    let points = benches.iter().map(|b| b.points()).sum();
+    let points = benches.iter().map(|p| p.bench.points()).sum();
     let progress = Progress::new(points, options.quiet);
     let on = gpu
         .as_ref()
@@ -100,16 +114,16 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 fn run_benches(
     gpu: Option<&Gpu>,
-    benches: &[Box<dyn Bench>],
+    benches: &[Planned],
     dir: &mut RunDir,
     progress: &Progress,
 ) -> Result<()> {
-    for bench in benches {
+    for Planned { name, bench } in benches {
         let before = noise::load::Sample::now();
         let result = bench.run(gpu, dir, progress);
         // The host's load is recorded for a bench that failed too: it may be why.
         let load = noise::load::Load::between(&before, &noise::load::Sample::now());
-        let warning = load.warning(bench.name());
+        let warning = load.warning(name);
         if let Some(w) = &warning {
             progress.println(format!("warning: {w}"));
         }
@@ -118,7 +132,7 @@ fn run_benches(
         dir.meta
             .notes
             .entry("host_load")
-            .or_insert_with(|| serde_json::json!({}))[bench.name()] = entry;
+            .or_insert_with(|| serde_json::json!({}))[*name] = entry;
         let notes = result?;
         dir.meta.notes.extend(notes);
         dir.write_meta()?;
@@ -134,9 +148,6 @@ mod tests {
     pub struct PanicBench;
 
     impl Bench for PanicBench {
-        fn name(&self) -> &'static str {
-            "panic"
-        }
         fn needs_gpu(&self) -> bool {
             false
         }
@@ -158,7 +169,7 @@ mod tests {
             quiet: true,
             raw: false,
         };
-        let benches: Vec<Box<dyn Bench>> = vec![Box::new(PanicBench)];
+        let benches = [Planned::new("panic", PanicBench)];
         let err = run(&options, &benches, None).unwrap_err().to_string();
         assert!(err.contains("deliberate panic"), "{err}");
         let dir = std::fs::read_dir(out.path())

@@ -187,9 +187,6 @@ impl Checked for ClockTable {
 }
 
 impl crate::suite::Bench for ClockPlan {
-    fn name(&self) -> &'static str {
-        BENCH
-    }
     fn needs_gpu(&self) -> bool {
         false
     }

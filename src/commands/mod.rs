@@ -10,7 +10,6 @@ use crate::cli::{Cli, Command};
 use crate::config::SuiteConfig;
 use crate::report::plot::charts::Format;
 use crate::suite;
-use crate::suite::Bench;
 
 /// The exit code of an error: `check`, `fleet` and `sim --validate` tell a verdict (exit 1)
 /// apart from an error (exit 2), as diff and grep do; every other command exits 1.
@@ -124,7 +123,7 @@ fn health(a: &crate::cli::HealthArgs, g: &crate::cli::GlobalArgs) -> anyhow::Res
 fn run_command(cli: Cli) -> anyhow::Result<()> {
     let g = &cli.global;
     // One bench from its subcommand, run into its own run folder.
-    let one = |bench: Box<dyn Bench>, config: serde_json::Value, raw: bool| {
+    let one = |bench: suite::Planned, config: serde_json::Value, raw: bool| {
         let dir = suite::run(&g.options(raw), &[bench], Some(config))?;
         after_run(&dir.path, g)
     };
@@ -132,7 +131,11 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
         Command::Info(_) => crate::info::run(g.backend, g.json),
         Command::Bench(b) => {
             let planned = b.planned().map_err(anyhow::Error::msg)?;
-            one(planned.bench, planned.config, planned.raw)
+            let bench = suite::Planned {
+                name: b.name,
+                bench: planned.bench,
+            };
+            one(bench, planned.config, planned.raw)
         }
         Command::Run(a) => {
             let cfg = match &a.config {

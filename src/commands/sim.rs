@@ -4,7 +4,6 @@
 use crate::bench::sim::place::LinkCosts;
 use crate::bench::sim::{calibrate_from, OneOrMany, SimBench, SimOutput, SimPlan};
 use crate::suite;
-use crate::suite::Bench;
 
 /// `morphbench sim`: the scenario from flags, a scenario file or a measured run (`--from`),
 /// placed when asked (`--place`), run into its own run folder.
@@ -59,7 +58,7 @@ pub(super) fn sim_command(
         bench_reps: if a.bench { 5 } else { 0 },
         export_torch: a.export_torch()?,
     };
-    let bench: Box<dyn Bench> = Box::new(SimBench { plan, output });
+    let bench = suite::Planned::new(crate::bench::sim::BENCH, SimBench { plan, output });
     let dir = suite::run(
         &g.options(false),
         &[bench],

@@ -144,9 +144,6 @@ impl D2hPlan {
 }
 
 impl crate::suite::Bench for D2hPlan {
-    fn name(&self) -> &'static str {
-        BENCH
-    }
     fn points(&self) -> u64 {
         self.sizes.len() as u64
     }

@@ -87,9 +87,6 @@ struct Shared {
 }
 
 impl crate::suite::Bench for HolPlan {
-    fn name(&self) -> &'static str {
-        BENCH
-    }
     fn points(&self) -> u64 {
         HolPlan::points(self)
     }

@@ -165,9 +165,6 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
 };
 
 impl crate::suite::Bench for KernelsPlan {
-    fn name(&self) -> &'static str {
-        BENCH
-    }
     fn points(&self) -> u64 {
         KernelsPlan::points(self)
     }

@@ -6,16 +6,8 @@
 //! frequent than the group's healthy rate (a one-sided binomial test on counts,
 //! [`tail_flagged`]), and, as a slow link, only when its own retest confirms it.
 //!
-//! Why the counts suffice at the defaults (1,000 ping-pongs of each size, 250 ms of budget that
-//! stall time is not charged against): a host dropping 1% of its packets stalls a small
-//! message's round trip with about 2% probability (the ping and the pong each cross it), so
-//! 1,000 round trips expect 20 stalls, while a healthy link, at the rate floor
-//! [`HEALTHY_RATE_FLOOR`], expects 0.1: [`MIN_STALLS`] stalls are significant (P = 0.00015,
-//! under [`ALPHA`]), and P(at least 3 | 20 expected) > 0.9999. Half that loss on one link (1%
-//! of round trips) expects 10: P(at least 3 | 10) = 0.997 per test, and a link has several
-//! tests (sizes, directions). A host dropping 0.1% stalls 0.2% of round trips: 2 expected in
-//! 1,000 (found in about one test in three), 20 in `--iters 10000` (always found; the
-//! extended fleet level measures that many).
+//! Why the counts suffice at the defaults, and how a host's own pauses are told from a lossy
+//! network ([`paused_explains`]): docs/cluster.md, "Tails, stalls and retransmissions".
 
 use serde::{Deserialize, Serialize};
 

@@ -109,9 +109,6 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
 };
 
 impl crate::suite::Bench for PeakPlan {
-    fn name(&self) -> &'static str {
-        BENCH
-    }
     fn points(&self) -> u64 {
         // fma x4, bandwidth x7 (x9 with 64-bit integers), dispatch x2, timestamp.
         16

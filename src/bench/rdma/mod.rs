@@ -205,7 +205,8 @@ fn client(plan: &RdmaPlan, options: &crate::suite::RunOptions) -> Result<PathBuf
         link: RefCell::new(link),
         quiet: options.quiet,
     };
-    crate::suite::run(options, &[Box::new(bench)], Some(config)).map(|dir| dir.path)
+    let benches = [crate::suite::Planned::new(BENCH, bench)];
+    crate::suite::run(options, &benches, Some(config)).map(|dir| dir.path)
 }
 
 /// The client's side of a connected pair, as a bench of the suite.
@@ -217,9 +218,6 @@ struct RdmaClient {
 }
 
 impl Bench for RdmaClient {
-    fn name(&self) -> &'static str {
-        BENCH
-    }
     fn needs_gpu(&self) -> bool {
         false
     }

@@ -86,9 +86,6 @@ pub struct SimBench {
 }
 
 impl crate::suite::Bench for SimBench {
-    fn name(&self) -> &'static str {
-        BENCH
-    }
     fn needs_gpu(&self) -> bool {
         false
     }

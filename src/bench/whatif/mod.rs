@@ -190,9 +190,6 @@ pub fn parse_steps(text: &str) -> Result<BTreeSet<i64>, String> {
 }
 
 impl crate::suite::Bench for WhatifPlan {
-    fn name(&self) -> &'static str {
-        BENCH
-    }
     fn needs_gpu(&self) -> bool {
         false
     }

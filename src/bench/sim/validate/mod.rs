@@ -35,7 +35,7 @@ pub fn run(
         ablation,
     };
     let config = serde_json::json!({ "validate": file.display().to_string() });
-    let benches: Vec<Box<dyn crate::suite::Bench>> = vec![Box::new(bench)];
+    let benches = [crate::suite::Planned::new(BENCH, bench)];
     let dir = crate::suite::run(options, &benches, Some(config))?;
     add_to_summary(&dir.path)?;
     Ok(dir.path.clone())

@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, Context, Result};
 
-use super::case::{error_added, errors, spread, Input, Trend, BENCH};
+use super::case::{error_added, errors, spread, Input, Trend};
 use crate::output::Progress;
 use crate::record::RunDir;
 use crate::sim::runtime::Mechanisms;
@@ -160,9 +160,6 @@ fn pct(x: Option<f64>) -> String {
 }
 
 impl crate::suite::Bench for ValidateBench {
-    fn name(&self) -> &'static str {
-        BENCH
-    }
     fn needs_gpu(&self) -> bool {
         false
     }
