@@ -1,6 +1,7 @@
 //! The pipeline schedule simulator: a pure model (no I/O) of S stages and N microbatches under
 //! link delays, the schedules that run them, and pictures of the result.
 
+pub mod builder;
 pub mod engine;
 pub mod hand;
 pub mod memory;
@@ -14,6 +15,7 @@ pub mod trace;
 pub mod zb;
 pub mod zbv;
 
+pub use builder::ScenarioBuilder;
 pub use engine::{simulate, Executed, Policy, Run, SimError};
 pub use model::{link_between, links_of, Layout};
 pub use model::{CommModel, Op, OpKind, Scenario, ScenarioError};
