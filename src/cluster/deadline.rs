@@ -65,11 +65,7 @@ impl Until {
                 let now_in = segments();
                 match (q.segments, now_in) {
                     (Some(then), Some(seen)) if seen != then => {
-                        *q = Quiet {
-                            at: now + q.silence,
-                            silence: q.silence,
-                            segments: now_in,
-                        };
+                        (q.at, q.segments) = (now + q.silence, now_in);
                     }
                     _ => return None,
                 }
