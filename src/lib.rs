@@ -5,7 +5,6 @@
 
 pub mod bench;
 pub mod check;
-pub mod cli;
 pub mod cluster;
 pub mod commands;
 pub mod config;

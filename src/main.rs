@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use morphbench::cli::Cli;
 use morphbench::commands;
+use morphbench::commands::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

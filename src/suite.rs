@@ -45,6 +45,45 @@ impl Planned {
     }
 }
 
+/// The flags every command takes (before or after its name).
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Global options (before or after the command)")]
+pub struct GlobalArgs {
+    /// Which graphics API backends to consider.
+    #[arg(long, global = true, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+    /// Adapter to use: an index or part of a name from `morphbench info` (default: the best).
+    #[arg(long, global = true, value_name = "INDEX|NAME")]
+    pub adapter: Option<String>,
+    /// Folder that receives one subfolder per run.
+    #[arg(long, global = true, value_name = "DIR", default_value = "results")]
+    pub out: PathBuf,
+    /// Print nothing but errors and warnings.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// More log detail (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Print JSON instead of tables: a run's summary.json when it ends (`info`: the adapters
+    /// and host).
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+impl GlobalArgs {
+    /// The run options these flags give (the orchestrator never sees clap types).
+    pub fn options(&self, raw: bool) -> RunOptions {
+        RunOptions {
+            backend: self.backend,
+            adapter: self.adapter.clone(),
+            out: self.out.clone(),
+            // With --json the summary is the output: no tables, no progress.
+            quiet: self.quiet || self.json,
+            raw,
+        }
+    }
+}
+
 /// Where and how a run happens, whatever it runs (the global flags, without clap).
 #[derive(Debug, Clone)]
 pub struct RunOptions {

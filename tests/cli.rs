@@ -398,3 +398,31 @@ fn absurd_inputs_are_refused_at_once() {
     }
     assert!(t0.elapsed().as_secs() < 60, "{:?}", t0.elapsed());
 }
+
+/// A new multi-rank command is one file and one word in the registry: `roll-call` (test builds
+/// only) gets its subcommand, `--local N`, the rendezvous with the job's secret, rank 0's run
+/// folder and `--json` from the harness, and nothing names it anywhere else.
+#[test]
+fn a_multi_rank_command_is_a_file_and_a_registry_word() {
+    let home = tempfile::tempdir().unwrap();
+    let help = stdout(&morphbench(&["--help"], home.path()));
+    assert!(help.contains("roll-call"), "{help}");
+    let o = morphbench(&["roll-call", "--local", "3", "--json"], home.path());
+    assert!(o.status.success(), "{}", output(&o));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["status"], "complete", "{summary}");
+    let run = only_run(&home.path().join("results"));
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("meta.json")).unwrap()).unwrap();
+    let roll = meta["notes"]["roll"].as_array().expect("the roll").clone();
+    let ranks: Vec<u64> = roll.iter().map(|p| p["rank"].as_u64().unwrap()).collect();
+    assert_eq!(ranks, [0, 1, 2], "{meta}");
+    let mut pids: Vec<u64> = roll.iter().map(|p| p["pid"].as_u64().unwrap()).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    assert_eq!(pids.len(), 3, "each rank is a process of its own: {meta}");
+    assert_eq!(meta["notes"]["auth"], "authenticated", "{meta}");
+    // Over its bound, `--local` is refused before any rank starts.
+    let o = morphbench(&["roll-call", "--local", "100000"], home.path());
+    assert_eq!(o.status.code(), Some(1), "{}", output(&o));
+}

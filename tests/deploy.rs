@@ -9,6 +9,7 @@
 use std::path::Path;
 
 use clap::Parser;
+use morphbench::bench::health::args::HealthArgs;
 use serde_json::Value;
 
 fn docs(file: &str) -> Vec<Value> {
@@ -40,9 +41,16 @@ fn morphbench_lines(script: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn parses(args: &[String]) -> morphbench::cli::Cli {
-    morphbench::cli::Cli::try_parse_from(args)
+fn parses(args: &[String]) -> morphbench::commands::Cli {
+    morphbench::commands::Cli::try_parse_from(args)
         .unwrap_or_else(|e| panic!("{args:?} does not parse: {e}"))
+}
+
+/// The health command's flags, if `cli` is health.
+fn health(cli: &morphbench::commands::Cli) -> Option<HealthArgs> {
+    use clap::FromArgMatches;
+    let c = &cli.command;
+    (c.name == "health").then(|| HealthArgs::from_arg_matches(&c.matches).unwrap())
 }
 
 #[test]
@@ -55,7 +63,7 @@ fn the_health_daemonset_runs_health_into_the_shared_textfile_folder() {
     let lines = morphbench_lines(script);
     assert_eq!(lines.len(), 1, "{script}");
     let cli = parses(&lines[0]);
-    let morphbench::cli::Command::Health(h) = &cli.command else {
+    let Some(h) = health(&cli) else {
         panic!("not health: {:?}", lines[0]);
     };
     let textfile = h.textfile.as_ref().expect("--textfile");
@@ -158,7 +166,7 @@ fn the_npd_plugin_sets_morphbench_unhealthy_and_an_event_from_health_npd() {
                 .map(|a| a.as_str().unwrap().to_string()),
         );
         let cli = parses(&args);
-        let morphbench::cli::Command::Health(h) = &cli.command else {
+        let Some(h) = health(&cli) else {
             panic!("not health: {args:?}");
         };
         assert!(h.npd && h.baseline.is_some(), "{args:?}");

@@ -33,7 +33,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // What reads results back: the table registry, plots, headlines, reports; check.
     ("reading", &["report", "check"]),
     // Flags, configs and dispatch.
-    ("top", &["cli", "config", "commands"]),
+    ("top", &["config", "commands"]),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -132,11 +132,11 @@ impl BenchArgs for ClockArgs {
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
     from_toml: Some(from_toml::<ClockConfig>),
-    command: Some(command::<ClockArgs>(
+    command: command::<ClockArgs>(
         "The host clock: what a read costs, its smallest step, how late a sleep wakes; writes \
          clock.csv",
         "Examples:\n  morphbench clock\n  morphbench clock --iters 1000 --sleep-us 100",
-    )),
+    ),
     tables: || {
         vec![TableSpec::compared::<ClockTable>()
             .single_node()

@@ -107,3 +107,92 @@ impl RdmaDeviceArgs {
         }
     }
 }
+
+/// How a multi-rank command finds its place when no launcher says (`links`, `pipeline`).
+#[derive(Debug, Clone, Args)]
+pub struct LaunchArgs {
+    /// This process's rank, when no launcher says (with --world and --rendezvous).
+    #[arg(long, requires = "world")]
+    pub rank: Option<u32>,
+    /// The number of ranks, when no launcher says.
+    #[arg(long, requires = "rank")]
+    pub world: Option<u32>,
+    /// Where rank 0 listens, HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub rendezvous: Option<String>,
+    /// Seconds the ranks wait for each other to arrive.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub wait_s: u64,
+    /// Start N ranks of this program on this machine, each with its own device (a CPU driver
+    /// gets its share of the cores via LP_NUM_THREADS).
+    #[arg(long, value_name = "N")]
+    pub local: Option<u32>,
+    /// The job's secret, which every rank proves it holds (the same file on every rank; else
+    /// MORPHBENCH_TOKEN; --local makes its own). See docs/security.md.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Run without the job's secret: anyone who reaches rank 0's port can join (said in
+    /// meta.json and on the console).
+    #[arg(long)]
+    pub insecure: bool,
+}
+
+impl LaunchArgs {
+    /// `--local N` on the command line as given: a process started with `--rank` is one of the
+    /// ranks such a launcher started, not a launcher itself.
+    pub fn spawn_local(&self) -> Option<u32> {
+        self.local.filter(|_| self.rank.is_none())
+    }
+
+    pub fn session(
+        &self,
+        g: &crate::suite::GlobalArgs,
+        rdma_devices: Vec<String>,
+    ) -> crate::cluster::SessionOptions {
+        crate::cluster::SessionOptions {
+            world: crate::cluster::world::WorldOptions {
+                explicit: self.rank.zip(self.world),
+                rendezvous: self.rendezvous.clone(),
+                timeout: std::time::Duration::from_secs(self.wait_s),
+                adapter: None,
+                rdma_devices,
+                trust: crate::cluster::auth::TrustSource {
+                    token_file: self.token_file.clone(),
+                    insecure: self.insecure,
+                },
+            },
+            out: g.out.clone(),
+            // With --json, standard output carries the summary alone.
+            quiet: g.quiet || g.json,
+        }
+    }
+}
+
+/// One scenario per delay: link `link` gets each of `delays_ms` in turn (on top of `slow`).
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SweepLink {
+    pub link: usize,
+    pub delays_ms: Vec<f64>,
+}
+
+/// `--sweep` and `pipeline --slow`: `LINK:MS[,MS...]`.
+pub fn parse_sweep(s: &str) -> Result<SweepLink, String> {
+    let (link, list) = s
+        .split_once(':')
+        .ok_or_else(|| format!("'{s}': expected LINK:MS[,MS...], e.g. 0:0,10,20"))?;
+    let link: usize = link
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}': link '{link}' is not a whole number"))?;
+    let most = crate::sim::model::MAX_STAGES - 2;
+    if link > most {
+        return Err(format!(
+            "'{s}': link {link} is past the last link there can be ({most})"
+        ));
+    }
+    Ok(SweepLink {
+        link,
+        delays_ms: parse_ms_list(list)?.0,
+    })
+}

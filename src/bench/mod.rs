@@ -6,7 +6,6 @@ pub mod descriptor;
 pub mod flags;
 #[cfg(feature = "test-hooks")]
 pub mod followers;
-pub mod health;
 pub mod probe;
 pub mod shared;
 
@@ -14,12 +13,27 @@ pub use descriptor::Descriptor;
 
 /// Declares each bench's module and lists its descriptor in [`REGISTRY`].
 macro_rules! registry {
-    ($($bench:ident),* $(,)?) => {
-        $(pub mod $bench;)*
+    ($($(#[$only:meta])* $bench:ident),* $(,)?) => {
+        $($(#[$only])* pub mod $bench;)*
         /// Every bench, in the order a suite runs them and the report lists their tables.
-        pub const REGISTRY: &[Descriptor] = &[$($bench::DESCRIPTOR),*];
+        pub const REGISTRY: &[Descriptor] = &[$($(#[$only])* $bench::DESCRIPTOR),*];
     };
 }
 
 // A new bench is its file or folder (with its `DESCRIPTOR`) and its name here.
-registry!(peak, kernels, d2h, hol, rdma, sim, links, pipeline, fleet, clock, whatif);
+registry!(
+    peak,
+    kernels,
+    d2h,
+    hol,
+    rdma,
+    sim,
+    links,
+    pipeline,
+    fleet,
+    health,
+    clock,
+    whatif,
+    #[cfg(feature = "test-hooks")]
+    roll_call,
+);

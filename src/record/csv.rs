@@ -219,6 +219,19 @@ pub struct CsvSink<T: CsvTable> {
 }
 
 impl<T: CsvTable> CsvSink<T> {
+    /// Replaces `dir`'s table with `lines`, atomically (a crash leaves the file as it was).
+    pub fn rewrite(dir: &Path, lines: &[Line<T>]) -> Result<()> {
+        let tmp = dir.join(format!(".{}.csv.tmp", T::NAME));
+        {
+            let mut sink = CsvSink::<T>::create(&tmp)?;
+            for l in lines {
+                sink.write(l)?;
+            }
+        }
+        std::fs::rename(&tmp, dir.join(format!("{}.csv", T::NAME)))?;
+        Ok(())
+    }
+
     /// Creates the file and writes the header, so even a table without rows names its columns.
     pub fn create(path: &Path) -> Result<CsvSink<T>> {
         // A link planted where the table goes is not followed (a run folder is root's, but a

@@ -100,10 +100,10 @@ impl BenchArgs for D2hArgs {
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
     from_toml: Some(from_toml::<D2hConfig>),
-    command: Some(command::<D2hArgs>(
+    command: command::<D2hArgs>(
         "Device-to-host and host-to-device latency and bandwidth; writes d2h.csv",
         "Examples:\n  morphbench d2h                                  # 4 B to 256 MiB, powers of two\n  morphbench d2h --sizes 4,64K,16M --iters 50",
-    )),
+    ),
     tables: || {
         vec![TableSpec::compared::<D2hTable>()
             .single_node()

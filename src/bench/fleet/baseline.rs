@@ -5,7 +5,7 @@
 //! relative to the median), at least [`MIN_TOLERANCE`].
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -296,4 +296,43 @@ mod tests {
         let e = format!("{:#}", Baseline::load(&path).unwrap_err());
         assert!(e.contains("morphbench baseline FLEET_RUN"), "{e}");
     }
+}
+
+/// `morphbench baseline`: a fleet baseline from a healthy fleet run.
+pub const COMMAND: crate::bench::descriptor::CommandSpec =
+    crate::bench::descriptor::CommandSpec::runs(
+        "Write a fleet baseline (each figure's expected value and tolerance per adapter and \
+         driver) from a healthy fleet run, for `fleet --baseline`",
+        "Examples:\n  morphbench baseline results/FLEET_RUN -o bench-configs/baseline-h200.toml",
+        <BaselineArgs as clap::Args>::augment_args,
+        write_baseline,
+    );
+
+#[derive(Debug, clap::Args)]
+struct BaselineArgs {
+    /// A fleet run folder (healthy nodes: only those that passed every test are used).
+    #[arg(value_name = "FLEET_RUN")]
+    run_dir: PathBuf,
+    /// Where to write the baseline (TOML).
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+}
+
+fn write_baseline(
+    m: &clap::ArgMatches,
+    g: &crate::bench::descriptor::GlobalArgs,
+) -> anyhow::Result<crate::bench::descriptor::Ran> {
+    let a: BaselineArgs = crate::bench::descriptor::parsed(m)?;
+    let b = Baseline::from_run(&a.run_dir)?;
+    b.write(&a.output)?;
+    if !g.quiet {
+        let figures: usize = b.sku.iter().map(|s| s.figure.len()).sum();
+        println!(
+            "baseline: {figures} figures of {} adapter/driver pair(s) from run {} -> {}",
+            b.sku.len(),
+            b.from_run,
+            a.output.display()
+        );
+    }
+    Ok(crate::bench::descriptor::Ran::done())
 }

@@ -6,6 +6,7 @@
 //! pass, 1 some node fails, 2 the gate could not run. A rank that dies, stops or does not
 //! answer is a FAIL with why; the others' rows are written all the same.
 
+pub mod args;
 pub mod baseline;
 mod charts;
 pub mod checks;
@@ -402,7 +403,19 @@ fn plan(ranks: &[RankOutcome], tests: impl Fn(&RankOutcome) -> Vec<TestSpec>) ->
 pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descriptor::Descriptor {
     name: "fleet",
     from_toml: None,
-    command: None,
+    command: args::command(|m, g| {
+        use crate::bench::descriptor::{After, Ran};
+        let a: args::FleetArgs = crate::bench::descriptor::parsed(m)?;
+        let Some(outcome) = run(&a.options(g))? else {
+            return Ok(Ran::done());
+        };
+        Ok(Ran {
+            dir: Some(outcome.dir),
+            code: outcome.exit_code,
+            after: After::Report,
+            json: Some(outcome.summary),
+        })
+    }),
     tables: || {
         vec![
             crate::record::TableSpec::of::<table::FleetTable>()

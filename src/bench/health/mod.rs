@@ -9,6 +9,7 @@
 //! Exit codes, one meaning each: 0 healthy, 1 unhealthy (a figure failed), 2 could not judge
 //! (no baseline and too few GPUs to judge by each other, no adapter, a bad flag, the run cut).
 
+pub mod args;
 mod outcome;
 mod output;
 
@@ -28,6 +29,45 @@ use crate::verdict::Verdict;
 
 pub use outcome::{Health, Outcome};
 pub use output::{npd_line, one_line, NPD_MAX};
+
+/// The `health` command, for the registry (its rows are fleet.csv's, listed by `fleet`).
+pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descriptor::Descriptor {
+    name: "health",
+    from_toml: None,
+    command: args::command(run_command),
+    tables: Vec::new,
+};
+
+/// `morphbench health`: the exit code is the node's health (0, 1, 2). With `--npd` an error
+/// is still node-problem-detector's one line (Unknown, exit 2), the error itself on stderr.
+fn run_command(
+    m: &clap::ArgMatches,
+    g: &crate::bench::descriptor::GlobalArgs,
+) -> Result<crate::bench::descriptor::Ran> {
+    use crate::bench::descriptor::Ran;
+    let a: args::HealthArgs = crate::bench::descriptor::parsed(m)?;
+    let opts = HealthOptions {
+        baseline: a.baseline,
+        slurm: a.slurm,
+        npd: a.npd,
+        json: g.json,
+        quiet: g.quiet,
+        textfile: a.textfile,
+        out: g.out.clone(),
+        backend: g.backend,
+        adapter: g.adapter.clone(),
+    };
+    match run(&opts) {
+        Ok(outcome) => Ok(Ran::code(report(&opts, &outcome)?)),
+        Err(e) if opts.npd => {
+            let line = format!("morphbench: could not judge: {e:#}");
+            println!("{}", one_line(&line, NPD_MAX));
+            eprintln!("error: {e:#}");
+            Ok(Ran::code(2))
+        }
+        Err(e) => Err(e),
+    }
+}
 
 /// Fewer GPUs than this cannot judge each other: the fleet's rule needs 3.
 const MIN_PEERS: usize = 3;

@@ -17,6 +17,7 @@ mod args;
 mod offload;
 mod plan;
 mod rows;
+pub mod sink;
 mod stream;
 mod views;
 
@@ -42,10 +43,10 @@ use rows::{Aggregate, Baseline};
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
     from_toml: Some(from_toml::<HolConfig>),
-    command: Some(command::<HolArgs>(
+    command: command::<HolArgs>(
         "Head-of-line blocking: compute stalled behind transfers, inline vs offloaded; writes hol.csv",
         "Examples:\n  morphbench hol                                  # none, inline, offload at 0 and 20 ms\n  morphbench hol --delay-ms 0,5,20,60 --reps 10\n  morphbench hol --peer node2:18600 --transport rdma --device mlx5_0 --gid-index 3",
-    )),
+    ),
     tables: || {
         vec![TableSpec::compared::<HolTable>()
             .single_node()

@@ -152,10 +152,10 @@ impl BenchArgs for KernelsArgs {
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
     from_toml: Some(from_toml::<KernelsConfig>),
-    command: Some(command::<KernelsArgs>(
+    command: command::<KernelsArgs>(
         "Sweep GEMM and layernorm kernels (verified, then timed) and write kernels.csv",
         "Examples:\n  morphbench kernels --gemm 512x512x512,1024x1024x1024 --layernorm 4096x1024\n  morphbench kernels --gemm 256x256x256 --variant tiled64 --iters 50\n  morphbench kernels --gemm 2048x2048x2048 --reselect      # probe the variants again",
-    )),
+    ),
     tables: || {
         vec![TableSpec::compared::<KernelsTable>()
             .single_node()

@@ -3,6 +3,7 @@
 //! node fingerprinted; slow links and nodes flagged. A [`Ranked`] bench: rank 0 leads the
 //! rounds and writes links.csv and nodes.csv; the other ranks measure and report to it.
 
+pub mod args;
 pub mod blame;
 mod charts;
 mod console;
@@ -21,7 +22,7 @@ mod views;
 pub mod words;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
@@ -221,7 +222,7 @@ impl Ranked for Links {
         let (outcome, busy) = play_rounds(crew, &self.opts, self.topology.get(), dir, &schedule)?;
         self.busy = busy;
         if !nodes.is_empty() {
-            rewrite(
+            CsvSink::rewrite(
                 &dir.path,
                 &fingerprint::with_verdicts(nodes, &outcome.slow_nodes),
             )?;
@@ -358,7 +359,7 @@ fn play_rounds(
         &mut lines,
         schedule.len() as u32,
     )?;
-    rewrite(&dir.path, &lines)?;
+    CsvSink::rewrite(&dir.path, &lines)?;
     hist::write(&dir.path, &dir.id, &lines)?;
     busiest.merge(retest_load);
     if quiet {
@@ -570,24 +571,18 @@ fn link_line(
     Line::new(run_id, case, params, Some(&m.summary), figures)
 }
 
-/// Replaces a table with its judged rows, atomically (a crash leaves the unjudged file).
-fn rewrite<T: crate::record::csv::CsvTable>(dir: &Path, lines: &[Line<T>]) -> Result<()> {
-    let tmp = dir.join(format!(".{}.csv.tmp", T::NAME));
-    {
-        let mut sink = CsvSink::<T>::create(&tmp)?;
-        for l in lines {
-            sink.write(l)?;
-        }
-    }
-    std::fs::rename(&tmp, dir.join(format!("{}.csv", T::NAME)))?;
-    Ok(())
-}
-
 /// The `links` bench, for the registry (a multi-rank command of its own).
 pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descriptor::Descriptor {
     name: "links",
     from_toml: None,
-    command: None,
+    command: args::command(|m, g| {
+        let a: args::LinksArgs = crate::bench::descriptor::parsed(m)?;
+        let dir = run(&a.options(g))?;
+        Ok(crate::bench::descriptor::Ran::wrote(
+            dir,
+            crate::bench::descriptor::After::Report,
+        ))
+    }),
     tables: || {
         vec![
             crate::record::TableSpec::compared::<tables::LinksTable>()

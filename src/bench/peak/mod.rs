@@ -96,11 +96,11 @@ impl BenchArgs for PeakArgs {
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
     from_toml: Some(from_toml::<PeakConfig>),
-    command: Some(command::<PeakArgs>(
+    command: command::<PeakArgs>(
         "The device's own ceilings: FMA throughput, memory bandwidth, dispatch latency and \
          rate, timestamp tick; writes peak.csv",
         "Examples:\n  morphbench peak                                 # 256 MiB buffers (or the device's binding limit)\n  morphbench peak --iters 20 --bytes 1G",
-    )),
+    ),
     tables: || {
         vec![TableSpec::compared::<PeakTable>()
             .single_node()

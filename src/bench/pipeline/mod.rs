@@ -8,6 +8,7 @@
 //! times (`predict`), and writes pipeline.csv and pipeline_timeline.csv, a Perfetto trace and
 //! a measured-against-predicted Gantt chart (`report`).
 
+pub mod args;
 mod chunk;
 pub mod comm;
 pub mod exec;
@@ -29,39 +30,23 @@ use anyhow::{anyhow, bail, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::clock;
-use crate::cluster::world::{World, WorldOptions};
-use crate::cluster::{run_ranked, Crew, Ranked, SessionOptions};
-use crate::gpu::{BackendChoice, Gpu};
+use crate::cluster::world::World;
+use crate::cluster::{run_ranked, Crew, Ranked};
+use crate::gpu::Gpu;
 use crate::noise::load::BusyWarning;
 use crate::record::run_dir::RunDir;
 use crate::sim::Layout;
 use crate::stats::Summary;
 use crate::transport::TransportKind;
-pub use plan::{Calibration, Case, OpOrder, PipelinePlan, GRAD_TOLERANCE, MAX_MICROBATCHES};
+pub use plan::{
+    Calibration, Case, OpOrder, PipelineOptions, PipelinePlan, GRAD_TOLERANCE, MAX_LOCAL_STAGES,
+    MAX_MICROBATCHES,
+};
 
 use exec::StageTimes;
 use predict::{Measured, PlannedCase};
 use stage::Stage;
 use wiring::{connect, neighbours, Links};
-
-#[derive(Debug, Clone)]
-pub struct PipelineOptions {
-    pub session: SessionOptions,
-    pub plan: PipelinePlan,
-    pub backend: BackendChoice,
-    pub adapter: Option<String>,
-    /// This rank's RDMA device (with `--transport rdma`).
-    pub rdma: crate::transport::rdma::DeviceChoice,
-    /// Rank 0 starts no more rounds this many seconds into the rounds (the fleet gate's
-    /// allowance), once one timed round is in; its gradients are checked all the same.
-    pub deadline_s: Option<f64>,
-}
-
-impl PipelineOptions {
-    pub fn world(&self) -> &WorldOptions {
-        &self.session.world
-    }
-}
 
 /// Rank 0's orders, in the order a run sends them.
 #[derive(Debug, Serialize, Deserialize)]
@@ -90,9 +75,6 @@ pub enum Reply {
     Iter(StageTimes),
     Verified(f64),
 }
-
-/// The most stages `--local` starts.
-pub const MAX_LOCAL_STAGES: u32 = 16;
 
 /// Runs this rank's part; rank 0 returns its run folder.
 pub fn run(opts: &PipelineOptions) -> Result<Option<PathBuf>> {
@@ -518,7 +500,14 @@ fn verify_all(crew: &mut Crew<Order, Reply>, stage: &Stage) -> Result<f64> {
 pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descriptor::Descriptor {
     name: "pipeline",
     from_toml: None,
-    command: None,
+    command: args::command(|m, g| {
+        let a: args::PipelineArgs = crate::bench::descriptor::parsed(m)?;
+        let dir = run(&a.options(g).map_err(anyhow::Error::msg)?)?;
+        Ok(crate::bench::descriptor::Ran::wrote(
+            dir,
+            crate::bench::descriptor::After::Report,
+        ))
+    }),
     tables: || {
         vec![
             crate::record::TableSpec::of::<table::PipelineTable>()

@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use super::exec::Comm;
 use super::shape::Shape;
+use crate::cluster::world::WorldOptions;
+use crate::cluster::SessionOptions;
+use crate::gpu::BackendChoice;
 use crate::sim::{Op, Schedule};
 use crate::transport::TransportKind;
 
@@ -57,3 +60,25 @@ pub struct Calibration {
 
 /// A stage's order: the simulator's ops for it.
 pub type OpOrder = Vec<Op>;
+
+/// The most stages `--local` starts.
+pub const MAX_LOCAL_STAGES: u32 = 16;
+
+#[derive(Debug, Clone)]
+pub struct PipelineOptions {
+    pub session: SessionOptions,
+    pub plan: PipelinePlan,
+    pub backend: BackendChoice,
+    pub adapter: Option<String>,
+    /// This rank's RDMA device (with `--transport rdma`).
+    pub rdma: crate::transport::rdma::DeviceChoice,
+    /// Rank 0 starts no more rounds this many seconds into the rounds (the fleet gate's
+    /// allowance), once one timed round is in; its gradients are checked all the same.
+    pub deadline_s: Option<f64>,
+}
+
+impl PipelineOptions {
+    pub fn world(&self) -> &WorldOptions {
+        &self.session.world
+    }
+}

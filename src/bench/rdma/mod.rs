@@ -30,11 +30,20 @@ mod views;
 
 pub use table::BENCH;
 
-/// The `rdma` bench, for the registry (its two-sided command is its own).
+/// The `rdma` bench, for the registry (its two sides are two runs of its command).
 pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descriptor::Descriptor {
     name: BENCH,
     from_toml: None,
-    command: None,
+    command: crate::bench::descriptor::CommandSpec::runs(
+        "RDMA WRITE latency and bandwidth between two nodes, perftest-style; writes rdma.csv",
+        "Examples:\n  morphbench rdma --server --listen 0.0.0.0:18515 --device mlx5_0      # on node A\n  morphbench rdma --connect nodeA --device mlx5_0 --test lat             # on node B",
+        <RdmaArgs as clap::Args>::augment_args,
+        |m, g| {
+            use crate::bench::descriptor::{parsed, After, Ran};
+            let a: RdmaArgs = parsed(m)?;
+            Ok(Ran::wrote(run(&a.plan(), &g.options(false))?, After::Noisy))
+        },
+    ),
     tables: || {
         vec![crate::record::TableSpec::compared::<RdmaTable>()
             .single_node()

@@ -285,13 +285,13 @@ pub fn place(
         })
         .sum();
     let ops = orders.saturating_mul(per_order);
-    if ops > super::MAX_SIM_OPS {
+    if ops > super::plan::MAX_SIM_OPS {
         return Err(anyhow!(
             "--place would simulate about {ops} ops ({orders} orders of {n} ranks, {} \
              microbatches), over the cap of {}: give fewer --microbatches (the best order is \
              found the same way with fewer)",
             base.microbatches,
-            super::MAX_SIM_OPS
+            super::plan::MAX_SIM_OPS
         ));
     }
     let mut out = Vec::new();

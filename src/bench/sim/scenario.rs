@@ -30,13 +30,7 @@ pub struct SlowLink {
     pub delay_ms: f64,
 }
 
-/// One scenario per delay: link `link` gets each of `delays_ms` in turn (on top of `slow`).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct SweepLink {
-    pub link: usize,
-    pub delays_ms: Vec<f64>,
-}
+pub use crate::bench::flags::SweepLink;
 
 /// A simulator scenario (`[sim]` in a suite, or a `morphbench sim --scenario FILE`).
 /// Anything left out takes the `morphbench sim` flag defaults.

@@ -32,14 +32,14 @@ pub const BENCH: &str = "whatif";
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
     from_toml: None,
-    command: Some(command::<WhatifArgs>(
+    command: command::<WhatifArgs>(
         "What-if on a real training job's trace (DP x PP x VPP): what stragglers cost, who \
          causes it, what would fix it; writes whatif.csv and whatif_attribution.csv",
         "Examples:\n  morphbench whatif --trace trace.parquet --meta meta.yaml\n  \
          morphbench whatif --trace trace.csv --steps 20-40 --hosts hosts.txt\n\n\
          The trace has one row per op: dp_rank,stage,rank,step,optype,start_ts,duration,seq_id,\
          mc,mb_id,gmc (github ByteDance-Seed/StragglerAnalysis's schema), as parquet or CSV.",
-    )),
+    ),
     tables: || {
         vec![
             TableSpec::of::<output::WhatifTable>().single_node(),

@@ -1,19 +1,23 @@
 //! `morphbench sim`: a scenario from flags, a file or a measured run, placed when asked, or
 //! validated against measured runs.
 
-use crate::bench::sim::place::LinkCosts;
-use crate::bench::sim::{calibrate_from, OneOrMany, SimBench, SimOutput, SimPlan};
+use super::args::SimArgs;
+use super::bench::{SimBench, SimOutput};
+use super::calibrate::calibrate_from;
+use super::place::{self, LinkCosts};
+use super::plan::SimPlan;
+use super::scenario::{Occupy, OneOrMany, SimConfig, SlowLink};
+use super::{measured, tail};
+use crate::bench::descriptor::{parsed, After, GlobalArgs, Ran};
 use crate::suite;
 
 /// `morphbench sim`: the scenario from flags, a scenario file or a measured run (`--from`),
 /// placed when asked (`--place`), run into its own run folder.
-pub(super) fn sim_command(
-    a: &crate::cli::SimArgs,
-    g: &crate::cli::GlobalArgs,
-) -> anyhow::Result<()> {
+pub fn run(m: &clap::ArgMatches, g: &GlobalArgs) -> anyhow::Result<Ran> {
+    let a: &SimArgs = &parsed(m)?;
     if let Some(file) = &a.validate {
-        let dir = crate::bench::sim::validate::run(file, a.ablation, &g.options(false))?;
-        return super::after_run(&dir, g);
+        let dir = super::validate::run(file, a.ablation, &g.options(false))?;
+        return Ok(Ran::wrote(Some(dir), After::Noisy));
     }
     // With --json, standard output carries the summary alone.
     let quiet = g.quiet || g.json;
@@ -41,7 +45,7 @@ pub(super) fn sim_command(
     if let (Some(costs), true) = (&links, a.place) {
         // The schedules named (every one of them judged), or adaptive against 1f1b.
         let named = cfg.schedules.is_some() || cfg.schedule_file.is_some();
-        place(costs, &plan, named, quiet)?;
+        best_placement(costs, &plan, named, quiet)?;
     }
     let timelines = match a.timeline.as_deref() {
         Some("none") => Vec::new(),
@@ -58,13 +62,13 @@ pub(super) fn sim_command(
         bench_reps: if a.bench { 5 } else { 0 },
         export_torch: a.export_torch()?,
     };
-    let bench = suite::Planned::new(crate::bench::sim::BENCH, SimBench { plan, output });
+    let bench = suite::Planned::new(super::tables::BENCH, SimBench { plan, output });
     let dir = suite::run(
         &g.options(false),
         &[bench],
         Some(serde_json::to_value(&cfg)?),
     )?;
-    super::after_run(&dir.path, g)
+    Ok(Ran::wrote(Some(dir.path), After::Noisy))
 }
 
 /// The run folders `--from` names, by what each gives: a links run (links.csv) the stages and
@@ -126,12 +130,7 @@ impl FromRuns {
 
 /// tF/tB/tW (and a node run's D2H and link cost) from the op-times run; values given by flag or
 /// scenario file win, and it says so.
-fn op_times(
-    a: &crate::cli::SimArgs,
-    cfg: &mut crate::bench::sim::SimConfig,
-    from: &OpSource,
-    quiet: bool,
-) -> anyhow::Result<()> {
+fn op_times(a: &SimArgs, cfg: &mut SimConfig, from: &OpSource, quiet: bool) -> anyhow::Result<()> {
     let given: Vec<&str> = [
         ("tf", cfg.tf.is_some()),
         ("tb", cfg.tb.is_some()),
@@ -152,7 +151,7 @@ fn op_times(
             ([one(cal.tf_ms), one(cal.tb_ms), one(cal.tw_ms)], cal.note)
         }
         OpSource::Pipeline(dir) => {
-            let (t, note) = crate::bench::sim::validate::healthy_op_times(dir)?;
+            let (t, note) = super::validate::healthy_op_times(dir)?;
             let stages = t[0].len();
             match cfg.stages {
                 Some(s) if s != stages => anyhow::bail!(
@@ -180,8 +179,8 @@ fn op_times(
 /// `sim --from` a links run: the stages are its ranks in launcher order, each link costed at
 /// the activation size (flags given still win). Returns the fitted costs for `--place`.
 fn sim_links(
-    a: &crate::cli::SimArgs,
-    cfg: &mut crate::bench::sim::SimConfig,
+    a: &SimArgs,
+    cfg: &mut SimConfig,
     dir: &std::path::Path,
     quiet: bool,
 ) -> anyhow::Result<LinkCosts> {
@@ -203,7 +202,7 @@ fn sim_links(
         .flatten()
         .filter_map(|s| s.parse().ok())
         .collect();
-    let wrap = crate::bench::sim::place::crosses_wrap(&named, costs.ranks);
+    let wrap = place::crosses_wrap(&named, costs.ranks);
     if cfg.link_ms.is_none() {
         let (link_ms, slow) = costs.links_of(&launcher, wrap);
         cfg.link_ms = Some(link_ms);
@@ -211,7 +210,7 @@ fn sim_links(
             slow.into_iter()
                 .filter(|(_, d)| *d > 0.0)
                 // To the µs: what a ping-pong's p50 supports, and what a label can show.
-                .map(|(link, delay_ms)| crate::bench::sim::SlowLink {
+                .map(|(link, delay_ms)| SlowLink {
                     link,
                     delay_ms: (delay_ms * 1e3).round() / 1e3,
                 }),
@@ -221,7 +220,7 @@ fn sim_links(
                 .occupancy_of(&launcher, wrap)
                 .into_iter()
                 .filter(|(_, ms)| *ms > 0.0)
-                .map(|(link, ms)| crate::bench::sim::Occupy { link, ms }),
+                .map(|(link, ms)| Occupy { link, ms }),
         );
     }
     if !quiet {
@@ -239,12 +238,11 @@ fn sim_links(
 /// activation's size; from a run that kept none (older than links_hist.csv), the stall share
 /// and length its tail counts give.
 fn measured_tails(
-    cfg: &mut crate::bench::sim::SimConfig,
+    cfg: &mut SimConfig,
     dir: &std::path::Path,
     costs: &LinkCosts,
     quiet: bool,
 ) -> anyhow::Result<()> {
-    use crate::bench::sim::{measured, tail};
     let links = measured::measured_links(dir, &costs.transport, costs.activation)?;
     let stalls = tail::from_links_run(dir, &costs.transport, costs.activation)?;
     if links.is_empty() {
@@ -271,7 +269,12 @@ fn measured_tails(
 }
 
 /// `sim --place`: the best order of ranks into stages per schedule, against the launcher's.
-fn place(costs: &LinkCosts, plan: &SimPlan, named: bool, quiet: bool) -> anyhow::Result<()> {
+fn best_placement(
+    costs: &LinkCosts,
+    plan: &SimPlan,
+    named: bool,
+    quiet: bool,
+) -> anyhow::Result<()> {
     let base = &plan.cases[0].scenario;
     let schedules: Vec<crate::sim::Schedule> = if named {
         plan.schedules.clone()
@@ -281,8 +284,7 @@ fn place(costs: &LinkCosts, plan: &SimPlan, named: bool, quiet: bool) -> anyhow:
             .map(|s| s.parse().expect("built-in schedules"))
             .collect()
     };
-    let (found, exhaustive) =
-        crate::bench::sim::place::place(costs, base, plan.mem_limit, &schedules)?;
+    let (found, exhaustive) = place::place(costs, base, plan.mem_limit, &schedules)?;
     let n = costs.ranks;
     let how = if exhaustive {
         format!(

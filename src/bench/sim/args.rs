@@ -1,12 +1,29 @@
-//! The flags of `sim`.
+//! The flags of `sim`, and its subcommand.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::bench::flags::{parse_ms_list, MsList};
-use crate::bench::sim::{Occupy, OneOrMany, SimConfig, SlowLink, SweepLink};
+use super::scenario::{MemLimit, Occupy, OneOrMany, SimConfig, SlowLink};
+use super::tail::{parse_stall, Stall};
+use crate::bench::descriptor::{CommandSpec, RunFn};
+use crate::bench::flags::{parse_ms_list, parse_sweep, MsList, SweepLink};
 use crate::sim::CommModel;
+
+/// `sim`'s subcommand, running `run` (`command.rs`).
+pub const fn command(run: RunFn) -> CommandSpec {
+    CommandSpec::runs(
+        "Simulate pipeline schedules under link stragglers and write sim.csv",
+        "Examples:\n  morphbench sim --stages 4 --microbatches 12 --sweep 0:0,20,60\n  morphbench sim --slow 1:30 --schedule 1f1b,adaptive --timeline 1f1b,adaptive\n  morphbench sim --from results/latest --sweep 0:0,10,20  # op times measured by a run",
+        SimArgs::augment_args,
+        run,
+    )
+    // `--validate` tells its verdict from an error, as check does.
+    .error_code(|m| match m.get_one::<PathBuf>("validate") {
+        Some(_) => 2,
+        None => 1,
+    })
+}
 
 #[derive(Debug, Args)]
 pub struct SimArgs {
@@ -58,7 +75,7 @@ pub struct SimArgs {
     /// with a unit (e.g. 40GiB; parameters included; needs the model's shape) [default: 2 x
     /// 1F1B's first stage].
     #[arg(long, value_name = "N|SIZE")]
-    pub mem_limit: Option<crate::bench::sim::MemLimit>,
+    pub mem_limit: Option<MemLimit>,
     /// The model's hidden size (with --heads, --seq-len, --micro-batch: memory in bytes,
     /// layers from --layers-per-stage).
     #[arg(long)]
@@ -74,8 +91,8 @@ pub struct SimArgs {
     pub micro_batch: Option<u64>,
     /// Transfers over LINK stall MS with probability PROB each (a lossy link's what-if): the
     /// base case runs --iterations times with stalls drawn; repeatable.
-    #[arg(long = "stall", value_name = "LINK:PROB:MS", value_parser = crate::bench::sim::tail::parse_stall)]
-    pub stall: Vec<crate::bench::sim::tail::Stall>,
+    #[arg(long = "stall", value_name = "LINK:PROB:MS", value_parser = parse_stall)]
+    pub stall: Vec<Stall>,
     /// Iterations drawn with --stall [default: 1000].
     #[arg(long)]
     pub iterations: Option<u32>,
@@ -137,7 +154,7 @@ pub struct SimArgs {
     pub ablation: bool,
 }
 
-pub(super) fn parse_slow(s: &str) -> Result<SlowLink, String> {
+pub fn parse_slow(s: &str) -> Result<SlowLink, String> {
     let (link, ms) = s
         .split_once(':')
         .ok_or_else(|| format!("'{s}': expected LINK:DELAY_MS, e.g. 0:20"))?;
@@ -153,31 +170,11 @@ pub(super) fn parse_slow(s: &str) -> Result<SlowLink, String> {
     })
 }
 
-pub(super) fn parse_occupy(s: &str) -> Result<Occupy, String> {
+pub fn parse_occupy(s: &str) -> Result<Occupy, String> {
     let slow = parse_slow(s).map_err(|e| e.replace("LINK:DELAY_MS", "LINK:MS"))?;
     Ok(Occupy {
         link: slow.link,
         ms: slow.delay_ms,
-    })
-}
-
-pub(super) fn parse_sweep(s: &str) -> Result<SweepLink, String> {
-    let (link, list) = s
-        .split_once(':')
-        .ok_or_else(|| format!("'{s}': expected LINK:MS[,MS...], e.g. 0:0,10,20"))?;
-    let link: usize = link
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}': link '{link}' is not a whole number"))?;
-    let most = crate::sim::model::MAX_STAGES - 2;
-    if link > most {
-        return Err(format!(
-            "'{s}': link {link} is past the last link there can be ({most})"
-        ));
-    }
-    Ok(SweepLink {
-        link,
-        delays_ms: parse_ms_list(list)?.0,
     })
 }
 
