@@ -105,8 +105,8 @@ mod tests {
 
     fn kernels_plan(cfg: &SuiteConfig) -> crate::bench::kernels::KernelsPlan {
         let table = cfg.tables["kernels"].clone();
-        crate::bench::descriptor::BenchConfig::plan(
-            &crate::bench::shared::table::<crate::bench::kernels::KernelsConfig>(table).unwrap(),
+        crate::bench::descriptor::Settings::plan(
+            &crate::bench::shared::table::<crate::bench::kernels::KernelsSettings>(table).unwrap(),
         )
         .unwrap()
     }
@@ -138,7 +138,7 @@ mod tests {
         .unwrap();
         assert_eq!(names(&cfg), ["kernels", "sim"]);
         let k = kernels_plan(&cfg);
-        let d = crate::bench::kernels::KernelsPlan::default();
+        let d = crate::bench::kernels::KernelsSettings::default();
         assert_eq!((k.iters, k.warmup), (d.iters, d.warmup));
         assert_eq!(k.gemm[0].to_string(), "8x8x8");
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Result};
 use serde::{Deserialize, Serialize};
 
-use super::descriptor::{command, from_toml, BenchArgs, BenchConfig, Descriptor};
+use super::descriptor::{command, from_toml, Descriptor, Settings};
 use super::flags::{parse_iters, parse_warmup};
 use super::shared::{check_iters, check_warmup};
 use crate::gpu::Gpu;
@@ -56,83 +56,61 @@ impl CsvTable for ClockTable {
     type Figures = ClockFigures;
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct ClockPlan {
+/// `clock`'s settings: its flags, its `[clock]` keys and its defaults, declared once; checked,
+/// they are its plan.
+#[derive(Debug, Clone, clap::Args, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClockSettings {
     /// Samples per metric.
+    #[arg(long, default_value_t = ClockSettings::default().iters, value_parser = parse_iters)]
     pub iters: u32,
+    /// Untimed warm-up samples per metric (at most 100000).
+    #[arg(long, default_value_t = ClockSettings::default().warmup, value_parser = parse_warmup)]
     pub warmup: u32,
-    /// The sleep whose overshoot is measured, µs.
+    /// The sleep whose overshoot is measured, in µs.
+    #[arg(long, default_value_t = ClockSettings::default().sleep_us)]
     pub sleep_us: u64,
 }
 
-/// `[clock]` in a suite config; `morphbench clock`'s flags become one.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClockConfig {
-    pub iters: Option<u32>,
-    pub warmup: Option<u32>,
-    pub sleep_us: Option<u64>,
+impl Default for ClockSettings {
+    fn default() -> Self {
+        ClockSettings {
+            iters: 200,
+            warmup: 10,
+            sleep_us: 1000,
+        }
+    }
 }
 
-impl BenchConfig for ClockConfig {
-    type Plan = ClockPlan;
-    fn plan(&self) -> Result<ClockPlan, String> {
-        let plan = ClockPlan {
-            iters: self.iters.unwrap_or(200),
-            warmup: self.warmup.unwrap_or(10),
-            sleep_us: self.sleep_us.unwrap_or(1000),
-        };
-        check_iters("clock.iters", plan.iters)?;
-        check_warmup("clock.warmup", plan.warmup)?;
-        if !(1..=1_000_000).contains(&plan.sleep_us) {
+impl Settings for ClockSettings {
+    type Plan = ClockSettings;
+    fn plan(&self) -> Result<ClockSettings, String> {
+        check_iters("clock.iters", self.iters)?;
+        check_warmup("clock.warmup", self.warmup)?;
+        if !(1..=1_000_000).contains(&self.sleep_us) {
             return Err(format!(
                 "clock.sleep_us = {}: give 1 to 1000000 µs",
-                plan.sleep_us
+                self.sleep_us
             ));
         }
-        let sleeps_s = (plan.iters + plan.warmup) as f64 * plan.sleep_us as f64 / 1e6;
+        let sleeps_s = (self.iters + self.warmup) as f64 * self.sleep_us as f64 / 1e6;
         if sleeps_s > MAX_SLEEP_S {
             return Err(format!(
                 "clock: {} sleeps of {} µs take {sleeps_s:.0} s, over the cap of {MAX_SLEEP_S:.0} s: \
                  fewer iterations or a shorter sleep",
-                plan.iters + plan.warmup,
-                plan.sleep_us
+                self.iters + self.warmup,
+                self.sleep_us
             ));
         }
-        Ok(plan)
-    }
-}
-
-/// `morphbench clock`'s flags.
-#[derive(Debug, clap::Args)]
-pub struct ClockArgs {
-    /// Samples per metric.
-    #[arg(long, default_value_t = 200, value_parser = parse_iters)]
-    pub iters: u32,
-    /// Untimed warm-up samples per metric (at most 100000).
-    #[arg(long, default_value_t = 10, value_parser = parse_warmup)]
-    pub warmup: u32,
-    /// The sleep whose overshoot is measured, in µs.
-    #[arg(long, default_value_t = 1000)]
-    pub sleep_us: u64,
-}
-
-impl BenchArgs for ClockArgs {
-    type Config = ClockConfig;
-    fn config(&self) -> Result<ClockConfig, String> {
-        Ok(ClockConfig {
-            iters: Some(self.iters),
-            warmup: Some(self.warmup),
-            sleep_us: Some(self.sleep_us),
-        })
+        Ok(self.clone())
     }
 }
 
 /// The `clock` bench, for the registry.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
-    from_toml: Some(from_toml::<ClockConfig>),
-    command: command::<ClockArgs>(
+    from_toml: Some(from_toml::<ClockSettings>),
+    command: command::<ClockSettings>(
         "The host clock: what a read costs, its smallest step, how late a sleep wakes; writes \
          clock.csv",
         "Examples:\n  morphbench clock\n  morphbench clock --iters 1000 --sleep-us 100",
@@ -186,7 +164,7 @@ impl Checked for ClockTable {
     }
 }
 
-impl crate::suite::Bench for ClockPlan {
+impl crate::suite::Bench for ClockSettings {
     fn needs_gpu(&self) -> bool {
         false
     }
@@ -231,7 +209,7 @@ impl crate::suite::Bench for ClockPlan {
 /// µs per read (batches of [`READS_PER_BATCH`] bare reads), and the smallest nonzero step
 /// between two reads in a row per batch (a loop of its own, which also checks that no read
 /// goes back: the comparisons stay out of the read's timing).
-fn reads_and_steps(plan: &ClockPlan) -> Result<(Vec<f64>, Vec<f64>)> {
+fn reads_and_steps(plan: &ClockSettings) -> Result<(Vec<f64>, Vec<f64>)> {
     let mut reads = Vec::with_capacity(plan.iters as usize);
     let mut steps = Vec::with_capacity(plan.iters as usize);
     let mut went_back = false;
@@ -273,7 +251,7 @@ fn reads_and_steps(plan: &ClockPlan) -> Result<(Vec<f64>, Vec<f64>)> {
 }
 
 /// How much later than `sleep_us` each sleep woke, µs; refused if one woke early.
-fn sleep_overshoots(plan: &ClockPlan) -> Result<Vec<f64>> {
+fn sleep_overshoots(plan: &ClockSettings) -> Result<Vec<f64>> {
     let asked = Duration::from_micros(plan.sleep_us);
     let mut out = Vec::with_capacity(plan.iters as usize);
     for i in 0..plan.warmup + plan.iters {
@@ -299,7 +277,7 @@ mod tests {
 
     #[test]
     fn the_clock_is_read_stepped_and_slept_on() {
-        let plan = ClockPlan {
+        let plan = ClockSettings {
             iters: 5,
             warmup: 1,
             sleep_us: 200,
@@ -315,10 +293,10 @@ mod tests {
 
     #[test]
     fn a_run_too_long_or_a_bad_sleep_is_refused() {
-        let cfg = |iters, sleep_us| ClockConfig {
-            iters: Some(iters),
-            warmup: Some(0),
-            sleep_us: Some(sleep_us),
+        let cfg = |iters, sleep_us| ClockSettings {
+            iters,
+            warmup: 0,
+            sleep_us,
         };
         assert!(cfg(100_000, 1_000_000)
             .plan()
@@ -327,5 +305,22 @@ mod tests {
         assert!(cfg(10, 0).plan().unwrap_err().contains("clock.sleep_us"));
         assert!(cfg(0, 10).plan().unwrap_err().contains("clock.iters"));
         assert_eq!(cfg(10, 10).plan().unwrap().sleep_us, 10);
+    }
+
+    /// One declaration, both ways in: a key left out of `[clock]` and a flag not given take
+    /// the same default.
+    #[test]
+    fn flags_and_suite_keys_share_their_defaults() {
+        use clap::FromArgMatches;
+        let from_toml: ClockSettings = toml::from_str("sleep_us = 50").unwrap();
+        let cmd = <ClockSettings as clap::Args>::augment_args(clap::Command::new("clock"));
+        let m = cmd.get_matches_from(["clock", "--sleep-us", "50"]);
+        let from_flags = ClockSettings::from_arg_matches(&m).unwrap();
+        assert_eq!(
+            serde_json::to_value(&from_toml).unwrap(),
+            serde_json::to_value(&from_flags).unwrap()
+        );
+        assert_eq!((from_flags.iters, from_flags.warmup), (200, 10));
+        assert!(toml::from_str::<ClockSettings>("sleep = 5").is_err());
     }
 }

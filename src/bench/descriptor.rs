@@ -1,9 +1,10 @@
 //! What the harness knows of a bench: its name, its subcommand, how a suite config plans it, and
 //! the tables it writes; and what the command line knows of any command ([`CommandSpec`]). A
-//! single-node bench's ways in both go through its config, its one builder: flags → config →
-//! plan, and TOML → config → plan. `commands` builds each subcommand from its [`CommandSpec`]
-//! and dispatches through it, `config` plans suite tables through [`Descriptor::from_toml`],
-//! the report lists [`Descriptor::tables`]; none of them names a bench.
+//! single-node bench's two ways in go through its [`Settings`], one type that declares its
+//! flags, its suite keys and its defaults once: flags → settings → plan, and TOML → settings →
+//! plan. `commands` builds each subcommand from its [`CommandSpec`] and dispatches through it,
+//! `config` plans suite tables through [`Descriptor::from_toml`], the report lists
+//! [`Descriptor::tables`]; none of them names a bench.
 
 use clap::{ArgMatches, FromArgMatches};
 use serde::de::DeserializeOwned;
@@ -183,47 +184,42 @@ pub struct FromFlags {
     pub raw: bool,
 }
 
-/// A bench's config: the TOML table's shape, and the one place its plan is built and checked.
-pub trait BenchConfig {
+/// A single-node bench's settings, declared once: one type carries its flags (clap's derive),
+/// its suite-file keys (serde, `#[serde(default)]`) and its defaults (its `Default`, which the
+/// flags' defaults read too). Both ways in end in [`Settings::plan`], the one place the plan
+/// is built and checked.
+pub trait Settings: clap::Args + FromArgMatches + DeserializeOwned + Default {
     type Plan: Bench + Serialize + 'static;
     fn plan(&self) -> Result<Self::Plan, String>;
-}
-
-/// A bench's flags: clap's derive, turned into its config (never into a plan directly).
-pub trait BenchArgs: clap::Args + FromArgMatches {
-    type Config: BenchConfig;
-    fn config(&self) -> Result<Self::Config, String>;
-    /// Whether the run keeps every sample.
+    /// Whether the run keeps every sample (`--raw`: a flag, never a suite key).
     fn raw(&self) -> bool {
         false
     }
 }
 
-/// The subcommand of a bench whose flags are `A`.
-pub const fn command<A: BenchArgs>(about: &'static str, examples: &'static str) -> CommandSpec {
+/// The subcommand of a bench whose settings are `S`.
+pub const fn command<S: Settings>(about: &'static str, examples: &'static str) -> CommandSpec {
     CommandSpec {
         about,
         examples,
-        args: A::augment_args,
-        action: Action::Plan(plan_from_flags::<A>),
+        args: S::augment_args,
+        action: Action::Plan(plan_settings::<S>),
         error_code: |_| 1,
         local: None,
     }
 }
 
-fn plan_from_flags<A: BenchArgs>(matches: &ArgMatches) -> Result<FromFlags, String> {
-    let args = A::from_arg_matches(matches).map_err(|e| e.to_string())?;
-    let plan = args.config()?.plan()?;
+fn plan_settings<S: Settings>(matches: &ArgMatches) -> Result<FromFlags, String> {
+    let settings = S::from_arg_matches(matches).map_err(|e| e.to_string())?;
+    let plan = settings.plan()?;
     Ok(FromFlags {
         config: serde_json::to_value(&plan).map_err(|e| e.to_string())?,
-        raw: args.raw(),
+        raw: settings.raw(),
         bench: Box::new(plan),
     })
 }
 
-/// Plans a bench from its suite-config table through its config `C`.
-pub fn from_toml<C: BenchConfig + DeserializeOwned>(
-    v: toml::Value,
-) -> Result<Box<dyn Bench>, String> {
-    Ok(Box::new(super::shared::table::<C>(v)?.plan()?))
+/// Plans a bench from its suite-config table through its settings `S`.
+pub fn from_toml<S: Settings>(v: toml::Value) -> Result<Box<dyn Bench>, String> {
+    Ok(Box::new(super::shared::table::<S>(v)?.plan()?))
 }

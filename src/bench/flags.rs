@@ -48,6 +48,49 @@ pub fn parse_size_list(s: &str) -> Result<SizeList, String> {
         .map(SizeList)
 }
 
+/// A size as a suite file gives it: a text with units ("256M", "64KiB") or a plain count.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum SizeText {
+    Text(String),
+    Count(u64),
+}
+
+impl SizeText {
+    fn bytes(self) -> Result<u64, String> {
+        match self {
+            SizeText::Text(t) => crate::units::parse_size(&t),
+            SizeText::Count(n) => Ok(n),
+        }
+    }
+}
+
+/// Reads a suite key that holds a size (`#[serde(deserialize_with = "de_size")]`).
+pub fn de_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    use serde::Deserialize;
+    SizeText::deserialize(d)?
+        .bytes()
+        .map_err(serde::de::Error::custom)
+}
+
+impl<'de> serde::Deserialize<'de> for SizeList {
+    /// A suite key that holds a list of sizes: `["4", "64K", 1048576]`.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<SizeList, D::Error> {
+        Vec::<SizeText>::deserialize(d)?
+            .into_iter()
+            .map(SizeText::bytes)
+            .collect::<Result<_, _>>()
+            .map(SizeList)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for SizeList {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
 /// Message sizes (`parse_byte_count`: a byte count, from 1).
 pub fn parse_message_sizes(s: &str) -> Result<SizeList, String> {
     s.split(',')
@@ -56,8 +99,9 @@ pub fn parse_message_sizes(s: &str) -> Result<SizeList, String> {
         .map(SizeList)
 }
 
-/// Milliseconds, one value or one per stage.
-#[derive(Debug, Clone, PartialEq)]
+/// Milliseconds, one value or one per stage (a suite key: a list of numbers).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(transparent)]
 pub struct MsList(pub Vec<f64>);
 
 pub fn parse_ms_list(s: &str) -> Result<MsList, String> {

@@ -59,7 +59,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 bench: planned.bench,
             };
             let dir = suite::run(&g.options(planned.raw), &[bench], Some(planned.config))?;
-            Ran::wrote(Some(dir.path), After::Noisy)
+            Ran {
+                dir: Some(dir.path),
+                code: 0,
+                after: After::Noisy,
+                json: None,
+            }
         }
         Action::Run(run) => match local_ranks(spec, matches)? {
             Some(code) => Ran::code(code),

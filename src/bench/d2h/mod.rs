@@ -9,7 +9,7 @@ use anyhow::{ensure, Context, Result};
 
 use serde::{Deserialize, Serialize};
 
-use super::descriptor::{command, from_toml, BenchArgs, BenchConfig, Descriptor};
+use super::descriptor::{command, from_toml, Descriptor, Settings};
 use super::flags::{parse_iters, parse_size_list, parse_warmup, SizeList};
 use super::shared::check_iters;
 use crate::gpu::transfer::{pattern, touched, COPY_ALIGN};
@@ -32,64 +32,51 @@ pub struct D2hPlan {
     pub warmup: u32,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct D2hConfig {
-    /// Sizes such as "4", "64K", "16MiB"; default 4 B to 256 MiB, powers of two.
-    pub sizes: Option<Vec<String>>,
-    pub iters: Option<u32>,
-    pub warmup: Option<u32>,
+/// `d2h`'s settings: `morphbench d2h`'s flags, `[d2h]`'s keys and their defaults, declared once.
+#[derive(Debug, Clone, clap::Args, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct D2hSettings {
+    /// Transfer sizes, comma separated, with optional K/M/G units [default: 4 B to 256 MiB, powers of two].
+    #[arg(long, value_name = "SIZE[,SIZE...]", value_parser = parse_size_list)]
+    pub sizes: Option<SizeList>,
+    /// Timed iterations per point.
+    #[arg(long, default_value_t = D2hSettings::default().iters, value_parser = parse_iters)]
+    pub iters: u32,
+    /// Untimed warm-up iterations per point (at most 100000).
+    #[arg(long, default_value_t = D2hSettings::default().warmup, value_parser = parse_warmup)]
+    pub warmup: u32,
+    /// Also write every iteration's sample to d2h_samples.csv.
+    #[arg(long)]
+    #[serde(skip)]
+    pub raw: bool,
 }
 
-impl BenchConfig for D2hConfig {
+impl Default for D2hSettings {
+    fn default() -> Self {
+        D2hSettings {
+            sizes: None,
+            iters: 20,
+            warmup: 3,
+            raw: false,
+        }
+    }
+}
+
+impl Settings for D2hSettings {
     type Plan = D2hPlan;
     fn plan(&self) -> Result<D2hPlan, String> {
-        use crate::units::parse_size;
-        let sizes = match &self.sizes {
-            Some(list) => list
-                .iter()
-                .map(|s| parse_size(s).map_err(|e| format!("d2h.sizes: {e}")))
-                .collect::<Result<_, _>>()?,
-            None => default_sizes(),
-        };
-        let d = D2hPlan::default();
         let plan = D2hPlan {
-            sizes,
-            iters: self.iters.unwrap_or(d.iters),
-            warmup: self.warmup.unwrap_or(d.warmup),
+            sizes: self
+                .sizes
+                .as_ref()
+                .map_or_else(default_sizes, |s| s.0.clone()),
+            iters: self.iters,
+            warmup: self.warmup,
         };
         check_iters("d2h.iters", plan.iters)?;
         super::shared::check_warmup("d2h.warmup", plan.warmup)?;
         plan.check_cost()?;
         Ok(plan)
-    }
-}
-
-/// `morphbench d2h`'s flags.
-#[derive(Debug, clap::Args)]
-pub struct D2hArgs {
-    /// Transfer sizes, comma separated, with optional K/M/G units [default: 4 B to 256 MiB, powers of two].
-    #[arg(long, value_name = "SIZE[,SIZE...]", value_parser = parse_size_list)]
-    pub sizes: Option<SizeList>,
-    /// Timed iterations per point.
-    #[arg(long, default_value_t = D2hPlan::default().iters, value_parser = parse_iters)]
-    pub iters: u32,
-    /// Untimed warm-up iterations per point (at most 100000).
-    #[arg(long, default_value_t = D2hPlan::default().warmup, value_parser = parse_warmup)]
-    pub warmup: u32,
-    /// Also write every iteration's sample to d2h_samples.csv.
-    #[arg(long)]
-    pub raw: bool,
-}
-
-impl BenchArgs for D2hArgs {
-    type Config = D2hConfig;
-    fn config(&self) -> Result<D2hConfig, String> {
-        Ok(D2hConfig {
-            sizes: self.sizes.as_ref().map(SizeList::texts),
-            iters: Some(self.iters),
-            warmup: Some(self.warmup),
-        })
     }
     fn raw(&self) -> bool {
         self.raw
@@ -99,8 +86,8 @@ impl BenchArgs for D2hArgs {
 /// The `d2h` bench, for the registry.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
-    from_toml: Some(from_toml::<D2hConfig>),
-    command: command::<D2hArgs>(
+    from_toml: Some(from_toml::<D2hSettings>),
+    command: command::<D2hSettings>(
         "Device-to-host and host-to-device latency and bandwidth; writes d2h.csv",
         "Examples:\n  morphbench d2h                                  # 4 B to 256 MiB, powers of two\n  morphbench d2h --sizes 4,64K,16M --iters 50",
     ),
@@ -111,16 +98,6 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
             .charts(crate::record::Charts::Compared(views::d2h_charts))]
     },
 };
-
-impl Default for D2hPlan {
-    fn default() -> Self {
-        D2hPlan {
-            sizes: default_sizes(),
-            iters: 20,
-            warmup: 3,
-        }
-    }
-}
 
 impl D2hPlan {
     /// Refuses, before anything runs, a sweep that would move more than

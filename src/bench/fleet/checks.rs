@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench::hol::{Delays, HolPlan, Mode};
+use crate::bench::hol::{HolPlan, Mode};
 use crate::bench::links::pair::PairPlan;
 use crate::bench::links::pattern::Pattern;
 use crate::bench::probe::{self, Budget, Probed};
@@ -531,16 +531,20 @@ fn placement_text(p: &probe::Placed) -> String {
 /// size, 12 ops, a send of the activation after every 2, each on a 12.5 Gbit/s link delayed
 /// 5 ms, offloaded through TCP on loopback.
 fn hol_plan(size: u32) -> HolPlan {
-    HolPlan {
+    use crate::bench::descriptor::Settings;
+    let settings = crate::bench::hol::HolSettings {
         tokens: size,
         hidden: size,
         ops: 12,
         every: vec![2],
-        delays: Delays::Sweep(vec![5.0]),
+        delays_ms: Some(crate::bench::flags::MsList(vec![5.0])),
         modes: vec![Mode::Inline, Mode::Offload],
         reps: 1,
-        ..HolPlan::default()
-    }
+        ..Default::default()
+    };
+    settings
+        .plan()
+        .expect("the HoL test's stream is a valid plan")
 }
 
 /// The figure is the offloaded stream's compute rate (ops per second of its makespan): a node

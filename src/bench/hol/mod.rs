@@ -23,10 +23,8 @@ mod views;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 
-pub use args::HolArgs;
-pub use plan::{
-    check_delay, parse_delay_trace, Delays, HolConfig, HolPlan, Mode, BENCH, MAX_DELAY_MS,
-};
+pub use args::HolSettings;
+pub use plan::{check_delay, parse_delay_trace, Delays, HolPlan, Mode, BENCH, MAX_DELAY_MS};
 pub use rows::{HolFigures, HolParams, HolTable};
 
 use crate::bench::descriptor::{command, from_toml, Descriptor};
@@ -42,8 +40,8 @@ use rows::{Aggregate, Baseline};
 /// The `hol` bench, for the registry.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
-    from_toml: Some(from_toml::<HolConfig>),
-    command: command::<HolArgs>(
+    from_toml: Some(from_toml::<HolSettings>),
+    command: command::<HolSettings>(
         "Head-of-line blocking: compute stalled behind transfers, inline vs offloaded; writes hol.csv",
         "Examples:\n  morphbench hol                                  # none, inline, offload at 0 and 20 ms\n  morphbench hol --delay-ms 0,5,20,60 --reps 10\n  morphbench hol --peer node2:18600 --transport rdma --device mlx5_0 --gid-index 3",
     ),

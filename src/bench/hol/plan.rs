@@ -1,8 +1,6 @@
 //! What a `hol` run does: the stream's shape, the transfers and delays, the modes, and the
 //! checks that refuse a plan before anything runs.
 
-use serde::{Deserialize, Serialize};
-
 use crate::transport::rdma::DeviceChoice;
 use crate::transport::TransportKind;
 
@@ -106,27 +104,6 @@ pub fn check_delay(ms: f64) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-impl Default for HolPlan {
-    fn default() -> Self {
-        HolPlan {
-            tokens: 256,
-            hidden: 256,
-            ops: 24,
-            every: vec![2],
-            bytes: vec![None],
-            delays: Delays::Sweep(vec![0.0, 20.0]),
-            modes: vec![Mode::None, Mode::Inline, Mode::Offload],
-            reps: 5,
-            link_gbps: 12.5,
-            peer: None,
-            transport: TransportKind::Tcp,
-            rdma: DeviceChoice::default(),
-            gemm_variant: None,
-            layernorm_variant: None,
-        }
-    }
 }
 
 impl HolPlan {
@@ -282,89 +259,6 @@ impl HolPlan {
             Delays::Trace(_) => 1,
         };
         (self.every.len() * self.bytes.len() * delays * self.modes.len()) as u64
-    }
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct HolConfig {
-    pub tokens: Option<u32>,
-    pub hidden: Option<u32>,
-    pub ops: Option<u32>,
-    pub every: Option<Vec<u32>>,
-    /// Sizes such as "64K"; default: the whole activation.
-    pub bytes: Option<Vec<String>>,
-    pub delays_ms: Option<Vec<f64>>,
-    pub modes: Option<Vec<Mode>>,
-    pub reps: Option<u32>,
-    pub link_gbps: Option<f64>,
-    pub peer: Option<String>,
-    /// "tcp" (default) or "rdma" (the first RDMA device, port 1, GID index 0, unless the keys
-    /// below say otherwise).
-    pub transport: Option<crate::transport::TransportKind>,
-    /// Per-transfer delays from a file of `iteration;delay_ms` lines (instead of delays_ms).
-    pub trace: Option<String>,
-    /// The RDMA device [default: the first], its port [1] and GID index [0].
-    pub device: Option<String>,
-    pub ib_port: Option<u8>,
-    pub gid_index: Option<u8>,
-    /// A GEMM or layernorm variant instead of the measured choice.
-    pub gemm_variant: Option<String>,
-    pub layernorm_variant: Option<String>,
-}
-
-impl crate::bench::descriptor::BenchConfig for HolConfig {
-    type Plan = HolPlan;
-    fn plan(&self) -> Result<HolPlan, String> {
-        let bytes = match &self.bytes {
-            Some(list) => list
-                .iter()
-                .map(|s| crate::units::parse_size(s).map(Some))
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("hol.bytes: {e}"))?,
-            None => HolPlan::default().bytes,
-        };
-        // The TOML overlays the plan's defaults, key by key.
-        let d = HolPlan::default();
-        let plan = HolPlan {
-            tokens: self.tokens.unwrap_or(d.tokens),
-            hidden: self.hidden.unwrap_or(d.hidden),
-            ops: self.ops.unwrap_or(d.ops),
-            every: self.every.clone().unwrap_or(d.every),
-            bytes,
-            delays: self.delays()?.unwrap_or(d.delays),
-            modes: self.modes.clone().unwrap_or(d.modes),
-            reps: self.reps.unwrap_or(d.reps),
-            link_gbps: self.link_gbps.unwrap_or(d.link_gbps),
-            peer: self.peer.clone().or(d.peer),
-            transport: self.transport.unwrap_or(d.transport),
-            rdma: DeviceChoice {
-                device: self.device.clone().or(d.rdma.device),
-                port: self.ib_port.unwrap_or(d.rdma.port),
-                gid_index: self.gid_index.unwrap_or(d.rdma.gid_index),
-            },
-            gemm_variant: self.gemm_variant.clone().or(d.gemm_variant),
-            layernorm_variant: self.layernorm_variant.clone().or(d.layernorm_variant),
-        };
-        plan.validate().map_err(|e| format!("hol: {e}"))?;
-        Ok(plan)
-    }
-}
-
-impl HolConfig {
-    /// The delays the config names: a sweep, or a trace file's (never both).
-    fn delays(&self) -> Result<Option<Delays>, String> {
-        match (&self.trace, &self.delays_ms) {
-            (Some(_), Some(_)) => Err("hol: give delays_ms or trace, not both".into()),
-            (Some(path), None) => {
-                let text = crate::record::read_input(std::path::Path::new(path))
-                    .map_err(|e| format!("cannot read trace {path}: {e}"))?;
-                let trace = parse_delay_trace(&text).map_err(|e| format!("trace {path}: {e}"))?;
-                Ok(Some(Delays::Trace(trace)))
-            }
-            (None, Some(ms)) => Ok(Some(Delays::Sweep(ms.clone()))),
-            (None, None) => Ok(None),
-        }
     }
 }
 

@@ -5,13 +5,16 @@ use anyhow::Result;
 
 use serde::{Deserialize, Serialize};
 
-use super::descriptor::{command, from_toml, BenchArgs, BenchConfig, Descriptor};
-use super::flags::{parse_iters, parse_warmup, VariantArgs};
+use super::descriptor::{command, from_toml, Descriptor, Settings};
+use super::flags::{parse_iters, parse_warmup};
 use super::peak::{Ceilings, PeakTable};
 use super::shared::check_iters;
 use crate::gpu::kernels::select::Selection;
 use crate::gpu::kernels::sizes::{parse_gemm, parse_layernorm};
-use crate::gpu::kernels::{GemmKernel, GemmSize, LayernormKernel, LayernormSize};
+use crate::gpu::kernels::{
+    variant_help, variant_long_help, GemmKernel, GemmSize, LayernormKernel, LayernormSize,
+    GEMM_VARIANTS, LAYERNORM_VARIANTS,
+};
 use crate::gpu::Gpu;
 use crate::output::Progress;
 use crate::record::read_optional;
@@ -29,48 +32,104 @@ pub use table::{KernelFigures, KernelParams, KernelsTable, BENCH};
 pub use writer::PointResult;
 use writer::Writer;
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct KernelsConfig {
-    /// GEMM sizes as "MxNxK".
-    #[serde(default)]
-    pub gemm: Vec<String>,
-    /// Layernorm sizes as "ROWSxHIDDEN".
-    #[serde(default)]
-    pub layernorm: Vec<String>,
-    pub iters: Option<u32>,
-    pub warmup: Option<u32>,
-    /// "auto" (measured selection) or a variant name.
+/// `kernels`' settings: `morphbench kernels`' flags, `[kernels]`' keys and their defaults,
+/// declared once.
+#[derive(Debug, Clone, clap::Args, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KernelsSettings {
+    /// GEMM sizes, comma separated (the flag may repeat).
+    #[arg(long, value_name = "MxNxK[,MxNxK...]", value_delimiter = ',', value_parser = parse_gemm)]
+    #[serde(deserialize_with = "de_gemm", serialize_with = "texts")]
+    pub gemm: Vec<GemmSize>,
+    /// Layernorm sizes, comma separated (the flag may repeat).
+    #[arg(long, value_name = "ROWSxHIDDEN[,...]", value_delimiter = ',', value_parser = parse_layernorm)]
+    #[serde(deserialize_with = "de_layernorm", serialize_with = "texts")]
+    pub layernorm: Vec<LayernormSize>,
+    /// Timed iterations per point.
+    #[arg(long, default_value_t = KernelsSettings::default().iters, value_parser = parse_iters)]
+    pub iters: u32,
+    /// Untimed warm-up iterations per point (at most 100000).
+    #[arg(long, default_value_t = KernelsSettings::default().warmup, value_parser = parse_warmup)]
+    pub warmup: u32,
+    /// "auto" (the measured choice) or a GEMM variant.
+    #[arg(long = "variant", value_name = "NAME",
+        help = variant_help("GEMM", GEMM_VARIANTS),
+        long_help = variant_long_help("GEMM", GEMM_VARIANTS))]
     pub gemm_variant: Option<String>,
+    #[arg(long, value_name = "NAME",
+        help = variant_help("layernorm", LAYERNORM_VARIANTS),
+        long_help = variant_long_help("layernorm", LAYERNORM_VARIANTS))]
     pub layernorm_variant: Option<String>,
-    pub cpu_baseline: Option<bool>,
     /// Probe the variants again instead of using the cached choice.
-    pub reselect: Option<bool>,
+    #[arg(long)]
+    pub reselect: bool,
+    /// Skip the CPU baseline rows (`cpu_baseline = false`).
+    #[arg(long = "no-cpu-baseline", action = clap::ArgAction::SetFalse)]
+    pub cpu_baseline: bool,
+    /// Also write every iteration's sample to kernels_samples.csv.
+    #[arg(long)]
+    #[serde(skip)]
+    pub raw: bool,
 }
 
-impl BenchConfig for KernelsConfig {
+impl Default for KernelsSettings {
+    fn default() -> Self {
+        // No sizes: a sweep names its own (`kernels` refuses an empty one).
+        KernelsSettings {
+            gemm: Vec::new(),
+            layernorm: Vec::new(),
+            iters: 20,
+            warmup: 3,
+            gemm_variant: None,
+            layernorm_variant: None,
+            reselect: false,
+            cpu_baseline: true,
+            raw: false,
+        }
+    }
+}
+
+/// `gemm = ["MxNxK", ...]`.
+fn de_gemm<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<GemmSize>, D::Error> {
+    sizes(d, parse_gemm, "kernels.gemm")
+}
+
+/// `layernorm = ["ROWSxHIDDEN", ...]`.
+fn de_layernorm<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<LayernormSize>, D::Error> {
+    sizes(d, parse_layernorm, "kernels.layernorm")
+}
+
+fn sizes<'de, T, D>(
+    d: D,
+    parse: fn(&str) -> Result<T, String>,
+    key: &str,
+) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|s| parse(s))
+        .collect::<Result<_, _>>()
+        .map_err(|e| serde::de::Error::custom(format!("{key}: {e}")))
+}
+
+fn texts<T: std::fmt::Display, S: serde::Serializer>(v: &[T], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().map(T::to_string))
+}
+
+impl Settings for KernelsSettings {
     type Plan = KernelsPlan;
     fn plan(&self) -> Result<KernelsPlan, String> {
-        let gemm = self
-            .gemm
-            .iter()
-            .map(|s| parse_gemm(s).map_err(|e| format!("kernels.gemm: {e}")))
-            .collect::<Result<_, _>>()?;
-        let layernorm = self
-            .layernorm
-            .iter()
-            .map(|s| parse_layernorm(s).map_err(|e| format!("kernels.layernorm: {e}")))
-            .collect::<Result<_, _>>()?;
-        let d = KernelsPlan::default();
         let plan = KernelsPlan {
-            gemm,
-            layernorm,
-            iters: self.iters.unwrap_or(d.iters),
-            warmup: self.warmup.unwrap_or(d.warmup),
-            gemm_variant: self.gemm_variant.clone().or(d.gemm_variant),
-            layernorm_variant: self.layernorm_variant.clone().or(d.layernorm_variant),
-            cpu_baseline: self.cpu_baseline.unwrap_or(d.cpu_baseline),
-            reselect: self.reselect.unwrap_or(d.reselect),
+            gemm: self.gemm.clone(),
+            layernorm: self.layernorm.clone(),
+            iters: self.iters,
+            warmup: self.warmup,
+            gemm_variant: self.gemm_variant.clone(),
+            layernorm_variant: self.layernorm_variant.clone(),
+            cpu_baseline: self.cpu_baseline,
+            reselect: self.reselect,
         };
         check_iters("kernels.iters", plan.iters)?;
         super::shared::check_warmup("kernels.warmup", plan.warmup)?;
@@ -85,64 +144,6 @@ impl BenchConfig for KernelsConfig {
         plan.check_cost()?;
         Ok(plan)
     }
-}
-
-/// `morphbench kernels`'s flags.
-#[derive(Debug, clap::Args)]
-pub struct KernelsArgs {
-    /// GEMM sizes, comma separated (the flag may repeat).
-    #[arg(long, value_name = "MxNxK[,MxNxK...]", value_parser = parse_gemm_list)]
-    pub gemm: Vec<Vec<GemmSize>>,
-    /// Layernorm sizes, comma separated (the flag may repeat).
-    #[arg(long, value_name = "ROWSxHIDDEN[,...]", value_parser = parse_layernorm_list)]
-    pub layernorm: Vec<Vec<LayernormSize>>,
-    /// Timed iterations per point.
-    #[arg(long, default_value_t = KernelsPlan::default().iters, value_parser = parse_iters)]
-    pub iters: u32,
-    /// Untimed warm-up iterations per point (at most 100000).
-    #[arg(long, default_value_t = KernelsPlan::default().warmup, value_parser = parse_warmup)]
-    pub warmup: u32,
-    #[command(flatten)]
-    pub variants: VariantArgs,
-    /// Probe the variants again instead of using the cached choice.
-    #[arg(long)]
-    pub reselect: bool,
-    /// Skip the CPU baseline rows.
-    #[arg(long)]
-    pub no_cpu_baseline: bool,
-    /// Also write every iteration's sample to kernels_samples.csv.
-    #[arg(long)]
-    pub raw: bool,
-}
-
-// Each occurrence of a list flag parses into one Vec; `config` flattens them.
-fn parse_gemm_list(s: &str) -> Result<Vec<GemmSize>, String> {
-    crate::gpu::kernels::sizes::parse_list(s, parse_gemm)
-}
-
-fn parse_layernorm_list(s: &str) -> Result<Vec<LayernormSize>, String> {
-    crate::gpu::kernels::sizes::parse_list(s, parse_layernorm)
-}
-
-impl BenchArgs for KernelsArgs {
-    type Config = KernelsConfig;
-    fn config(&self) -> Result<KernelsConfig, String> {
-        Ok(KernelsConfig {
-            gemm: self.gemm.concat().iter().map(|g| g.to_string()).collect(),
-            layernorm: self
-                .layernorm
-                .concat()
-                .iter()
-                .map(|l| l.to_string())
-                .collect(),
-            iters: Some(self.iters),
-            warmup: Some(self.warmup),
-            gemm_variant: self.variants.variant.clone(),
-            layernorm_variant: self.variants.layernorm_variant.clone(),
-            cpu_baseline: Some(!self.no_cpu_baseline),
-            reselect: Some(self.reselect),
-        })
-    }
     fn raw(&self) -> bool {
         self.raw
     }
@@ -151,8 +152,8 @@ impl BenchArgs for KernelsArgs {
 /// The `kernels` bench, for the registry.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
-    from_toml: Some(from_toml::<KernelsConfig>),
-    command: command::<KernelsArgs>(
+    from_toml: Some(from_toml::<KernelsSettings>),
+    command: command::<KernelsSettings>(
         "Sweep GEMM and layernorm kernels (verified, then timed) and write kernels.csv",
         "Examples:\n  morphbench kernels --gemm 512x512x512,1024x1024x1024 --layernorm 4096x1024\n  morphbench kernels --gemm 256x256x256 --variant tiled64 --iters 50\n  morphbench kernels --gemm 2048x2048x2048 --reselect      # probe the variants again",
     ),

@@ -18,22 +18,6 @@ pub struct KernelsPlan {
     pub reselect: bool,
 }
 
-impl Default for KernelsPlan {
-    fn default() -> Self {
-        // No sizes: a sweep names its own (`kernels` refuses an empty one).
-        KernelsPlan {
-            gemm: Vec::new(),
-            layernorm: Vec::new(),
-            iters: 20,
-            warmup: 3,
-            gemm_variant: None,
-            layernorm_variant: None,
-            cpu_baseline: true,
-            reselect: false,
-        }
-    }
-}
-
 /// The most floating-point work one kernels run may ask for (GEMM flops over every timed and
 /// warm-up iteration, CPU baseline included): about 80 minutes at lavapipe's 40 GFLOP/s, a
 /// few seconds on a datacenter GPU.

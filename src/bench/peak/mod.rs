@@ -6,10 +6,8 @@
 //! Every kernel's output is checked before its time counts.
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 
-use super::descriptor::{command, from_toml, BenchArgs, BenchConfig, Descriptor};
-use super::flags::{parse_iters, parse_warmup};
+use super::descriptor::{command, from_toml, Descriptor, Settings};
 use crate::gpu::Gpu;
 use crate::output::Progress;
 use crate::record::{RunDir, TableSpec};
@@ -33,70 +31,19 @@ pub use table::{
     copy_ceiling_row, fma_ceiling_row, Ceilings, PeakFigures, PeakParams, PeakTable, BENCH,
 };
 
-// The peak kernels share one body; the part in front says which multiply-add they measure.
-/// `[peak]` in a suite config.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct PeakConfig {
-    pub iters: Option<u32>,
-    pub warmup: Option<u32>,
-    /// Bandwidth buffer size, such as "256M".
-    pub bytes: Option<String>,
-    pub dispatches: Option<u32>,
-}
-
-impl BenchConfig for PeakConfig {
+impl Settings for PeakPlan {
     type Plan = PeakPlan;
     fn plan(&self) -> Result<PeakPlan, String> {
-        let d = PeakPlan::default();
-        let plan = PeakPlan {
-            iters: self.iters.unwrap_or(d.iters),
-            warmup: self.warmup.unwrap_or(d.warmup),
-            bytes: match &self.bytes {
-                Some(s) => crate::units::parse_size(s).map_err(|e| format!("peak.bytes: {e}"))?,
-                None => d.bytes,
-            },
-            dispatches: self.dispatches.unwrap_or(d.dispatches),
-        };
-        plan.validate()?;
-        Ok(plan)
-    }
-}
-
-/// `morphbench peak`'s flags.
-#[derive(Debug, clap::Args)]
-pub struct PeakArgs {
-    /// Timed iterations per metric.
-    #[arg(long, default_value_t = PeakPlan::default().iters, value_parser = parse_iters)]
-    pub iters: u32,
-    /// Untimed warm-up iterations per metric (at most 100000).
-    #[arg(long, default_value_t = PeakPlan::default().warmup, value_parser = parse_warmup)]
-    pub warmup: u32,
-    /// Bandwidth buffer size (capped by the device's storage binding limit).
-    #[arg(long, default_value = "256M", value_parser = crate::units::parse_size)]
-    pub bytes: u64,
-    /// Empty dispatches in the back-to-back pass.
-    #[arg(long, default_value_t = PeakPlan::default().dispatches)]
-    pub dispatches: u32,
-}
-
-impl BenchArgs for PeakArgs {
-    type Config = PeakConfig;
-    fn config(&self) -> Result<PeakConfig, String> {
-        Ok(PeakConfig {
-            iters: Some(self.iters),
-            warmup: Some(self.warmup),
-            bytes: Some(self.bytes.to_string()),
-            dispatches: Some(self.dispatches),
-        })
+        self.validate()?;
+        Ok(self.clone())
     }
 }
 
 /// The `peak` bench, for the registry.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
-    from_toml: Some(from_toml::<PeakConfig>),
-    command: command::<PeakArgs>(
+    from_toml: Some(from_toml::<PeakPlan>),
+    command: command::<PeakPlan>(
         "The device's own ceilings: FMA throughput, memory bandwidth, dispatch latency and \
          rate, timestamp tick; writes peak.csv",
         "Examples:\n  morphbench peak                                 # 256 MiB buffers (or the device's binding limit)\n  morphbench peak --iters 20 --bytes 1G",

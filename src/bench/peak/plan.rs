@@ -1,15 +1,26 @@
 //! What a peak run measures: iterations, the bandwidth buffer, the dispatches of the
-//! back-to-back pass; bounded before it starts.
+//! back-to-back pass; bounded before it starts. Its settings are its plan: `morphbench peak`'s
+//! flags, `[peak]`'s keys and their defaults, declared once here.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Serialize)]
+use crate::bench::flags::{de_size, parse_iters, parse_warmup};
+
+#[derive(Debug, Clone, clap::Args, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct PeakPlan {
+    /// Timed iterations per metric.
+    #[arg(long, default_value_t = PeakPlan::default().iters, value_parser = parse_iters)]
     pub iters: u32,
+    /// Untimed warm-up iterations per metric (at most 100000).
+    #[arg(long, default_value_t = PeakPlan::default().warmup, value_parser = parse_warmup)]
     pub warmup: u32,
-    /// The bandwidth buffers' size (capped by the device's binding limit).
+    /// Bandwidth buffer size (capped by the device's storage binding limit).
+    #[arg(long, default_value_t = PeakPlan::default().bytes, value_parser = crate::units::parse_size)]
+    #[serde(deserialize_with = "de_size")]
     pub bytes: u64,
-    /// Dispatches in the back-to-back pass.
+    /// Empty dispatches in the back-to-back pass.
+    #[arg(long, default_value_t = PeakPlan::default().dispatches)]
     pub dispatches: u32,
 }
 

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::descriptor::{command, BenchArgs, BenchConfig, Descriptor};
+use super::descriptor::{command, Descriptor, Settings};
 use crate::gpu::Gpu;
 use crate::output::Progress;
 use crate::record::{RunDir, TableSpec};
@@ -32,7 +32,7 @@ pub const BENCH: &str = "whatif";
 pub const DESCRIPTOR: Descriptor = Descriptor {
     name: BENCH,
     from_toml: None,
-    command: command::<WhatifArgs>(
+    command: command::<WhatifSettings>(
         "What-if on a real training job's trace (DP x PP x VPP): what stragglers cost, who \
          causes it, what would fix it; writes whatif.csv and whatif_attribution.csv",
         "Examples:\n  morphbench whatif --trace trace.parquet --meta meta.yaml\n  \
@@ -51,9 +51,11 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     },
 };
 
-/// What-if on a real training job's trace.
-#[derive(Debug, clap::Args)]
-pub struct WhatifArgs {
+/// What-if on a real training job's trace: `morphbench whatif`'s flags and their defaults,
+/// declared once (it has no suite table: a suite has no trace to give it).
+#[derive(Debug, Clone, clap::Args, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WhatifSettings {
     /// The trace: parquet or CSV, the artifact's columns.
     #[arg(long)]
     pub trace: PathBuf,
@@ -76,22 +78,42 @@ pub struct WhatifArgs {
     #[arg(long)]
     pub vpp: Option<u32>,
     /// Dimensions to split the slowdown by (each costs one replay per key).
-    #[arg(long, default_value = "optype,dp_rank,stage,worker")]
+    #[arg(long, default_value_t = WhatifSettings::default().split)]
     pub split: String,
     /// Refuse a trace file larger than this.
-    #[arg(long, default_value_t = load::DEFAULT_MAX_TRACE_MB)]
+    #[arg(long, default_value_t = WhatifSettings::default().max_trace_mb)]
     pub max_trace_mb: u64,
     /// Worker rank to hostname (`RANK HOST` per line): write drain.txt with the workers whose
     /// removal recovers at least --drain-threshold of the step.
     #[arg(long)]
     pub hosts: Option<PathBuf>,
     /// Share of the step a worker's removal must recover to be drained.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = WhatifSettings::default().drain_threshold)]
     pub drain_threshold: f64,
     /// For the schedules what-if: the share of Megatron's backward-compute that is the weight
     /// gradient (W; the rest is B). Zero Bubble measures B and W about equal.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = WhatifSettings::default().w_fraction)]
     pub w_fraction: f64,
+}
+
+impl Default for WhatifSettings {
+    fn default() -> Self {
+        WhatifSettings {
+            trace: PathBuf::new(),
+            meta: None,
+            case: None,
+            steps: None,
+            dp: None,
+            pp: None,
+            tp: None,
+            vpp: None,
+            split: "optype,dp_rank,stage,worker".into(),
+            max_trace_mb: load::DEFAULT_MAX_TRACE_MB,
+            hosts: None,
+            drain_threshold: 0.05,
+            w_fraction: 0.5,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -108,36 +130,10 @@ pub struct WhatifPlan {
     pub w_fraction: f64,
 }
 
-impl BenchConfig for WhatifPlan {
+impl Settings for WhatifSettings {
     type Plan = WhatifPlan;
     fn plan(&self) -> Result<WhatifPlan, String> {
-        for s in &self.split {
-            if !["optype", "dp_rank", "stage", "worker"].contains(&s.as_str()) {
-                return Err(format!(
-                    "--split {s:?}: give a list of optype, dp_rank, stage, worker"
-                ));
-            }
-        }
-        if !(0.0..1.0).contains(&self.drain_threshold) {
-            return Err(format!(
-                "--drain-threshold {}: give a share of the step from 0 to 1, e.g. 0.05",
-                self.drain_threshold
-            ));
-        }
-        if !(0.0..1.0).contains(&self.w_fraction) {
-            return Err(format!(
-                "--w-fraction {}: give the weight gradient's share of a backward, 0 to under 1",
-                self.w_fraction
-            ));
-        }
-        Ok(self.clone())
-    }
-}
-
-impl BenchArgs for WhatifArgs {
-    type Config = WhatifPlan;
-    fn config(&self) -> Result<WhatifPlan, String> {
-        Ok(WhatifPlan {
+        let plan = WhatifPlan {
             trace: self.trace.clone(),
             meta: self.meta.clone(),
             case: self.case.clone(),
@@ -158,7 +154,27 @@ impl BenchArgs for WhatifArgs {
             hosts: self.hosts.clone(),
             drain_threshold: self.drain_threshold,
             w_fraction: self.w_fraction,
-        })
+        };
+        for s in &plan.split {
+            if !["optype", "dp_rank", "stage", "worker"].contains(&s.as_str()) {
+                return Err(format!(
+                    "--split {s:?}: give a list of optype, dp_rank, stage, worker"
+                ));
+            }
+        }
+        if !(0.0..1.0).contains(&plan.drain_threshold) {
+            return Err(format!(
+                "--drain-threshold {}: give a share of the step from 0 to 1, e.g. 0.05",
+                plan.drain_threshold
+            ));
+        }
+        if !(0.0..1.0).contains(&plan.w_fraction) {
+            return Err(format!(
+                "--w-fraction {}: give the weight gradient's share of a backward, 0 to under 1",
+                plan.w_fraction
+            ));
+        }
+        Ok(plan)
     }
 }
 
