@@ -123,6 +123,35 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
         Some(p) => Policy::load(p)?,
         None => Policy::default(),
     };
+    refuse_bad_comparison(opts)?;
+    let runs: Vec<RunFigures> = opts
+        .runs
+        .iter()
+        .map(|d| collect(d))
+        .collect::<Result<_>>()?;
+    let bases: Vec<RunFigures> = opts
+        .baseline
+        .iter()
+        .map(|d| collect(d))
+        .collect::<Result<_>>()?;
+    refuse_empty_comparisons(&runs, &bases)?;
+    let (report, title) = verdicts_and_title(&runs, &bases, &policy)?;
+    let written = write_check(opts, &runs, &report)?;
+    if let Some(dir) = &opts.textfile {
+        metrics::textfile(&runs, &report, started.elapsed()).write(dir)?;
+    }
+    let passed = match report.worst() {
+        Verdict::Fail => false,
+        Verdict::Warn => !opts.warn_exit,
+        // `check` judges every figure it lists: none is skipped.
+        Verdict::Pass | Verdict::Skip => true,
+    };
+    print_verdict(opts, &report, &title, runs.len(), passed)?;
+    Ok((passed, written))
+}
+
+/// Refuses a comparison the flags cannot make, before any run is read.
+fn refuse_bad_comparison(opts: &CheckOptions) -> Result<()> {
     match (opts.baseline.first(), opts.fleet) {
         (Some(_), true) => anyhow::bail!("give either --baseline or --fleet, not both"),
         (None, false) => anyhow::bail!(
@@ -138,26 +167,23 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
              give more run folders, or compare two with --baseline",
             opts.runs.len()
         ),
-        _ => {}
+        _ => Ok(()),
     }
-    let runs: Vec<RunFigures> = opts
-        .runs
-        .iter()
-        .map(|d| collect(d))
-        .collect::<Result<_>>()?;
-    let bases: Vec<RunFigures> = opts
-        .baseline
-        .iter()
-        .map(|d| collect(d))
-        .collect::<Result<_>>()?;
-    refuse_empty_comparisons(&runs, &bases)?;
-    let (report, title) = match opts.baseline.as_slice() {
+}
+
+/// The verdicts and the check's title: against the fleet (no baseline), one baseline run, or
+/// several (their spread).
+fn verdicts_and_title(
+    runs: &[RunFigures],
+    bases: &[RunFigures],
+    policy: &Policy,
+) -> Result<(Report, String)> {
+    Ok(match bases {
         [] => {
             let title = format!("check a fleet of {} runs", runs.len());
-            (against_fleet(&runs, &policy)?, title)
+            (against_fleet(runs, policy)?, title)
         }
-        [_] => {
-            let base = &bases[0];
+        [base] => {
             let title = format!(
                 "check {} ({}) against baseline {} ({})",
                 runs[0].run_id,
@@ -165,7 +191,7 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
                 base.run_id,
                 base.label.short()
             );
-            (against_baseline(base, &runs[0], &policy), title)
+            (against_baseline(base, &runs[0], policy), title)
         }
         _ => {
             let title = format!(
@@ -179,54 +205,42 @@ pub fn run(opts: &CheckOptions) -> Result<(bool, Vec<PathBuf>)> {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
-            (
-                repeated::against_baselines(&bases, &runs[0], &policy),
-                title,
-            )
+            (repeated::against_baselines(bases, &runs[0], policy), title)
         }
-    };
+    })
+}
+
+/// check.csv: into `--check-out`, or each judged run's own folder (its rows alone); returns the
+/// run folders written.
+fn write_check(opts: &CheckOptions, runs: &[RunFigures], report: &Report) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
-    match &opts.out {
-        Some(dir) => {
-            let cannot = || {
-                format!(
-                    "cannot write the check to {}: give a writable folder with --check-out",
-                    dir.display()
-                )
-            };
-            crate::safe_fs::make_dir(dir, &crate::safe_fs::CHECK_OUT)?;
-            table::write(&dir.join("check.csv"), &report.outcomes).with_context(cannot)?;
-        }
-        None => {
-            for run in &runs {
-                // A run folder may be anyone's: as root, check.csv goes only into one no
-                // other user can put a link in (resolved first: `results/latest` is a link).
-                let dir = std::fs::canonicalize(&run.dir)
-                    .with_context(|| format!("cannot resolve {}", run.dir.display()))?;
-                crate::safe_fs::open_dir(&dir, &crate::safe_fs::RUN_FOLDER)?;
-                let mine: Vec<Outcome> = report
-                    .outcomes
-                    .iter()
-                    .filter(|o| o.run_id == run.run_id)
-                    .cloned()
-                    .collect();
-                table::write(&dir.join("check.csv"), &mine)?;
-                written.push(run.dir.clone());
-            }
-        }
+    if let Some(dir) = &opts.out {
+        let cannot = || {
+            format!(
+                "cannot write the check to {}: give a writable folder with --check-out",
+                dir.display()
+            )
+        };
+        crate::safe_fs::make_dir(dir, &crate::safe_fs::CHECK_OUT)?;
+        table::write(&dir.join("check.csv"), &report.outcomes).with_context(cannot)?;
+        return Ok(written);
     }
-    if let Some(dir) = &opts.textfile {
-        metrics::textfile(&runs, &report, started.elapsed()).write(dir)?;
+    for run in runs {
+        // A run folder may be anyone's: as root, check.csv goes only into one no other user
+        // can put a link in (resolved first: `results/latest` is a link).
+        let dir = std::fs::canonicalize(&run.dir)
+            .with_context(|| format!("cannot resolve {}", run.dir.display()))?;
+        crate::safe_fs::open_dir(&dir, &crate::safe_fs::RUN_FOLDER)?;
+        let mine: Vec<Outcome> = report
+            .outcomes
+            .iter()
+            .filter(|o| o.run_id == run.run_id)
+            .cloned()
+            .collect();
+        table::write(&dir.join("check.csv"), &mine)?;
+        written.push(run.dir.clone());
     }
-    let worst = report.worst();
-    let passed = match worst {
-        Verdict::Fail => false,
-        Verdict::Warn => !opts.warn_exit,
-        // `check` judges every figure it lists: none is skipped.
-        Verdict::Pass | Verdict::Skip => true,
-    };
-    print_verdict(opts, &report, &title, runs.len(), passed)?;
-    Ok((passed, written))
+    Ok(written)
 }
 
 /// The verdict as `--json`'s document, or the console's table.

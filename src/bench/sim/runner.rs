@@ -110,29 +110,12 @@ pub fn run(
             .map_err(|e| anyhow!("{}: 1f1b: {e}", case.label))?
             .1
             .iteration_ms;
-        progress.println(format!(
-            "\n{} (S={}, N={}, comm {}, slow links {})",
-            case.label,
-            sc.stages,
-            sc.microbatches,
-            sc.comm,
-            slow_label(&sc.delay_ms)
-        ));
-        progress.println(format!(
-            "  {:<w$} {:>12} {:>9} {:>11} {:>10}  plan",
-            "schedule",
-            "iteration ms",
-            "vs 1f1b",
-            "bubble rate",
-            "peak act",
-            w = name_width
-        ));
+        print_case_header(progress, case, name_width);
         for schedule in &plan.schedules {
             let (plan_name, run) = evaluate(schedule, sc, plan.mem_limit)
                 .map_err(|e| anyhow!("{}: {schedule}: {e}", case.label))?;
             let speedup = reference / run.iteration_ms;
             let figures_rate = crate::sim::bubble_rate(schedule, sc, &run);
-            let peak_max = run.peak_in_flight.iter().copied().max().unwrap_or(0);
             let stats = iteration_stats(tails, k, schedule, run.iteration_ms)?;
             let params = SimParams {
                 iteration: case.iteration,
@@ -169,30 +152,8 @@ pub fn run(
                 }
                 None => {}
             }
-            progress.println(format!(
-                "  {:<w$} {:>12.2} {:>8.2}x {:>11.4} {:>10}  {}",
-                schedule.to_string(),
-                run.iteration_ms,
-                speedup,
-                figures_rate,
-                peak_max,
-                plan_name,
-                w = name_width
-            ));
-            let peak_bytes = run
-                .peak_activation_bytes
-                .iter()
-                .copied()
-                .fold(0.0, f64::max);
-            if let Some(limit) = sc.activation_limit.filter(|&l| peak_bytes > l) {
-                progress.println(format!(
-                    "  {:<w$} holds {:.3} GiB of activations on a stage: over --mem-limit's {:.3} GiB",
-                    "",
-                    peak_bytes / GIB,
-                    limit / GIB,
-                    w = name_width
-                ));
-            }
+            let shown = (speedup, figures_rate, plan_name.as_str());
+            print_schedule_row(progress, schedule, sc, &run, shown, name_width);
             outcomes.push(Outcome {
                 case: case.label.clone(),
                 schedule: schedule.to_string(),
@@ -204,6 +165,66 @@ pub fn run(
         progress.inc();
     }
     Ok(outcomes)
+}
+
+/// The console's header of one case: its scenario, then the columns of its rows.
+fn print_case_header(progress: &Progress, case: &Case, name_width: usize) {
+    let sc = &case.scenario;
+    progress.println(format!(
+        "\n{} (S={}, N={}, comm {}, slow links {})",
+        case.label,
+        sc.stages,
+        sc.microbatches,
+        sc.comm,
+        slow_label(&sc.delay_ms)
+    ));
+    progress.println(format!(
+        "  {:<w$} {:>12} {:>9} {:>11} {:>10}  plan",
+        "schedule",
+        "iteration ms",
+        "vs 1f1b",
+        "bubble rate",
+        "peak act",
+        w = name_width
+    ));
+}
+
+/// The console's row of one schedule (`shown`: its speedup over 1F1B, its bubble rate and its
+/// plan), and a warning when a stage holds more activations than `--mem-limit` allows.
+fn print_schedule_row(
+    progress: &Progress,
+    schedule: &Schedule,
+    sc: &Scenario,
+    run: &Run,
+    shown: (f64, f64, &str),
+    name_width: usize,
+) {
+    let (speedup, bubble_rate, plan_name) = shown;
+    let peak_max = run.peak_in_flight.iter().copied().max().unwrap_or(0);
+    progress.println(format!(
+        "  {:<w$} {:>12.2} {:>8.2}x {:>11.4} {:>10}  {}",
+        schedule.to_string(),
+        run.iteration_ms,
+        speedup,
+        bubble_rate,
+        peak_max,
+        plan_name,
+        w = name_width
+    ));
+    let peak_bytes = run
+        .peak_activation_bytes
+        .iter()
+        .copied()
+        .fold(0.0, f64::max);
+    if let Some(limit) = sc.activation_limit.filter(|&l| peak_bytes > l) {
+        progress.println(format!(
+            "  {:<w$} holds {:.3} GiB of activations on a stage: over --mem-limit's {:.3} GiB",
+            "",
+            peak_bytes / GIB,
+            limit / GIB,
+            w = name_width
+        ));
+    }
 }
 
 /// Writes every op of one schedule's run on one case to `sim_timeline.csv`.
