@@ -23,6 +23,7 @@ mod pcie;
 mod pipeline;
 pub mod rank;
 mod report;
+mod summary;
 pub mod table;
 pub mod verdict;
 mod views;
@@ -177,14 +178,16 @@ impl Ranked for Fleet {
         }
         let links = self.lead_links(crew, &mut ranks, dir);
         let pipeline = self.lead_pipeline(crew, &mut ranks, dir);
-        let outcome = report::write(
-            dir,
-            (&ranks, &links, &pipeline),
-            self.opts.level,
-            (self.baseline.as_ref(), self.profile.as_ref()),
-            started.elapsed(),
-            self.opts.session.quiet,
-        )?;
+        let gathered = report::Gathered {
+            ranks: &ranks,
+            links: &links,
+            pipeline: &pipeline,
+            level: self.opts.level,
+            baseline: self.baseline.as_ref(),
+            profile: self.profile.as_ref(),
+            took: started.elapsed(),
+        };
+        let outcome = report::write(dir, &gathered, self.opts.session.quiet)?;
         self.operate(crew, &outcome, started.elapsed());
         self.outcome = Some(outcome);
         self.busy.extend(

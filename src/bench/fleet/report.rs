@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
 
 use super::baseline::Baseline;
 use super::checks::Level;
@@ -16,8 +15,9 @@ use super::network::{self, LinksResult};
 use super::options::{FleetOptions, Step};
 use super::pipeline::{self, PipelineResult};
 use super::rank::{RankOutcome, FAIL};
+use super::summary::{self, FleetSummary};
 use super::table::FleetTable;
-use super::verdict::{self, Verdict};
+use super::verdict;
 use crate::cluster::hostlist;
 use crate::record::csv::{CsvSink, Line};
 use crate::record::run_dir::RunDir;
@@ -37,19 +37,6 @@ pub struct Outcome {
     pub rows: Vec<super::rank::Row>,
     /// Each rank's adapter's PCI bus id, where known.
     pub pci: BTreeMap<u32, Option<String>>,
-}
-
-#[derive(Debug, Serialize)]
-struct NodeSummary {
-    rank: u32,
-    host: String,
-    local_rank: Option<u32>,
-    adapter: String,
-    /// The adapter's PCI bus id, where known (the textfile's `pci_bus_id`).
-    pci_bus_id: Option<String>,
-    verdict: Verdict,
-    busy: bool,
-    reasons: Vec<String>,
 }
 
 /// fleet.csv's rows of run `run_id`, as written (each row's case names its rank, test,
@@ -112,77 +99,63 @@ pub fn retest_line(suspects: &BTreeMap<u32, Vec<String>>) -> String {
     )
 }
 
-/// Judges and writes everything; returns the outcome.
-pub fn write(
-    dir: &RunDir,
-    (ranks, links, pipe): (&[RankOutcome], &LinksResult, &PipelineResult),
-    level: Level,
-    (baseline, profile): (Option<&Baseline>, Option<&cost::Profile>),
-    took: Duration,
-    quiet: bool,
-) -> Result<Outcome> {
-    let mut rows = verdict::judge(ranks, baseline);
-    rows.extend(network::rows(ranks, links));
-    rows.extend(pipeline::rows(ranks, pipe));
+/// What the gate gathered at rank 0, for [`write`] to judge.
+pub struct Gathered<'a> {
+    pub ranks: &'a [RankOutcome],
+    pub links: &'a LinksResult,
+    pub pipeline: &'a PipelineResult,
+    pub level: Level,
+    pub baseline: Option<&'a Baseline>,
+    pub profile: Option<&'a cost::Profile>,
+    pub took: Duration,
+}
+
+/// Judges what was gathered, writes each of the gate's files (one writer each: fleet.csv,
+/// `ranks/`, drain.txt, keep_cost.csv, fleet.json), prints the console's table unless quiet,
+/// and returns the outcome.
+pub fn write(dir: &RunDir, g: &Gathered, quiet: bool) -> Result<Outcome> {
+    let ranks = g.ranks;
+    let mut rows = verdict::judge(ranks, g.baseline);
+    rows.extend(network::rows(ranks, g.links));
+    rows.extend(pipeline::rows(ranks, g.pipeline));
     rows.sort_by_key(|(p, _)| p.rank);
-    let mut sink: CsvSink<FleetTable> = dir.table()?;
-    for line in lines(&dir.id, &rows) {
-        sink.write(&line)?;
-    }
+    write_fleet_csv(dir, &rows)?;
     write_rank_files(dir, ranks)?;
-    let nodes = node_summaries(ranks, &rows);
-    let failed_hosts: Vec<String> = nodes
-        .iter()
-        .filter(|n| n.verdict == FAIL)
-        .map(|n| n.host.clone())
-        .collect();
-    let drain = hostlist::compress(&failed_hosts);
-    std::fs::write(
-        dir.path.join("drain.txt"),
-        if drain.is_empty() {
-            String::new()
-        } else {
-            format!("{drain}\n")
-        },
-    )
-    .context("cannot write drain.txt")?;
-    let exit_code = u8::from(!failed_hosts.is_empty());
-    let scontrol = (!drain.is_empty()).then(|| scontrol_line(&drain, &rows));
+    let nodes = summary::nodes(ranks, &rows);
     let failed: Vec<(u32, String)> = nodes
         .iter()
         .filter(|n| n.verdict == FAIL)
         .map(|n| (n.rank, n.host.clone()))
         .collect();
-    let costs = keep_costs(&rows, &failed, (ranks, links), profile);
-    let keep_cost = write_keep_costs(dir, &costs)?;
-    let mut summary = serde_json::json!({
-        "run_id": dir.id,
-        "run_dir": dir.path,
-        "level": level.to_string(),
-        "ranks": ranks.len(),
-        "failed": nodes.iter().filter(|n| n.verdict == FAIL).count(),
-        "warned": nodes.iter().filter(|n| n.verdict == super::rank::WARN).count(),
-        "busy": nodes.iter().filter(|n| n.busy).map(|n| n.host.clone()).collect::<Vec<_>>(),
-        "drain": drain,
-        "scontrol": scontrol,
-        "nodes": nodes,
-        "keep_cost": keep_cost,
-        "links": links_summary(ranks, links),
-        "pipeline": pipeline_summary(pipe),
-        "wall_s": crate::record::csv::round(took.as_secs_f64(), 1),
-        "exit_code": exit_code,
-    });
-    if level == Level::Health {
-        // `health` judges its node by these, handed over in memory (rank 0's --json document
-        // on a pipe), never read back from the run folder.
-        summary["rows"] = serde_json::to_value(&rows)?;
-    }
-    std::fs::write(
-        dir.path.join("fleet.json"),
-        serde_json::to_string_pretty(&summary)?,
-    )?;
+    let drain = hostlist::compress(&failed.iter().map(|(_, h)| h.clone()).collect::<Vec<_>>());
+    write_drain(dir, &drain)?;
+    let scontrol = (!drain.is_empty()).then(|| scontrol_line(&drain, &rows));
+    let costs = keep_costs(&rows, &failed, (ranks, g.links), g.profile);
+    write_keep_costs(dir, &costs)?;
+    let exit_code = u8::from(!failed.is_empty());
+    let (n_failed, warned, busy) = summary::counts(&nodes);
+    let doc = FleetSummary {
+        run_id: dir.id.clone(),
+        run_dir: dir.path.clone(),
+        level: g.level.to_string(),
+        ranks: ranks.len(),
+        failed: n_failed,
+        warned,
+        busy,
+        drain: drain.clone(),
+        scontrol: scontrol.clone(),
+        nodes,
+        keep_cost: summary::keep_costs(&costs),
+        links: summary::links(ranks, g.links),
+        pipeline: summary::pipeline(g.pipeline),
+        wall_s: crate::record::csv::round(g.took.as_secs_f64(), 1),
+        exit_code,
+        // `health` judges its node by these, handed over in memory.
+        rows: (g.level == Level::Health).then(|| rows.clone()),
+    };
+    let summary = write_fleet_json(dir, &doc)?;
     if !quiet {
-        print_console(ranks, &nodes, &drain, scontrol.as_deref(), dir, took);
+        print_console(ranks, &doc.nodes, &drain, scontrol.as_deref(), dir, g.took);
         print_costs(&costs);
     }
     let pci = ranks
@@ -200,6 +173,35 @@ pub fn write(
         rows,
         pci,
     })
+}
+
+/// fleet.csv: every row, judged.
+fn write_fleet_csv(dir: &RunDir, rows: &[super::rank::Row]) -> Result<()> {
+    let mut sink: CsvSink<FleetTable> = dir.table()?;
+    for line in lines(&dir.id, rows) {
+        sink.write(&line)?;
+    }
+    Ok(())
+}
+
+/// drain.txt: the failed hosts as a Slurm hostlist, or empty.
+fn write_drain(dir: &RunDir, drain: &str) -> Result<()> {
+    let text = if drain.is_empty() {
+        String::new()
+    } else {
+        format!("{drain}\n")
+    };
+    std::fs::write(dir.path.join("drain.txt"), text).context("cannot write drain.txt")
+}
+
+/// fleet.json, as a JSON value (its keys sorted): what `--json` prints.
+fn write_fleet_json(dir: &RunDir, doc: &FleetSummary) -> Result<serde_json::Value> {
+    let value = serde_json::to_value(doc)?;
+    std::fs::write(
+        dir.path.join("fleet.json"),
+        serde_json::to_string_pretty(&value)?,
+    )?;
+    Ok(value)
 }
 
 /// Each rank's own record, `ranks/rN/rank.json`: its inventory, batches, retests, failure.
@@ -223,43 +225,14 @@ fn write_rank_files(dir: &RunDir, ranks: &[RankOutcome]) -> Result<()> {
     Ok(())
 }
 
-/// Each rank's verdict (the worst of its rows) and what it is, for fleet.json and the console.
-fn node_summaries(ranks: &[RankOutcome], rows: &[super::rank::Row]) -> Vec<NodeSummary> {
-    let per_rank = verdict::per_rank(rows);
-    ranks
-        .iter()
-        .map(|o| {
-            let (v, reasons) = per_rank.get(&o.rank).cloned().unwrap_or((FAIL, vec![]));
-            NodeSummary {
-                rank: o.rank,
-                host: o.host.clone(),
-                local_rank: o.inventory.as_ref().map(|i| i.local_rank),
-                adapter: o.adapter(),
-                pci_bus_id: o.inventory.as_ref().and_then(|i| i.pci_bus_id.clone()),
-                verdict: v,
-                busy: o.busy(),
-                reasons,
-            }
-        })
-        .collect()
-}
-
-/// keep_cost.csv, and its rows as fleet.json gives them.
-fn write_keep_costs(dir: &RunDir, costs: &[cost::KeepCost]) -> Result<Vec<serde_json::Value>> {
+/// keep_cost.csv.
+fn write_keep_costs(dir: &RunDir, costs: &[cost::KeepCost]) -> Result<()> {
     let mut sink: CsvSink<KeepCostTable> = dir.table()?;
     for (i, (p, f)) in costs.iter().flatten().enumerate() {
         let case = format!("r{}_{}_{i}", p.rank, p.schedule);
         sink.write(&Line::new(&dir.id, case, p.clone(), None, f.clone()))?;
     }
-    Ok(costs
-        .iter()
-        .flatten()
-        .map(|(p, f)| {
-            serde_json::json!({"rank": p.rank, "host": p.host, "kind": p.kind,
-            "stages": p.stages, "schedule": p.schedule, "throughput_pct": f.throughput_pct,
-            "error": f.error})
-        })
-        .collect())
+    Ok(())
 }
 
 /// The confirmed slow links no node explains, as (lower rank, `hostA-hostB`, extra µs a send).
@@ -272,44 +245,6 @@ fn slow_links(ranks: &[RankOutcome], links: &LinksResult) -> Vec<(u32, String, f
         .iter()
         .filter_map(|l| Some((l.a, format!("{}-{}", host(l.a), host(l.b)), l.extra_us?)))
         .collect()
-}
-
-/// fleet.json's `pipeline`: each case's measured and predicted iteration, and the check.
-fn pipeline_summary(pipe: &PipelineResult) -> serde_json::Value {
-    match pipe {
-        PipelineResult::None => serde_json::Value::Null,
-        PipelineResult::Skipped(why) => serde_json::json!({ "skipped": why }),
-        PipelineResult::Failed(why) => serde_json::json!({ "failed": why }),
-        PipelineResult::Done(cases, _) => cases
-            .iter()
-            .map(|(p, f)| {
-                serde_json::json!({"schedule": p.schedule, "comm": p.comm, "stages": p.stages,
-                    "iteration_ms": f.iteration_ms, "predicted_ms": f.predicted_ms,
-                    "verified": f.verified})
-            })
-            .collect(),
-    }
-}
-
-/// fleet.json's `links`: the pattern, the rounds, what was slow.
-fn links_summary(ranks: &[RankOutcome], links: &LinksResult) -> serde_json::Value {
-    let host = |r: u32| ranks.get(r as usize).map_or("?", |o| o.host.as_str());
-    match links {
-        LinksResult::None => serde_json::Value::Null,
-        LinksResult::Skipped(why) => serde_json::json!({ "skipped": why }),
-        LinksResult::Failed(why) => serde_json::json!({ "failed": why }),
-        LinksResult::Done(out) => serde_json::json!({
-            "pattern": out.pattern,
-            "rounds": out.rounds,
-            "rounds_cut": out.rounds_cut,
-            "links": out.links.len(),
-            "slow_nodes": out.slow_nodes.iter().map(|n| host(n.rank)).collect::<Vec<_>>(),
-            "slow_links": out.slow_links.iter()
-                .map(|l| serde_json::json!({"a": host(l.a), "b": host(l.b),
-                    "slowdown": crate::record::csv::round(l.slowdown, 2)}))
-                .collect::<Vec<_>>(),
-        }),
-    }
 }
 
 /// What keeping each failed node, and each slow link no node explains, would cost.
@@ -406,7 +341,7 @@ fn scontrol_line(drain: &str, rows: &[super::rank::Row]) -> String {
 
 fn print_console(
     ranks: &[RankOutcome],
-    nodes: &[NodeSummary],
+    nodes: &[summary::NodeSummary],
     drain: &str,
     scontrol: Option<&str>,
     dir: &RunDir,
