@@ -31,11 +31,7 @@ where
     let (y0, y1) = range(ys, !c.y_log);
     // Headroom above the data for the legend box.
     let y1 = y1 + (y1 - y0) * 0.3;
-    let mut chart = ChartBuilder::on(root)
-        .caption(&c.title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(50)
-        .y_label_area_size(80)
+    let mut chart = frame(root, &c.title, 80)
         .build_cartesian_2d(Ticked::new(x0..x1, c.x_log), Ticked::new(y0..y1, c.y_log))?;
     chart
         .configure_mesh()
@@ -76,23 +72,7 @@ where
             ShapeStyle::from(col).stroke_width(3)
         };
         let drawn = if s.reference {
-            // Dashes: every other segment of a finely split line.
-            let mut dashes = Vec::new();
-            for w in pts.windows(2) {
-                let steps = 24;
-                for k in (0..steps).step_by(2) {
-                    let a = k as f64 / steps as f64;
-                    let b = (k + 1) as f64 / steps as f64;
-                    let p = |t: f64| {
-                        (
-                            w[0].0 + (w[1].0 - w[0].0) * t,
-                            w[0].1 + (w[1].1 - w[0].1) * t,
-                        )
-                    };
-                    dashes.push(PathElement::new(vec![p(a), p(b)], style));
-                }
-            }
-            chart.draw_series(dashes)?
+            chart.draw_series(dashes(&pts, style))?
         } else {
             chart.draw_series(LineSeries::new(pts.clone(), style))?
         };
@@ -108,23 +88,17 @@ where
                 Circle::new(p, 8, ShapeStyle::from(BLACK).stroke_width(2)),
                 Circle::new(p, 4, WHITE.filled()),
             ])?;
-            chart.draw_series(std::iter::once(Text::new(
-                note.clone(),
+            chart.draw_series(std::iter::once(label(
+                note,
                 p,
-                ("sans-serif", 13)
-                    .into_font()
-                    .color(&BLACK)
-                    .pos(Pos::new(HPos::Left, VPos::Bottom)),
+                13,
+                &BLACK,
+                HPos::Left,
+                VPos::Bottom,
             )))?;
         }
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font(("sans-serif", 15))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft, 0.85)?;
     root.present()?;
     Ok(())
 }
@@ -146,12 +120,7 @@ where
         * 1.6;
     let n = c.bars.len().max(1) as f64;
     let labels: Vec<String> = c.bars.iter().map(|(l, _)| l.clone()).collect();
-    let mut chart = ChartBuilder::on(root)
-        .caption(&c.title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(50)
-        .y_label_area_size(80)
-        .build_cartesian_2d(-0.5..n - 0.5, 0.0..top)?;
+    let mut chart = frame(root, &c.title, 80).build_cartesian_2d(-0.5..n - 0.5, 0.0..top)?;
     chart
         .configure_mesh()
         .x_desc(&c.x_label)
@@ -180,13 +149,7 @@ where
             .label(part)
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], col.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font(("sans-serif", 15))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight, 0.85)?;
     root.present()?;
     Ok(())
 }
@@ -204,13 +167,8 @@ where
         .max(1e-9);
     let n = c.rows.len().max(1) as f64;
     let names: Vec<String> = c.rows.iter().map(|(l, _)| l.clone()).collect();
-    let mut chart = ChartBuilder::on(root)
-        .caption(&c.title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(50)
-        .y_label_area_size(90)
-        // Room on the right for the legend (its longest label is about a quarter of the width).
-        .build_cartesian_2d(0.0..end * 1.45, -0.5..n - 0.5)?;
+    // Room on the right for the legend (its longest label is about a quarter of the width).
+    let mut chart = frame(root, &c.title, 90).build_cartesian_2d(0.0..end * 1.45, -0.5..n - 0.5)?;
     chart
         .configure_mesh()
         .x_desc(&c.x_label)
@@ -223,34 +181,12 @@ where
         .draw()?;
     for (k, kind) in c.kinds.iter().enumerate() {
         let col = color(k);
-        let rects: Vec<_> = c
-            .rows
-            .iter()
-            .enumerate()
-            .flat_map(|(r, (_, spans))| {
-                spans.iter().filter(move |s| s.2 == k).map(move |s| {
-                    let y = r as f64;
-                    Rectangle::new([(s.0, y - 0.35), (s.1, y + 0.35)], col.filled())
-                })
-            })
-            .collect();
-        // White outlines keep neighbouring ops of one kind apart.
-        let outlines: Vec<_> = c
-            .rows
-            .iter()
-            .enumerate()
-            .flat_map(|(r, (_, spans))| {
-                spans.iter().filter(move |s| s.2 == k).map(move |s| {
-                    let y = r as f64;
-                    Rectangle::new([(s.0, y - 0.35), (s.1, y + 0.35)], WHITE.stroke_width(1))
-                })
-            })
-            .collect();
         chart
-            .draw_series(rects)?
+            .draw_series(spans_of(c, k, col.filled()))?
             .label(kind)
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], col.filled()));
-        chart.draw_series(outlines)?;
+        // White outlines keep neighbouring ops of one kind apart.
+        chart.draw_series(spans_of(c, k, WHITE.stroke_width(1)))?;
     }
     if !c.delays.is_empty() {
         let shade = RGBColor(200, 30, 30);
@@ -279,25 +215,96 @@ where
                 .iter()
                 .filter(move |s| (s.1 - s.0) * px_per_unit >= 16.0)
                 .map(move |s| {
-                    Text::new(
-                        s.3.to_string(),
-                        ((s.0 + s.1) / 2.0, r as f64),
-                        ("sans-serif", 11)
-                            .into_font()
-                            .color(&WHITE)
-                            .pos(Pos::new(HPos::Center, VPos::Center)),
-                    )
+                    let at = ((s.0 + s.1) / 2.0, r as f64);
+                    label(&s.3.to_string(), at, 11, &WHITE, HPos::Center, VPos::Center)
                 })
         })
         .collect();
     chart.draw_series(numbers)?;
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK.mix(0.4))
-        .label_font(("sans-serif", 15))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight, 0.9)?;
     root.present()?;
     Ok(())
+}
+
+/// A chart's frame: its title, margin and label areas (`y_area` pixels for the y labels).
+fn frame<'a, 'b, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &'b str,
+    y_area: u32,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(y_area);
+    builder
+}
+
+/// The series' legend, in a box whose background lets `background` of white through.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+    background: f64,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(background))
+        .border_style(BLACK.mix(0.4))
+        .label_font(("sans-serif", 15))
+        .position(position)
+        .draw()?;
+    Ok(())
+}
+
+/// A text placed at `at`, anchored at its (h, v) side.
+fn label<'a>(
+    text: &str,
+    at: (f64, f64),
+    size: u32,
+    color: &RGBColor,
+    h: HPos,
+    v: VPos,
+) -> Text<'a, (f64, f64), String> {
+    let font = ("sans-serif", size)
+        .into_font()
+        .color(color)
+        .pos(Pos::new(h, v));
+    Text::new(text.to_string(), at, font)
+}
+
+/// A dashed line through `pts`: every other segment of a finely split line.
+fn dashes(pts: &[(f64, f64)], style: ShapeStyle) -> Vec<PathElement<(f64, f64)>> {
+    const STEPS: usize = 24;
+    let mut out = Vec::new();
+    for w in pts.windows(2) {
+        let p = |t: f64| {
+            (
+                w[0].0 + (w[1].0 - w[0].0) * t,
+                w[0].1 + (w[1].1 - w[0].1) * t,
+            )
+        };
+        for k in (0..STEPS).step_by(2) {
+            let (a, b) = (k as f64 / STEPS as f64, (k + 1) as f64 / STEPS as f64);
+            out.push(PathElement::new(vec![p(a), p(b)], style));
+        }
+    }
+    out
+}
+
+/// The Gantt's bars of op kind `k`, drawn in `style`.
+fn spans_of(c: &Gantt, k: usize, style: ShapeStyle) -> Vec<Rectangle<(f64, f64)>> {
+    c.rows
+        .iter()
+        .enumerate()
+        .flat_map(|(r, (_, spans))| {
+            spans.iter().filter(move |s| s.2 == k).map(move |s| {
+                let y = r as f64;
+                Rectangle::new([(s.0, y - 0.35), (s.1, y + 0.35)], style)
+            })
+        })
+        .collect()
 }
