@@ -3,8 +3,6 @@
 
 use clap::Args;
 
-use crate::gpu::kernels::{variant_help, variant_long_help, GEMM_VARIANTS, LAYERNORM_VARIANTS};
-
 /// A count flag, checked by the bound its config key has.
 fn parse_count(
     s: &str,
@@ -31,13 +29,6 @@ pub fn parse_iters(s: &str) -> Result<u32, String> {
 /// Byte sizes from a comma list such as `4,64K,16MiB`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SizeList(pub Vec<u64>);
-
-impl SizeList {
-    /// The sizes as a config writes them.
-    pub fn texts(&self) -> Vec<String> {
-        self.0.iter().map(u64::to_string).collect()
-    }
-}
 
 /// Sizes with units (`parse_size`: K, M, G; KiB...), empty items skipped.
 pub fn parse_size_list(s: &str) -> Result<SizeList, String> {
@@ -113,19 +104,6 @@ pub fn parse_ms_list(s: &str) -> Result<MsList, String> {
         })
         .collect::<Result<Vec<_>, _>>()
         .map(MsList)
-}
-
-/// A GEMM or layernorm variant instead of the measured choice (`kernels`, `hol`).
-#[derive(Debug, Clone, Args)]
-pub struct VariantArgs {
-    #[arg(long, value_name = "NAME",
-        help = variant_help("GEMM", GEMM_VARIANTS),
-        long_help = variant_long_help("GEMM", GEMM_VARIANTS))]
-    pub variant: Option<String>,
-    #[arg(long, value_name = "NAME",
-        help = variant_help("layernorm", LAYERNORM_VARIANTS),
-        long_help = variant_long_help("layernorm", LAYERNORM_VARIANTS))]
-    pub layernorm_variant: Option<String>,
 }
 
 /// Which RDMA device, port and GID to use.

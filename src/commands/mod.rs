@@ -59,12 +59,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 bench: planned.bench,
             };
             let dir = suite::run(&g.options(planned.raw), &[bench], Some(planned.config))?;
-            Ran {
-                dir: Some(dir.path),
-                code: 0,
-                after: After::Noisy,
-                json: None,
-            }
+            Ran::wrote(Some(dir.path), After::Noisy)
         }
         Action::Run(run) => match local_ranks(spec, matches)? {
             Some(code) => Ran::code(code),

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::descriptor::{command, from_toml, Descriptor, Settings};
 use super::flags::{parse_iters, parse_warmup};
@@ -34,16 +34,16 @@ use writer::Writer;
 
 /// `kernels`' settings: `morphbench kernels`' flags, `[kernels]`' keys and their defaults,
 /// declared once.
-#[derive(Debug, Clone, clap::Args, Deserialize, Serialize)]
+#[derive(Debug, Clone, clap::Args, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KernelsSettings {
     /// GEMM sizes, comma separated (the flag may repeat).
     #[arg(long, value_name = "MxNxK[,MxNxK...]", value_delimiter = ',', value_parser = parse_gemm)]
-    #[serde(deserialize_with = "de_gemm", serialize_with = "texts")]
+    #[serde(deserialize_with = "de_gemm")]
     pub gemm: Vec<GemmSize>,
     /// Layernorm sizes, comma separated (the flag may repeat).
     #[arg(long, value_name = "ROWSxHIDDEN[,...]", value_delimiter = ',', value_parser = parse_layernorm)]
-    #[serde(deserialize_with = "de_layernorm", serialize_with = "texts")]
+    #[serde(deserialize_with = "de_layernorm")]
     pub layernorm: Vec<LayernormSize>,
     /// Timed iterations per point.
     #[arg(long, default_value_t = KernelsSettings::default().iters, value_parser = parse_iters)]
@@ -112,10 +112,6 @@ where
         .map(|s| parse(s))
         .collect::<Result<_, _>>()
         .map_err(|e| serde::de::Error::custom(format!("{key}: {e}")))
-}
-
-fn texts<T: std::fmt::Display, S: serde::Serializer>(v: &[T], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(v.iter().map(T::to_string))
 }
 
 impl Settings for KernelsSettings {
