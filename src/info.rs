@@ -47,7 +47,7 @@ pub fn run(backend: BackendChoice, json: bool) -> Result<()> {
     let root = crate::pcie::sysfs_root();
     let pcie = adapters
         .iter()
-        .map(|a| crate::pcie::read(&root, &a.pci_bus_id))
+        .map(|a| crate::pcie::read(&root, &a.pci_bus_id).map_err(|e| format!("{e:#}")))
         .collect();
     let info = Info {
         host: HostInfo::probe(),
@@ -115,12 +115,13 @@ pub fn run(backend: BackendChoice, json: bool) -> Result<()> {
         let root = crate::pcie::sysfs_root();
         let pcie = crate::pcie::rdma_bus_id(&root, &d.name)
             .ok_or_else(|| {
-                format!(
+                anyhow::anyhow!(
                     "not exposed (no PCI device under class/infiniband/{})",
                     d.name
                 )
             })
-            .and_then(|bus| crate::pcie::read(&root, &bus));
+            .and_then(|bus| crate::pcie::read(&root, &bus))
+            .map_err(|e| format!("{e:#}"));
         println!("  PCIe (idle): {}", crate::pcie::describe(&pcie));
         for p in &d.ports {
             println!(

@@ -120,14 +120,14 @@ fn is_pci_address(name: &str) -> bool {
 
 /// The link of PCI device `bus_id` under `root`, with its upstream port's (the parent folder
 /// of the device's real sysfs path, when that is a PCI device). Err says why it is not exposed.
-pub fn read(root: &Path, bus_id: &str) -> Result<Pcie, String> {
+pub fn read(root: &Path, bus_id: &str) -> anyhow::Result<Pcie> {
     let bus_id = bus_id.trim().to_lowercase();
     if !is_pci_address(&bus_id) {
-        return Err(format!("not exposed (no PCI address: {bus_id:?})"));
+        return Err(anyhow::anyhow!("not exposed (no PCI address: {bus_id:?})"));
     }
     let dir = root.join("bus/pci/devices").join(&bus_id);
     let device = read_state(&dir).ok_or_else(|| {
-        format!(
+        anyhow::anyhow!(
             "not exposed ({} has no link files)",
             dir.join("current_link_width").display()
         )
@@ -435,12 +435,15 @@ mod tests {
         let t = tree(&[("vendor", "0x10de\n")], &[]);
         assert!(read(t.path(), "0000:01:00.0")
             .unwrap_err()
+            .to_string()
             .starts_with("not exposed"));
         assert!(read(t.path(), "0000:02:00.0")
             .unwrap_err()
+            .to_string()
             .starts_with("not exposed"));
         assert!(read(t.path(), "llvmpipe")
             .unwrap_err()
+            .to_string()
             .contains("no PCI address"));
     }
 

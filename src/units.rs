@@ -12,10 +12,10 @@ pub fn human_bytes(b: u64) -> String {
 }
 
 /// Parses a transfer size such as `4`, `4K`, `64KiB`, `1M`, `1G`: positive, 4-byte aligned.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> anyhow::Result<u64> {
     let v = parse_byte_count(text)?;
     if v % COPY_ALIGN != 0 {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "'{}': transfer sizes must be a positive multiple of {COPY_ALIGN} bytes",
             text.trim()
         ));
@@ -24,25 +24,29 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// Parses a positive byte count with an optional K/M/G unit.
-pub fn parse_byte_count(text: &str) -> Result<u64, String> {
+pub fn parse_byte_count(text: &str) -> anyhow::Result<u64> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("'{t}' is not a size (e.g. 4096, 64K, 16MiB)"))?;
+        .map_err(|_| anyhow::anyhow!("'{t}' is not a size (e.g. 4096, 64K, 16MiB)"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" | "kb" => 1 << 10,
         "m" | "mib" | "mb" => 1 << 20,
         "g" | "gib" | "gb" => 1 << 30,
-        u => return Err(format!("'{t}': unknown unit '{u}' (use B, K, M or G)")),
+        u => {
+            return Err(anyhow::anyhow!(
+                "'{t}': unknown unit '{u}' (use B, K, M or G)"
+            ))
+        }
     };
     let v = n
         .checked_mul(mult)
-        .ok_or_else(|| format!("'{t}' is too large"))?;
+        .ok_or_else(|| anyhow::anyhow!("'{t}' is too large"))?;
     if v == 0 {
-        return Err(format!("'{t}': sizes must be at least 1 byte"));
+        return Err(anyhow::anyhow!("'{t}': sizes must be at least 1 byte"));
     }
     Ok(v)
 }
@@ -57,11 +61,18 @@ mod tests {
         assert_eq!(parse_size("64K").unwrap(), 65536);
         assert_eq!(parse_size("16MiB").unwrap(), 16 << 20);
         assert_eq!(parse_size("1g").unwrap(), 1 << 30);
-        assert!(parse_size("3").unwrap_err().contains("multiple of 4"));
+        assert!(parse_size("3")
+            .unwrap_err()
+            .to_string()
+            .contains("multiple of 4"));
         assert!(parse_size("0").is_err());
-        assert!(parse_size("12Q").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("12Q")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown unit"));
         assert!(parse_size("99999999999999G")
             .unwrap_err()
+            .to_string()
             .contains("too large"));
         assert_eq!(human_bytes(65536), "64 KiB");
     }

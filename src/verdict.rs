@@ -64,13 +64,13 @@ impl fmt::Display for Verdict {
 }
 
 impl FromStr for Verdict {
-    type Err = String;
+    type Err = anyhow::Error;
 
-    fn from_str(s: &str) -> Result<Verdict, String> {
+    fn from_str(s: &str) -> anyhow::Result<Verdict> {
         [Verdict::Fail, Verdict::Warn, Verdict::Pass, Verdict::Skip]
             .into_iter()
             .find(|v| v.as_str() == s)
-            .ok_or_else(|| format!("'{s}' is not a verdict: PASS, WARN, FAIL or SKIP"))
+            .ok_or_else(|| anyhow::anyhow!("'{s}' is not a verdict: PASS, WARN, FAIL or SKIP"))
     }
 }
 
@@ -81,7 +81,7 @@ mod tests {
     #[test]
     fn text_order_and_codes() {
         for v in [Verdict::Fail, Verdict::Warn, Verdict::Pass, Verdict::Skip] {
-            assert_eq!(v.as_str().parse::<Verdict>(), Ok(v));
+            assert_eq!(v.as_str().parse::<Verdict>().unwrap(), v);
             assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
         }
         assert_eq!(Verdict::Pass.worse(Verdict::Warn), Verdict::Warn);

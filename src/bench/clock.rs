@@ -84,18 +84,18 @@ impl Default for ClockSettings {
 
 impl Settings for ClockSettings {
     type Plan = ClockSettings;
-    fn plan(&self) -> Result<ClockSettings, String> {
+    fn plan(&self) -> anyhow::Result<ClockSettings> {
         check_iters("clock.iters", self.iters)?;
         check_warmup("clock.warmup", self.warmup)?;
         if !(1..=1_000_000).contains(&self.sleep_us) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "clock.sleep_us = {}: give 1 to 1000000 µs",
                 self.sleep_us
             ));
         }
         let sleeps_s = (self.iters + self.warmup) as f64 * self.sleep_us as f64 / 1e6;
         if sleeps_s > MAX_SLEEP_S {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "clock: {} sleeps of {} µs take {sleeps_s:.0} s, over the cap of {MAX_SLEEP_S:.0} s: \
                  fewer iterations or a shorter sleep",
                 self.iters + self.warmup,
@@ -301,9 +301,18 @@ mod tests {
         assert!(cfg(100_000, 1_000_000)
             .plan()
             .unwrap_err()
+            .to_string()
             .contains("over the cap"));
-        assert!(cfg(10, 0).plan().unwrap_err().contains("clock.sleep_us"));
-        assert!(cfg(0, 10).plan().unwrap_err().contains("clock.iters"));
+        assert!(cfg(10, 0)
+            .plan()
+            .unwrap_err()
+            .to_string()
+            .contains("clock.sleep_us"));
+        assert!(cfg(0, 10)
+            .plan()
+            .unwrap_err()
+            .to_string()
+            .contains("clock.iters"));
         assert_eq!(cfg(10, 10).plan().unwrap().sleep_us, 10);
     }
 

@@ -30,7 +30,7 @@ pub struct Descriptor {
 }
 
 /// Plans a bench from its suite-config table (its keys overlay the plan's `Default`).
-pub type FromToml = fn(toml::Value) -> Result<Box<dyn Bench>, String>;
+pub type FromToml = fn(toml::Value) -> anyhow::Result<Box<dyn Bench>>;
 
 /// A subcommand: its help, its flags (clap's derive on its args type), what it does, and what
 /// follows it. Every command is one (`commands::registry` lists them), so the command line, the
@@ -55,7 +55,7 @@ pub struct CommandSpec {
 #[derive(Debug, Clone, Copy)]
 pub enum Action {
     /// A bench planned from its flags, run by the suite into a run folder of its own.
-    Plan(fn(&ArgMatches) -> Result<FromFlags, String>),
+    Plan(fn(&ArgMatches) -> anyhow::Result<FromFlags>),
     /// A command that runs itself: multi-rank, analysis, reader.
     Run(RunFn),
 }
@@ -190,7 +190,7 @@ pub struct FromFlags {
 /// is built and checked.
 pub trait Settings: clap::Args + FromArgMatches + DeserializeOwned + Default {
     type Plan: Bench + Serialize + 'static;
-    fn plan(&self) -> Result<Self::Plan, String>;
+    fn plan(&self) -> anyhow::Result<Self::Plan>;
     /// Whether the run keeps every sample (`--raw`: a flag, never a suite key).
     fn raw(&self) -> bool {
         false
@@ -209,17 +209,17 @@ pub const fn command<S: Settings>(about: &'static str, examples: &'static str) -
     }
 }
 
-fn plan_settings<S: Settings>(matches: &ArgMatches) -> Result<FromFlags, String> {
-    let settings = S::from_arg_matches(matches).map_err(|e| e.to_string())?;
+fn plan_settings<S: Settings>(matches: &ArgMatches) -> anyhow::Result<FromFlags> {
+    let settings = S::from_arg_matches(matches)?;
     let plan = settings.plan()?;
     Ok(FromFlags {
-        config: serde_json::to_value(&plan).map_err(|e| e.to_string())?,
+        config: serde_json::to_value(&plan)?,
         raw: settings.raw(),
         bench: Box::new(plan),
     })
 }
 
 /// Plans a bench from its suite-config table through its settings `S`.
-pub fn from_toml<S: Settings>(v: toml::Value) -> Result<Box<dyn Bench>, String> {
+pub fn from_toml<S: Settings>(v: toml::Value) -> anyhow::Result<Box<dyn Bench>> {
     Ok(Box::new(super::shared::table::<S>(v)?.plan()?))
 }

@@ -7,22 +7,22 @@ use clap::Args;
 fn parse_count(
     s: &str,
     flag: &str,
-    check: fn(&str, u32) -> Result<(), String>,
-) -> Result<u32, String> {
+    check: fn(&str, u32) -> anyhow::Result<()>,
+) -> anyhow::Result<u32> {
     let n: u32 = s
         .parse()
-        .map_err(|_| format!("'{s}' is not a whole number"))?;
+        .map_err(|_| anyhow::anyhow!("'{s}' is not a whole number"))?;
     check(flag, n)?;
     Ok(n)
 }
 
 /// `--warmup`: at most 100000.
-pub fn parse_warmup(s: &str) -> Result<u32, String> {
+pub fn parse_warmup(s: &str) -> anyhow::Result<u32> {
     parse_count(s, "--warmup", super::shared::check_warmup)
 }
 
 /// `--iters`: 1 to 100000.
-pub fn parse_iters(s: &str) -> Result<u32, String> {
+pub fn parse_iters(s: &str) -> anyhow::Result<u32> {
     parse_count(s, "--iters", super::shared::check_iters)
 }
 
@@ -31,7 +31,7 @@ pub fn parse_iters(s: &str) -> Result<u32, String> {
 pub struct SizeList(pub Vec<u64>);
 
 /// Sizes with units (`parse_size`: K, M, G; KiB...), empty items skipped.
-pub fn parse_size_list(s: &str) -> Result<SizeList, String> {
+pub fn parse_size_list(s: &str) -> anyhow::Result<SizeList> {
     s.split(',')
         .filter(|x| !x.trim().is_empty())
         .map(crate::units::parse_size)
@@ -48,7 +48,7 @@ enum SizeText {
 }
 
 impl SizeText {
-    fn bytes(self) -> Result<u64, String> {
+    fn bytes(self) -> anyhow::Result<u64> {
         match self {
             SizeText::Text(t) => crate::units::parse_size(&t),
             SizeText::Count(n) => Ok(n),
@@ -83,7 +83,7 @@ impl serde::Serialize for SizeList {
 }
 
 /// Message sizes (`parse_byte_count`: a byte count, from 1).
-pub fn parse_message_sizes(s: &str) -> Result<SizeList, String> {
+pub fn parse_message_sizes(s: &str) -> anyhow::Result<SizeList> {
     s.split(',')
         .map(crate::units::parse_byte_count)
         .collect::<Result<Vec<_>, _>>()
@@ -95,12 +95,12 @@ pub fn parse_message_sizes(s: &str) -> Result<SizeList, String> {
 #[serde(transparent)]
 pub struct MsList(pub Vec<f64>);
 
-pub fn parse_ms_list(s: &str) -> Result<MsList, String> {
+pub fn parse_ms_list(s: &str) -> anyhow::Result<MsList> {
     s.split(',')
         .map(|x| {
             x.trim()
                 .parse::<f64>()
-                .map_err(|_| format!("'{x}' is not a number of milliseconds"))
+                .map_err(|_| anyhow::anyhow!("'{x}' is not a number of milliseconds"))
         })
         .collect::<Result<Vec<_>, _>>()
         .map(MsList)
@@ -199,17 +199,17 @@ pub struct SweepLink {
 }
 
 /// `--sweep` and `pipeline --slow`: `LINK:MS[,MS...]`.
-pub fn parse_sweep(s: &str) -> Result<SweepLink, String> {
+pub fn parse_sweep(s: &str) -> anyhow::Result<SweepLink> {
     let (link, list) = s
         .split_once(':')
-        .ok_or_else(|| format!("'{s}': expected LINK:MS[,MS...], e.g. 0:0,10,20"))?;
+        .ok_or_else(|| anyhow::anyhow!("'{s}': expected LINK:MS[,MS...], e.g. 0:0,10,20"))?;
     let link: usize = link
         .trim()
         .parse()
-        .map_err(|_| format!("'{s}': link '{link}' is not a whole number"))?;
+        .map_err(|_| anyhow::anyhow!("'{s}': link '{link}' is not a whole number"))?;
     let most = crate::sim::model::MAX_STAGES - 2;
     if link > most {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "'{s}': link {link} is past the last link there can be ({most})"
         ));
     }

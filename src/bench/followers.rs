@@ -156,7 +156,7 @@ fn follow(f: &Followers, rank: u32, start: Instant) -> Log {
     let fault = f.fault.filter(|x| x.rank() == rank);
     let ending = match join(f, rank, fault, start, &mut log) {
         Ok((stream, root)) => obey(f, rank, fault, &Arc::new(stream), &root, start, &mut log),
-        Err(e) => Ending::Lost(e),
+        Err(e) => Ending::Lost(format!("{e:#}")),
     };
     log.ended = start.elapsed();
     log.ending = ending;
@@ -169,11 +169,11 @@ fn join(
     fault: Option<Fault>,
     start: Instant,
     log: &mut Log,
-) -> Result<(Channel, String), String> {
+) -> anyhow::Result<(Channel, String)> {
     if let Some(Fault::Late { after_s, .. }) = fault {
         std::thread::sleep(Duration::from_secs_f64(after_s));
     }
-    let stream = rendezvous::connect(&f.rendezvous, f.patience).map_err(|e| e.to_string())?;
+    let stream = rendezvous::connect(&f.rendezvous, f.patience)?;
     let me = Registration {
         version: env!("CARGO_PKG_VERSION").to_string(),
         hostname: format!("sim{rank:05}"),
@@ -185,8 +185,7 @@ fn join(
         adapter: None,
         rdma_devices: Vec::new(),
     };
-    let (roster, stream, _) =
-        rendezvous::register(stream, me, &f.trust, f.patience).map_err(|e| e.to_string())?;
+    let (roster, stream, _) = rendezvous::register(stream, me, &f.trust, f.patience)?;
     log.joined = Some(start.elapsed());
     // Only rank 0's data address is kept: thousands of followers in one process.
     let root = format!("{}:{}", roster[0].address, roster[0].port);
@@ -395,7 +394,7 @@ fn rows(
     };
     match measured {
         Ok(m) => Up::Reply(Reply::Round(m, quiet_load(rank))),
-        Err(e) => Up::Failed(e),
+        Err(e) => Up::Failed(format!("{e:#}")),
     }
 }
 
@@ -407,13 +406,13 @@ fn drive_rank_0(
     stream: &Arc<Channel>,
     root: &str,
     trust: &Trust,
-) -> Result<Vec<Measured>, String> {
+) -> anyhow::Result<Vec<Measured>> {
     let beat = Arc::clone(stream);
     let _alive = crate::cluster::world::Ticker::start(move || {
         frame::send(&beat, &Up::<Reply>::Alive).is_ok()
     });
     let choice = crate::transport::rdma::DeviceChoice::default();
-    pair::drive(root, plan, rank, 0, round, &choice, trust).map_err(|e| e.to_string())
+    pair::drive(root, plan, rank, 0, round, &choice, trust).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Healthy rows of `plan`'s shape for the pair `server`-`me` (the driver reports them all).

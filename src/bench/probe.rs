@@ -36,8 +36,8 @@ pub struct Probed {
 /// Times `op` (after [`WARMUP`] untimed calls) until `budget.iters` samples or the deadline.
 pub(crate) fn sample(
     budget: Budget,
-    mut op: impl FnMut() -> Result<f64, String>,
-) -> Result<Probed, String> {
+    mut op: impl FnMut() -> anyhow::Result<f64>,
+) -> anyhow::Result<Probed> {
     let mut us = Vec::with_capacity(budget.iters);
     let mut cut = false;
     for i in 0..WARMUP + budget.iters {
@@ -51,12 +51,12 @@ pub(crate) fn sample(
         }
     }
     if us.len() < MIN_SAMPLES {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{CUT} after {} samples (fewer than {MIN_SAMPLES})",
             us.len()
         ));
     }
-    let summary = Summary::of(&us).ok_or("no samples")?;
+    let summary = Summary::of(&us).ok_or_else(|| anyhow::anyhow!("no samples"))?;
     Ok(Probed { summary, cut })
 }
 
@@ -66,13 +66,13 @@ fn elapsed_us(t0: Instant) -> f64 {
 
 /// µs per GEMM of `size`, host-timed submit to done, verified against the f64 reference
 /// (output poisoned first) before any timing.
-pub fn gemm(gpu: &Gpu, size: GemmSize, budget: Budget) -> Result<Probed, String> {
+pub fn gemm(gpu: &Gpu, size: GemmSize, budget: Budget) -> anyhow::Result<Probed> {
     let variant = find_variant(GEMM_VARIANTS, GEMM_VARIANT).expect("a built-in variant");
-    let kernel = GemmKernel::new(gpu, variant, size).map_err(|e| e.to_string())?;
-    kernel.verify().map_err(|e| e.to_string())?;
+    let kernel = GemmKernel::new(gpu, variant, size)?;
+    kernel.verify()?;
     sample(budget, || {
         let t0 = Instant::now();
-        run_once(gpu, &kernel).map_err(|e| e.to_string())?;
+        run_once(gpu, &kernel)?;
         Ok(elapsed_us(t0))
     })
 }
@@ -83,13 +83,13 @@ fn pattern(n: usize) -> Vec<u8> {
 }
 
 /// µs per device-to-host copy of `bytes` and its map; the first copy's bytes are checked.
-pub fn d2h(gpu: &Gpu, bytes: u64, budget: Budget) -> Result<Probed, String> {
+pub fn d2h(gpu: &Gpu, bytes: u64, budget: Budget) -> anyhow::Result<Probed> {
     d2h_placed(gpu, bytes, budget, false).map(|p| p.probed)
 }
 
 /// [`d2h`] with the placement of the host buffer the mapped bytes land in; with `spread`,
 /// on fresh buffers several times ([`spread_tries`]).
-pub fn d2h_placed(gpu: &Gpu, bytes: u64, budget: Budget, spread: bool) -> Result<Placed, String> {
+pub fn d2h_placed(gpu: &Gpu, bytes: u64, budget: Budget, spread: bool) -> anyhow::Result<Placed> {
     let want = pattern(bytes as usize);
     let mut held = Vec::new();
     spread_tries(budget, spread, |share| {
@@ -102,12 +102,13 @@ pub fn d2h_placed(gpu: &Gpu, bytes: u64, budget: Budget, spread: bool) -> Result
             enc.copy_buffer_to_buffer(&device, 0, &staging, 0, bytes);
             let t0 = Instant::now();
             let idx = gpu.queue.submit([enc.finish()]);
-            gpu.wait(idx.clone()).map_err(|e| e.to_string())?;
-            gpu.map_read_into(&staging, &mut host, Some(idx))
-                .map_err(|e| e.to_string())?;
+            gpu.wait(idx.clone())?;
+            gpu.map_read_into(&staging, &mut host, Some(idx))?;
             let t = elapsed_us(t0);
             if std::mem::take(&mut first) && host != want {
-                return Err("the device-to-host copy delivered wrong bytes".into());
+                return Err(anyhow::anyhow!(
+                    "the device-to-host copy delivered wrong bytes"
+                ));
             }
             Ok(t)
         })?;
@@ -119,13 +120,13 @@ pub fn d2h_placed(gpu: &Gpu, bytes: u64, budget: Budget, spread: bool) -> Result
 
 /// µs per host-to-device copy of `bytes` (mapped write, then the copy to a device buffer);
 /// the first copy is read back and checked.
-pub fn h2d(gpu: &Gpu, bytes: u64, budget: Budget) -> Result<Probed, String> {
+pub fn h2d(gpu: &Gpu, bytes: u64, budget: Budget) -> anyhow::Result<Probed> {
     h2d_placed(gpu, bytes, budget, false).map(|p| p.probed)
 }
 
 /// [`h2d`] with the placement of the host buffer the bytes are written from; with `spread`,
 /// on fresh buffers several times ([`spread_tries`]).
-pub fn h2d_placed(gpu: &Gpu, bytes: u64, budget: Budget, spread: bool) -> Result<Placed, String> {
+pub fn h2d_placed(gpu: &Gpu, bytes: u64, budget: Budget, spread: bool) -> anyhow::Result<Placed> {
     let mut held = Vec::new();
     spread_tries(budget, spread, |share| {
         let want = pattern(bytes as usize);
@@ -134,12 +135,11 @@ pub fn h2d_placed(gpu: &Gpu, bytes: u64, budget: Budget, spread: bool) -> Result
         let mut first = true;
         let probed = sample(share, || {
             let t0 = Instant::now();
-            gpu.map_write_from(&staging, &want)
-                .map_err(|e| e.to_string())?;
+            gpu.map_write_from(&staging, &want)?;
             let mut enc = gpu.device.create_command_encoder(&Default::default());
             enc.copy_buffer_to_buffer(&staging, 0, &device, 0, bytes);
             let idx = gpu.queue.submit([enc.finish()]);
-            gpu.wait(idx).map_err(|e| e.to_string())?;
+            gpu.wait(idx)?;
             let t = elapsed_us(t0);
             if std::mem::take(&mut first) {
                 check_h2d(gpu, &device, &want)?;
@@ -153,24 +153,25 @@ pub fn h2d_placed(gpu: &Gpu, bytes: u64, budget: Budget, spread: bool) -> Result
 }
 
 /// Reads `device` back and compares it with what was written.
-fn check_h2d(gpu: &Gpu, device: &wgpu::Buffer, want: &[u8]) -> Result<(), String> {
+fn check_h2d(gpu: &Gpu, device: &wgpu::Buffer, want: &[u8]) -> anyhow::Result<()> {
     let bytes = want.len() as u64;
     let back = gpu.staging("probe h2d check", bytes, wgpu::MapMode::Read);
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     enc.copy_buffer_to_buffer(device, 0, &back, 0, bytes);
     let idx = gpu.queue.submit([enc.finish()]);
     let mut got = vec![0u8; want.len()];
-    gpu.map_read_into(&back, &mut got, Some(idx))
-        .map_err(|e| e.to_string())?;
+    gpu.map_read_into(&back, &mut got, Some(idx))?;
     if got != want {
-        return Err("the host-to-device copy delivered wrong bytes".into());
+        return Err(anyhow::anyhow!(
+            "the host-to-device copy delivered wrong bytes"
+        ));
     }
     Ok(())
 }
 
 /// µs per host memcpy of `bytes` (the host's memory bandwidth as a copy sees it); each copy
 /// is checked at a few places, the first one whole.
-pub fn memcpy(bytes: u64, budget: Budget) -> Result<Probed, String> {
+pub fn memcpy(bytes: u64, budget: Budget) -> anyhow::Result<Probed> {
     memcpy_placed(bytes, budget, false).map(|p| p.probed)
 }
 
@@ -189,7 +190,7 @@ const MAX_PLACEMENTS: usize = 4;
 
 /// [`memcpy`] with its placement; with `spread`, on fresh buffers several times
 /// ([`spread_tries`]).
-pub fn memcpy_placed(bytes: u64, budget: Budget, spread: bool) -> Result<Placed, String> {
+pub fn memcpy_placed(bytes: u64, budget: Budget, spread: bool) -> anyhow::Result<Placed> {
     let mut held = Vec::new();
     spread_tries(budget, spread, |share| {
         let (src, dst) = (pattern(bytes as usize), vec![0u8; bytes as usize]);
@@ -210,8 +211,8 @@ pub fn memcpy_placed(bytes: u64, budget: Budget, spread: bool) -> Result<Placed,
 fn spread_tries(
     budget: Budget,
     spread: bool,
-    mut measure: impl FnMut(Budget) -> Result<(Probed, crate::host::Placement), String>,
-) -> Result<Placed, String> {
+    mut measure: impl FnMut(Budget) -> anyhow::Result<(Probed, crate::host::Placement)>,
+) -> anyhow::Result<Placed> {
     let all = crate::host::allowed_cpus();
     let tries = if spread {
         all.len().clamp(MIN_PLACEMENTS, MAX_PLACEMENTS)
@@ -234,7 +235,7 @@ fn spread_tries(
         };
         let (probed, placement) = match measure(share) {
             Ok(r) => r,
-            Err(e) if e.starts_with(CUT) => {
+            Err(e) if e.to_string().starts_with(CUT) => {
                 cut = Some(e);
                 continue;
             }
@@ -261,14 +262,14 @@ fn spread_tries(
     if let Some(e) = failed {
         return Err(e);
     }
-    let mut best =
-        best.ok_or_else(|| cut.unwrap_or_else(|| "no placement could be measured".into()))?;
+    let mut best = best
+        .ok_or_else(|| cut.unwrap_or_else(|| anyhow::anyhow!("no placement could be measured")))?;
     best.tried = tried;
     Ok(best)
 }
 
 /// Times copies of `src` into `dst` (see [`memcpy`]); returns `dst` for its placement.
-fn copy_between(src: &[u8], mut dst: Vec<u8>, budget: Budget) -> Result<(Probed, Vec<u8>), String> {
+fn copy_between(src: &[u8], mut dst: Vec<u8>, budget: Budget) -> anyhow::Result<(Probed, Vec<u8>)> {
     let mut first = true;
     sample(budget, || {
         dst[0] = !src[0];
@@ -282,7 +283,7 @@ fn copy_between(src: &[u8], mut dst: Vec<u8>, budget: Budget) -> Result<(Probed,
             dst[0] == src[0] && dst[dst.len() / 2] == src[src.len() / 2]
         };
         if !ok {
-            return Err("the memcpy delivered wrong bytes".into());
+            return Err(anyhow::anyhow!("the memcpy delivered wrong bytes"));
         }
         std::hint::black_box(&dst);
         Ok(t)
@@ -376,7 +377,7 @@ mod tests {
             deadline: Instant::now(),
         };
         let e = memcpy(1 << 16, past).unwrap_err();
-        assert!(e.contains("cut by its deadline"), "{e}");
+        assert!(e.to_string().contains("cut by its deadline"), "{e}");
         // Some samples, then the deadline: a figure, marked cut.
         let mut n = 0;
         let p = sample(

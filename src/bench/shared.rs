@@ -7,9 +7,9 @@ use crate::gpu::Gpu;
 use crate::suite::Notes;
 
 /// Deserializes a bench's config table, naming the key that is wrong.
-pub(crate) fn table<T: serde::de::DeserializeOwned>(v: toml::Value) -> Result<T, String> {
+pub(crate) fn table<T: serde::de::DeserializeOwned>(v: toml::Value) -> anyhow::Result<T> {
     // Through text, so the error quotes the offending `key = value` line.
-    let text = toml::to_string(&v).map_err(|e| e.to_string())?;
+    let text = toml::to_string(&v)?;
     toml::from_str(&text).map_err(|e: toml::de::Error| {
         let full = e.to_string();
         let lines: Vec<&str> = full
@@ -17,14 +17,14 @@ pub(crate) fn table<T: serde::de::DeserializeOwned>(v: toml::Value) -> Result<T,
             .map(str::trim)
             .filter(|l| !l.is_empty())
             .collect();
-        lines.join(" ")
+        anyhow::anyhow!(lines.join(" "))
     })
 }
 
 /// Iteration counts: at least one, and a bounded run.
-pub fn check_iters(key: &str, iters: u32) -> Result<(), String> {
+pub fn check_iters(key: &str, iters: u32) -> anyhow::Result<()> {
     if iters == 0 || iters > 100_000 {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{key} = {iters}: expected a count from 1 to 100000"
         ));
     }
@@ -32,9 +32,9 @@ pub fn check_iters(key: &str, iters: u32) -> Result<(), String> {
 }
 
 /// Warm-up counts: bounded like iterations (zero allowed).
-pub fn check_warmup(key: &str, warmup: u32) -> Result<(), String> {
+pub fn check_warmup(key: &str, warmup: u32) -> anyhow::Result<()> {
     if warmup > 100_000 {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{key} = {warmup}: expected a count from 0 to 100000"
         ));
     }

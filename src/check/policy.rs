@@ -236,12 +236,12 @@ impl Policy {
 }
 
 impl Thresholds {
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> anyhow::Result<()> {
         let pct = |name: &str, x: f64| {
             if x.is_finite() && x > 0.0 && x <= 1000.0 {
                 Ok(())
             } else {
-                Err(format!(
+                Err(anyhow::anyhow!(
                     "{name} = {x}: give a percentage above 0 and at most 1000"
                 ))
             }
@@ -249,31 +249,32 @@ impl Thresholds {
         pct("fail_pct", self.fail_pct)?;
         pct("warn_pct", self.warn_pct)?;
         if self.warn_pct > self.fail_pct {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "warn_pct = {} is above fail_pct = {}: a WARN starts below a FAIL",
-                self.warn_pct, self.fail_pct
+                self.warn_pct,
+                self.fail_pct
             ));
         }
         if !(self.alpha > 0.0 && self.alpha < 1.0) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "alpha = {}: give a significance level between 0 and 1, e.g. 0.01",
                 self.alpha
             ));
         }
         if !(2..=1_000_000).contains(&self.min_n) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "min_n = {}: give a sample count from 2 up, e.g. 10",
                 self.min_n
             ));
         }
         if !(self.max_cv.is_finite() && self.max_cv > 0.0) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "max_cv = {}: give a positive coefficient of variation, e.g. 0.1",
                 self.max_cv
             ));
         }
         if !(self.z.is_finite() && self.z > 0.0) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "z = {}: give a positive z-score cut, e.g. 3.5",
                 self.z
             ));

@@ -53,10 +53,10 @@ impl std::fmt::Debug for Secret {
 
 impl Secret {
     /// A secret from a token's text (surrounding whitespace dropped, as a file's newline).
-    pub fn from_token(token: &str) -> Result<Secret, String> {
+    pub fn from_token(token: &str) -> anyhow::Result<Secret> {
         let t = token.trim();
         if t.len() < MIN_TOKEN {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "the job's token is {} bytes, under the {MIN_TOKEN} believed: make one with \
                  `head -c 32 /dev/urandom | base64`",
                 t.len()
@@ -189,7 +189,7 @@ pub fn resolve(
     src: &TrustSource,
     world: u32,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Trust, String> {
+) -> anyhow::Result<Trust> {
     if src.insecure {
         return Ok(Trust::Insecure);
     }
@@ -199,7 +199,7 @@ pub fn resolve(
     if let Some(t) = env(TOKEN_ENV).filter(|t| !t.trim().is_empty()) {
         return Secret::from_token(&t)
             .map(|s| Trust::Secret(Arc::new(s)))
-            .map_err(|e| format!("{TOKEN_ENV}: {e}"));
+            .map_err(|e| anyhow::anyhow!("{TOKEN_ENV}: {e}"));
     }
     if world <= 1 {
         return Ok(Trust::Insecure);
@@ -213,7 +213,7 @@ pub fn resolve(
             })));
         }
     }
-    Err(format!(
+    Err(anyhow::anyhow!(
         "a run of {world} ranks needs the job's secret, so that no other process can join it: \
          give --token-file FILE (the same file on every rank) or set {TOKEN_ENV} in the \
          launcher's environment (srun passes it on; mpirun needs -x {TOKEN_ENV}; torchrun and \
@@ -223,7 +223,7 @@ pub fn resolve(
     ))
 }
 
-fn read_token_file(path: &Path) -> Result<Secret, String> {
+fn read_token_file(path: &Path) -> anyhow::Result<Secret> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let name = path.display();
@@ -231,15 +231,15 @@ fn read_token_file(path: &Path) -> Result<Secret, String> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|e| format!("--token-file {name}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("--token-file {name}: {e}"))?;
     let meta = f
         .metadata()
-        .map_err(|e| format!("--token-file {name}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("--token-file {name}: {e}"))?;
     if !meta.is_file() {
-        return Err(format!("--token-file {name} is not a regular file"));
+        return Err(anyhow::anyhow!("--token-file {name} is not a regular file"));
     }
     if meta.mode() & 0o002 != 0 {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "--token-file {name} is writable by every user, so anyone could set the job's \
              secret: `chmod o-w {name}` (0400 is best)"
         ));
@@ -250,13 +250,13 @@ fn read_token_file(path: &Path) -> Result<Secret, String> {
     let mut text = String::new();
     f.take(MAX_TOKEN + 1)
         .read_to_string(&mut text)
-        .map_err(|e| format!("--token-file {name}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("--token-file {name}: {e}"))?;
     if text.len() as u64 > MAX_TOKEN {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "--token-file {name} is over {MAX_TOKEN} bytes: a token, not a document"
         ));
     }
-    Secret::from_token(&text).map_err(|e| format!("--token-file {name}: {e}"))
+    Secret::from_token(&text).map_err(|e| anyhow::anyhow!("--token-file {name}: {e}"))
 }
 
 /// A connection's key, once proven; `None` on an insecure run.
@@ -360,7 +360,8 @@ pub fn accept(
                 "{}|{token}",
                 munge_payload("root", &job.job, &ours, &theirs)
             );
-            let mine = super::munge::encode(&payload, job.uid).map_err(AuthError::Munge)?;
+            let mine = super::munge::encode(&payload, job.uid)
+                .map_err(|e| AuthError::Munge(e.to_string()))?;
             put(stream, &credential_frame(&mine), deadline)?;
             Ok(Some(secret.mac(b"morphbench session v1", &ours, &theirs)))
         }
@@ -413,7 +414,8 @@ pub fn prove_learning(
         }
         Trust::Munge(job) => {
             let payload = munge_payload("rank", &job.job, &challenge, &ours);
-            let mine = super::munge::encode(&payload, job.uid).map_err(AuthError::Munge)?;
+            let mine = super::munge::encode(&payload, job.uid)
+                .map_err(|e| AuthError::Munge(e.to_string()))?;
             let frame = [&MUNGED[..], &ours[..], &credential_frame(&mine)].concat();
             put(stream, &frame, deadline)?;
             let cred = match read_credential(stream, deadline) {
@@ -429,7 +431,7 @@ pub fn prove_learning(
                 }
                 None => false,
             })?;
-            let secret = Secret::from_token(&token).map_err(AuthError::Munge)?;
+            let secret = Secret::from_token(&token).map_err(|e| AuthError::Munge(e.to_string()))?;
             let key = secret.mac(b"morphbench session v1", &challenge, &ours);
             Ok((Some(key), Some(secret)))
         }
@@ -479,7 +481,8 @@ fn check_credential(
     uid: u32,
     wanted: impl FnOnce(&str) -> bool,
 ) -> Result<(), AuthError> {
-    let (their_uid, payload) = super::munge::decode(cred).map_err(AuthError::Munge)?;
+    let (their_uid, payload) =
+        super::munge::decode(cred).map_err(|e| AuthError::Munge(e.to_string()))?;
     if their_uid != uid {
         return Err(AuthError::Munge(format!(
             "it is user {their_uid}'s, not the job's user {uid}'s"
@@ -563,7 +566,11 @@ mod tests {
         assert!(Secret::from_token("short").is_err());
         let none = |_: &str| None;
         let e = resolve(&TrustSource::default(), 4, &none).unwrap_err();
-        assert!(e.contains("--token-file") && e.contains(TOKEN_ENV) && e.contains("--insecure"));
+        assert!(
+            e.to_string().contains("--token-file")
+                && e.to_string().contains(TOKEN_ENV)
+                && e.to_string().contains("--insecure")
+        );
         assert!(resolve(&TrustSource::default(), 1, &none).is_ok());
         let env = |k: &str| (k == TOKEN_ENV).then(|| "a-token-of-enough-length".to_string());
         assert!(matches!(
@@ -581,6 +588,7 @@ mod tests {
         };
         assert!(resolve(&src, 4, &none)
             .unwrap_err()
+            .to_string()
             .contains("writable by every user"));
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o400)).unwrap();
         assert!(matches!(resolve(&src, 4, &none), Ok(Trust::Secret(_))));

@@ -31,22 +31,25 @@ pub fn uid() -> u32 {
 }
 
 /// A credential carrying `payload`, decodable only by `uid`.
-pub fn encode(payload: &str, uid: u32) -> Result<String, String> {
+pub fn encode(payload: &str, uid: u32) -> anyhow::Result<String> {
     let cred = run(MUNGE, &["-u", &uid.to_string()], payload.as_bytes())?;
     let cred = cred.trim().to_string();
     if cred.is_empty() || cred.len() > MAX_CREDENTIAL {
-        return Err(format!("munge gave a credential of {} bytes", cred.len()));
+        return Err(anyhow::anyhow!(
+            "munge gave a credential of {} bytes",
+            cred.len()
+        ));
     }
     Ok(cred)
 }
 
 /// A credential's user id and payload, if munged decodes it (it refuses a replay, an expired
 /// credential, one from a host without the same key, and one restricted to another user).
-pub fn decode(cred: &str) -> Result<(u32, String), String> {
+pub fn decode(cred: &str) -> anyhow::Result<(u32, String)> {
     let out = run(UNMUNGE, &["-N", "-k", "STATUS,UID"], cred.as_bytes())?;
     let (meta, payload) = out
         .split_once("\n\n")
-        .ok_or_else(|| "unmunge gave no payload".to_string())?;
+        .ok_or_else(|| anyhow::anyhow!("unmunge gave no payload"))?;
     let field = |key: &str| {
         meta.lines()
             .find_map(|l| l.strip_prefix(key))
@@ -54,31 +57,36 @@ pub fn decode(cred: &str) -> Result<(u32, String), String> {
     };
     match (field("STATUS"), field("UID")) {
         (Some(0), Some(uid)) => Ok((uid, payload.to_string())),
-        _ => Err(format!("unmunge refused it: {}", meta.trim())),
+        _ => Err(anyhow::anyhow!("unmunge refused it: {}", meta.trim())),
     }
 }
 
 /// Runs `prog` with `input` on standard input; its standard output, or why not, within
 /// [`WAIT`].
-fn run(prog: &str, args: &[&str], input: &[u8]) -> Result<String, String> {
+fn run(prog: &str, args: &[&str], input: &[u8]) -> anyhow::Result<String> {
     let mut child = Command::new(prog)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {prog}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot run {prog}: {e}"))?;
     if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(input).map_err(|e| format!("{prog}: {e}"))?;
+        stdin
+            .write_all(input)
+            .map_err(|e| anyhow::anyhow!("{prog}: {e}"))?;
     }
     let deadline = Instant::now() + WAIT;
     let status = loop {
-        match child.try_wait().map_err(|e| e.to_string())? {
+        match child.try_wait()? {
             Some(s) => break s,
             None if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("{prog} did not answer within {} s", WAIT.as_secs()));
+                return Err(anyhow::anyhow!(
+                    "{prog} did not answer within {} s",
+                    WAIT.as_secs()
+                ));
             }
             None => std::thread::sleep(Duration::from_millis(5)),
         }
@@ -92,7 +100,7 @@ fn run(prog: &str, args: &[&str], input: &[u8]) -> Result<String, String> {
         let _ = e.take(4 << 10).read_to_string(&mut err);
     }
     if !status.success() {
-        return Err(format!("{prog} failed ({status}): {}", err.trim()));
+        return Err(anyhow::anyhow!("{prog} failed ({status}): {}", err.trim()));
     }
     Ok(out)
 }

@@ -77,25 +77,25 @@ impl Registration {
 }
 
 /// What one connection came to, from its handshake thread.
-type Arrival = (SocketAddr, Result<(Registration, Channel), String>);
+type Arrival = (SocketAddr, anyhow::Result<(Registration, Channel)>);
 
 /// One connection's handshake and registration, within its own budget.
 fn admit(
     stream: TcpStream,
     trust: &Trust,
     deadline: Instant,
-) -> Result<(Registration, Channel), String> {
-    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+) -> anyhow::Result<(Registration, Channel)> {
+    stream.set_nonblocking(false)?;
     let until = deadline.min(Instant::now() + REGISTER_WAIT);
-    let key = auth::accept(&stream, trust, until).map_err(|e| e.to_string())?;
+    let key = auth::accept(&stream, trust, until)?;
     let ch = Channel::new(stream, key, End::Root);
     match receive(&ch, until) {
         Ok(Message::Register(r)) => Ok((r, ch)),
         Ok(_) => {
             let _ = send(&ch, &Message::Error("expected a registration".into()));
-            Err("it sent a message out of turn".into())
+            Err(anyhow::anyhow!("it sent a message out of turn"))
         }
-        Err(e) => Err(format!("it {e} instead of registering")),
+        Err(e) => Err(anyhow::anyhow!("it {e} instead of registering")),
     }
 }
 

@@ -112,8 +112,8 @@ pub fn establish(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<World, ClusterError> {
     let launch = launch::detect(opts.explicit, env)?;
-    let trust =
-        super::auth::resolve(&opts.trust, launch.world, env).map_err(ClusterError::Rendezvous)?;
+    let trust = super::auth::resolve(&opts.trust, launch.world, env)
+        .map_err(|e| ClusterError::Rendezvous(e.to_string()))?;
     // Before anyone meets: a limit that cannot hold this world refuses here, not mid-run.
     super::limits::settle(launch.rank, launch.world)?;
     let (host, port, from) = launch::rendezvous(opts.rendezvous.as_deref(), env, &launch.nodes)?;

@@ -53,7 +53,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     } = &cli.command;
     let ran = match spec.action {
         Action::Plan(plan) => {
-            let planned = plan(matches).map_err(anyhow::Error::msg)?;
+            let planned = plan(matches)?;
             let bench = Planned {
                 name,
                 bench: planned.bench,

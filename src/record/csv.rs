@@ -353,7 +353,7 @@ pub fn read_table<T: CsvTable>(path: &Path) -> Result<Vec<Line<T>>, DataError> {
         path: path.to_path_buf(),
         reason,
     };
-    let bytes = super::read_capped(path, MAX_TABLE_BYTES).map_err(unreadable)?;
+    let bytes = super::read_capped(path, MAX_TABLE_BYTES).map_err(|e| unreadable(e.to_string()))?;
     let text = String::from_utf8(bytes).map_err(|e| unreadable(e.to_string()))?;
     if text.trim().is_empty() {
         return Err(DataError::Empty {

@@ -35,7 +35,7 @@ impl RunLabel {
         let (meta, meta_problem, meta_missing) = match super::read_meta(dir) {
             Ok(Some(m)) => (m, None, false),
             Ok(None) => (serde_json::Value::Null, None, true),
-            Err(e) => (serde_json::Value::Null, Some(e), false),
+            Err(e) => (serde_json::Value::Null, Some(e.to_string()), false),
         };
         let text = |v: &serde_json::Value| v.as_str().map(String::from);
         let ranks = ranks_of(dir, &meta["config"]["roster"]);

@@ -22,9 +22,9 @@ pub const MAX_META_BYTES: u64 = 16 << 20;
 /// link followed to what it names), a dangling link, an empty file, a file too large, text
 /// that is not a JSON object. Nothing but a regular file is opened, so a FIFO cannot hang a
 /// reader.
-pub fn read_meta(dir: &std::path::Path) -> Result<Option<serde_json::Value>, String> {
+pub fn read_meta(dir: &std::path::Path) -> anyhow::Result<Option<serde_json::Value>> {
     let path = dir.join("meta.json");
-    let named = |what: String| format!("{}: {what}", path.display());
+    let named = |what: String| anyhow::anyhow!("{}: {what}", path.display());
     if path.symlink_metadata().is_err() {
         return Ok(None);
     }
@@ -35,7 +35,7 @@ pub fn read_meta(dir: &std::path::Path) -> Result<Option<serde_json::Value>, Str
     if kind != "regular file" {
         return Err(named(format!("a {kind}, not a regular file")));
     }
-    let bytes = read_capped(&path, MAX_META_BYTES).map_err(named)?;
+    let bytes = read_capped(&path, MAX_META_BYTES).map_err(|e| named(e.to_string()))?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(named("empty".into()));
     }
@@ -88,24 +88,24 @@ pub fn read_input(path: &std::path::Path) -> std::io::Result<String> {
 
 /// Reads a file of a run folder, refusing what is not a regular file (a link to a device, a
 /// folder) and what is larger than `cap`: a run folder may come from anywhere.
-pub fn read_capped(path: &std::path::Path, cap: u64) -> Result<Vec<u8>, String> {
+pub fn read_capped(path: &std::path::Path, cap: u64) -> anyhow::Result<Vec<u8>> {
     use std::io::Read;
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    let meta = std::fs::metadata(path)?;
     if !meta.is_file() {
-        return Err("not a regular file".into());
+        return Err(anyhow::anyhow!("not a regular file"));
     }
     if meta.len() > cap {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{} bytes is over the {cap}-byte cap of a file read back",
             meta.len()
         ));
     }
     let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(cap + 1).read_to_end(&mut bytes))
-        .map_err(|e| e.to_string())?;
+    std::fs::File::open(path).and_then(|f| f.take(cap + 1).read_to_end(&mut bytes))?;
     if bytes.len() as u64 > cap {
-        return Err(format!("over the {cap}-byte cap of a file read back"));
+        return Err(anyhow::anyhow!(
+            "over the {cap}-byte cap of a file read back"
+        ));
     }
     Ok(bytes)
 }

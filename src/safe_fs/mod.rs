@@ -487,22 +487,24 @@ pub fn lock_holder(file: &File) -> Option<String> {
 /// Checks, before root runs it, that the program at `path` and every folder on its way are
 /// root's and writable by root only; returns the path it resolves to, which is what is run
 /// (so no link on the way is resolved again). Not checked for other users.
-pub fn trusted_program(path: &Path, euid: u32) -> std::result::Result<PathBuf, String> {
-    let real = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn trusted_program(path: &Path, euid: u32) -> anyhow::Result<PathBuf> {
+    let real =
+        std::fs::canonicalize(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let dir = real.parent().unwrap_or(Path::new("/"));
     for at in prefixes(dir) {
-        let meta = std::fs::symlink_metadata(&at).map_err(|e| format!("{}: {e}", at.display()))?;
+        let meta =
+            std::fs::symlink_metadata(&at).map_err(|e| anyhow::anyhow!("{}: {e}", at.display()))?;
         if let Some(why) = refusal(meta.uid(), meta.gid(), meta.mode(), euid, Role::Ancestor) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "{} (on the way to {}) is {why}",
                 at.display(),
                 real.display()
             ));
         }
     }
-    let meta = std::fs::metadata(&real).map_err(|e| format!("{}: {e}", real.display()))?;
+    let meta = std::fs::metadata(&real).map_err(|e| anyhow::anyhow!("{}: {e}", real.display()))?;
     if let Some(why) = refusal(meta.uid(), meta.gid(), meta.mode(), euid, Role::Target) {
-        return Err(format!("{} is {why}", real.display()));
+        return Err(anyhow::anyhow!("{} is {why}", real.display()));
     }
     Ok(real)
 }

@@ -253,7 +253,7 @@ fn a_program_root_runs_is_roots_in_folders_only_root_writes() {
     let prog = theirs.join("scontrol");
     std::fs::write(&prog, "#!/bin/sh\n").unwrap();
     let e = trusted_program(&prog, 0).unwrap_err();
-    assert!(e.contains("owned by uid"), "{e}");
+    assert!(e.to_string().contains("owned by uid"), "{e}");
     let owner = std::fs::metadata(theirs).unwrap().uid();
     assert!(trusted_program(&prog, owner.max(1)).is_ok());
     // /bin/sh: root's, and resolved through /bin's link where there is one.

@@ -75,13 +75,13 @@ impl fmt::Display for Schedule {
 }
 
 impl FromStr for Schedule {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Schedule, String> {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Schedule> {
         let s = s.trim();
         if let Some(inner) = s.strip_prefix("static:") {
             let inner: Schedule = inner.parse()?;
             return match inner {
-                Schedule::Adaptive | Schedule::Static(_) => Err(format!(
+                Schedule::Adaptive | Schedule::Static(_) => Err(anyhow::anyhow!(
                     "'{s}': static: takes any schedule but adaptive (a plan per scenario) or \
                      another static:"
                 )),
@@ -91,14 +91,14 @@ impl FromStr for Schedule {
         if let Some(v) = s.strip_prefix("interleaved-zb-paper:") {
             return match v.parse::<usize>() {
                 Ok(v) if (2..=64).contains(&v) => Ok(Schedule::InterleavedAsPublished(v)),
-                _ => Err(format!(
+                _ => Err(anyhow::anyhow!(
                     "'{s}': interleaved-zb-paper:V takes 2 to 64 chunks per rank"
                 )),
             };
         }
         if let Some(spec) = s.strip_prefix("interleaved:") {
             let bad = || {
-                format!(
+                anyhow::anyhow!(
                     "'{s}': write interleaved:V (2 to 64 model chunks per rank) or \
                      interleaved:V:G (G microbatches per group, at least the ranks)"
                 )
@@ -128,7 +128,7 @@ impl FromStr for Schedule {
             }),
             "greedy" => Ok(Schedule::Greedy),
             "adaptive" => Ok(Schedule::Adaptive),
-            _ => Err(format!("unknown schedule '{s}': choose {NAMES}")),
+            _ => Err(anyhow::anyhow!("unknown schedule '{s}': choose {NAMES}")),
         }
     }
 }

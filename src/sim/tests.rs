@@ -141,6 +141,7 @@ fn schedule_names_parse_and_print() {
     assert!("2f2b"
         .parse::<Schedule>()
         .unwrap_err()
+        .to_string()
         .contains("unknown schedule"));
 }
 

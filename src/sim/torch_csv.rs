@@ -68,9 +68,9 @@ const TYPES: [(&str, Kind); 16] = [
 /// The most stages, microbatches or cells a file may name (bounded before use).
 const MAX_INDEX: usize = 1 << 16;
 
-fn parse_action(cell: &str, rank: usize, step: usize) -> Result<Vec<Action>, String> {
+fn parse_action(cell: &str, rank: usize, step: usize) -> anyhow::Result<Vec<Action>> {
     let bad = || {
-        format!(
+        anyhow::anyhow!(
             "rank {rank}, step {step}: '{cell}' is not an action: write [stage][type][microbatch], \
              e.g. 2F0, 5I3, 5W3 (PyTorch's _Action format)"
         )
@@ -99,12 +99,12 @@ fn parse_action(cell: &str, rank: usize, step: usize) -> Result<Vec<Action>, Str
         t => Some(t.parse::<usize>().map_err(|_| bad())?),
     };
     if stage >= MAX_INDEX || mb.is_some_and(|m| m >= MAX_INDEX) {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "rank {rank}, step {step}: '{cell}' names an index over {MAX_INDEX}"
         ));
     }
     if *kind != Kind::Other && mb.is_none() {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "rank {rank}, step {step}: '{cell}' has no microbatch"
         ));
     }
@@ -117,15 +117,15 @@ fn parse_action(cell: &str, rank: usize, step: usize) -> Result<Vec<Action>, Str
 
 /// Where the stages run, as a layout: loop placement (stage s on rank s mod p: one chunk,
 /// or Megatron's interleaving) or the V (rank r holds stages r and 2p - 1 - r).
-fn layout_of(rank_of: &BTreeMap<usize, usize>, p: usize) -> Result<Layout, String> {
+fn layout_of(rank_of: &BTreeMap<usize, usize>, p: usize) -> anyhow::Result<Layout> {
     let stages = rank_of.len();
     if rank_of.keys().next_back().is_some_and(|&s| s + 1 != stages) {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "the stages run are not 0..{stages}: every stage from 0 to the last must appear"
         ));
     }
     if !stages.is_multiple_of(p) {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{stages} stages on {p} ranks: each rank must hold as many"
         ));
     }
@@ -141,7 +141,7 @@ fn layout_of(rank_of: &BTreeMap<usize, usize>, p: usize) -> Result<Layout, Strin
     } else if v == 2 && fits(Layout::Vee) {
         Ok(Layout::Vee)
     } else {
-        Err(format!(
+        Err(anyhow::anyhow!(
             "stages are placed neither as a loop (stage s on rank s mod {p}) nor as a V (rank r \
              holding r and {} - r): the simulator runs those two",
             2 * p - 1
@@ -169,8 +169,8 @@ impl Scan {
         a: Action,
         (rank, step, cell): (usize, usize, &str),
         joined: bool,
-    ) -> Result<(), String> {
-        let at = |what: String| format!("rank {rank}, step {step} ({cell}): {what}");
+    ) -> anyhow::Result<()> {
+        let at = |what: String| anyhow::anyhow!("rank {rank}, step {step} ({cell}): {what}");
         if let Some(&other) = self.rank_of.get(&a.stage) {
             if other != rank {
                 let s = a.stage;
@@ -223,7 +223,7 @@ impl Scan {
     }
 
     /// Every stage with m forwards and m backwards (m: stage 0's forwards); returns m.
-    fn microbatches(&self) -> Result<usize, String> {
+    fn microbatches(&self) -> anyhow::Result<usize> {
         let per_stage =
             |set: &HashSet<(usize, usize)>, s: usize| set.iter().filter(|k| k.0 == s).count();
         let m = per_stage(&self.forwards, 0);
@@ -263,7 +263,7 @@ impl Scan {
             } else {
                 continue;
             };
-            return Err(why);
+            return Err(anyhow::anyhow!(why));
         }
         Ok(m)
     }
@@ -307,7 +307,7 @@ impl Scan {
 
 /// Reads a PyTorch schedule CSV and checks it as `_validate_schedule` does; the error names
 /// the rank, the step and the action.
-pub fn parse(text: &str) -> Result<TorchSchedule, String> {
+pub fn parse(text: &str) -> anyhow::Result<TorchSchedule> {
     let rows: Vec<Vec<&str>> = text
         .lines()
         .map(|l| l.trim_end_matches('\r'))
@@ -316,16 +316,18 @@ pub fn parse(text: &str) -> Result<TorchSchedule, String> {
         .collect();
     let p = rows.len();
     if p == 0 {
-        return Err("the schedule has no rows: one row per rank".into());
+        return Err(anyhow::anyhow!(
+            "the schedule has no rows: one row per rank"
+        ));
     }
     if p > super::model::MAX_STAGES {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "the schedule has {p} rows (ranks): the simulator takes at most {}",
             super::model::MAX_STAGES
         ));
     }
     if let Some(rank) = rows.iter().position(|r| r.len() > MAX_INDEX) {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "rank {rank}'s row has {} steps: the simulator takes at most {MAX_INDEX}",
             rows[rank].len()
         ));
@@ -342,7 +344,9 @@ pub fn parse(text: &str) -> Result<TorchSchedule, String> {
         }
     }
     if let Some(rank) = scan.lists.iter().position(Vec::is_empty) {
-        return Err(format!("the schedule is missing actions for rank {rank}"));
+        return Err(anyhow::anyhow!(
+            "the schedule is missing actions for rank {rank}"
+        ));
     }
     let layout = layout_of(&scan.rank_of, p)?;
     let microbatches = scan.microbatches()?;
@@ -534,27 +538,35 @@ mod tests {
         let err = |text: &str| parse(text).unwrap_err();
         let e = err("0F0,0F1,0B0,0B1\n1F0,1B1,1F1,1B0\n");
         assert!(
-            e.contains("rank 1, step 1 (1B1)") && e.contains("without first running Forward"),
+            e.to_string().contains("rank 1, step 1 (1B1)")
+                && e.to_string().contains("without first running Forward"),
             "{e}"
         );
         let e = err("0F0,0W0,0I0\n1F0,1I0,1W0\n");
         assert!(
-            e.contains("rank 0, step 1 (0W0)") && e.contains("Backward Input"),
+            e.to_string().contains("rank 0, step 1 (0W0)")
+                && e.to_string().contains("Backward Input"),
             "{e}"
         );
         let e = err("0F0,0B0\n0F1,0B1\n");
         assert!(
-            e.contains("rank 1, step 0") && e.contains("both rank 1 and rank 0"),
+            e.to_string().contains("rank 1, step 0")
+                && e.to_string().contains("both rank 1 and rank 0"),
             "{e}"
         );
         let e = err("0F0,0F1,0B0,0B1\n1F0,1B0\n");
         assert!(
-            e.contains("got 1 F microbatches for stage 1, expected 2"),
+            e.to_string()
+                .contains("got 1 F microbatches for stage 1, expected 2"),
             "{e}"
         );
         let e = err("0F0,0X0\n1F0\n");
-        assert!(e.contains("rank 0, step 1: '0X0' is not an action"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("rank 0, step 1: '0X0' is not an action"),
+            "{e}"
+        );
         let e = err("0F0,0B0\n2F0,2B0\n");
-        assert!(e.contains("every stage from 0"), "{e}");
+        assert!(e.to_string().contains("every stage from 0"), "{e}");
     }
 }

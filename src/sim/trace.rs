@@ -4,14 +4,14 @@
 use std::collections::BTreeMap;
 
 /// Delays per iteration, in iteration order: (iteration, delay per link).
-pub fn parse_link_trace(text: &str, links: usize) -> Result<Vec<(u64, Vec<f64>)>, String> {
+pub fn parse_link_trace(text: &str, links: usize) -> anyhow::Result<Vec<(u64, Vec<f64>)>> {
     let mut by_iter: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     for (no, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
         }
-        let at = |what: &str| format!("line {}: '{line}': {what}", no + 1);
+        let at = |what: &str| anyhow::anyhow!("line {}: '{line}': {what}", no + 1);
         let parts: Vec<&str> = line.split(';').map(str::trim).collect();
         if parts.len() != 3 {
             return Err(at("expected iteration;link;delay_ms"));
@@ -46,7 +46,9 @@ pub fn parse_link_trace(text: &str, links: usize) -> Result<Vec<(u64, Vec<f64>)>
         }
     }
     if by_iter.is_empty() {
-        return Err("the trace has no iteration;link;delay_ms lines".into());
+        return Err(anyhow::anyhow!(
+            "the trace has no iteration;link;delay_ms lines"
+        ));
     }
     Ok(by_iter.into_iter().collect())
 }
@@ -67,13 +69,21 @@ mod tests {
 
     #[test]
     fn rejects_malformed_lines_with_line_numbers() {
-        assert!(parse_link_trace("0;1\n", 3).unwrap_err().contains("line 1"));
-        assert!(parse_link_trace("0;x;1\n", 3).unwrap_err().contains("link"));
+        assert!(parse_link_trace("0;1\n", 3)
+            .unwrap_err()
+            .to_string()
+            .contains("line 1"));
+        assert!(parse_link_trace("0;x;1\n", 3)
+            .unwrap_err()
+            .to_string()
+            .contains("link"));
         assert!(parse_link_trace("\n0;5;1\n", 3)
             .unwrap_err()
+            .to_string()
             .contains("line 2"));
         assert!(parse_link_trace("0;1;-4\n", 3)
             .unwrap_err()
+            .to_string()
             .contains(">= 0"));
         assert!(parse_link_trace("0;1;nan\n", 3).is_err());
         assert!(parse_link_trace("# nothing\n", 3).is_err());

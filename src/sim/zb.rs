@@ -52,11 +52,13 @@ impl Placer {
         self.bubble.iter().copied().max().unwrap_or(0)
     }
 
-    fn put(&mut self, j: usize, k: OpKind) -> Result<(), String> {
+    fn put(&mut self, j: usize, k: OpKind) -> anyhow::Result<()> {
         let mb = self.count[j][kind_index(k)];
         let mem = [1, 0, -1][kind_index(k)];
         if self.mem[j] + mem > self.max_mem {
-            return Err(format!("stage {j} over its memory limit placing {k}{mb}"));
+            return Err(anyhow::anyhow!(
+                "stage {j} over its memory limit placing {k}{mb}"
+            ));
         }
         let no_bubble = self.end[j] + UNIT;
         let mut end = no_bubble;
@@ -88,10 +90,10 @@ impl Placer {
     }
 
     /// Weight gradients while memory is full.
-    fn free_memory(&mut self, j: usize, need: i64) -> Result<(), String> {
+    fn free_memory(&mut self, j: usize, need: i64) -> anyhow::Result<()> {
         while self.mem[j] + need > self.max_mem {
             if self.w(j) >= self.b(j) {
-                return Err(format!("stage {j} cannot fit its memory limit"));
+                return Err(anyhow::anyhow!("stage {j} cannot fit its memory limit"));
             }
             self.put(j, OpKind::W)?;
         }
@@ -100,7 +102,7 @@ impl Placer {
 
     /// Weight gradients that fit before the input due at `due`, and one more if the wait is
     /// a bubble the greedy rule lets it fill.
-    fn fill_wait(&mut self, j: usize, due: i64, greedy: bool) -> Result<(), String> {
+    fn fill_wait(&mut self, j: usize, due: i64, greedy: bool) -> anyhow::Result<()> {
         while self.w(j) < self.b(j) && self.end[j] + UNIT <= due {
             self.put(j, OpKind::W)?;
         }
@@ -115,7 +117,7 @@ impl Placer {
 
     /// The first microbatch: F on every stage, extra warm-up forwards from the last stage
     /// back while memory allows and the first B has not come back, then B0 down the stages.
-    fn first_round(&mut self, allow_bubble: bool) -> Result<(), String> {
+    fn first_round(&mut self, allow_bubble: bool) -> anyhow::Result<()> {
         let s = self.stages;
         for j in 0..s {
             self.put(j, OpKind::F)?;
@@ -185,7 +187,7 @@ impl Placer {
         true
     }
 
-    fn round(&mut self, i: usize, prioritize_b: bool, greedy: bool) -> Result<(), String> {
+    fn round(&mut self, i: usize, prioritize_b: bool, greedy: bool) -> anyhow::Result<()> {
         let s = self.stages;
         let mut forward: Vec<bool> = (0..s)
             .map(|j| self.wants_forward(j, prioritize_b))
@@ -228,7 +230,7 @@ fn place(
     n: usize,
     mem_limit: usize,
     flags: (bool, bool, bool),
-) -> Result<(Vec<i64>, i64), String> {
+) -> anyhow::Result<(Vec<i64>, i64)> {
     let (allow_bubble, prioritize_b, greedy) = flags;
     let mut p = Placer {
         stages,
@@ -262,7 +264,7 @@ pub fn zb_runtime_lists(
     stages: usize,
     n: usize,
     mem_limit: usize,
-) -> Result<Vec<Vec<Step>>, String> {
+) -> anyhow::Result<Vec<Vec<Step>>> {
     let mut best: Option<(i64, Vec<i64>)> = None;
     let mut last_err = String::new();
     for a in [true, false] {
@@ -273,12 +275,12 @@ pub fn zb_runtime_lists(
                         best = Some((span, t))
                     }
                     Ok(_) => {}
-                    Err(e) => last_err = e,
+                    Err(e) => last_err = format!("{e:#}"),
                 }
             }
         }
     }
-    let (_, t) = best.ok_or_else(|| format!("no ZB plan fits: {last_err}"))?;
+    let (_, t) = best.ok_or_else(|| anyhow::anyhow!("no ZB plan fits: {last_err}"))?;
     Ok(with_communication(stages, n, &t))
 }
 

@@ -92,18 +92,20 @@ impl Planner {
         }
     }
 
-    fn put(&mut self, cat: usize, dir: usize, stage: usize) -> Result<(), String> {
+    fn put(&mut self, cat: usize, dir: usize, stage: usize) -> anyhow::Result<()> {
         let no_bubble = self.cur[stage] + self.cost(cat);
         let mut t = no_bubble;
         let cnt = self.count[stage][cat * 2 + dir];
         if cnt >= self.n {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "rank {stage} has no {} left to place",
                 "FfBbWw".as_bytes()[cat * 2 + dir] as char
             ));
         }
         if self.mem[stage] + self.mem_of(cat) > self.k.max_mem + TIE {
-            return Err(format!("rank {stage} would go over its memory limit"));
+            return Err(anyhow::anyhow!(
+                "rank {stage} would go over its memory limit"
+            ));
         }
         if cat < 2 {
             let upstream = match dir {
@@ -113,7 +115,7 @@ impl Planner {
             };
             if let Some(up) = upstream {
                 let Some(ready) = self.end[self.id(cat, dir, up, cnt)] else {
-                    return Err(format!("rank {stage}'s op before its input"));
+                    return Err(anyhow::anyhow!("rank {stage}'s op before its input"));
                 };
                 t = t.max(ready + self.k.c + self.cost(cat));
             }
@@ -133,10 +135,10 @@ impl Planner {
         Ok(())
     }
 
-    fn put_w(&mut self, stage: usize) -> Result<(), String> {
+    fn put_w(&mut self, stage: usize) -> anyhow::Result<()> {
         let dir = self.pending_w[stage]
             .pop_front()
-            .ok_or_else(|| format!("rank {stage} must free memory and has no W to run"))?;
+            .ok_or_else(|| anyhow::anyhow!("rank {stage} must free memory and has no W to run"))?;
         self.put(2, dir, stage)
     }
 
@@ -147,7 +149,7 @@ impl Planner {
 
     /// Before an op whose input comes from `fa`: W's that fit entirely in the wait, then one
     /// more if the wait is more bubble than this rank may add (`extra`: the fill flag).
-    fn fill_wait(&mut self, i: usize, fa: Option<usize>, extra: bool) -> Result<(), String> {
+    fn fill_wait(&mut self, i: usize, fa: Option<usize>, extra: bool) -> anyhow::Result<()> {
         while let Some(ready) = self.ended(fa) {
             if self.pending_w[i].is_empty() || ready + self.k.c + TIE < self.cur[i] + self.k.w {
                 break;
@@ -164,7 +166,7 @@ impl Planner {
         Ok(())
     }
 
-    fn warm_up(&mut self) -> Result<(), String> {
+    fn warm_up(&mut self) -> anyhow::Result<()> {
         let (p, n) = (self.p, self.n);
         for i in 0..p {
             self.put(0, 0, i)?;
@@ -196,7 +198,7 @@ impl Planner {
                 }
                 guard += 1;
                 if guard > 4 * p * n + 16 {
-                    return Err("the forward balance does not settle".into());
+                    return Err(anyhow::anyhow!("the forward balance does not settle"));
                 }
                 for j in (i..p).rev() {
                     if self.count[j][dir] < n {
@@ -209,7 +211,7 @@ impl Planner {
         Ok(())
     }
 
-    fn steady_round(&mut self) -> Result<(), String> {
+    fn steady_round(&mut self) -> anyhow::Result<()> {
         let (p, n) = (self.p, self.n);
         for i in 0..p {
             while self.mem[i] + self.mem_of(1) > self.k.max_mem + TIE {
@@ -272,7 +274,7 @@ impl Planner {
         Ok(())
     }
 
-    fn run(mut self) -> Result<(Lists, Vec<f64>, f64), String> {
+    fn run(mut self) -> anyhow::Result<(Lists, Vec<f64>, f64)> {
         self.warm_up()?;
         for _ in 0..2 * self.n {
             self.steady_round()?;
@@ -294,7 +296,7 @@ fn try_v_schedule(
     n: usize,
     k: VCosts,
     fill: (bool, bool),
-) -> Result<(Lists, f64), String> {
+) -> anyhow::Result<(Lists, f64)> {
     let (mut schedule, mut bubbles, mut worst) =
         Planner::new(p, n, k, fill, vec![-1.0; p]).run()?;
     loop {
@@ -309,7 +311,7 @@ fn try_v_schedule(
 
 /// ZB-V's per-rank orders for `p` ranks and `n` microbatches: the best of the four fill
 /// settings (fewest worst-rank bubble; the first on a tie).
-pub fn zb_v(p: usize, n: usize, k: VCosts) -> Result<Vec<Vec<Op>>, String> {
+pub fn zb_v(p: usize, n: usize, k: VCosts) -> anyhow::Result<Vec<Vec<Op>>> {
     let mut best: Option<(Lists, f64)> = None;
     for fill_b in [true, false] {
         for fill_f in [true, false] {

@@ -43,7 +43,7 @@ impl LogHist {
 
     /// From (bucket, count) pairs as read back, checked: buckets in range, each once, counts
     /// above zero.
-    pub fn from_buckets(mut pairs: Vec<(u16, u32)>) -> Result<LogHist, String> {
+    pub fn from_buckets(mut pairs: Vec<(u16, u32)>) -> anyhow::Result<LogHist> {
         pairs.sort_unstable();
         let h = LogHist(pairs);
         h.check()?;
@@ -59,17 +59,17 @@ impl LogHist {
     }
 
     /// Why it is not one this module makes (from a peer, or a file).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> anyhow::Result<()> {
         if self.0.len() > BUCKETS as usize {
-            return Err(format!("{} buckets, over {BUCKETS}", self.0.len()));
+            return Err(anyhow::anyhow!("{} buckets, over {BUCKETS}", self.0.len()));
         }
         for w in self.0.windows(2) {
             if w[0].0 >= w[1].0 {
-                return Err(format!("bucket {} out of order or twice", w[1].0));
+                return Err(anyhow::anyhow!("bucket {} out of order or twice", w[1].0));
             }
         }
         match self.0.iter().find(|&&(i, c)| i >= BUCKETS || c == 0) {
-            Some((i, c)) => Err(format!("bucket {i} with count {c}")),
+            Some((i, c)) => Err(anyhow::anyhow!("bucket {i} with count {c}")),
             None => Ok(()),
         }
     }

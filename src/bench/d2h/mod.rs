@@ -64,7 +64,7 @@ impl Default for D2hSettings {
 
 impl Settings for D2hSettings {
     type Plan = D2hPlan;
-    fn plan(&self) -> Result<D2hPlan, String> {
+    fn plan(&self) -> anyhow::Result<D2hPlan> {
         let plan = D2hPlan {
             sizes: self
                 .sizes
@@ -102,7 +102,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
 impl D2hPlan {
     /// Refuses, before anything runs, a sweep that would move more than
     /// [`super::kernels::MAX_BYTES`] (each size is copied several ways, many times).
-    pub fn check_cost(&self) -> Result<(), String> {
+    pub fn check_cost(&self) -> anyhow::Result<()> {
         let per_iter: f64 = self
             .sizes
             .iter()
@@ -111,7 +111,7 @@ impl D2hPlan {
         let bytes = per_iter * (self.iters + self.warmup) as f64;
         let cap = super::kernels::MAX_BYTES;
         if bytes > cap {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "this d2h sweep moves {bytes:.2e} bytes, over the cap of {cap:.0e}: fewer sizes \
                  or iterations"
             ));

@@ -87,15 +87,13 @@ impl Baseline {
             )
         })?;
         // The baseline names the run it came from: a folder of unknown identity makes none.
-        let meta = crate::record::read_meta(dir)
-            .map_err(anyhow::Error::msg)?
-            .with_context(|| {
-                format!(
-                    "{} has no meta.json: the fleet run's identity is unknown; give the run \
+        let meta = crate::record::read_meta(dir)?.with_context(|| {
+            format!(
+                "{} has no meta.json: the fleet run's identity is unknown; give the run \
                      folder as the gate wrote it",
-                    dir.display()
-                )
-            })?;
+                dir.display()
+            )
+        })?;
         // Nodes with no FAIL stand for their SKU, the quiet ones when there are any: a busy
         // node's figures are low.
         let failed: std::collections::BTreeSet<u32> = rows

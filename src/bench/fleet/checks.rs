@@ -291,7 +291,7 @@ pub const TEST_NAMES: [&str; 9] = [
 ];
 
 /// Checks `--only`: each name a test of `level`.
-pub fn check_only(level: Level, only: &[String]) -> Result<(), String> {
+pub fn check_only(level: Level, only: &[String]) -> anyhow::Result<()> {
     for name in only {
         let at_level = level.tests().iter().any(|t| t.kind.name() == name)
             || (name == "links" && level.links().is_some())
@@ -300,7 +300,7 @@ pub fn check_only(level: Level, only: &[String]) -> Result<(), String> {
             continue;
         }
         return Err(if TEST_NAMES.contains(&name.as_str()) {
-            format!(
+            anyhow::anyhow!(
                 "--only {name}: {name} is not a test of --level {level}; it runs at {}",
                 match name.as_str() {
                     "pipeline" => "extended",
@@ -309,7 +309,7 @@ pub fn check_only(level: Level, only: &[String]) -> Result<(), String> {
                 }
             )
         } else {
-            format!(
+            anyhow::anyhow!(
                 "--only {name}: no such test; give some of {}",
                 TEST_NAMES.join(",")
             )
@@ -466,7 +466,7 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
     }
     let bytes = |p: Probed| (p, t.size as f64);
     // Each probe's samples and the work (FLOPs or bytes) of one of them.
-    let probed: Result<(Probed, f64), String> = match (t.kind, gpu) {
+    let probed: anyhow::Result<(Probed, f64)> = match (t.kind, gpu) {
         (TestKind::Memcpy, _) => probe::memcpy_placed(t.size, budget, t.retest).map(|p| {
             m.placement = Some(placement_text(&p));
             bytes(p.probed)
@@ -483,7 +483,7 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
                 m.placement = Some(placement_text(&p));
                 bytes(p.probed)
             });
-            m.pcie = reader.join().ok();
+            m.pcie = reader.join().ok().map(|r| r.map_err(|e| format!("{e:#}")));
             out
         }
         (TestKind::H2d, Some(g)) => probe::h2d_placed(g, t.size, budget, t.retest).map(|p| {
@@ -493,7 +493,7 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
         (TestKind::Fma, Some(g)) => crate::bench::peak::probe::fma(g, budget),
         (TestKind::Bandwidth, Some(g)) => crate::bench::peak::probe::copy(g, t.size, budget),
         (TestKind::Hol, Some(_)) => unreachable!("run above"),
-        (_, None) => Err("no GPU adapter".into()),
+        (_, None) => Err(anyhow::anyhow!("no GPU adapter")),
     };
     match probed {
         Ok((p, work)) => {
@@ -508,7 +508,7 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
             m.n = p.summary.n;
             m.cut = p.cut;
         }
-        Err(e) => m.error = Some(e),
+        Err(e) => m.error = Some(format!("{e:#}")),
     }
     m
 }

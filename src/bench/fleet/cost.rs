@@ -231,7 +231,7 @@ fn slowed(profile: &Profile, stage: usize, kept: Kept) -> (Profile, Vec<f64>) {
 /// The iteration time of `system` (the runtime presets of `sim --validate`) under `delay`;
 /// with nothing delayed, the faster of its two paths (PipeMorph's re-planned offload can beat
 /// ZB's plan on the device), so that keeping a slow node never reads as a gain.
-fn iteration_ms(system: System, p: &Profile, delay: &[f64]) -> Result<f64, String> {
+fn iteration_ms(system: System, p: &Profile, delay: &[f64]) -> anyhow::Result<f64> {
     let job = Job {
         stages: p.stages,
         microbatches: p.microbatches,
@@ -244,8 +244,7 @@ fn iteration_ms(system: System, p: &Profile, delay: &[f64]) -> Result<f64, Strin
         fused_backward: false,
         measured: None,
     };
-    let pred =
-        predict(system, &job, &Machine::ARTIFACT, &Mechanisms::ALL).map_err(|e| e.to_string())?;
+    let pred = predict(system, &job, &Machine::ARTIFACT, &Mechanisms::ALL)?;
     finite(if delay.iter().any(|&d| d > 0.0) {
         pred.slow_ms
     } else {
@@ -327,7 +326,7 @@ fn cost_of((rank, host, kind): (u32, &str, &str), kept: Kept, profile: &Profile)
             let figures =
                 match h.and_then(|h| Ok((h, iteration_ms(system, &kept_profile, &delay)?))) {
                     Ok((h, k)) => KeepCostFigures::modelled(known.clone(), h, k),
-                    Err(e) => KeepCostFigures::failed(known.clone(), e),
+                    Err(e) => KeepCostFigures::failed(known.clone(), format!("{e:#}")),
                 };
             (params, figures)
         })
@@ -394,7 +393,12 @@ pub fn estimate_lossy(
             .collect(),
         Err(e) => SCHEDULES
             .iter()
-            .map(|s| (params(s), KeepCostFigures::failed(known.clone(), e.clone())))
+            .map(|s| {
+                (
+                    params(s),
+                    KeepCostFigures::failed(known.clone(), format!("{e:#}")),
+                )
+            })
             .collect(),
     }
 }
@@ -405,12 +409,12 @@ fn stalled_iterations(
     p: &Profile,
     links: &[usize],
     (share, ms): (f64, f64),
-) -> Result<Vec<(String, f64, f64)>, String> {
+) -> anyhow::Result<Vec<(String, f64, f64)>> {
     use crate::bench::sim::tail;
     let sc = crate::sim::Scenario::builder(p.stages, p.microbatches)
         .times(&p.tf, &p.tb, &p.tw)
         .build()
-        .map_err(|e| format!("the modelled pipeline: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("the modelled pipeline: {e}"))?;
     let stalls: Vec<tail::Stall> = links
         .iter()
         .map(|&link| tail::Stall {
@@ -425,18 +429,18 @@ fn stalled_iterations(
         .collect();
     let mem = crate::sim::default_mem_limit(&sc);
     let rows = tail::run(&sc, &schedules, mem, (&stalls, &[]), LOSSY_ITERATIONS, 0)
-        .map_err(|e| format!("the simulator: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("the simulator: {e}"))?;
     rows.into_iter()
         .map(|r| finite(r.healthy_ms.min(r.mean_ms)).map(|_| (r.schedule, r.healthy_ms, r.mean_ms)))
         .collect()
 }
 
 /// A modelled time that is a number (the model gave NaN or infinity: an error, never a row).
-fn finite(ms: f64) -> Result<f64, String> {
+fn finite(ms: f64) -> anyhow::Result<f64> {
     if ms.is_finite() && ms > 0.0 {
         Ok(ms)
     } else {
-        Err(format!("the model gave an iteration of {ms} ms"))
+        Err(anyhow::anyhow!("the model gave an iteration of {ms} ms"))
     }
 }
 

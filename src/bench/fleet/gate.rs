@@ -17,7 +17,7 @@ pub(super) struct Fleet {
     pub(super) baseline: Option<Baseline>,
     pub(super) profile: Option<cost::Profile>,
     /// This rank's adapter, opened on the inventory order.
-    pub(super) gpu: Option<Result<Gpu, String>>,
+    pub(super) gpu: Option<anyhow::Result<Gpu>>,
     pub(super) outcome: Option<Outcome>,
     /// Rank 0: a warning per busy rank, for meta.json.
     pub(super) busy: Vec<BusyWarning>,
@@ -33,9 +33,9 @@ impl Fleet {
         let local = world.local_rank();
         let (backend, adapter) = (self.opts.backend, self.opts.adapter.clone());
         let gpu = self.gpu.get_or_insert_with(|| {
-            Gpu::open_local(backend, adapter.as_deref(), local).map_err(|e| e.to_string())
+            Gpu::open_local(backend, adapter.as_deref(), local).map_err(anyhow::Error::from)
         });
-        checks::inventory(world.rank(), local, gpu.as_ref().map_err(String::as_str))
+        checks::inventory(world.rank(), local, gpu.as_ref())
     }
 
     pub(super) fn my_gpu(&self) -> Option<&Gpu> {

@@ -36,7 +36,7 @@ impl Inventory {
     }
 }
 
-pub fn inventory(rank: u32, local_rank: u32, gpu: Result<&Gpu, &str>) -> Inventory {
+pub fn inventory(rank: u32, local_rank: u32, gpu: Result<&Gpu, &anyhow::Error>) -> Inventory {
     let host = HostInfo::probe();
     let pci_bus_id = gpu
         .ok()

@@ -51,7 +51,7 @@ use options::Step;
 /// summary); the others return None.
 pub fn run(opts: &FleetOptions) -> Result<Option<Outcome>> {
     if let Some(only) = &opts.only {
-        checks::check_only(opts.level, only).map_err(anyhow::Error::msg)?;
+        checks::check_only(opts.level, only)?;
     }
     let mut bench = Fleet {
         opts: opts.clone(),

@@ -106,7 +106,7 @@ impl Default for HolSettings {
 
 impl Settings for HolSettings {
     type Plan = HolPlan;
-    fn plan(&self) -> Result<HolPlan, String> {
+    fn plan(&self) -> anyhow::Result<HolPlan> {
         let plan = HolPlan {
             tokens: self.tokens,
             hidden: self.hidden,
@@ -134,21 +134,21 @@ impl Settings for HolSettings {
             gemm_variant: self.gemm_variant.clone(),
             layernorm_variant: self.layernorm_variant.clone(),
         };
-        plan.validate().map_err(|e| format!("hol: {e}"))?;
+        plan.validate().map_err(|e| anyhow::anyhow!("hol: {e}"))?;
         Ok(plan)
     }
 }
 
 impl HolSettings {
     /// The delays: a sweep, or a trace file's (never both).
-    fn delays(&self) -> Result<Delays, String> {
+    fn delays(&self) -> anyhow::Result<Delays> {
         match (&self.trace, &self.delays_ms) {
-            (Some(_), Some(_)) => Err("hol: give delays_ms or trace, not both".into()),
+            (Some(_), Some(_)) => Err(anyhow::anyhow!("hol: give delays_ms or trace, not both")),
             (Some(path), None) => {
                 let text = crate::record::read_input(path)
-                    .map_err(|e| format!("cannot read trace {}: {e}", path.display()))?;
+                    .map_err(|e| anyhow::anyhow!("cannot read trace {}: {e}", path.display()))?;
                 let trace = parse_delay_trace(&text)
-                    .map_err(|e| format!("trace {}: {e}", path.display()))?;
+                    .map_err(|e| anyhow::anyhow!("trace {}: {e}", path.display()))?;
                 Ok(Delays::Trace(trace))
             }
             (None, Some(ms)) => Ok(Delays::Sweep(ms.0.clone())),

@@ -69,14 +69,14 @@ pub struct HolPlan {
 }
 
 /// Parses `iteration;delay_ms` lines (`#` comments).
-pub fn parse_delay_trace(text: &str) -> Result<Vec<(u64, f64)>, String> {
+pub fn parse_delay_trace(text: &str) -> anyhow::Result<Vec<(u64, f64)>> {
     let mut out = Vec::new();
     for (no, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
         }
-        let at = |what: &str| format!("line {}: '{line}': {what}", no + 1);
+        let at = |what: &str| anyhow::anyhow!("line {}: '{line}': {what}", no + 1);
         let (it, ms) = line
             .split_once(';')
             .ok_or_else(|| at("expected iteration;delay_ms"))?;
@@ -88,18 +88,18 @@ pub fn parse_delay_trace(text: &str) -> Result<Vec<(u64, f64)>, String> {
             .trim()
             .parse()
             .map_err(|_| at("delay_ms is not a number"))?;
-        check_delay(ms).map_err(|e| at(&e))?;
+        check_delay(ms).map_err(|e| at(&e.to_string()))?;
         out.push((it, ms));
     }
     if out.is_empty() {
-        return Err("the trace has no iteration;delay_ms lines".into());
+        return Err(anyhow::anyhow!("the trace has no iteration;delay_ms lines"));
     }
     Ok(out)
 }
 
-pub fn check_delay(ms: f64) -> Result<(), String> {
+pub fn check_delay(ms: f64) -> anyhow::Result<()> {
     if !ms.is_finite() || !(0.0..=MAX_DELAY_MS).contains(&ms) {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "delay {ms} ms is out of range: give 0 to {MAX_DELAY_MS} ms"
         ));
     }
@@ -107,49 +107,53 @@ pub fn check_delay(ms: f64) -> Result<(), String> {
 }
 
 impl HolPlan {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> anyhow::Result<()> {
         if self.tokens == 0 || self.hidden == 0 || !self.hidden.is_multiple_of(4) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "tokens {} x hidden {}: both must be >= 1 and hidden a multiple of 4",
-                self.tokens, self.hidden
+                self.tokens,
+                self.hidden
             ));
         }
         if self.ops < 2 {
-            return Err("ops must be at least 2".into());
+            return Err(anyhow::anyhow!("ops must be at least 2"));
         }
         if self.every.iter().any(|&e| e == 0 || e > self.ops) {
-            return Err(format!("every must be between 1 and ops ({})", self.ops));
+            return Err(anyhow::anyhow!(
+                "every must be between 1 and ops ({})",
+                self.ops
+            ));
         }
         if self.reps == 0 || self.reps > MAX_REPS {
-            return Err(format!("reps {}: give 1 to {MAX_REPS}", self.reps));
+            return Err(anyhow::anyhow!("reps {}: give 1 to {MAX_REPS}", self.reps));
         }
         if !(self.link_gbps.is_finite()
             && (MIN_LINK_GBPS..=MAX_LINK_GBPS).contains(&self.link_gbps))
         {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "link-gbps {}: give {MIN_LINK_GBPS} to {MAX_LINK_GBPS} GB/s",
                 self.link_gbps
             ));
         }
         if self.ops > MAX_OPS {
-            return Err(format!("ops {}: give 2 to {MAX_OPS}", self.ops));
+            return Err(anyhow::anyhow!("ops {}: give 2 to {MAX_OPS}", self.ops));
         }
         let act = self.activation_bytes();
         for b in self.bytes.iter().flatten() {
             if *b == 0 || b % 4 != 0 || *b > act {
-                return Err(format!(
+                return Err(anyhow::anyhow!(
                     "bytes {b}: a transfer sends part of the activation, so give a multiple of 4 \
                      from 4 to {act} (tokens x hidden x 4)"
                 ));
             }
         }
         match &self.delays {
-            Delays::Sweep(d) if d.is_empty() => return Err("no delay to run".into()),
+            Delays::Sweep(d) if d.is_empty() => return Err(anyhow::anyhow!("no delay to run")),
             Delays::Sweep(d) => d.iter().try_for_each(|&ms| check_delay(ms))?,
             Delays::Trace(t) => t.iter().try_for_each(|&(_, ms)| check_delay(ms))?,
         }
         if self.modes.is_empty() {
-            return Err("no mode to run".into());
+            return Err(anyhow::anyhow!("no mode to run"));
         }
         // A stand-in holds the queue for the wire time plus the delay: bound both together.
         let act = self.activation_bytes();
@@ -161,7 +165,7 @@ impl HolPlan {
             .unwrap_or(act);
         let wire_ms = largest as f64 / (self.link_gbps * 1e6);
         if self.modes.contains(&Mode::Inline) && wire_ms + self.max_delay_ms() > MAX_DELAY_MS {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "a stand-in transfer would hold the queue {:.0} ms ({largest} B at {} GB/s plus \
                  {} ms delay), over the {MAX_DELAY_MS} ms cap: raise link-gbps or lower the delay",
                 wire_ms + self.max_delay_ms(),
@@ -171,7 +175,7 @@ impl HolPlan {
         }
         let secs = self.estimated_seconds();
         if secs > MAX_RUN_S {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "this hol run would take about {secs:.0} s of injected delay and stand-in time, \
                  over the cap of {MAX_RUN_S} s: fewer reps, delays, sizes or transfers"
             ));
@@ -272,15 +276,21 @@ mod tests {
             parse_delay_trace("# it;ms\n0;20\n3; 5.5\n").unwrap(),
             vec![(0, 20.0), (3, 5.5)]
         );
-        assert!(parse_delay_trace("0,20\n").unwrap_err().contains("line 1"));
+        assert!(parse_delay_trace("0,20\n")
+            .unwrap_err()
+            .to_string()
+            .contains("line 1"));
         assert!(parse_delay_trace("0;-1\n")
             .unwrap_err()
+            .to_string()
             .contains("out of range"));
         assert!(parse_delay_trace("0;1e9\n")
             .unwrap_err()
+            .to_string()
             .contains("out of range"));
         assert!(parse_delay_trace("x;1\n")
             .unwrap_err()
+            .to_string()
             .contains("iteration"));
         assert!(parse_delay_trace("").is_err());
     }

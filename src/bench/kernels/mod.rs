@@ -101,7 +101,7 @@ fn de_layernorm<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<LayernormS
 
 fn sizes<'de, T, D>(
     d: D,
-    parse: fn(&str) -> Result<T, String>,
+    parse: fn(&str) -> anyhow::Result<T>,
     key: &str,
 ) -> Result<Vec<T>, D::Error>
 where
@@ -116,7 +116,7 @@ where
 
 impl Settings for KernelsSettings {
     type Plan = KernelsPlan;
-    fn plan(&self) -> Result<KernelsPlan, String> {
+    fn plan(&self) -> anyhow::Result<KernelsPlan> {
         let plan = KernelsPlan {
             gemm: self.gemm.clone(),
             layernorm: self.layernorm.clone(),
@@ -130,12 +130,11 @@ impl Settings for KernelsSettings {
         check_iters("kernels.iters", plan.iters)?;
         super::shared::check_warmup("kernels.warmup", plan.warmup)?;
         if plan.gemm.is_empty() && plan.layernorm.is_empty() {
-            return Err(
+            return Err(anyhow::anyhow!(
                 "nothing to run: give GEMM sizes (--gemm MxNxK[,...], or gemm = \
                         [\"MxNxK\", ...] in [kernels]) and/or layernorm sizes (--layernorm \
                         ROWSxHIDDEN[,...], or layernorm = [...])"
-                    .into(),
-            );
+            ));
         }
         plan.check_cost()?;
         Ok(plan)

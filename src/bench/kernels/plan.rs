@@ -27,18 +27,18 @@ pub const MAX_BYTES: f64 = 1e13;
 
 impl KernelsPlan {
     /// Refuses, before anything runs, a sweep whose work is over the caps.
-    pub fn check_cost(&self) -> Result<(), String> {
+    pub fn check_cost(&self) -> anyhow::Result<()> {
         let runs = (self.iters + self.warmup) as f64 * if self.cpu_baseline { 2.0 } else { 1.0 };
         let flops: f64 = self.gemm.iter().map(|s| s.flops()).sum::<f64>() * runs;
         if flops > MAX_FLOPS {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "this sweep asks for {flops:.2e} GEMM flops, over the cap of {MAX_FLOPS:.0e}: \
                  fewer sizes or iterations"
             ));
         }
         let bytes: f64 = self.layernorm.iter().map(|s| s.bytes_moved()).sum::<f64>() * runs;
         if bytes > MAX_BYTES {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "this sweep moves {bytes:.2e} bytes, over the cap of {MAX_BYTES:.0e}: fewer \
                  sizes or iterations"
             ));

@@ -78,7 +78,7 @@ pub struct LinksArgs {
     pub rdma: RdmaDeviceArgs,
 }
 
-fn parse_pattern(s: &str) -> Result<super::pattern::Pattern, String> {
+fn parse_pattern(s: &str) -> anyhow::Result<super::pattern::Pattern> {
     s.parse()
 }
 

@@ -21,12 +21,12 @@ pub(super) struct PairContext {
 }
 
 impl PairContext {
-    pub(super) fn of(world: &World, opts: &LinksOptions) -> Result<PairContext, String> {
+    pub(super) fn of(world: &World, opts: &LinksOptions) -> anyhow::Result<PairContext> {
         Ok(PairContext {
             listener: world
                 .data
                 .try_clone()
-                .map_err(|e| format!("the data listener: {e}"))?,
+                .map_err(|e| anyhow::anyhow!("the data listener: {e}"))?,
             addresses: (0..world.size()).map(|r| world.data_address(r)).collect(),
             names: (0..world.size()).map(|r| world.describe(r)).collect(),
             me: world.rank(),
@@ -42,7 +42,7 @@ impl PairContext {
         plan: &PairPlan,
         round: u32,
         active: &[(u32, u32)],
-    ) -> Result<(Vec<Measured>, load::RankLoad), String> {
+    ) -> anyhow::Result<(Vec<Measured>, load::RankLoad)> {
         let before = crate::noise::load::Sample::now();
         let m = self.play(plan, round, active)?;
         let after = crate::noise::load::Sample::now();
@@ -58,7 +58,7 @@ impl PairContext {
         plan: &PairPlan,
         round: u32,
         active: &[(u32, u32)],
-    ) -> Result<Vec<Measured>, String> {
+    ) -> anyhow::Result<Vec<Measured>> {
         let me = self.me;
         let Some(peer) = partner(active, me) else {
             return Ok(Vec::new());
@@ -86,9 +86,10 @@ impl PairContext {
             )
         };
         result.map_err(|e| {
-            format!(
+            anyhow::anyhow!(
                 "the link between {} and {}: {e}",
-                self.names[me as usize], self.names[p]
+                self.names[me as usize],
+                self.names[p]
             )
         })
     }

@@ -42,7 +42,7 @@ fn open_gpu(opts: &LinksOptions, local_rank: u32) -> (Option<Gpu>, Option<String
     }
 }
 
-pub(super) fn sample_node(world: &World, opts: &LinksOptions) -> Result<NodeSample, String> {
+pub(super) fn sample_node(world: &World, opts: &LinksOptions) -> anyhow::Result<NodeSample> {
     let local_rank = world.local_rank();
     let (gpu, why) = open_gpu(opts, local_rank);
     let mut s = nodes::fingerprint(world.rank(), local_rank, gpu.as_ref())?;

@@ -44,7 +44,7 @@ use tables::{LinkFigures, LinkParams, LinksTable};
 
 /// Runs this rank's part. Rank 0 returns its run folder; the others return None.
 pub fn run(opts: &LinksOptions) -> Result<Option<PathBuf>> {
-    opts.plan.validate().map_err(anyhow::Error::msg)?;
+    opts.plan.validate()?;
     if opts
         .plan
         .transports
@@ -245,9 +245,9 @@ impl Ranked for Links {
                 self.plan = Some(p);
                 Ok(Reply::Ready)
             }
-            Order::Fingerprint => fingerprint::sample_node(world, &self.opts)
-                .map(|s| Reply::Node(Box::new(s)))
-                .map_err(anyhow::Error::msg),
+            Order::Fingerprint => {
+                fingerprint::sample_node(world, &self.opts).map(|s| Reply::Node(Box::new(s)))
+            }
             Order::Round(r, active) => {
                 let p = self
                     .plan
@@ -261,7 +261,6 @@ impl Ranked for Links {
                 PairContext::of(world, &self.opts)
                     .and_then(|c| c.play_loaded(p, r, &active))
                     .map(|(m, l)| Reply::Round(m, l))
-                    .map_err(anyhow::Error::msg)
             }
             Order::Retest(r, (a, b), part) => {
                 let p = self
@@ -279,7 +278,6 @@ impl Ranked for Links {
                 PairContext::of(world, &self.opts)
                     .and_then(|c| c.play_loaded(&part, r, &[(a, b)]))
                     .map(|(m, l)| Reply::Round(m, l))
-                    .map_err(anyhow::Error::msg)
             }
         }
     }
@@ -471,7 +469,7 @@ fn play_wave(
     active: &[(u32, u32)],
 ) -> Result<(Vec<Measured>, BTreeMap<u32, load::Busy>)> {
     crew.order_all(order)?;
-    let ctx = PairContext::of(crew.world(), opts).map_err(anyhow::Error::msg)?;
+    let ctx = PairContext::of(crew.world(), opts)?;
     let (plan, active) = (plan.clone(), active.to_vec());
     let (plan_of, active_of) = (plan.clone(), active.clone());
     let bound = plan.pair_bound();

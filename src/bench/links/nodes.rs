@@ -40,7 +40,7 @@ pub struct NodeSample {
 }
 
 /// Samples this node: host facts always; the GPU ones when `gpu` is there.
-pub fn fingerprint(rank: u32, local_rank: u32, gpu: Option<&Gpu>) -> Result<NodeSample, String> {
+pub fn fingerprint(rank: u32, local_rank: u32, gpu: Option<&Gpu>) -> anyhow::Result<NodeSample> {
     let host = HostInfo::probe();
     let Some(gpu) = gpu else {
         return Ok(NodeSample {
@@ -55,8 +55,8 @@ pub fn fingerprint(rank: u32, local_rank: u32, gpu: Option<&Gpu>) -> Result<Node
         });
     };
     let adapter = Some(gpu.report.name.clone());
-    let gemm = sample_gemm(gpu).map_err(|e| format!("the node's GEMM sample: {e}"))?;
-    let d2h = sample_d2h(gpu).map_err(|e| format!("the node's D2H sample: {e}"))?;
+    let gemm = sample_gemm(gpu).map_err(|e| anyhow::anyhow!("the node's GEMM sample: {e}"))?;
+    let d2h = sample_d2h(gpu).map_err(|e| anyhow::anyhow!("the node's D2H sample: {e}"))?;
     Ok(NodeSample {
         rank,
         local_rank,
@@ -77,10 +77,10 @@ fn budget() -> probe::Budget {
     }
 }
 
-fn sample_gemm(gpu: &Gpu) -> Result<Summary, String> {
+fn sample_gemm(gpu: &Gpu) -> anyhow::Result<Summary> {
     probe::gemm(gpu, GEMM, budget()).map(|p| p.summary)
 }
 
-fn sample_d2h(gpu: &Gpu) -> Result<Summary, String> {
+fn sample_d2h(gpu: &Gpu) -> anyhow::Result<Summary> {
     probe::d2h(gpu, D2H_BYTES, budget()).map(|p| p.summary)
 }

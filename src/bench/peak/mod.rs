@@ -33,7 +33,7 @@ pub use table::{
 
 impl Settings for PeakPlan {
     type Plan = PeakPlan;
-    fn plan(&self) -> Result<PeakPlan, String> {
+    fn plan(&self) -> anyhow::Result<PeakPlan> {
         self.validate()?;
         Ok(self.clone())
     }

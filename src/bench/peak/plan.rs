@@ -38,18 +38,18 @@ impl Default for PeakPlan {
 impl PeakPlan {
     /// Bounds the run before it starts: iterations as every bench, a buffer from 1 MiB to 4
     /// GiB, at most 100000 dispatches in the back-to-back pass.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> anyhow::Result<()> {
         crate::bench::shared::check_iters("peak.iters", self.iters)?;
         crate::bench::shared::check_warmup("peak.warmup", self.warmup)?;
         if !(1 << 20..=4 << 30).contains(&self.bytes) || !self.bytes.is_multiple_of(16) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "peak.bytes = {}: give a multiple of 16 bytes from 1 MiB to 4 GiB (larger than \
                  the device's caches)",
                 self.bytes
             ));
         }
         if !(1..=100_000).contains(&self.dispatches) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "peak.dispatches = {}: give a count from 1 to 100000",
                 self.dispatches
             ));

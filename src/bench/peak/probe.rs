@@ -9,28 +9,23 @@ use crate::bench::probe::{sample, Budget, Probed};
 use crate::gpu::timing::time_compute_passes;
 use crate::gpu::Gpu;
 
-fn text(e: anyhow::Error) -> String {
-    format!("{e:#}")
-}
-
 /// One dispatch's time: on the GPU's clock where the adapter has timestamps, else submit to
 /// done.
-fn timed_once(gpu: &Gpu, k: &Kernel, groups: u32) -> Result<f64, String> {
-    let t = time_compute_passes(gpu, 0, 1, None, |p| dispatch(p, k, groups))
-        .map_err(|e| e.to_string())?;
+fn timed_once(gpu: &Gpu, k: &Kernel, groups: u32) -> anyhow::Result<f64> {
+    let t = time_compute_passes(gpu, 0, 1, None, |p| dispatch(p, k, groups))?;
     samples(&t)
         .0
         .first()
         .copied()
-        .ok_or_else(|| "the dispatch left no time".into())
+        .ok_or_else(|| anyhow::anyhow!("the dispatch left no time"))
 }
 
 /// µs per dispatch of the vec4 FMA kernel (sized to take about 30 ms) and its FLOPs.
-pub fn fma(gpu: &Gpu, budget: Budget) -> Result<(Probed, f64), String> {
+pub fn fma(gpu: &Gpu, budget: Budget) -> anyhow::Result<(Probed, f64)> {
     let bufs = FmaBuffers::new(gpu);
-    let k = kernel(gpu, (WGSL, "chains_vec4"), &bufs.uniform, None, &bufs.out).map_err(text)?;
-    let (groups, trips) = fit_fma(gpu, &k, &bufs).map_err(text)?;
-    verify_fma(gpu, &k, &bufs.out, 4, groups).map_err(text)?;
+    let k = kernel(gpu, (WGSL, "chains_vec4"), &bufs.uniform, None, &bufs.out)?;
+    let (groups, trips) = fit_fma(gpu, &k, &bufs)?;
+    verify_fma(gpu, &k, &bufs.out, 4, groups)?;
     let probed = sample(budget, || timed_once(gpu, &k, groups))?;
     Ok((probed, fma_flops(groups, trips, 4)))
 }
@@ -38,8 +33,8 @@ pub fn fma(gpu: &Gpu, budget: Budget) -> Result<(Probed, f64), String> {
 /// µs per dispatch of the copy kernel over `bytes` (within the device's binding limits) and
 /// the bytes it moves, read plus written. The layout is the one the adapter streams best:
 /// element-strided on a GPU, contiguous chunks on a CPU driver.
-pub fn copy(gpu: &Gpu, bytes: u64, budget: Budget) -> Result<(Probed, f64), String> {
-    let bytes = fit_bytes(gpu, bytes).map_err(text)?;
+pub fn copy(gpu: &Gpu, bytes: u64, budget: Budget) -> anyhow::Result<(Probed, f64)> {
+    let bytes = fit_bytes(gpu, bytes)?;
     let n = (bytes / 16) as u32;
     // Small integers, as the peak bench's copies use: a wrong element is seen.
     let src_data: Vec<f32> = (0..n as usize * 4).map(|i| (i % 4) as f32).collect();
@@ -51,10 +46,10 @@ pub fn copy(gpu: &Gpu, bytes: u64, budget: Budget) -> Result<(Probed, f64), Stri
         _ => (Layout::Strided, "copy", 4),
     };
     let (groups, threads, uniform) = grid(gpu, n, per_invocation);
-    let k = kernel(gpu, (WGSL, entry), &uniform, Some(&src), &dst).map_err(text)?;
+    let k = kernel(gpu, (WGSL, entry), &uniform, Some(&src), &dst)?;
     gpu.poison(&dst);
-    once_us(gpu, &k, groups).map_err(text)?;
-    verify_bandwidth(gpu, "copy", layout, &dst, n, threads).map_err(text)?;
+    once_us(gpu, &k, groups)?;
+    verify_bandwidth(gpu, "copy", layout, &dst, n, threads)?;
     let probed = sample(budget, || timed_once(gpu, &k, groups))?;
     Ok((probed, 2.0 * bytes as f64))
 }

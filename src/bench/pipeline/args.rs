@@ -21,8 +21,8 @@ pub const fn command(run: RunFn) -> CommandSpec {
         gate: false,
         check: Some(|m, stages| {
             let a: PipelineArgs = parsed(m)?;
-            let plan = a.plan().map_err(anyhow::Error::msg)?;
-            plan.validate(stages).map_err(anyhow::Error::msg)
+            let plan = a.plan()?;
+            plan.validate(stages)
         }),
     })
 }
@@ -71,7 +71,7 @@ pub struct PipelineArgs {
 }
 
 impl PipelineArgs {
-    pub fn options(&self, g: &GlobalArgs) -> Result<super::plan::PipelineOptions, String> {
+    pub fn options(&self, g: &GlobalArgs) -> anyhow::Result<super::plan::PipelineOptions> {
         Ok(super::plan::PipelineOptions {
             session: self.launch.session(g, Vec::new()),
             plan: self.plan()?,
@@ -83,7 +83,7 @@ impl PipelineArgs {
     }
 
     /// Every case: each schedule with each comm and each delay.
-    fn plan(&self) -> Result<super::plan::PipelinePlan, String> {
+    fn plan(&self) -> anyhow::Result<super::plan::PipelinePlan> {
         let delays: Vec<Option<(u32, f64)>> = match &self.slow {
             None => vec![None],
             Some(s) => s
@@ -94,8 +94,9 @@ impl PipelineArgs {
         };
         let mut cases = Vec::new();
         for name in self.schedule.split(',').map(str::trim) {
-            let schedule: crate::sim::Schedule =
-                name.parse().map_err(|e| format!("--schedule: {e}"))?;
+            let schedule: crate::sim::Schedule = name
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--schedule: {e}"))?;
             for &comm in &self.comm {
                 for &slow in &delays {
                     cases.push(super::plan::Case {

@@ -68,18 +68,21 @@ impl Inbox {
         key: Key,
         deadline: Instant,
         what: impl FnOnce() -> String,
-    ) -> Result<Vec<f32>, String> {
+    ) -> anyhow::Result<Vec<f32>> {
         let mut s = self.shelf.lock().expect("inbox lock");
         loop {
             if let Some(v) = s.items.remove(&key) {
                 return Ok(v);
             }
             if let Some(e) = &s.error {
-                return Err(e.clone());
+                return Err(anyhow::anyhow!(e.clone()));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(format!("{} never arrived (waited until the limit)", what()));
+                return Err(anyhow::anyhow!(
+                    "{} never arrived (waited until the limit)",
+                    what()
+                ));
             }
             s = self.ready.wait_timeout(s, left).expect("inbox lock").0;
         }
@@ -92,33 +95,35 @@ impl Inbox {
         accepts: Accepts,
         elements: usize,
         microbatches: u32,
-    ) -> Result<(), String> {
+    ) -> anyhow::Result<()> {
         if bytes.len() < HEADER || bytes[..4] != MAGIC {
-            return Err("sent something that is not a pipeline message".into());
+            return Err(anyhow::anyhow!(
+                "sent something that is not a pipeline message"
+            ));
         }
         let (kind, chunk) = (bytes[4], bytes[5]);
         let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
         let (iter, mb) = (word(8), word(12));
         if !((kind == ACT && accepts.act) || (kind == GRAD && accepts.grad)) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "sent a message of kind {kind}, which this end does not take"
             ));
         }
         if chunk >= accepts.chunks {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "sent a message for model chunk {chunk}, past this stage's last ({})",
                 accepts.chunks - 1
             ));
         }
         if mb >= microbatches {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "sent microbatch {mb}, past the last ({})",
                 microbatches - 1
             ));
         }
         let len = bytes.len() - HEADER;
         if len != elements * 4 {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "sent {len} bytes for a message of {}",
                 elements * 4
             ));
@@ -128,9 +133,9 @@ impl Inbox {
         if mb != *next {
             let what = describe(kind, chunk, accepts.chunks);
             return Err(if mb < *next {
-                format!("sent {what} {mb} of iteration {iter} twice")
+                anyhow::anyhow!("sent {what} {mb} of iteration {iter} twice")
             } else {
-                format!("sent {what} {mb} of iteration {iter} before {}", *next)
+                anyhow::anyhow!("sent {what} {mb} of iteration {iter} before {}", *next)
             });
         }
         *next += 1;
@@ -205,12 +210,12 @@ impl Link {
                     match receiver.recv(&mut buf) {
                         Ok(Some(_)) => {
                             if let Err(e) = inbox.file(&buf, accepts, elements, microbatches) {
-                                break e;
+                                break format!("{e:#}");
                             }
                         }
                         // The peer closing is the end of the run (or its failure, which the
                         // control channel names); a wait for a message that never comes fails.
-                        Ok(None) => break "the peer closed the link".into(),
+                        Ok(None) => break "the peer closed the link".to_string(),
                         Err(e) => break e.to_string(),
                     }
                 };
@@ -235,7 +240,7 @@ impl Link {
         iter: u32,
         mb: u32,
         data: &[f32],
-    ) -> Result<f64, String> {
+    ) -> anyhow::Result<f64> {
         assert_eq!(data.len(), self.elements, "a whole activation");
         let bytes = frame(kind, chunk, iter, mb, data);
         let t0 = Instant::now();
@@ -243,12 +248,12 @@ impl Link {
             .lock()
             .expect("sender lock")
             .send(&bytes)
-            .map_err(|e| format!("the link to {}: {e}", self.peer))?;
+            .map_err(|e| anyhow::anyhow!("the link to {}: {e}", self.peer))?;
         Ok(t0.elapsed().as_secs_f64() * 1e6)
     }
 
     /// Waits for a data message for this stage's model chunk `chunk`.
-    pub fn receive(&self, (kind, chunk): (u8, u8), iter: u32, mb: u32) -> Result<Vec<f32>, String> {
+    pub fn receive(&self, (kind, chunk): (u8, u8), iter: u32, mb: u32) -> anyhow::Result<Vec<f32>> {
         let what = || {
             let name = describe(kind, chunk, self.chunks);
             format!("{name} {mb} of iteration {iter} from {}", self.peer)
@@ -302,30 +307,33 @@ pub fn connect(
     me: u32,
     peers: &[Peer],
     w: &Wiring,
-) -> Result<Vec<Connection>, String> {
+) -> anyhow::Result<Vec<Connection>> {
     let deadline = Instant::now() + w.timeout;
     let expected: Vec<u32> = peers.iter().map(|p| p.rank).collect();
     let (senders, receivers) = std::thread::scope(|sc| {
         let acceptor = sc.spawn(|| accept_from(listener, me, &expected, w, deadline));
-        let senders: Result<Vec<Box<dyn Transport>>, String> = peers
+        let senders: anyhow::Result<Vec<Box<dyn Transport>>> = peers
             .iter()
             .map(|p| {
                 let mut s = dial(&p.address, deadline)
-                    .map_err(|e| format!("the address of stage {}: {e}", p.rank))?
-                    .ok_or_else(|| format!("cannot reach stage {} at {}", p.rank, p.address))?;
-                auth::prove(&s, &w.trust, deadline)
-                    .map_err(|e| format!("stage {} at {} is refused: {e}", p.rank, p.address))?;
+                    .map_err(|e| anyhow::anyhow!("the address of stage {}: {e}", p.rank))?
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("cannot reach stage {} at {}", p.rank, p.address)
+                    })?;
+                auth::prove(&s, &w.trust, deadline).map_err(|e| {
+                    anyhow::anyhow!("stage {} at {} is refused: {e}", p.rank, p.address)
+                })?;
                 let mut pre = PREAMBLE.to_vec();
                 pre.extend_from_slice(&me.to_le_bytes());
                 s.write_all(&pre)
-                    .map_err(|e| format!("the link to stage {}: {e}", p.rank))?;
+                    .map_err(|e| anyhow::anyhow!("the link to stage {}: {e}", p.rank))?;
                 sender_over(w.transport, &w.rdma, s, w.max_message, w.timeout)
-                    .map_err(|e| format!("the link to stage {}: {e}", p.rank))
+                    .map_err(|e| anyhow::anyhow!("the link to stage {}: {e}", p.rank))
             })
             .collect();
         let receivers = acceptor
             .join()
-            .unwrap_or_else(|_| Err("the acceptor panicked".into()));
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the acceptor panicked")));
         (senders, receivers)
     });
     let (senders, mut receivers) = (senders?, receivers?);
@@ -348,10 +356,10 @@ fn accept_from(
     from: &[u32],
     w: &Wiring,
     deadline: Instant,
-) -> Result<HashMap<u32, Box<dyn Receiver>>, String> {
+) -> anyhow::Result<HashMap<u32, Box<dyn Receiver>>> {
     let make = receiver_for(w.transport, w.rdma.clone(), w.max_message, w.idle);
     let mut got: HashMap<u32, Box<dyn Receiver>> = HashMap::new();
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    listener.set_nonblocking(true)?;
     while got.len() < from.len() {
         let (mut s, addr) = match listener.accept() {
             Ok(c) => c,
@@ -362,7 +370,7 @@ fn accept_from(
                         .filter(|r| !got.contains_key(r))
                         .map(|r| format!("stage {r}"))
                         .collect();
-                    return Err(format!(
+                    return Err(anyhow::anyhow!(
                         "{} never connected to stage {me}",
                         missing.join(" and ")
                     ));
@@ -370,9 +378,9 @@ fn accept_from(
                 std::thread::sleep(Duration::from_millis(5));
                 continue;
             }
-            Err(e) => return Err(format!("accepting a stage's link: {e}")),
+            Err(e) => return Err(anyhow::anyhow!("accepting a stage's link: {e}")),
         };
-        s.set_nonblocking(false).map_err(|e| e.to_string())?;
+        s.set_nonblocking(false)?;
         // A connection that does not prove the job's secret is logged and dropped; the stage
         // waits on for its neighbours.
         let until = deadline.min(Instant::now() + PROOF_WAIT);
@@ -380,19 +388,18 @@ fn accept_from(
             tracing::warn!("pipeline: refused {addr} on stage {me}'s listener: {e}");
             continue;
         }
-        s.set_read_timeout(Some(w.timeout))
-            .map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(w.timeout))?;
         let mut pre = [0u8; 8];
         s.read_exact(&mut pre)
-            .map_err(|e| format!("a link from {addr} sent no preamble: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("a link from {addr} sent no preamble: {e}"))?;
         let rank = u32::from_le_bytes(pre[4..].try_into().expect("4 bytes"));
         if pre[..4] != PREAMBLE || !from.contains(&rank) || got.contains_key(&rank) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "a connection from {addr} is not a link from a neighbour of stage {me} \
                  (expected one each from stage {from:?})"
             ));
         }
-        let mut r = make(s).map_err(|e| format!("the link from stage {rank}: {e}"))?;
+        let mut r = make(s).map_err(|e| anyhow::anyhow!("the link from stage {rank}: {e}"))?;
         r.yield_when_idle(Duration::from_micros(200));
         got.insert(rank, r);
     }
@@ -481,7 +488,10 @@ mod tests {
                 }
             }
             let e = err.expect("the second message is refused");
-            assert!(e.contains("before 0") || e.contains("twice"), "{e}");
+            assert!(
+                e.to_string().contains("before 0") || e.to_string().contains("twice"),
+                "{e}"
+            );
         }
     }
 
@@ -497,7 +507,7 @@ mod tests {
         ];
         for (bytes, want) in cases {
             let e = inbox.file(&bytes, ACT_ONLY, 2, 4).unwrap_err();
-            assert!(e.contains(want), "{e}");
+            assert!(e.to_string().contains(want), "{e}");
         }
     }
 
@@ -519,7 +529,7 @@ mod tests {
             .file(&frame(ACT, 1, 0, 1, &[1.0, 2.0]), both, 2, 4)
             .unwrap_err();
         assert!(
-            e.contains("chunk 1's activation 1") && e.contains("twice"),
+            e.to_string().contains("chunk 1's activation 1") && e.to_string().contains("twice"),
             "{e}"
         );
     }
@@ -550,7 +560,11 @@ mod tests {
         )
         .map(|_| ())
         .unwrap_err();
-        assert!(e.contains("not a link from a neighbour of stage 1"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("not a link from a neighbour of stage 1"),
+            "{e}"
+        );
         drop(proving.join().unwrap());
     }
 }

@@ -153,12 +153,12 @@ pub struct Neighbours {
 }
 
 impl Neighbours {
-    fn to(&self, rank: u32) -> Result<(usize, &NeighbourLink), String> {
+    fn to(&self, rank: u32) -> anyhow::Result<(usize, &NeighbourLink)> {
         self.links
             .iter()
             .enumerate()
             .find(|(_, l)| l.rank == rank)
-            .ok_or_else(|| format!("this stage has no link to stage {rank}"))
+            .ok_or_else(|| anyhow::anyhow!("this stage has no link to stage {rank}"))
     }
 
     /// The (rank, chunk) running virtual stage `vs`.
@@ -182,7 +182,7 @@ struct Outgoing {
     d2h_us: f64,
 }
 
-fn deliver(o: &Outgoing, iter: u32) -> Result<SendTime, String> {
+fn deliver(o: &Outgoing, iter: u32) -> anyhow::Result<SendTime> {
     let due = o.handed + o.delay;
     std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
     o.link.send(o.kind, iter, o.mb, &o.data)?;
@@ -197,7 +197,7 @@ fn deliver(o: &Outgoing, iter: u32) -> Result<SendTime, String> {
 /// A host thread that delivers one link's offloaded sends in order.
 type Lane = (
     mpsc::Sender<Outgoing>,
-    JoinHandle<Result<Vec<SendTime>, String>>,
+    JoinHandle<anyhow::Result<Vec<SendTime>>>,
 );
 
 /// Ends the offload lanes and collects their sends. The iteration's first error wins, except
@@ -205,20 +205,24 @@ type Lane = (
 fn join_lanes(
     lanes: Vec<Option<Lane>>,
     times: &mut StageTimes,
-    mut result: Result<(), String>,
+    mut result: anyhow::Result<()>,
     s: u32,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     for (tx, h) in lanes.into_iter().flatten() {
         drop(tx);
         match h.join() {
             Ok(Ok(sent)) => times.sends.extend(sent),
             Ok(Err(err)) => {
                 result = match result {
-                    Err(first) if !first.ends_with(STOPPED) => Err(first),
+                    Err(first) if !first.to_string().ends_with(STOPPED) => Err(first),
                     _ => Err(err),
                 }
             }
-            Err(_) => result = result.and(Err(format!("stage {s}: the sender thread panicked"))),
+            Err(_) => {
+                result = result.and(Err(anyhow::anyhow!(
+                    "stage {s}: the sender thread panicked"
+                )))
+            }
         }
     }
     result
@@ -272,9 +276,9 @@ pub fn run_iteration(
     fused: bool,
     comm: Comm,
     iter: u32,
-) -> Result<StageTimes, String> {
+) -> anyhow::Result<StageTimes> {
     let s = stage.index;
-    let e = |x: anyhow::Error| format!("stage {s}: {x:#}");
+    let e = |x: anyhow::Error| anyhow::anyhow!("stage {s}: {x:#}");
     let before = crate::noise::load::Sample::now();
     stage.zero_grads().map_err(e)?;
     stage.start_timing();
@@ -298,15 +302,15 @@ pub fn run_iteration(
     let mut result = Ok(());
     for op in order {
         let (kind, mb, chunk) = (op.kind, op.mb as u32, op.chunk);
-        let step = (|| -> Result<(), String> {
+        let step = (|| -> anyhow::Result<()> {
             let r = route(nb, s, op);
             let input = match r.input {
                 None => None,
-                Some((rank, k, c)) if rank == s => Some(
-                    local
-                        .remove(&(k, c, mb))
-                        .ok_or_else(|| format!("stage {s}: chunk {c}'s input {mb} was not made"))?,
-                ),
+                Some((rank, k, c)) if rank == s => {
+                    Some(local.remove(&(k, c, mb)).ok_or_else(|| {
+                        anyhow::anyhow!("stage {s}: chunk {c}'s input {mb} was not made")
+                    })?)
+                }
                 Some((rank, k, c)) => Some(nb.to(rank)?.1.link.receive((k, c), iter, mb)?),
             };
             let t0 = now_us();
@@ -335,7 +339,9 @@ pub fn run_iteration(
                     };
                     match &lanes[i] {
                         None => times.sends.push(deliver(&o, iter)?),
-                        Some((tx, _)) => tx.send(o).map_err(|_| format!("stage {s}: {STOPPED}"))?,
+                        Some((tx, _)) => tx
+                            .send(o)
+                            .map_err(|_| anyhow::anyhow!("stage {s}: {STOPPED}"))?,
                     }
                 }
             }

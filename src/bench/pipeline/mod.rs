@@ -142,10 +142,7 @@ impl Ranked for Pipeline {
     type Reply = Reply;
 
     fn validate(&self, world: &World) -> Result<()> {
-        self.opts
-            .plan
-            .validate(world.size())
-            .map_err(anyhow::Error::msg)
+        self.opts.plan.validate(world.size())
     }
 
     fn prepare(&mut self, world: &World) -> Result<Option<serde_json::Value>> {
@@ -188,7 +185,7 @@ impl Ranked for Pipeline {
                 plan.validate(world.size())
                     .map_err(|e| anyhow!("rank 0 sent a plan this stage refuses: {e}"))?;
                 let gpu = open_device(&self.opts, plan.transport, world.local_rank())?;
-                let layouts = plan.layouts(world.size()).map_err(anyhow::Error::msg)?;
+                let layouts = plan.layouts(world.size())?;
                 let stage = Stage::new(gpu, plan.shape, world.rank(), world.size(), &layouts)?;
                 self.follower = Some(Follower {
                     plan,
@@ -200,7 +197,7 @@ impl Ranked for Pipeline {
             }
             (Order::Connect, Some(f)) => {
                 f.links = Some(connect(world, &f.plan, &self.opts.rdma)?);
-                let layouts = f.plan.layouts(world.size()).map_err(anyhow::Error::msg)?;
+                let layouts = f.plan.layouts(world.size())?;
                 Ok(Reply::Calibrated(calibrate(&mut f.stage, layouts[0])?))
             }
             (
@@ -231,9 +228,7 @@ impl Ranked for Pipeline {
                     .ok_or_else(|| anyhow!("an iteration before the links"))?;
                 let c = &f.plan.cases[*i];
                 let nb = neighbours(world, links, c, *layout);
-                exec::run_iteration(&mut f.stage, &nb, order, *fused, c.comm, it)
-                    .map(Reply::Iter)
-                    .map_err(anyhow::Error::msg)
+                exec::run_iteration(&mut f.stage, &nb, order, *fused, c.comm, it).map(Reply::Iter)
             }
             (Order::Verify, Some(f)) => f.stage.verify().map(Reply::Verified),
             (order, _) => bail!("rank 0 sent {order:?} out of turn"),
@@ -300,9 +295,7 @@ fn lead(
     busy: &mut Vec<BusyWarning>,
 ) -> Result<(Vec<CaseRow>, Cut)> {
     let plan = &opts.plan;
-    let layouts = plan
-        .layouts(crew.world().size())
-        .map_err(anyhow::Error::msg)?;
+    let layouts = plan.layouts(crew.world().size())?;
     let stage = Stage::new(gpu, plan.shape, 0, crew.world().size(), &layouts)?;
     let long = Instant::now() + Duration::from_secs(600);
     crew.order_all(Order::Plan(plan.clone()))?;
@@ -502,7 +495,7 @@ pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descr
     from_toml: None,
     command: args::command(|m, g| {
         let a: args::PipelineArgs = crate::bench::descriptor::parsed(m)?;
-        let dir = run(&a.options(g).map_err(anyhow::Error::msg)?)?;
+        let dir = run(&a.options(g)?)?;
         Ok(crate::bench::descriptor::Ran::wrote(
             dir,
             crate::bench::descriptor::After::Report,

@@ -20,12 +20,12 @@ pub const HEADER: &str =
     "case,dp_rank,stage,rank,step,optype,start_ts,duration,seq_id,mc,mb_id,gmc\n";
 
 /// The case's rows, or why it has none.
-pub fn rows(case: &str, layout: Layout, timed: &[Vec<StageTimes>]) -> Result<String, String> {
+pub fn rows(case: &str, layout: Layout, timed: &[Vec<StageTimes>]) -> anyhow::Result<String> {
     let chunks = match layout {
         Layout::Linear => 1,
         Layout::Interleaved(v) => v,
         other => {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "its layout ({other:?}) hands chunks over inside a rank"
             ))
         }
@@ -70,7 +70,9 @@ pub fn rows(case: &str, layout: Layout, timed: &[Vec<StageTimes>]) -> Result<Str
                         vs + 1 < total,
                         vs > 0,
                     ),
-                    OpKind::W => return Err("its backwards are split into B and W".into()),
+                    OpKind::W => {
+                        return Err(anyhow::anyhow!("its backwards are split into B and W"))
+                    }
                 };
                 let (c, v) = (o.chunk as i64, vs as i64);
                 if chunks > 1 || has_in {

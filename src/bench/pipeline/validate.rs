@@ -10,7 +10,7 @@ use crate::sim::{evaluate, Layout, Scenario, Schedule};
 impl PipelinePlan {
     /// The layouts the cases' schedules put the model in (one chunk per stage, interleaved,
     /// ...), each once, in the cases' order.
-    pub fn layouts(&self, stages: u32) -> Result<Vec<Layout>, String> {
+    pub fn layouts(&self, stages: u32) -> anyhow::Result<Vec<Layout>> {
         let mut out = Vec::new();
         for c in &self.cases {
             let layout = c.schedule.layout(stages as usize);
@@ -24,31 +24,37 @@ impl PipelinePlan {
         Ok(out)
     }
 
-    pub fn validate(&self, stages: u32) -> Result<(), String> {
+    pub fn validate(&self, stages: u32) -> anyhow::Result<()> {
         let s = &self.shape;
         if s.layers == 0 || s.layers > MAX_LAYERS {
-            return Err(format!("--layers {}: give 1 to {MAX_LAYERS}", s.layers));
+            return Err(anyhow::anyhow!(
+                "--layers {}: give 1 to {MAX_LAYERS}",
+                s.layers
+            ));
         }
         if s.microbatches == 0 || s.microbatches > MAX_MICROBATCHES {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--microbatches {}: give 1 to {MAX_MICROBATCHES}",
                 s.microbatches
             ));
         }
         if s.hidden == 0 || s.tokens == 0 || s.elements() > MAX_ELEMENTS {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--tokens {} x --hidden {}: each must be >= 1 and their product at most {MAX_ELEMENTS}",
                 s.tokens, s.hidden
             ));
         }
         if self.iters == 0 || self.iters > 10_000 {
-            return Err(format!("--iters {}: give 1 to 10000", self.iters));
+            return Err(anyhow::anyhow!("--iters {}: give 1 to 10000", self.iters));
         }
         if self.warmup > MAX_WARMUP {
-            return Err(format!("--warmup {}: give 0 to {MAX_WARMUP}", self.warmup));
+            return Err(anyhow::anyhow!(
+                "--warmup {}: give 0 to {MAX_WARMUP}",
+                self.warmup
+            ));
         }
         if self.cases.len() > MAX_CASES {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "{} cases (schedules x comm modes x --slow delays): give at most {MAX_CASES}",
                 self.cases.len()
             ));
@@ -59,7 +65,7 @@ impl PipelinePlan {
             .map(|l| s.stage_bytes(l.chunks() as u32))
             .sum();
         if bytes > MAX_STAGE_BYTES {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--layers {} --microbatches {} --tokens {} --hidden {}: a stage would hold {} \
                  on its GPU, over the {} a stage may take; make one of them smaller",
                 s.layers,
@@ -75,7 +81,7 @@ impl PipelinePlan {
             if let Some((link, ms)) = c.slow {
                 let links = crate::sim::links_of(stages as usize) as u32;
                 if link >= links {
-                    return Err(format!(
+                    return Err(anyhow::anyhow!(
                         "--slow {link}:{ms}: link {link} does not exist with {stages} stages (links 0..={}{})",
                         links as i64 - 1,
                         if links > 2 {
@@ -86,7 +92,7 @@ impl PipelinePlan {
                     ));
                 }
                 if !(0.0..=60_000.0).contains(&ms) {
-                    return Err(format!("--slow {link}:{ms}: give 0 to 60000 ms"));
+                    return Err(anyhow::anyhow!("--slow {link}:{ms}: give 0 to 60000 ms"));
                 }
             }
         }
@@ -97,18 +103,18 @@ impl PipelinePlan {
 /// Whether the wgpu pipeline can run `schedule` on `stages` ranks of `shape`: its chunks split
 /// the layers evenly, its ops are ones a stage runs one at a time (not DualPipe's overlapped
 /// pairs), and the simulator plans it (each schedule's own rules on microbatches and ranks).
-fn runnable(schedule: &Schedule, shape: &shape::Shape, stages: u32) -> Result<(), String> {
+fn runnable(schedule: &Schedule, shape: &shape::Shape, stages: u32) -> anyhow::Result<()> {
     let layout = schedule.layout(stages as usize);
     let simulate_it = format!("simulate it with `morphbench sim --schedule {schedule}`");
     match (schedule, layout) {
         (Schedule::DualPipeV, _) => {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--schedule {schedule}: its overlapped forward-and-backward pairs need two \
                  streams a stage does not have here; {simulate_it}"
             ))
         }
         (_, Layout::InterleavedAsPublished(..)) => {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--schedule {schedule}: this is the Zero Bubble script's accounting, not a \
                  schedule a pipeline can run; run interleaved:V, or {simulate_it}"
             ))
@@ -117,19 +123,19 @@ fn runnable(schedule: &Schedule, shape: &shape::Shape, stages: u32) -> Result<()
     }
     let v = layout.chunks() as u32;
     if !shape.layers.is_multiple_of(v) {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "--schedule {schedule} --layers {}: each stage holds {v} model chunks, so give a \
              multiple of {v} layers",
             shape.layers
         ));
     }
     if v > 1 && stages < 2 {
-        return Err(format!("--schedule {schedule}: it needs at least 2 stages"));
+        return Err(anyhow::anyhow!(
+            "--schedule {schedule}: it needs at least 2 stages"
+        ));
     }
-    let unit = Scenario::builder(stages as usize, shape.microbatches as usize)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let unit = Scenario::builder(stages as usize, shape.microbatches as usize).build()?;
     evaluate(schedule, &unit, usize::MAX)
         .map(|_| ())
-        .map_err(|e| format!("--schedule {schedule}: {e}"))
+        .map_err(|e| anyhow::anyhow!("--schedule {schedule}: {e}"))
 }

@@ -79,7 +79,7 @@ pub(super) fn connect(
         idle: timeout.max(IDLE),
         trust: world.trust.clone(),
     };
-    let layouts = plan.layouts(n).map_err(anyhow::Error::msg)?;
+    let layouts = plan.layouts(n)?;
     let wanted = peers_of(me, n, &layouts);
     let peers: Vec<comm::Peer> = wanted
         .iter()
@@ -88,7 +88,7 @@ pub(super) fn connect(
             address: world.data_address(rank),
         })
         .collect();
-    let links = comm::connect(&world.data, me, &peers, &wiring).map_err(anyhow::Error::msg)?;
+    let links = comm::connect(&world.data, me, &peers, &wiring)?;
     Ok(links
         .into_iter()
         .zip(wanted)

@@ -105,18 +105,20 @@ impl RdmaPlan {
         }
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> anyhow::Result<()> {
         if let Some(s) = self.sizes.iter().find(|&&s| s == 0 || s > MAX_MESSAGE) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--sizes: {s} B is outside 1 B ..= 1 GiB; give sizes such as 2,64,4K,1M"
             ));
         }
         if self.listen.is_none() && self.connect.is_none() {
-            return Err("give --server (and --listen ADDR) or --connect HOST".into());
+            return Err(anyhow::anyhow!(
+                "give --server (and --listen ADDR) or --connect HOST"
+            ));
         }
         self.params()
             .validate()
-            .map_err(|e| format!("{e}; check --sizes, --iters, --warmup and --window"))
+            .map_err(|e| anyhow::anyhow!("{e}; check --sizes, --iters, --warmup and --window"))
     }
 }
 
@@ -127,7 +129,7 @@ fn timeout(plan: &RdmaPlan) -> Duration {
 /// `rdma --server` serves one client; `rdma --connect` is the client, whose run folder the
 /// suite keeps like any bench's.
 pub fn run(plan: &RdmaPlan, options: &crate::suite::RunOptions) -> Result<Option<PathBuf>> {
-    plan.validate().map_err(anyhow::Error::msg)?;
+    plan.validate()?;
     plan.choice.check()?;
     match &plan.listen {
         Some(listen) => serve(plan, listen, options.quiet).map(|_| None),

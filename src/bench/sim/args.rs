@@ -154,24 +154,25 @@ pub struct SimArgs {
     pub ablation: bool,
 }
 
-pub fn parse_slow(s: &str) -> Result<SlowLink, String> {
+pub fn parse_slow(s: &str) -> anyhow::Result<SlowLink> {
     let (link, ms) = s
         .split_once(':')
-        .ok_or_else(|| format!("'{s}': expected LINK:DELAY_MS, e.g. 0:20"))?;
+        .ok_or_else(|| anyhow::anyhow!("'{s}': expected LINK:DELAY_MS, e.g. 0:20"))?;
     Ok(SlowLink {
         link: link
             .trim()
             .parse()
-            .map_err(|_| format!("'{s}': link '{link}' is not a whole number"))?,
+            .map_err(|_| anyhow::anyhow!("'{s}': link '{link}' is not a whole number"))?,
         delay_ms: ms
             .trim()
             .parse()
-            .map_err(|_| format!("'{s}': delay '{ms}' is not a number"))?,
+            .map_err(|_| anyhow::anyhow!("'{s}': delay '{ms}' is not a number"))?,
     })
 }
 
-pub fn parse_occupy(s: &str) -> Result<Occupy, String> {
-    let slow = parse_slow(s).map_err(|e| e.replace("LINK:DELAY_MS", "LINK:MS"))?;
+pub fn parse_occupy(s: &str) -> anyhow::Result<Occupy> {
+    let slow = parse_slow(s)
+        .map_err(|e| anyhow::anyhow!(e.to_string().replace("LINK:DELAY_MS", "LINK:MS")))?;
     Ok(Occupy {
         link: slow.link,
         ms: slow.delay_ms,

@@ -10,7 +10,7 @@ use crate::output::Progress;
 use crate::record::RunDir;
 
 /// `[sim]` in a suite config.
-pub fn from_toml(v: toml::Value) -> Result<Box<dyn crate::suite::Bench>, String> {
+pub fn from_toml(v: toml::Value) -> anyhow::Result<Box<dyn crate::suite::Bench>> {
     let plan = SimPlan::from_config(&crate::bench::shared::table::<SimConfig>(v)?)?;
     Ok(Box::new(SimBench {
         plan,

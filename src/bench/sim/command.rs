@@ -41,7 +41,7 @@ pub fn run(m: &clap::ArgMatches, g: &GlobalArgs) -> anyhow::Result<Ran> {
         ),
         None => None,
     };
-    let plan = SimPlan::build(&cfg, trace.as_deref()).map_err(anyhow::Error::msg)?;
+    let plan = SimPlan::build(&cfg, trace.as_deref())?;
     if let (Some(costs), true) = (&links, a.place) {
         // The schedules named (every one of them judged), or adaptive against 1f1b.
         let named = cfg.schedules.is_some() || cfg.schedule_file.is_some();

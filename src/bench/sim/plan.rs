@@ -36,10 +36,10 @@ pub const TAIL_ITERATIONS: u32 = 1000;
 
 /// The model's shape and the memory limit laid on the base scenario: (microbatches in flight
 /// adaptive keeps to, the limit as the CSV shows it).
-fn memory_of(cfg: &SimConfig, base: &mut Scenario) -> Result<(usize, String), String> {
+fn memory_of(cfg: &SimConfig, base: &mut Scenario) -> anyhow::Result<(usize, String)> {
     if let Some(shape) = &cfg.model {
         if let Some(problem) = shape.problem() {
-            return Err(problem);
+            return Err(anyhow::anyhow!(problem));
         }
         base.activation = Some(shape.activation());
     }
@@ -49,20 +49,20 @@ fn memory_of(cfg: &SimConfig, base: &mut Scenario) -> Result<(usize, String), St
             (n, n.to_string())
         }
         Some(MemLimit::Microbatches(0)) => {
-            return Err("mem_limit must be at least 1 microbatch".into())
+            return Err(anyhow::anyhow!("mem_limit must be at least 1 microbatch"))
         }
         Some(MemLimit::Microbatches(n)) => (*n, n.to_string()),
         Some(MemLimit::Size(text)) => {
             let bytes = crate::units::parse_byte_count(text)? as f64;
             let Some(shape) = &cfg.model else {
-                return Err(format!(
+                return Err(anyhow::anyhow!(
                     "mem_limit {text} is in bytes: give the model's shape ([model] or \
                      --hidden, --heads, --seq-len, --micro-batch) or a number of microbatches"
                 ));
             };
             let left = bytes - shape.param_bytes();
             if left < shape.activation().held {
-                return Err(format!(
+                return Err(anyhow::anyhow!(
                     "mem_limit {text}: the parameters ({}) leave room for less than one \
                      microbatch's activations ({}); raise it",
                     crate::units::human_bytes(shape.param_bytes() as u64),
@@ -77,11 +77,11 @@ fn memory_of(cfg: &SimConfig, base: &mut Scenario) -> Result<(usize, String), St
 }
 
 /// A PyTorch schedule CSV as a schedule named by its file.
-fn read_schedule_file(path: &Path) -> Result<Schedule, String> {
+fn read_schedule_file(path: &Path) -> anyhow::Result<Schedule> {
     let text = crate::record::read_input(path)
-        .map_err(|e| format!("cannot read schedule file {}: {e}", path.display()))?;
+        .map_err(|e| anyhow::anyhow!("cannot read schedule file {}: {e}", path.display()))?;
     let schedule = crate::sim::torch_csv::parse(&text)
-        .map_err(|e| format!("schedule file {}: {e}", path.display()))?;
+        .map_err(|e| anyhow::anyhow!("schedule file {}: {e}", path.display()))?;
     let name = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -108,12 +108,12 @@ pub(super) fn slow_label(delays: &[f64]) -> String {
 
 impl SimPlan {
     /// Builds the base scenario from a config (defaults: S = 4, N = 12, 10 ms ops, no delay).
-    pub fn from_config(cfg: &SimConfig) -> Result<SimPlan, String> {
+    pub fn from_config(cfg: &SimConfig) -> anyhow::Result<SimPlan> {
         Self::build(cfg, None)
     }
 
     /// Like `from_config`, with per-iteration link delays from a trace.
-    pub fn build(cfg: &SimConfig, trace: Option<&str>) -> Result<SimPlan, String> {
+    pub fn build(cfg: &SimConfig, trace: Option<&str>) -> anyhow::Result<SimPlan> {
         let ten = OneOrMany::One(10.0);
         let slow: Vec<(usize, f64)> = cfg.slow.iter().map(|s| (s.link, s.delay_ms)).collect();
         let file = cfg
@@ -152,8 +152,7 @@ impl SimPlan {
         .and_then(|sc| match &cfg.tfb {
             Some(tfb) => sc.with_tfb(&tfb.values()),
             None => Ok(sc),
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         let names = match (&cfg.schedules, &file) {
             (Some(names), _) => names.clone(),
             (None, Some(_)) => Vec::new(),
@@ -165,7 +164,7 @@ impl SimPlan {
             .collect::<Result<Vec<_>, _>>()?;
         schedules.extend(file);
         if schedules.is_empty() {
-            return Err("schedules is empty: name at least one".into());
+            return Err(anyhow::anyhow!("schedules is empty: name at least one"));
         }
         let mut base = base;
         let (mem_limit, mem_limit_label) = memory_of(cfg, &mut base)?;
@@ -197,7 +196,7 @@ impl SimPlan {
         let sweepable = crate::sim::links_of(base.stages);
         for sw in &cfg.sweep {
             if sw.link >= sweepable {
-                return Err(format!(
+                return Err(anyhow::anyhow!(
                     "sweep link {} does not exist: links are 0..={} (link i joins stages i and \
                      i+1; from 3 stages on the last is the wrap link, last stage to first)",
                     sw.link,
@@ -206,7 +205,7 @@ impl SimPlan {
             }
             for &d in &sw.delays_ms {
                 if !d.is_finite() || !(0.0..=MAX_MS).contains(&d) {
-                    return Err(format!(
+                    return Err(anyhow::anyhow!(
                         "sweep delay {d}: delays must be finite, >= 0 and at most {MAX_MS} ms"
                     ));
                 }
@@ -235,14 +234,13 @@ impl SimPlan {
 
     /// The tail run a config asks for (stalls given), checked: links that exist, at most
     /// [`tail::MAX_ITERATIONS`].
-    fn tail_plan(cfg: &SimConfig, links: usize) -> Result<Option<TailPlan>, String> {
+    fn tail_plan(cfg: &SimConfig, links: usize) -> anyhow::Result<Option<TailPlan>> {
         if cfg.stall.is_empty() && cfg.measured_tail.is_empty() {
             if cfg.iterations.is_some() || cfg.seed.is_some() {
-                return Err(
+                return Err(anyhow::anyhow!(
                     "--iterations and --seed draw stalls: give --stall LINK:PROB:MS (or \
                             --from a links run that stalled)"
-                        .into(),
-                );
+                ));
             }
             return Ok(None);
         }
@@ -251,14 +249,14 @@ impl SimPlan {
             .chain(cfg.measured_tail.iter().map(|m| m.link))
             .find(|&l| l >= links);
         if let Some(link) = beyond {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "stall link {link} does not exist: links are 0..={} (link i joins stages i and i+1)",
                 links as i64 - 1
             ));
         }
         let iterations = cfg.iterations.unwrap_or(TAIL_ITERATIONS);
         if iterations == 0 || iterations > tail::MAX_ITERATIONS {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--iterations {iterations}: give 1 to {}",
                 tail::MAX_ITERATIONS
             ));
@@ -300,9 +298,9 @@ impl SimPlan {
     }
 
     /// Refuses, before anything runs, a plan over the case or op caps.
-    fn check_cost(&self) -> Result<(), String> {
+    fn check_cost(&self) -> anyhow::Result<()> {
         if self.cases.len() > MAX_CASES {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "{} cases (trace iterations and sweep delays) is over the cap of {MAX_CASES}: \
                  split the trace or the sweep",
                 self.cases.len()
@@ -310,7 +308,7 @@ impl SimPlan {
         }
         let ops = self.estimated_ops();
         if ops > MAX_SIM_OPS {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "this run would simulate about {ops} ops, over the cap of {MAX_SIM_OPS} \
                  (about a minute of simulation): use fewer stages, microbatches, cases or schedules"
             ));

@@ -333,7 +333,7 @@ pub fn throughput_bench(dir: &RunDir, reps: u32, progress: &Progress) -> Result<
         "adaptive",
     ];
     for name in schedules {
-        let schedule: Schedule = name.parse().map_err(|e: String| anyhow!(e))?;
+        let schedule: Schedule = name.parse()?;
         let mut samples = Vec::new();
         let mut ops = 0usize;
         for _ in 0..reps.max(1) {

@@ -85,13 +85,13 @@ pub enum MemLimit {
 }
 
 impl std::str::FromStr for MemLimit {
-    type Err = String;
-    fn from_str(s: &str) -> Result<MemLimit, String> {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<MemLimit> {
         match s.trim().parse::<usize>() {
             Ok(n) => Ok(MemLimit::Microbatches(n)),
             Err(_) => crate::units::parse_byte_count(s)
                 .map(|_| MemLimit::Size(s.trim().to_string()))
-                .map_err(|e| format!("--mem-limit: {e}; or give a number of microbatches")),
+                .map_err(|e| anyhow::anyhow!("--mem-limit: {e}; or give a number of microbatches")),
         }
     }
 }

@@ -35,28 +35,28 @@ pub struct Stall {
 pub const MAX_ITERATIONS: u32 = 100_000;
 
 /// `LINK:PROB:MS`, as `--stall 2:0.01:200` (PROB in [0, 1], MS in ms).
-pub fn parse_stall(s: &str) -> Result<Stall, String> {
+pub fn parse_stall(s: &str) -> anyhow::Result<Stall> {
     let usage = "give LINK:PROB:MS, as 2:0.01:200 (link 2 stalls 1% of transfers by 200 ms)";
     let parts: Vec<&str> = s.split(':').collect();
     let [link, prob, ms] = parts[..] else {
-        return Err(format!("{s:?}: {usage}"));
+        return Err(anyhow::anyhow!("{s:?}: {usage}"));
     };
     let link: usize = link
         .trim()
         .parse()
-        .map_err(|_| format!("{s:?}: the link is not a number; {usage}"))?;
+        .map_err(|_| anyhow::anyhow!("{s:?}: the link is not a number; {usage}"))?;
     let prob: f64 = prob
         .trim()
         .parse()
         .ok()
         .filter(|p: &f64| (0.0..=1.0).contains(p))
-        .ok_or_else(|| format!("{s:?}: PROB must be a number in 0..=1; {usage}"))?;
+        .ok_or_else(|| anyhow::anyhow!("{s:?}: PROB must be a number in 0..=1; {usage}"))?;
     let ms: f64 = ms
         .trim()
         .parse()
         .ok()
         .filter(|m: &f64| m.is_finite() && (0.0..=crate::sim::model::MAX_MS).contains(m))
-        .ok_or_else(|| format!("{s:?}: MS must be a number of ms in 0..=1e6; {usage}"))?;
+        .ok_or_else(|| anyhow::anyhow!("{s:?}: MS must be a number of ms in 0..=1e6; {usage}"))?;
     Ok(Stall { link, prob, ms })
 }
 
@@ -375,10 +375,22 @@ mod tests {
                 ms: 200.0
             }
         );
-        assert!(parse_stall("2:1.5:200").unwrap_err().contains("PROB"));
-        assert!(parse_stall("x:0.1:2").unwrap_err().contains("link"));
-        assert!(parse_stall("2:0.1").unwrap_err().contains("LINK:PROB:MS"));
-        assert!(parse_stall("2:0.1:-3").unwrap_err().contains("MS"));
+        assert!(parse_stall("2:1.5:200")
+            .unwrap_err()
+            .to_string()
+            .contains("PROB"));
+        assert!(parse_stall("x:0.1:2")
+            .unwrap_err()
+            .to_string()
+            .contains("link"));
+        assert!(parse_stall("2:0.1")
+            .unwrap_err()
+            .to_string()
+            .contains("LINK:PROB:MS"));
+        assert!(parse_stall("2:0.1:-3")
+            .unwrap_err()
+            .to_string()
+            .contains("MS"));
     }
 
     #[test]

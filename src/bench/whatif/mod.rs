@@ -132,7 +132,7 @@ pub struct WhatifPlan {
 
 impl Settings for WhatifSettings {
     type Plan = WhatifPlan;
-    fn plan(&self) -> Result<WhatifPlan, String> {
+    fn plan(&self) -> anyhow::Result<WhatifPlan> {
         let plan = WhatifPlan {
             trace: self.trace.clone(),
             meta: self.meta.clone(),
@@ -157,19 +157,19 @@ impl Settings for WhatifSettings {
         };
         for s in &plan.split {
             if !["optype", "dp_rank", "stage", "worker"].contains(&s.as_str()) {
-                return Err(format!(
+                return Err(anyhow::anyhow!(
                     "--split {s:?}: give a list of optype, dp_rank, stage, worker"
                 ));
             }
         }
         if !(0.0..1.0).contains(&plan.drain_threshold) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--drain-threshold {}: give a share of the step from 0 to 1, e.g. 0.05",
                 plan.drain_threshold
             ));
         }
         if !(0.0..1.0).contains(&plan.w_fraction) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--w-fraction {}: give the weight gradient's share of a backward, 0 to under 1",
                 plan.w_fraction
             ));
@@ -179,10 +179,10 @@ impl Settings for WhatifSettings {
 }
 
 /// `12,20-23` -> {12, 20, 21, 22, 23}.
-pub fn parse_steps(text: &str) -> Result<BTreeSet<i64>, String> {
+pub fn parse_steps(text: &str) -> anyhow::Result<BTreeSet<i64>> {
     let mut out = BTreeSet::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || format!("--steps {part:?}: give steps as 12,20-23");
+        let bad = || anyhow::anyhow!("--steps {part:?}: give steps as 12,20-23");
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b): (i64, i64) = (
@@ -200,7 +200,7 @@ pub fn parse_steps(text: &str) -> Result<BTreeSet<i64>, String> {
         }
     }
     if out.is_empty() {
-        return Err("--steps is empty: give steps as 12,20-23".into());
+        return Err(anyhow::anyhow!("--steps is empty: give steps as 12,20-23"));
     }
     Ok(out)
 }

@@ -94,15 +94,15 @@ pub fn run(job: &Job, a: &Answer, w_fraction: f64) -> Result<Vec<ScheduleRow>> {
     };
     let mut rows = Vec::new();
     for name in names(job.vpp as u32) {
-        let schedule: Schedule = name.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-        let time = |sc: &Scenario| -> Result<f64, String> {
+        let schedule: Schedule = name.parse()?;
+        let time = |sc: &Scenario| -> anyhow::Result<f64> {
             evaluate(&schedule, sc, default_mem_limit(sc))
                 .map(|(_, run)| run.iteration_ms / 1e3)
-                .map_err(|e| e.to_string())
+                .map_err(anyhow::Error::from)
         };
         let (fi, bi, m) = stage_times(job, &a.ideal_cost, None);
         let ideal = time(&scenario(&fi, &bi, m)?).map(|t| t + tail_ideal);
-        let mut worst: Result<f64, String> = Ok(0.0);
+        let mut worst: anyhow::Result<f64> = Ok(0.0);
         for d in 0..job.dp {
             let (f, b, m) = stage_times(job, &job.cost, Some(d));
             let t = time(&scenario(&f, &b, m)?);
@@ -116,7 +116,7 @@ pub fn run(job: &Job, a: &Answer, w_fraction: f64) -> Result<Vec<ScheduleRow>> {
             schedule: name,
             with_stragglers_s: real.as_ref().ok().copied(),
             without_s: ideal.as_ref().ok().copied(),
-            refused: real.err().or(ideal.err()),
+            refused: real.err().or(ideal.err()).map(|e| e.to_string()),
         });
     }
     Ok(rows)

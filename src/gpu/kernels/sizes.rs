@@ -2,27 +2,28 @@
 
 use crate::gpu::kernels::{GemmSize, LayernormSize};
 
-fn dims<const N: usize>(text: &str, what: &str, form: &str) -> Result<[u32; N], String> {
+fn dims<const N: usize>(text: &str, what: &str, form: &str) -> anyhow::Result<[u32; N]> {
     let parts: Vec<&str> = text.trim().split(['x', 'X']).collect();
     if parts.len() != N {
-        return Err(format!("'{text}' is not a {what} size: expected {form}"));
+        return Err(anyhow::anyhow!(
+            "'{text}' is not a {what} size: expected {form}"
+        ));
     }
     let mut out = [0u32; N];
     for (slot, part) in out.iter_mut().zip(&parts) {
-        let v: u64 = part
-            .trim()
-            .parse()
-            .map_err(|_| format!("'{text}': '{part}' is not a whole number (expected {form})"))?;
+        let v: u64 = part.trim().parse().map_err(|_| {
+            anyhow::anyhow!("'{text}': '{part}' is not a whole number (expected {form})")
+        })?;
         if v == 0 {
-            return Err(format!("'{text}': every dimension must be >= 1"));
+            return Err(anyhow::anyhow!("'{text}': every dimension must be >= 1"));
         }
         *slot = u32::try_from(v)
-            .map_err(|_| format!("'{text}': {v} is too large (at most {})", u32::MAX))?;
+            .map_err(|_| anyhow::anyhow!("'{text}': {v} is too large (at most {})", u32::MAX))?;
     }
     Ok(out)
 }
 
-pub fn parse_gemm(text: &str) -> Result<GemmSize, String> {
+pub fn parse_gemm(text: &str) -> anyhow::Result<GemmSize> {
     let [m, n, k] = dims::<3>(text, "GEMM", "MxNxK, e.g. 512x512x512")?;
     let size = GemmSize { m, n, k };
     let elems = [
@@ -31,17 +32,17 @@ pub fn parse_gemm(text: &str) -> Result<GemmSize, String> {
         m as u64 * n as u64,
     ];
     if elems.iter().any(|&e| e > (u32::MAX / 4) as u64) {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "'{text}': a matrix of this size exceeds 4 GiB, beyond what a GPU buffer binding can hold"
         ));
     }
     Ok(size)
 }
 
-pub fn parse_layernorm(text: &str) -> Result<LayernormSize, String> {
+pub fn parse_layernorm(text: &str) -> anyhow::Result<LayernormSize> {
     let [rows, hidden] = dims::<2>(text, "layernorm", "ROWSxHIDDEN, e.g. 4096x1024")?;
     if rows as u64 * hidden as u64 > (u32::MAX / 4) as u64 {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "'{text}': the matrix exceeds 4 GiB, beyond what a GPU buffer binding can hold"
         ));
     }
@@ -49,7 +50,7 @@ pub fn parse_layernorm(text: &str) -> Result<LayernormSize, String> {
 }
 
 /// A comma-separated list; empty text gives an empty list.
-pub fn parse_list<T>(text: &str, one: fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+pub fn parse_list<T>(text: &str, one: fn(&str) -> anyhow::Result<T>) -> anyhow::Result<Vec<T>> {
     text.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
@@ -83,15 +84,26 @@ mod tests {
 
     #[test]
     fn rejects_bad_sizes_with_reasons() {
-        assert!(parse_gemm("0x4x4").unwrap_err().contains(">= 1"));
-        assert!(parse_gemm("4x4").unwrap_err().contains("MxNxK"));
-        assert!(parse_gemm("4x4xq").unwrap_err().contains("whole number"));
+        assert!(parse_gemm("0x4x4")
+            .unwrap_err()
+            .to_string()
+            .contains(">= 1"));
+        assert!(parse_gemm("4x4").unwrap_err().to_string().contains("MxNxK"));
+        assert!(parse_gemm("4x4xq")
+            .unwrap_err()
+            .to_string()
+            .contains("whole number"));
         assert!(parse_gemm("99999999999x1x1")
             .unwrap_err()
+            .to_string()
             .contains("too large"));
-        assert!(parse_gemm("100000x100000x1").unwrap_err().contains("4 GiB"));
+        assert!(parse_gemm("100000x100000x1")
+            .unwrap_err()
+            .to_string()
+            .contains("4 GiB"));
         assert!(parse_layernorm("-3x10")
             .unwrap_err()
+            .to_string()
             .contains("whole number"));
     }
 }

@@ -174,7 +174,7 @@ pub fn execute(
     job: &Job,
     model: &RuntimeModel,
     machine: &Machine,
-) -> Result<f64, String> {
+) -> anyhow::Result<f64> {
     let mut g = Graph {
         dag: Dag::default(),
         job,
@@ -258,7 +258,7 @@ pub fn execute(
         last.push(g.dag.node(&tail, 0.0));
     }
     let at = g.dag.solve().map_err(|left| {
-        format!("the runtime deadlocks: {left} of {} events can never happen (a receive that no send matches, or calls posted in an order both ends wait on)", g.dag.len())
+        anyhow::anyhow!("the runtime deadlocks: {left} of {} events can never happen (a receive that no send matches, or calls posted in an order both ends wait on)", g.dag.len())
     })?;
     Ok(last.iter().map(|&n| at[n as usize]).fold(0.0, f64::max))
 }

@@ -175,8 +175,8 @@ impl fmt::Display for System {
 }
 
 impl FromStr for System {
-    type Err = String;
-    fn from_str(s: &str) -> Result<System, String> {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<System> {
         match s.trim().to_ascii_lowercase().as_str() {
             "1f1b" | "megatron-1f1b" => Ok(System::OneFOneB),
             "zb" => Ok(System::Zb),
@@ -184,7 +184,7 @@ impl FromStr for System {
             "zb-cpu-reschedule" | "pipemorph" => Ok(System::Pipemorph),
             "morphbench-inline" => Ok(System::MorphbenchInline),
             "morphbench-offload" => Ok(System::MorphbenchOffload),
-            other => Err(format!(
+            other => Err(anyhow::anyhow!(
                 "unknown system '{other}': choose 1F1B, ZB, ZB-CPU or ZB-CPU-ReSchedule (pipemorph)"
             )),
         }
@@ -358,7 +358,7 @@ fn planned_order(
     times: [&[f64]; 3],
     delay: &[f64],
     warmup: Vec<usize>,
-) -> Result<Orders, String> {
+) -> anyhow::Result<Orders> {
     let s = job.stages;
     let slow: Vec<(usize, f64)> = delay
         .iter()
@@ -370,8 +370,7 @@ fn planned_order(
     let sc = Scenario::builder(s, job.microbatches)
         .times(tf, tb, tw)
         .slow(&slow)
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     let policy = Policy::Priority(PriorityPolicy {
         split: true,
         warmup,
@@ -379,7 +378,7 @@ fn planned_order(
         priority: [OpKind::B, OpKind::F, OpKind::W],
         hold_after_warmup: true,
     });
-    let run = simulate(&sc, &policy).map_err(|e| e.to_string())?;
+    let run = simulate(&sc, &policy)?;
     Ok(orders_of(&run, s))
 }
 
@@ -391,14 +390,14 @@ fn orders_of(run: &super::Run, stages: usize) -> Orders {
 }
 
 /// ZB's runtime lists (or, ablated, today's zb-fill order with receives posted when needed).
-fn zb_programs(job: &Job, mech: &Mechanisms) -> Result<Vec<Vec<Instr>>, String> {
+fn zb_programs(job: &Job, mech: &Mechanisms) -> anyhow::Result<Vec<Vec<Instr>>> {
     let (s, n) = (job.stages, job.microbatches);
     if mech.zb_plan {
         return Ok(program::from_steps(&zb_runtime_lists(s, n, 2 * s)?));
     }
-    let sc = Scenario::builder(s, n).build().map_err(|e| e.to_string())?;
+    let sc = Scenario::builder(s, n).build()?;
     let policy = super::schedules::base_policy(&super::Schedule::ZbFill, &sc);
-    let run = simulate(&sc, &policy).map_err(|e| e.to_string())?;
+    let run = simulate(&sc, &policy)?;
     let mut end = vec![0.0; 3 * s * n];
     for e in &run.ops {
         end[(e.op.kind.index() * s + e.op.stage) * n + e.op.mb] = e.end;
@@ -414,7 +413,7 @@ pub fn predict(
     job: &Job,
     machine: &Machine,
     mech: &Mechanisms,
-) -> Result<Prediction, String> {
+) -> anyhow::Result<Prediction> {
     let calm_delay = vec![0.0; job.delay.len()];
     let calm = Job {
         delay: &calm_delay,
@@ -433,7 +432,7 @@ pub fn predict(
         System::MorphbenchInline | System::MorphbenchOffload => {
             let replay = job
                 .measured
-                .ok_or_else(|| format!("{system} predicts a measured pipeline run only"))?;
+                .ok_or_else(|| anyhow::anyhow!("{system} predicts a measured pipeline run only"))?;
             let p = program::from_orders(replay.orders, job.stages);
             let m = RuntimeModel {
                 path: Path::Offload,
@@ -517,7 +516,7 @@ fn best_replan(
     split: &Job,
     m: &RuntimeModel,
     machine: &Machine,
-) -> Result<Orders, String> {
+) -> anyhow::Result<Orders> {
     let top = job.delay.iter().copied().fold(0.0, f64::max);
     let mut best: Option<(f64, Orders)> = None;
     let mut planned = 0.0f64;
@@ -536,8 +535,7 @@ fn best_replan(
         let sc = Scenario::builder(job.stages, job.microbatches)
             .times(job.tf, job.tb, job.tw)
             .slow(&slow)
-            .build()
-            .map_err(|e| e.to_string())?;
+            .build()?;
         let warm = pipemorph_warmup(&sc, 2, job.microbatches);
         let order = planned_order(job, [job.tf, job.tb, job.tw], &delay, warm)?;
         let t = execute(&program::from_orders(&order, job.stages), split, m, machine)?;

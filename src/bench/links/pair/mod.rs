@@ -136,10 +136,10 @@ pub fn serve(
 
 /// An accepted connection, once it proved the job's secret (within a few seconds, so a
 /// silent one holds up the pair no longer).
-fn proven(s: TcpStream, trust: &Trust, deadline: Instant) -> Result<TcpStream, String> {
-    s.set_nonblocking(false).map_err(|e| e.to_string())?;
+fn proven(s: TcpStream, trust: &Trust, deadline: Instant) -> anyhow::Result<TcpStream> {
+    s.set_nonblocking(false)?;
     let until = deadline.min(Instant::now() + PROOF_WAIT);
-    auth::accept(&s, trust, until).map_err(|e| e.to_string())?;
+    auth::accept(&s, trust, until)?;
     Ok(s)
 }
 

@@ -32,30 +32,35 @@ pub struct PairPlan {
 }
 
 impl PairPlan {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> anyhow::Result<()> {
         if self.transports.is_empty() {
-            return Err("--transport: give tcp, rdma or tcp,rdma".into());
+            return Err(anyhow::anyhow!("--transport: give tcp, rdma or tcp,rdma"));
         }
         if self.sizes.is_empty() {
-            return Err("--sizes: give at least one size, such as 8,64K,4M".into());
+            return Err(anyhow::anyhow!(
+                "--sizes: give at least one size, such as 8,64K,4M"
+            ));
         }
         if let Some(s) = self.sizes.iter().find(|&&s| s == 0 || s > MAX_BYTES) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--sizes: {s} B is outside 1 B ..= 256 MiB; give sizes such as 8,64K,4M"
             ));
         }
         if self.iters == 0 || self.iters > MAX_COUNT * 16 {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--iters {}: give 1 to {}",
                 self.iters,
                 MAX_COUNT * 16
             ));
         }
         if self.budget_ms == 0 || self.budget_ms > 60_000 {
-            return Err(format!("--budget-ms {}: give 1 to 60000", self.budget_ms));
+            return Err(anyhow::anyhow!(
+                "--budget-ms {}: give 1 to 60000",
+                self.budget_ms
+            ));
         }
         if self.io_timeout_s == 0 || self.io_timeout_s > 3600 {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "--timeout {}: give 1 to 3600 seconds",
                 self.io_timeout_s
             ));

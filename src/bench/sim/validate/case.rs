@@ -81,11 +81,11 @@ impl Case {
         }
     }
 
-    pub fn predict(&self, mech: &Mechanisms) -> Result<Prediction, String> {
+    pub fn predict(&self, mech: &Mechanisms) -> anyhow::Result<Prediction> {
         self.predict_on(&Machine::ARTIFACT, mech)
     }
 
-    pub fn predict_on(&self, machine: &Machine, mech: &Mechanisms) -> Result<Prediction, String> {
+    pub fn predict_on(&self, machine: &Machine, mech: &Mechanisms) -> anyhow::Result<Prediction> {
         predict(self.system, &self.job(), machine, mech)
     }
 }

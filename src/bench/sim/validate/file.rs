@@ -78,8 +78,8 @@ struct Row<'a> {
     cells: &'a [String],
 }
 
-fn bad(name: &str, v: &str, why: &str) -> String {
-    format!("column {name}: '{v}' {why}")
+fn bad(name: &str, v: &str, why: &str) -> anyhow::Error {
+    anyhow::anyhow!("column {name}: '{v}' {why}")
 }
 
 impl Row<'_> {
@@ -93,12 +93,12 @@ impl Row<'_> {
             .filter(|s| !s.is_empty())
     }
 
-    fn need(&self, name: &str) -> Result<&str, String> {
+    fn need(&self, name: &str) -> anyhow::Result<&str> {
         self.get(name)
-            .ok_or_else(|| format!("column {name}: empty"))
+            .ok_or_else(|| anyhow::anyhow!("column {name}: empty"))
     }
 
-    fn count(&self, name: &str, lo: usize, hi: usize) -> Result<usize, String> {
+    fn count(&self, name: &str, lo: usize, hi: usize) -> anyhow::Result<usize> {
         let v = self.need(name)?;
         match v.parse::<usize>() {
             Ok(x) if (lo..=hi).contains(&x) => Ok(x),
@@ -111,7 +111,7 @@ impl Row<'_> {
     }
 
     /// A number >= 0, None when the cell is empty.
-    fn number(&self, name: &str) -> Result<Option<f64>, String> {
+    fn number(&self, name: &str) -> anyhow::Result<Option<f64>> {
         self.get(name)
             .map(|v| match v.parse::<f64>() {
                 Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
@@ -121,12 +121,12 @@ impl Row<'_> {
     }
 
     /// A measured duration, None when the cell is empty.
-    fn measured(&self, name: &str) -> Result<Option<f64>, String> {
+    fn measured(&self, name: &str) -> anyhow::Result<Option<f64>> {
         self.get(name).map(|v| ms(name, v)).transpose()
     }
 
     /// One value or one per stage, `;` between them.
-    fn per_stage(&self, name: &str, stages: usize) -> Result<Vec<f64>, String> {
+    fn per_stage(&self, name: &str, stages: usize) -> anyhow::Result<Vec<f64>> {
         let v = self.need(name)?;
         let xs = v
             .split(';')
@@ -147,7 +147,7 @@ impl Row<'_> {
     }
 }
 
-fn ms(name: &str, v: &str) -> Result<f64, String> {
+fn ms(name: &str, v: &str) -> anyhow::Result<f64> {
     match v.trim().parse::<f64>() {
         Ok(x) if x.is_finite() && (0.0..=MAX_MS).contains(&x) => Ok(x),
         _ => Err(bad(
@@ -159,7 +159,7 @@ fn ms(name: &str, v: &str) -> Result<f64, String> {
 }
 
 /// Per link, the delay: `delay_ms` on each of `links` (`i_j` pairs, `,` between them).
-fn slow_delays(links: &str, delay_ms: f64, stages: usize) -> Result<Vec<f64>, String> {
+fn slow_delays(links: &str, delay_ms: f64, stages: usize) -> anyhow::Result<Vec<f64>> {
     let mut delay = vec![0.0; stages - 1];
     for l in links
         .split(',')
@@ -184,7 +184,7 @@ fn slow_delays(links: &str, delay_ms: f64, stages: usize) -> Result<Vec<f64>, St
 
 /// The healthy run's trend, from `healthy_iterations_ms`: its iterations before the fault, in
 /// order, `;` between them (None when the column is missing or the cell empty).
-fn trend(row: &Row) -> Result<Option<Trend>, String> {
+fn trend(row: &Row) -> anyhow::Result<Option<Trend>> {
     let Some(v) = row.get("healthy_iterations_ms") else {
         return Ok(None);
     };
@@ -199,15 +199,15 @@ fn trend(row: &Row) -> Result<Option<Trend>, String> {
     Ok(Trend::of(&xs))
 }
 
-fn parse_row(row: &Row) -> Result<Case, String> {
+fn parse_row(row: &Row) -> anyhow::Result<Case> {
     let system: System = row
         .need("system")?
         .parse()
-        .map_err(|e: String| format!("column system: {e}"))?;
+        .map_err(|e: anyhow::Error| anyhow::anyhow!("column system: {e}"))?;
     let stages = row.count("stages", 2, 256)?;
     let microbatches = row.count("microbatches", 1, 4096)?;
     if stages * microbatches > MAX_ROW_OPS {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "stages x microbatches = {} is over {MAX_ROW_OPS}",
             stages * microbatches
         ));
@@ -220,7 +220,7 @@ fn parse_row(row: &Row) -> Result<Case, String> {
         (None, None) => 0.0,
     };
     if activation_bytes > 1e12 {
-        return Err("column activation_bytes: over 1 TB".into());
+        return Err(anyhow::anyhow!("column activation_bytes: over 1 TB"));
     }
     let channels = match row.get("offload_channels") {
         Some(_) => row.count("offload_channels", 1, 1024)?,

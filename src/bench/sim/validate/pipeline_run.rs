@@ -39,13 +39,13 @@ type Lane = (
     Vec<Vec<(f64, OpKind, usize)>>,
 );
 
-fn lane_of(ops: &[Line<TimelineTable>], case: &str, stages: usize) -> Result<Lane, String> {
+fn lane_of(ops: &[Line<TimelineTable>], case: &str, stages: usize) -> anyhow::Result<Lane> {
     let measured: Vec<&Line<TimelineTable>> = ops
         .iter()
         .filter(|o| o.lead.case == case && o.params.lane == "measured")
         .collect();
     if measured.is_empty() {
-        return Err("no measured ops in pipeline_timeline.csv".into());
+        return Err(anyhow::anyhow!("no measured ops in pipeline_timeline.csv"));
     }
     let mut times = [
         vec![Vec::new(); stages],
@@ -57,7 +57,7 @@ fn lane_of(ops: &[Line<TimelineTable>], case: &str, stages: usize) -> Result<Lan
     for o in &measured {
         let (s, k) = (o.params.stage as usize, o.params.kind);
         if s >= stages {
-            return Err(format!("an op on stage {s} of {stages}"));
+            return Err(anyhow::anyhow!("an op on stage {s} of {stages}"));
         }
         times[k.index()][s].push(o.params.end_ms - o.params.start_ms);
         let sends = matches!(k, OpKind::F if s + 1 < stages) || matches!(k, OpKind::B if s > 0);
@@ -70,7 +70,7 @@ fn lane_of(ops: &[Line<TimelineTable>], case: &str, stages: usize) -> Result<Lan
 }
 
 /// A case's `slow` cell: `none`, or `LINK:MS` on a link the pipeline has.
-fn slow_of(slow: &str, stages: usize) -> Result<Option<(usize, f64)>, String> {
+fn slow_of(slow: &str, stages: usize) -> anyhow::Result<Option<(usize, f64)>> {
     if slow == "none" {
         return Ok(None);
     }
@@ -81,7 +81,9 @@ fn slow_of(slow: &str, stages: usize) -> Result<Option<(usize, f64)>, String> {
         Some((l, d)) if l + 1 < stages && d.is_finite() && (0.0..=MAX_MS).contains(&d) => {
             Ok(Some((l, d)))
         }
-        _ => Err(format!("slow '{slow}' is not LINK:MS of a link it has")),
+        _ => Err(anyhow::anyhow!(
+            "slow '{slow}' is not LINK:MS of a link it has"
+        )),
     }
 }
 
@@ -148,13 +150,14 @@ fn case_of(
     line: &Line<PipelineTable>,
     cases: &[Line<PipelineTable>],
     ops: &[Line<TimelineTable>],
-) -> Result<(Vec<String>, Case), String> {
+) -> anyhow::Result<(Vec<String>, Case)> {
     let p = &line.params;
     let stages = p.stages as usize;
     if !(2..=256).contains(&stages) || p.microbatches == 0 {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{} stages, {} microbatches",
-            p.stages, p.microbatches
+            p.stages,
+            p.microbatches
         ));
     }
     let system = if p.comm == "offload" {
@@ -171,7 +174,7 @@ fn case_of(
     let (times, send, orders) = lane_of(ops, &line.lead.case, stages)?;
     let own = [medians(&times[0]), medians(&times[1]), medians(&times[2])];
     if own[0].iter().chain(&own[1]).any(|&t| t <= 0.0) {
-        return Err("a stage has no F or B ops with a duration".into());
+        return Err(anyhow::anyhow!("a stage has no F or B ops with a duration"));
     }
     let orders: Orders = orders
         .into_iter()
@@ -194,10 +197,12 @@ fn case_of(
         None if calm(&p.slow, stages) => {
             (own[0].clone(), own[1].clone(), own[2].clone(), send.clone())
         }
-        None => return Err("a delayed case with no healthy twin".into()),
+        None => return Err(anyhow::anyhow!("a delayed case with no healthy twin")),
     };
     if tf.iter().chain(&tb).any(|&t| t <= 0.0) {
-        return Err("its healthy case has a stage without F or B ops".into());
+        return Err(anyhow::anyhow!(
+            "its healthy case has a stage without F or B ops"
+        ));
     }
     let (healthy_ms, slow_ms) = if calm(&p.slow, stages) {
         (Some(line.figures.iteration_ms), None)
