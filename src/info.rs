@@ -12,7 +12,7 @@ struct Info {
     host: HostInfo,
     adapters: Vec<AdapterReport>,
     /// Each adapter's PCIe link (read idle), or why it is not exposed, by adapter index.
-    pcie: Vec<Result<crate::pcie::Pcie, String>>,
+    pcie: Vec<crate::reported::Reported<crate::pcie::Pcie>>,
     rdma: RdmaReport,
 }
 
@@ -47,7 +47,7 @@ pub fn run(backend: BackendChoice, json: bool) -> Result<()> {
     let root = crate::pcie::sysfs_root();
     let pcie = adapters
         .iter()
-        .map(|a| crate::pcie::read(&root, &a.pci_bus_id).map_err(|e| format!("{e:#}")))
+        .map(|a| crate::pcie::read(&root, &a.pci_bus_id).into())
         .collect();
     let info = Info {
         host: HostInfo::probe(),
@@ -121,7 +121,7 @@ pub fn run(backend: BackendChoice, json: bool) -> Result<()> {
                 )
             })
             .and_then(|bus| crate::pcie::read(&root, &bus))
-            .map_err(|e| format!("{e:#}"));
+            .into();
         println!("  PCIe (idle): {}", crate::pcie::describe(&pcie));
         for p in &d.ports {
             println!(

@@ -17,6 +17,7 @@ pub mod output;
 pub mod pcie;
 pub mod record;
 pub mod report;
+pub mod reported;
 pub mod safe_fs;
 pub mod sanitize;
 pub mod sim;

@@ -293,7 +293,7 @@ pub fn judge(under_load: &Pcie, before: &Pcie, after: &Pcie) -> Judged {
 }
 
 /// One line for `info`: the link, its capability and its AER totals, or why not exposed.
-pub fn describe(p: &Result<Pcie, String>) -> String {
+pub fn describe(p: &crate::reported::Reported<Pcie>) -> String {
     let one = |s: &LinkState| {
         let n = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
         format!(
@@ -308,8 +308,8 @@ pub fn describe(p: &Result<Pcie, String>) -> String {
             n(s.aer.fatal)
         )
     };
-    match p {
-        Err(why) => why.clone(),
+    match p.as_result() {
+        Err(why) => why.to_string(),
         Ok(p) => match &p.upstream {
             Some(u) => format!("{}; upstream port {}", one(&p.device), one(u)),
             None => one(&p.device),

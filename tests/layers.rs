@@ -22,6 +22,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "output",
             "interrupt",
             "verdict",
+            "reported",
             "sanitize",
             "safe_fs",
         ],

@@ -272,9 +272,9 @@ fn gate(rank: u32, order: GateOrder) -> Up<FleetReply> {
     let reply = match order {
         GateOrder::Inventory => GateReply::Inventory(Box::new(inventory(rank))),
         GateOrder::Run(tests) => GateReply::Batch(Box::new(batch(&tests))),
-        GateOrder::Textfile(_) => {
-            GateReply::Written(Err("a simulated follower writes no textfile".into()))
-        }
+        GateOrder::Textfile(_) => GateReply::Written(crate::reported::Reported::failed(
+            "a simulated follower writes no textfile",
+        )),
     };
     Up::Reply(FleetReply::Gate(reply))
 }
@@ -322,7 +322,9 @@ fn batch(tests: &[TestSpec]) -> Batch {
                 error: None,
                 skipped: None,
                 note: None,
-                pcie: Some(Err("not exposed (a simulated node)".into())),
+                pcie: Some(crate::reported::Reported::failed(
+                    "not exposed (a simulated node)",
+                )),
                 placement: None,
             }
         })

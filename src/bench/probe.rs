@@ -16,8 +16,13 @@ const GEMM_VARIANT: &str = "tiled64";
 const WARMUP: usize = 3;
 /// Fewer samples than this and a probe cut by its deadline has no figure.
 pub const MIN_SAMPLES: usize = 3;
-/// How a probe with fewer than [`MIN_SAMPLES`] by its deadline says so.
-const CUT: &str = "cut by its deadline";
+/// A probe its deadline cut before [`MIN_SAMPLES`] samples: no figure. A retest passes over
+/// such a placement, where any other error (wrong bytes) ends it.
+#[derive(Debug, thiserror::Error)]
+#[error("cut by its deadline after {samples} samples (fewer than {MIN_SAMPLES})")]
+pub struct Cut {
+    pub samples: usize,
+}
 
 /// How long a probe may run and how many samples it takes.
 #[derive(Debug, Clone, Copy)]
@@ -51,10 +56,7 @@ pub(crate) fn sample(
         }
     }
     if us.len() < MIN_SAMPLES {
-        return Err(anyhow::anyhow!(
-            "{CUT} after {} samples (fewer than {MIN_SAMPLES})",
-            us.len()
-        ));
+        return Err(Cut { samples: us.len() }.into());
     }
     let summary = Summary::of(&us).ok_or_else(|| anyhow::anyhow!("no samples"))?;
     Ok(Probed { summary, cut })
@@ -235,7 +237,7 @@ fn spread_tries(
         };
         let (probed, placement) = match measure(share) {
             Ok(r) => r,
-            Err(e) if e.to_string().starts_with(CUT) => {
+            Err(e) if e.is::<Cut>() => {
                 cut = Some(e);
                 continue;
             }

@@ -368,7 +368,7 @@ pub struct Measured {
     pub note: Option<String>,
     /// The adapter's PCIe link read while this test copied (D2H), or why it is not exposed.
     #[serde(default)]
-    pub pcie: Option<Result<crate::pcie::Pcie, String>>,
+    pub pcie: Option<crate::reported::Reported<crate::pcie::Pcie>>,
     /// Where a host copy's buffers and thread were (memcpy), so placement is told from
     /// hardware; a retest's names every placement it tried.
     #[serde(default)]
@@ -483,7 +483,7 @@ fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
                 m.placement = Some(placement_text(&p));
                 bytes(p.probed)
             });
-            m.pcie = reader.join().ok().map(|r| r.map_err(|e| format!("{e:#}")));
+            m.pcie = reader.join().ok().map(Into::into);
             out
         }
         (TestKind::H2d, Some(g)) => probe::h2d_placed(g, t.size, budget, t.retest).map(|p| {

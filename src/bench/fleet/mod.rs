@@ -28,6 +28,7 @@ pub mod table;
 pub mod verdict;
 mod views;
 
+use crate::reported::Reported;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -221,11 +222,9 @@ impl Ranked for Fleet {
             )))),
             GateOrder::Textfile(file) => {
                 let written = match &self.opts.textfile {
-                    Some(dir) if file.figures.len() <= ops::MAX_FIGURES => {
-                        file.write(dir).map_err(|e| format!("{e:#}"))
-                    }
-                    Some(_) => Err(format!("more than {} figures", ops::MAX_FIGURES)),
-                    None => Err("this rank was not given --textfile".into()),
+                    Some(dir) if file.figures.len() <= ops::MAX_FIGURES => file.write(dir).into(),
+                    Some(_) => Reported::failed(format!("more than {} figures", ops::MAX_FIGURES)),
+                    None => Reported::failed("this rank was not given --textfile"),
                 };
                 Ok(Reply::Gate(GateReply::Written(written)))
             }

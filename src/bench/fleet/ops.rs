@@ -3,6 +3,7 @@
 //! from the run folder), and each failed host's Slurm drain reason (its first failed figure,
 //! measured against expected).
 
+use crate::reported::Reported;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -162,23 +163,23 @@ impl Fleet {
         for (host, file) in textfiles(pci, rows, "fleet", took) {
             let lowest = roster.iter().position(|r| r.hostname == host).unwrap_or(0) as u32;
             let written = match (lowest, &self.opts.textfile) {
-                (_, Some(d)) if host == mine => file.write(d).map_err(|e| format!("{e:#}")),
+                (_, Some(d)) if host == mine => file.write(d).into(),
                 (0, _) | (_, None) => continue,
                 (r, Some(_)) => {
                     let order = Order::Gate(GateOrder::Textfile(Box::new(file)));
                     match crew.order(r, order) {
-                        Err(e) => Err(e.to_string()),
+                        Err(e) => Reported::failed(e.to_string()),
                         Ok(()) => {
                             match crew.hear_each(&[r], Instant::now() + TEXTFILE_WAIT).pop() {
                                 Some((_, Ok(Reply::Gate(GateReply::Written(w))))) => w,
-                                Some((_, Err(e))) => Err(e.to_string()),
-                                _ => Err("answered out of turn".into()),
+                                Some((_, Err(e))) => Reported::failed(e.to_string()),
+                                _ => Reported::failed("answered out of turn"),
                             }
                         }
                     }
                 }
             };
-            if let Err(e) = written {
+            if let Reported::Err(e) = written {
                 use crate::sanitize::{console, CONSOLE_TEXT, MAX_HOSTNAME};
                 let (host, e) = (console(&host, MAX_HOSTNAME), console(&e, CONSOLE_TEXT));
                 eprintln!("warning: {host}'s metrics were not written: {e}");

@@ -41,7 +41,7 @@ pub enum GateReply {
     Inventory(Box<Inventory>),
     Batch(Box<Batch>),
     /// The textfile written, or why not.
-    Written(Result<PathBuf, String>),
+    Written(crate::reported::Reported<PathBuf>),
 }
 
 /// The longest text a rank's result may carry (an error, a note, why it was skipped).

@@ -8,6 +8,7 @@
 use super::checks::TestKind;
 use super::rank::{row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
 use crate::pcie::{judge, Judged};
+use crate::reported::Reported;
 
 /// The rows of every rank that ran its D2H test (none for a gate without one).
 pub fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
@@ -21,8 +22,8 @@ pub fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
             .and_then(|m| m.pcie.clone());
         let Some(read) = read else { continue };
         let under = match read {
-            Ok(p) => p,
-            Err(why) => {
+            Reported::Ok(p) => p,
+            Reported::Err(why) => {
                 let (p, mut f) = row(o, "pcie", "link");
                 (f.verdict, f.reason) = (SKIP, why);
                 out.push((p, f));
@@ -73,7 +74,7 @@ mod tests {
     use crate::bench::fleet::checks::{Batch, Measured};
     use crate::pcie::{LinkState, Pcie};
 
-    fn d2h(pcie: Result<Pcie, String>) -> Measured {
+    fn d2h(pcie: Reported<Pcie>) -> Measured {
         Measured {
             test: TestKind::D2h,
             figure: "gbps".into(),
@@ -91,7 +92,7 @@ mod tests {
         }
     }
 
-    fn rank(pcie: Result<Pcie, String>) -> RankOutcome {
+    fn rank(pcie: Reported<Pcie>) -> RankOutcome {
         let mut o = RankOutcome::new(0, "n0");
         o.batches.push(Batch {
             results: vec![d2h(pcie)],
@@ -120,7 +121,7 @@ mod tests {
 
     #[test]
     fn a_down_trained_link_fails_a_healthy_one_passes_and_none_is_not_exposed() {
-        let v = rows(&[rank(Ok(link(8, 16.0)))]);
+        let v = rows(&[rank(Reported::Ok(link(8, 16.0)))]);
         assert_eq!(v.len(), 3);
         assert!(v.iter().all(|(_, f)| f.verdict == FAIL), "{v:?}");
         assert!(
@@ -128,9 +129,9 @@ mod tests {
             "{v:?}"
         );
         assert_eq!((v[0].1.value, v[0].1.expected), (Some(8.0), Some(16.0)));
-        let v = rows(&[rank(Ok(link(16, 32.0)))]);
+        let v = rows(&[rank(Reported::Ok(link(16, 32.0)))]);
         assert!(v.iter().all(|(_, f)| f.verdict == PASS), "{v:?}");
-        let v = rows(&[rank(Err("not exposed (no PCI address: \"\")".into()))]);
+        let v = rows(&[rank(Reported::failed("not exposed (no PCI address: \"\")"))]);
         assert_eq!(v.len(), 1);
         assert_eq!((v[0].1.verdict, v[0].0.figure.as_str()), (SKIP, "link"));
         assert!(v[0].1.reason.starts_with("not exposed"));

@@ -35,8 +35,11 @@ impl std::fmt::Display for Comm {
     }
 }
 
-/// What a stage sees when a link's sender thread has ended (its own error follows).
-const STOPPED: &str = "the sender thread stopped";
+/// A send handed to a lane whose host thread had already ended: that thread's own error is
+/// the one to report.
+#[derive(Debug, thiserror::Error)]
+#[error("stage {0}: the sender thread stopped")]
+struct SenderStopped(u32);
 
 /// One op as it ran, on the shared clock (µs since the Unix epoch).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -214,7 +217,7 @@ fn join_lanes(
             Ok(Ok(sent)) => times.sends.extend(sent),
             Ok(Err(err)) => {
                 result = match result {
-                    Err(first) if !first.to_string().ends_with(STOPPED) => Err(first),
+                    Err(first) if !first.is::<SenderStopped>() => Err(first),
                     _ => Err(err),
                 }
             }
@@ -339,9 +342,7 @@ pub fn run_iteration(
                     };
                     match &lanes[i] {
                         None => times.sends.push(deliver(&o, iter)?),
-                        Some((tx, _)) => tx
-                            .send(o)
-                            .map_err(|_| anyhow::anyhow!("stage {s}: {STOPPED}"))?,
+                        Some((tx, _)) => tx.send(o).map_err(|_| SenderStopped(s))?,
                     }
                 }
             }
