@@ -205,10 +205,13 @@ pub fn memcpy_placed(bytes: u64, budget: Budget, spread: bool) -> anyhow::Result
 
 /// Runs `measure` once, or with `spread` (a retest that must be able to disagree) on fresh
 /// buffers [`MIN_PLACEMENTS`] to [`MAX_PLACEMENTS`] times, one per CPU the thread may use
-/// in turn, each in its share of the deadline, and keeps the fastest. `measure` holds its
+/// in turn, each in its own slice of the deadline, and keeps the fastest. A try starts no
+/// sooner than its slice does, so the tries spread over the whole deadline: a dip of the
+/// machine shorter than that cannot confirm a FAIL (a healthy lavapipe rank read d2h at 0.3x
+/// through three back-to-back tries, about 20 ms, and was drained). `measure` holds its
 /// earlier buffers meanwhile so the new ones land on other pages: a copy's speed on a VM or
 /// a NUMA host depends on the vCPU and the pages it got, and a retest in the conditions of
-/// the first measurement only repeats them. A try cut by its share of the deadline is passed
+/// the first measurement only repeats them. A try cut by its slice of the deadline is passed
 /// over; any other error (wrong bytes) ends it.
 fn spread_tries(
     budget: Budget,
@@ -231,9 +234,13 @@ fn spread_tries(
         if bind {
             crate::host::bind_thread(&[all[i % all.len()]]);
         }
+        let slice = |k: usize| started + span.mul_f64(k as f64 / tries as f64);
+        if let Some(wait) = slice(i).checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
         let share = Budget {
             iters: budget.iters,
-            deadline: started + span.mul_f64((i + 1) as f64 / tries as f64),
+            deadline: slice(i + 1),
         };
         let (probed, placement) = match measure(share) {
             Ok(r) => r,
@@ -395,5 +402,50 @@ mod tests {
         )
         .unwrap();
         assert!(p.cut && p.summary.n >= MIN_SAMPLES && n < 1000, "{n}");
+    }
+
+    #[test]
+    fn a_retests_tries_spread_over_its_deadline() {
+        let t0 = Instant::now();
+        let span = Duration::from_millis(400);
+        let budget = Budget {
+            iters: 3,
+            deadline: t0 + span,
+        };
+        let mut starts = Vec::new();
+        let placed = spread_tries(budget, true, |share| {
+            starts.push(t0.elapsed());
+            let probed = sample(share, || Ok(1.0))?;
+            Ok((probed, crate::host::Placement::default()))
+        })
+        .unwrap();
+        // Each try waits for its slice: the last starts in the deadline's last slice, though
+        // every try is done in microseconds.
+        let tries = starts.len();
+        assert!(
+            (MIN_PLACEMENTS..=MAX_PLACEMENTS).contains(&tries),
+            "{starts:?}"
+        );
+        assert_eq!(placed.tried.len(), tries);
+        for (i, at) in starts.iter().enumerate() {
+            assert!(*at >= span.mul_f64(i as f64 / tries as f64), "{starts:?}");
+        }
+        // Once is once: no wait.
+        let t1 = Instant::now();
+        spread_tries(budget_from(t1, span), false, |share| {
+            Ok((
+                sample(share, || Ok(1.0))?,
+                crate::host::Placement::default(),
+            ))
+        })
+        .unwrap();
+        assert!(t1.elapsed() < span / 2, "{:?}", t1.elapsed());
+    }
+
+    fn budget_from(t: Instant, span: Duration) -> Budget {
+        Budget {
+            iters: 3,
+            deadline: t + span,
+        }
     }
 }

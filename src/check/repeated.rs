@@ -104,42 +104,57 @@ pub fn against_baselines(bases: &[RunFigures], run: &RunFigures, policy: &Policy
         .map(|((k, p), q)| (*k, (*p, q)))
         .collect();
     for (key, (have, f)) in seen {
-        let t = policy.for_figure(key);
-        let mut o = Outcome::blank(&run.run_id, key, f);
-        let base = crate::stats::robust::median(&have.iter().map(|b| b.value).collect::<Vec<_>>());
-        (o.base, o.value, o.ratio) = (Some(base), Some(f.value), Some(f.value / base));
-        // The baselines' own range, as a ratio: where this run would sit among them.
-        let lo = have
-            .iter()
-            .map(|b| f.value / b.value)
-            .fold(f64::INFINITY, f64::min);
-        let hi = have.iter().map(|b| f.value / b.value).fold(0.0, f64::max);
-        (o.ci_lo, o.ci_hi) = (Some(lo), Some(hi));
-        let (p, q) = q_of.get(key).copied().unzip();
-        o.p = p;
-        let worse = f.better.worse_by(base, f.value);
-        let significant = q.is_some_and(|q| q < t.alpha);
-        let p_text = match (p, q) {
-            (Some(p), Some(q)) => format!(
-                "t-test against {} baseline runs p={}, q={}",
-                have.len(),
-                format_p(p),
-                format_p(q)
-            ),
-            _ => "no test".into(),
-        };
-        (o.verdict, o.reason) = grade(worse, significant, &t, &p_text);
-        cap_unsteady_caveat_only(&mut o, f);
-        if run.label.busy.iter().any(|(b, _)| *b == key.bench) {
-            o.at_most_warn(&crate::noise::busy_caveat(&key.bench, "this run"));
-        }
-        if let Some(first) = have.first() {
-            o.note_variant(first, f);
-        }
-        report.outcomes.push(o);
+        let tests = q_of.get(key).copied();
+        report
+            .outcomes
+            .push(judge(run, key, (&have, f), tests, policy));
     }
     report.outcomes.sort_by_key(|o| o.verdict);
     report
+}
+
+/// One figure of `run` (`f`) against its positive values in the baselines (`have`, two or
+/// more), given its test's p and adjusted q where it had one.
+fn judge(
+    run: &RunFigures,
+    key: &Key,
+    (have, f): (&[&Figure], &Figure),
+    tests: Option<(f64, f64)>,
+    policy: &Policy,
+) -> Outcome {
+    let t = policy.for_figure(key);
+    let mut o = Outcome::blank(&run.run_id, key, f);
+    let base = crate::stats::robust::median(&have.iter().map(|b| b.value).collect::<Vec<_>>());
+    (o.base, o.value, o.ratio) = (Some(base), Some(f.value), Some(f.value / base));
+    // The baselines' own range, as a ratio: where this run would sit among them.
+    let lo = have
+        .iter()
+        .map(|b| f.value / b.value)
+        .fold(f64::INFINITY, f64::min);
+    let hi = have.iter().map(|b| f.value / b.value).fold(0.0, f64::max);
+    (o.ci_lo, o.ci_hi) = (Some(lo), Some(hi));
+    let (p, q) = tests.unzip();
+    o.p = p;
+    let worse = f.better.worse_by(base, f.value);
+    let significant = q.is_some_and(|q| q < t.alpha);
+    let p_text = match (p, q) {
+        (Some(p), Some(q)) => format!(
+            "t-test against {} baseline runs p={}, q={}",
+            have.len(),
+            format_p(p),
+            format_p(q)
+        ),
+        _ => "no test".into(),
+    };
+    (o.verdict, o.reason) = grade(worse, significant, &t, &p_text);
+    cap_unsteady_caveat_only(&mut o, f);
+    if run.label.busy.iter().any(|(b, _)| *b == key.bench) {
+        o.at_most_warn(&crate::noise::busy_caveat(&key.bench, "this run"));
+    }
+    if let Some(first) = have.first() {
+        o.note_variant(first, f);
+    }
+    o
 }
 
 #[cfg(test)]

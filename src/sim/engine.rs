@@ -419,13 +419,8 @@ pub fn simulate(sc: &Scenario, policy: &Policy) -> Result<Run, SimError> {
     simulate_with(sc, policy, true)
 }
 
-/// Simulates one iteration; without `record`, `Run::ops` stays empty (for plan searches that
-/// need only the iteration time, busy times and peaks).
-pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run, SimError> {
-    let (s_count, n) = (sc.stages, sc.microbatches);
-    let (split, layout) = (policy.split(), policy.layout());
-    let slots = layout.chunks() * n;
-    let per_stage_ops = if split { 3 * slots } else { 2 * slots };
+/// Rejects fixed orders whose length is not the number of ops each stage must run.
+fn check_fixed_orders(policy: &Policy, per_stage_ops: usize) -> Result<(), SimError> {
     if let Policy::Fixed { orders, .. } = policy {
         for (stage, o) in orders.iter().enumerate() {
             if o.len() != per_stage_ops {
@@ -437,15 +432,104 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
             }
         }
     }
+    Ok(())
+}
+
+/// Candidate starts, earliest first (ties: lowest stage), tagged with the stage's version.
+type StartQueue = BinaryHeap<Reverse<(Time, usize, u64)>>;
+
+/// Re-decides every touched stage whose state changed and queues its new candidate start;
+/// bumping the version makes the stage's older queue entries stale.
+fn redecide_touched(
+    stages: &mut [Stage],
+    touched: &mut Vec<usize>,
+    versions: &mut [u64],
+    queue: &mut StartQueue,
+    policy: &Policy,
+    n: usize,
+) {
+    for s in touched.drain(..) {
+        let st = &mut stages[s];
+        if !st.dirty {
+            continue;
+        }
+        st.decision = decide(&mut *st, s, policy, n);
+        st.dirty = false;
+        versions[s] += 1;
+        if let Some((t, _)) = st.decision {
+            queue.push(Reverse((Time(t), s, versions[s])));
+        }
+    }
+}
+
+/// Pops the earliest candidate start that is still current, skipping stale entries.
+fn pop_current(queue: &mut StartQueue, versions: &[u64]) -> Option<(f64, usize)> {
+    while let Some(Reverse((Time(t), s, v))) = queue.pop() {
+        if v == versions[s] {
+            return Some((t, s));
+        }
+    }
+    None
+}
+
+/// Times one op of a group that runs on stage `s` over `start..end`, including when its
+/// output leaves and arrives once its link direction's channel is free.
+fn execute_op(
+    sc: &Scenario,
+    layout: Layout,
+    channel_free: &mut [[f64; 2]],
+    op: Op,
+    s: usize,
+    start: f64,
+    end: f64,
+) -> Executed {
+    let (queue_extra, arrival_after) = sc.send_costs(op, layout);
+    let mut exec = Executed {
+        op,
+        start,
+        end,
+        queue_end: end + queue_extra,
+        arrival: end + arrival_after,
+    };
+    if let Some(l) = sc.out_link(op, layout).filter(|&l| sc.occupancy(l) > 0.0) {
+        // The transfer leaves once its channel is free and holds it for the occupancy.
+        let upward = sc.next_of(op, layout).is_some_and(|(to, _)| to < s);
+        let free = &mut channel_free[l][usize::from(upward)];
+        let depart = (end + queue_extra).max(*free);
+        *free = depart + sc.occupancy(l);
+        exec.arrival = depart + sc.occupancy(l) + (arrival_after - queue_extra).max(0.0);
+    }
+    exec
+}
+
+/// Collects the per-stage results of a finished simulation into a `Run`.
+fn finished_run(stages: &[Stage], ops: Vec<Executed>, iteration_ms: f64) -> Run {
+    Run {
+        iteration_ms,
+        busy_ms: stages.iter().map(|st| st.busy).collect(),
+        peak_in_flight: stages.iter().map(|st| st.peak).collect(),
+        peak_activation_bytes: stages.iter().map(|st| st.peak_bytes).collect(),
+        ops,
+    }
+}
+
+/// Simulates one iteration; without `record`, `Run::ops` stays empty (for plan searches that
+/// need only the iteration time, busy times and peaks).
+pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run, SimError> {
+    let (s_count, n) = (sc.stages, sc.microbatches);
+    let (split, layout) = (policy.split(), policy.layout());
+    let slots = layout.chunks() * n;
+    let per_stage_ops = if split { 3 * slots } else { 2 * slots };
+    check_fixed_orders(policy, per_stage_ops)?;
     let mut stages = initial_stages(s_count, n, layout);
     let total = per_stage_ops * s_count;
     // Only priority policies keep the queues of ready backward and weight ops.
     let dynamic = matches!(policy, Policy::Priority(_));
     let mut ops = Vec::with_capacity(if record { total } else { 0 });
     let (mut done, mut iteration_ms) = (0usize, 0.0f64);
-    // Candidate starts, earliest first (ties: lowest stage). An entry is stale once its
-    // stage's state changed (version bumped); stale entries are skipped when popped.
-    let mut queue: BinaryHeap<Reverse<(Time, usize, u64)>> = BinaryHeap::new();
+    // An entry is stale once its stage's state changed (version bumped); stale entries are
+    // skipped when popped.
+    let mut queue = StartQueue::new();
     let mut versions = vec![0u64; s_count];
     // Stages whose state changed since their decision was made.
     let mut touched: Vec<usize> = (0..s_count).collect();
@@ -454,26 +538,15 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
     // FIFO order.
     let mut channel_free = vec![[0.0f64; 2]; s_count.saturating_sub(1)];
     while done < total {
-        for s in touched.drain(..) {
-            let st = &mut stages[s];
-            if !st.dirty {
-                continue;
-            }
-            st.decision = decide(&mut *st, s, policy, n);
-            st.dirty = false;
-            versions[s] += 1;
-            if let Some((t, _)) = st.decision {
-                queue.push(Reverse((Time(t), s, versions[s])));
-            }
-        }
-        let mut best = None;
-        while let Some(Reverse((Time(t), s, v))) = queue.pop() {
-            if v == versions[s] {
-                best = Some((t, s));
-                break;
-            }
-        }
-        let Some((start, s)) = best else {
+        redecide_touched(
+            &mut stages,
+            &mut touched,
+            &mut versions,
+            &mut queue,
+            policy,
+            n,
+        );
+        let Some((start, s)) = pop_current(&mut queue, &versions) else {
             return Err(SimError::Deadlock {
                 done,
                 total,
@@ -492,22 +565,7 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
         let end = start + compute;
         let mut queue_end = end;
         for &op in group {
-            let (queue_extra, arrival_after) = sc.send_costs(op, layout);
-            let mut exec = Executed {
-                op,
-                start,
-                end,
-                queue_end: end + queue_extra,
-                arrival: end + arrival_after,
-            };
-            if let Some(l) = sc.out_link(op, layout).filter(|&l| sc.occupancy(l) > 0.0) {
-                // The transfer leaves once its channel is free and holds it for the occupancy.
-                let upward = sc.next_of(op, layout).is_some_and(|(to, _)| to < s);
-                let free = &mut channel_free[l][usize::from(upward)];
-                let depart = (end + queue_extra).max(*free);
-                *free = depart + sc.occupancy(l);
-                exec.arrival = depart + sc.occupancy(l) + (arrival_after - queue_extra).max(0.0);
-            }
+            let exec = execute_op(sc, layout, &mut channel_free, op, s, start, end);
             if record {
                 ops.push(exec);
             }
@@ -527,11 +585,5 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
         touched.push(s);
     }
     OPS_SIMULATED.fetch_add(done as u64, Ordering::Relaxed);
-    Ok(Run {
-        iteration_ms,
-        busy_ms: stages.iter().map(|st| st.busy).collect(),
-        peak_in_flight: stages.iter().map(|st| st.peak).collect(),
-        peak_activation_bytes: stages.iter().map(|st| st.peak_bytes).collect(),
-        ops,
-    })
+    Ok(finished_run(&stages, ops, iteration_ms))
 }

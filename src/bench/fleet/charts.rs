@@ -99,20 +99,9 @@ fn spread(ratios: &[f64]) -> (usize, usize, usize) {
     (near, mid, ratios.len() - near - mid)
 }
 
-fn overview(run: &Loaded, mut nodes: Vec<Node>, columns: &[(String, String, String)]) -> Named {
-    // The bad first: failed, then warned, then by their worst ratio.
-    nodes.sort_by(|a, b| {
-        (b.mark, b.count(Mark::Fail), b.count(Mark::Warn))
-            .cmp(&(a.mark, a.count(Mark::Fail), a.count(Mark::Warn)))
-            .then(a.worst_ratio().total_cmp(&b.worst_ratio()))
-    });
-    let keys: Vec<(String, String)> = columns.iter().map(|c| (c.0.clone(), c.1.clone())).collect();
-    let total = nodes.len();
-    let rest = if total > OVERVIEW_NODES {
-        nodes.split_off(OVERVIEW_WORST)
-    } else {
-        Vec::new()
-    };
+/// A cell per figure of each drawn node (`nodes` in row order): its ratio to expected and its
+/// mark; "—" where nothing was expected.
+fn ratio_cells(nodes: &[Node], keys: &[(String, String)]) -> Vec<Cell> {
     let mut cells = Vec::new();
     for (row, node) in nodes.iter().enumerate() {
         for (col, key) in keys.iter().enumerate() {
@@ -134,9 +123,13 @@ fn overview(run: &Loaded, mut nodes: Vec<Node>, columns: &[(String, String, Stri
             });
         }
     }
-    let mut rows: Vec<(String, Mark)> = nodes.iter().map(|n| (n.name.clone(), n.mark)).collect();
-    // A node with no figure (it went silent, or failed before measuring) says why in its row.
-    let row_notes: Vec<(usize, String)> = nodes
+    cells
+}
+
+/// Why each node with no figure (it went silent, or failed before measuring) has an empty
+/// row, by row, cut to 110 characters.
+fn silent_notes(nodes: &[Node]) -> Vec<(usize, String)> {
+    nodes
         .iter()
         .enumerate()
         .filter(|(_, n)| n.figures.is_empty())
@@ -152,7 +145,27 @@ fn overview(run: &Loaded, mut nodes: Vec<Node>, columns: &[(String, String, Stri
                 },
             ))
         })
-        .collect();
+        .collect()
+}
+
+/// Every node by every figure as a heatmap of ratios to expected, the bad nodes first.
+fn overview(run: &Loaded, mut nodes: Vec<Node>, columns: &[(String, String, String)]) -> Named {
+    // The bad first: failed, then warned, then by their worst ratio.
+    nodes.sort_by(|a, b| {
+        (b.mark, b.count(Mark::Fail), b.count(Mark::Warn))
+            .cmp(&(a.mark, a.count(Mark::Fail), a.count(Mark::Warn)))
+            .then(a.worst_ratio().total_cmp(&b.worst_ratio()))
+    });
+    let keys: Vec<(String, String)> = columns.iter().map(|c| (c.0.clone(), c.1.clone())).collect();
+    let total = nodes.len();
+    let rest = if total > OVERVIEW_NODES {
+        nodes.split_off(OVERVIEW_WORST)
+    } else {
+        Vec::new()
+    };
+    let mut cells = ratio_cells(&nodes, &keys);
+    let mut rows: Vec<(String, Mark)> = nodes.iter().map(|n| (n.name.clone(), n.mark)).collect();
+    let row_notes = silent_notes(&nodes);
     let mut note = None;
     if !rest.is_empty() {
         let row = rows.len();

@@ -137,7 +137,7 @@ pub fn run_rep(
     let standins = standins(ctx, mode, every, bytes, delays_ms)?;
     let offload = mode == Mode::Offload;
     let slots = if offload {
-        (transfers as u64).min((512 << 20) / bytes.max(1)).max(2) as usize
+        staging_slots(transfers, bytes)
     } else {
         0
     };
@@ -154,6 +154,17 @@ pub fn run_rep(
     let (job_tx, job_rx): (Sender<Job>, Receiver<Job>) = channel();
     let (send_tx, send_rx) = channel::<Mapped>();
     let returner = pool.returner();
+    let submit = Submit {
+        ctx,
+        mode,
+        every,
+        transfers,
+        bytes,
+        delays_ms,
+        timer: &timer,
+        standins: &standins,
+        pool: &pool,
+    };
 
     let (samples, last) = std::thread::scope(
         |scope| -> Result<(Vec<OffloadSample>, Option<wgpu::SubmissionIndex>)> {
@@ -166,46 +177,8 @@ pub fn run_rep(
                 let (hosts, returner) = (&hosts, returner);
                 scope.spawn(move || send_loop(t.as_mut(), hosts, send_rx, returner, transfers))
             });
-
-            let mut last = None;
-            let mut t = 0u32;
-            for op in 0..ops {
-                let mut enc = gpu.device.create_command_encoder(&Default::default());
-                let op_pass = stream.pass(op);
-                timer.record_pass(&mut enc, op, op_pass.upload.as_ref(), |pass| {
-                    op_pass.encode(pass)
-                });
-                last = Some(gpu.queue.submit([enc.finish()]));
-                if (op + 1) % every != 0 || t >= transfers {
-                    continue;
-                }
-                let slot_ts = ops + t;
-                match mode {
-                    Mode::None => {}
-                    Mode::Inline => {
-                        last = Some(submit_standin(gpu, &timer, slot_ts, &standins[t as usize]));
-                    }
-                    Mode::Offload => {
-                        let slot = pool
-                            .take(WAIT_LIMIT)
-                            .context("offload pipeline stalled: no staging buffer came back")?;
-                        let (src, dst) = (stream.output_of(op), &pool.buffers[slot]);
-                        let idx = submit_copy(gpu, &timer, slot_ts, src, dst, bytes);
-                        last = Some(idx.clone());
-                        job_tx
-                            .send(Job {
-                                index: t as usize,
-                                slot,
-                                submission: idx,
-                                submitted: Instant::now(),
-                                delay: Duration::from_secs_f64(delays_ms[t as usize] / 1e3),
-                            })
-                            .map_err(|_| anyhow!("the offload poller stopped early"))?;
-                    }
-                }
-                t += 1;
-            }
-            drop(job_tx);
+            // Submitting ends by dropping the job channel, which lets the poller finish.
+            let last = submit_stream(&submit, job_tx)?;
             if let Some(p) = poller {
                 p.join().map_err(|_| anyhow!("poller thread panicked"))??;
             }
@@ -232,6 +205,89 @@ pub fn run_rep(
         output,
         sink,
     })
+}
+
+/// How many staging buffers offload cycles through: one per transfer, at most 512 MiB in
+/// all, and at least two so a copy can overlap a send.
+fn staging_slots(transfers: u32, bytes: u64) -> usize {
+    (transfers as u64).min((512 << 20) / bytes.max(1)).max(2) as usize
+}
+
+/// What the submitting thread needs to put one repetition's ops and transfers on the queue.
+struct Submit<'a> {
+    ctx: &'a Ctx<'a>,
+    mode: Mode,
+    every: u32,
+    transfers: u32,
+    bytes: u64,
+    delays_ms: &'a [f64],
+    timer: &'a PassTimer,
+    standins: &'a [SpinPass],
+    pool: &'a StagingPool,
+}
+
+/// Submits every op, each `every`-th followed by its transfer, and returns the last
+/// submission; the job channel closes when it returns.
+fn submit_stream(s: &Submit<'_>, jobs: Sender<Job>) -> Result<Option<wgpu::SubmissionIndex>> {
+    let Ctx {
+        gpu, plan, stream, ..
+    } = *s.ctx;
+    let ops = plan.ops;
+    let mut last = None;
+    let mut t = 0u32;
+    for op in 0..ops {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        let op_pass = stream.pass(op);
+        s.timer
+            .record_pass(&mut enc, op, op_pass.upload.as_ref(), |pass| {
+                op_pass.encode(pass)
+            });
+        last = Some(gpu.queue.submit([enc.finish()]));
+        if (op + 1) % s.every != 0 || t >= s.transfers {
+            continue;
+        }
+        let slot_ts = ops + t;
+        match s.mode {
+            Mode::None => {}
+            Mode::Inline => {
+                last = Some(submit_standin(
+                    gpu,
+                    s.timer,
+                    slot_ts,
+                    &s.standins[t as usize],
+                ));
+            }
+            Mode::Offload => last = Some(submit_offload(s, op, t, &jobs)?),
+        }
+        t += 1;
+    }
+    Ok(last)
+}
+
+/// Copies op `op`'s output into a free staging buffer as transfer `t` and hands the copy to
+/// the poller; fails when no buffer comes back in time rather than hang the stream.
+fn submit_offload(
+    s: &Submit<'_>,
+    op: u32,
+    t: u32,
+    jobs: &Sender<Job>,
+) -> Result<wgpu::SubmissionIndex> {
+    let Ctx { gpu, stream, .. } = *s.ctx;
+    let slot = s
+        .pool
+        .take(WAIT_LIMIT)
+        .context("offload pipeline stalled: no staging buffer came back")?;
+    let (src, dst) = (stream.output_of(op), &s.pool.buffers[slot]);
+    let idx = submit_copy(gpu, s.timer, s.ctx.plan.ops + t, src, dst, s.bytes);
+    jobs.send(Job {
+        index: t as usize,
+        slot,
+        submission: idx.clone(),
+        submitted: Instant::now(),
+        delay: Duration::from_secs_f64(s.delays_ms[t as usize] / 1e3),
+    })
+    .map_err(|_| anyhow!("the offload poller stopped early"))?;
+    Ok(idx)
 }
 
 /// A copy that reached host memory, with when it got there.

@@ -87,22 +87,7 @@ pub fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
     let mut stall = mk("Head-of-line stall per compute op (mean)", "stall (µs)");
     let mut makespan = mk("Stream makespan", "makespan (µs)");
     let mut busy = mk("GPU busy fraction", "busy fraction");
-    let mut split = StackedBars {
-        title: format!("Offloaded transfer, where the time goes — {title}"),
-        x_label: "injected delay (ms)".into(),
-        y_label: "µs (mean per transfer)".into(),
-        parts: [
-            "D2H copy (GPU)",
-            "queue wait + map",
-            "copy out",
-            "injected delay",
-            "send",
-            "receive + ack",
-        ]
-        .map(String::from)
-        .to_vec(),
-        bars: Vec::new(),
-    };
+    let mut split = offload_split_chart(title);
     for run in runs {
         let Some(t) = run.table::<HolTable>() else {
             continue;
@@ -161,6 +146,37 @@ pub fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
             }
         }
     }
+    Ok(named_charts(stall, makespan, busy, split))
+}
+
+/// The empty "where the time goes" bars for offloaded transfers, one part per stage.
+fn offload_split_chart(title: &str) -> StackedBars {
+    StackedBars {
+        title: format!("Offloaded transfer, where the time goes — {title}"),
+        x_label: "injected delay (ms)".into(),
+        y_label: "µs (mean per transfer)".into(),
+        parts: [
+            "D2H copy (GPU)",
+            "queue wait + map",
+            "copy out",
+            "injected delay",
+            "send",
+            "receive + ack",
+        ]
+        .map(String::from)
+        .to_vec(),
+        bars: Vec::new(),
+    }
+}
+
+/// The charts worth drawing: the three line charts only when some run had rows, the split
+/// only when a single run offloaded.
+fn named_charts(
+    stall: LineChart,
+    makespan: LineChart,
+    busy: LineChart,
+    split: StackedBars,
+) -> Vec<Named> {
     let mut out = Vec::new();
     if !stall.series.is_empty() {
         out.push(named(
@@ -186,7 +202,7 @@ pub fn hol_charts(runs: &[Loaded], title: &str) -> Result<Vec<Named>> {
             Chart::Bars(split),
         ));
     }
-    Ok(out)
+    out
 }
 
 impl Checked for HolTable {

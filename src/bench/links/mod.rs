@@ -360,21 +360,7 @@ fn play_rounds(
     CsvSink::rewrite(&dir.path, &lines)?;
     hist::write(&dir.path, &dir.id, &lines)?;
     busiest.merge(retest_load);
-    if quiet {
-        for (r, b) in &busiest.0 {
-            eprintln!("{}", console::busy_line(crew.world(), *r, b));
-        }
-    }
-    let busy = busiest
-        .0
-        .iter()
-        .map(|(r, b)| {
-            (
-                format!("links r{r}"),
-                console::busy_line(crew.world(), *r, b),
-            )
-        })
-        .collect();
+    let busy = busy_warnings(crew.world(), &busiest, quiet);
     let outcome = LinksOutcome::of(
         &lines,
         opts.pattern.to_string(),
@@ -399,6 +385,19 @@ fn play_rounds(
         );
     }
     Ok((outcome, busy))
+}
+
+/// A warning per busy rank (named `links rN`), each also said on stderr when quiet, since the
+/// console report that would say it is not printed then.
+fn busy_warnings(world: &World, busiest: &load::Busiest, quiet: bool) -> Vec<BusyWarning> {
+    if quiet {
+        for (r, b) in &busiest.0 {
+            eprintln!("{}", console::busy_line(world, *r, b));
+        }
+    }
+    let warning =
+        |(r, b): (&u32, &load::Busy)| (format!("links r{r}"), console::busy_line(world, *r, b));
+    busiest.0.iter().map(warning).collect()
 }
 
 /// Rank 0: every suspect row (flagged by the rounds) measured again with its pair alone, at

@@ -67,103 +67,11 @@ impl LinksOutcome {
     pub fn of(lines: &[Line<LinksTable>], pattern: String, rounds: usize, cut: usize) -> Self {
         let links = tables::link_verdicts(lines);
         let slow_nodes = blame::slow_nodes(&links);
-        let blamed = |r: u32| slow_nodes.iter().any(|n| n.rank == r);
         let matrix = tables::matrix_rows(lines);
         let largest = matrix.iter().map(|l| l.params.bytes).max().unwrap_or(0);
-        let at_largest = |a: u32, b: u32| {
-            matrix.iter().filter(move |l| {
-                let (s, d) = (l.params.src_rank, l.params.dst_rank);
-                (s.min(d), s.max(d)) == (a, b) && l.params.bytes == largest
-            })
-        };
-        let slow_links = links
-            .iter()
-            .filter(|((a, b), v)| v.is_some() && !blamed(*a) && !blamed(*b))
-            .map(|(&(a, b), v)| {
-                let slowdown = v.unwrap_or(1.0);
-                let times: Vec<f64> = at_largest(a, b)
-                    .filter_map(|l| l.stats.as_ref().map(|s| s.p50_us))
-                    .collect();
-                let extra_us = (!times.is_empty() && slowdown > 1.0)
-                    .then(|| median(&times) * (1.0 - 1.0 / slowdown));
-                SlowLink {
-                    a,
-                    b,
-                    slowdown,
-                    extra_us,
-                    bytes: largest,
-                    tail: super::words::tail_words(&matrix, |l| {
-                        let (s, d) = (l.params.src_rank, l.params.dst_rank);
-                        (s.min(d), s.max(d)) == (a, b)
-                    }),
-                    stall: super::words::stall_cost(&matrix, |l| {
-                        let (s, d) = (l.params.src_rank, l.params.dst_rank);
-                        (s.min(d), s.max(d)) == (a, b) && super::words::lossy(l)
-                    }),
-                }
-            })
-            .collect();
-        let mut per_rank: BTreeMap<u32, RankLinks> = BTreeMap::new();
-        let mut gbps: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
-        let mut quiet: BTreeMap<u32, bool> = BTreeMap::new();
-        for (&(a, b), v) in &links {
-            for r in [a, b] {
-                let e = per_rank.entry(r).or_default();
-                e.measured += 1;
-                e.slow += usize::from(v.is_some());
-            }
-        }
-        for l in &matrix {
-            for r in [l.params.src_rank, l.params.dst_rank] {
-                *quiet.entry(r).or_insert(false) |= l.figures.busy != Some(true);
-                if let (Some(g), true) = (l.figures.gbps, l.params.bytes == largest) {
-                    gbps.entry(r).or_default().push(g);
-                }
-            }
-        }
-        for (r, e) in per_rank.iter_mut() {
-            e.gbps = gbps.get(r).map(|g| median(g));
-            e.busy = !quiet.get(r).copied().unwrap_or(true);
-            let mine: Vec<&Line<LinksTable>> = matrix
-                .iter()
-                .filter(|l| l.params.src_rank == *r || l.params.dst_rank == *r)
-                .collect();
-            let pings: Vec<(u32, usize)> = mine
-                .iter()
-                .filter(|l| l.params.direction == "pingpong")
-                .filter_map(|l| Some((l.figures.stalls?, l.stats().n)))
-                .collect();
-            let trials: usize = pings.iter().map(|p| p.1).sum();
-            e.stall_ratio =
-                (trials > 0).then(|| pings.iter().map(|p| p.0 as f64).sum::<f64>() / trials as f64);
-            let counts: Vec<u64> = mine.iter().filter_map(|l| l.figures.retransmits).collect();
-            e.retransmits = (!counts.is_empty()).then(|| counts.iter().sum());
-            let lossy: std::collections::BTreeSet<(u32, u32)> = mine
-                .iter()
-                .filter(|l| super::words::lossy(l))
-                .map(|l| (l.params.src_rank, l.params.dst_rank))
-                .map(|(a, b)| (a.min(b), a.max(b)))
-                .collect();
-            e.lossy = lossy.len();
-        }
-        let node_tails: BTreeMap<u32, String> = slow_nodes
-            .iter()
-            .filter_map(|n| {
-                let on = |l: &Line<LinksTable>| {
-                    n.rank == l.params.src_rank || n.rank == l.params.dst_rank
-                };
-                super::words::tail_words(&matrix, on).map(|w| (n.rank, w))
-            })
-            .collect();
-        let node_stalls = node_tails
-            .keys()
-            .filter_map(|&r| {
-                let on = |l: &Line<LinksTable>| {
-                    (l.params.src_rank == r || l.params.dst_rank == r) && super::words::lossy(l)
-                };
-                super::words::stall_cost(&matrix, on).map(|c| (r, c))
-            })
-            .collect();
+        let slow_links = unexplained_slow_links(&links, &slow_nodes, &matrix, largest);
+        let per_rank = rank_links(&links, &matrix, largest);
+        let (node_tails, node_stalls) = blamed_node_tails(&slow_nodes, &matrix);
         LinksOutcome {
             node_tails,
             node_stalls,
@@ -176,4 +84,133 @@ impl LinksOutcome {
             per_rank,
         }
     }
+}
+
+/// Whether row `l` is of the link between `a` and `b` (`a` < `b`), either way.
+fn on_link(l: &Line<LinksTable>, a: u32, b: u32) -> bool {
+    let (s, d) = (l.params.src_rank, l.params.dst_rank);
+    (s.min(d), s.max(d)) == (a, b)
+}
+
+/// The confirmed slow links between nodes the links do not blame, with what each costs at
+/// the `largest` size.
+fn unexplained_slow_links(
+    links: &LinkVerdicts,
+    slow_nodes: &[SlowNode],
+    matrix: &[Line<LinksTable>],
+    largest: u64,
+) -> Vec<SlowLink> {
+    let blamed = |r: u32| slow_nodes.iter().any(|n| n.rank == r);
+    let at_largest = |a: u32, b: u32| {
+        matrix
+            .iter()
+            .filter(move |l| on_link(l, a, b) && l.params.bytes == largest)
+    };
+    links
+        .iter()
+        .filter(|((a, b), v)| v.is_some() && !blamed(*a) && !blamed(*b))
+        .map(|(&(a, b), v)| {
+            let slowdown = v.unwrap_or(1.0);
+            let times: Vec<f64> = at_largest(a, b)
+                .filter_map(|l| l.stats.as_ref().map(|s| s.p50_us))
+                .collect();
+            let extra_us = (!times.is_empty() && slowdown > 1.0)
+                .then(|| median(&times) * (1.0 - 1.0 / slowdown));
+            SlowLink {
+                a,
+                b,
+                slowdown,
+                extra_us,
+                bytes: largest,
+                tail: super::words::tail_words(matrix, |l| on_link(l, a, b)),
+                stall: super::words::stall_cost(matrix, |l| {
+                    on_link(l, a, b) && super::words::lossy(l)
+                }),
+            }
+        })
+        .collect()
+}
+
+/// Each rank's links: counted from the verdicts, their speed and busy flag from the matrix
+/// rows, then their tails.
+fn rank_links(
+    links: &LinkVerdicts,
+    matrix: &[Line<LinksTable>],
+    largest: u64,
+) -> BTreeMap<u32, RankLinks> {
+    let mut per_rank: BTreeMap<u32, RankLinks> = BTreeMap::new();
+    let mut gbps: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    let mut quiet: BTreeMap<u32, bool> = BTreeMap::new();
+    for (&(a, b), v) in links {
+        for r in [a, b] {
+            let e = per_rank.entry(r).or_default();
+            e.measured += 1;
+            e.slow += usize::from(v.is_some());
+        }
+    }
+    for l in matrix {
+        for r in [l.params.src_rank, l.params.dst_rank] {
+            *quiet.entry(r).or_insert(false) |= l.figures.busy != Some(true);
+            if let (Some(g), true) = (l.figures.gbps, l.params.bytes == largest) {
+                gbps.entry(r).or_default().push(g);
+            }
+        }
+    }
+    for (r, e) in per_rank.iter_mut() {
+        e.gbps = gbps.get(r).map(|g| median(g));
+        e.busy = !quiet.get(r).copied().unwrap_or(true);
+        add_tail_figures(e, *r, matrix);
+    }
+    per_rank
+}
+
+/// Rank `r`'s stall ratio, retransmissions and lossy links, from the matrix rows it is in.
+fn add_tail_figures(e: &mut RankLinks, r: u32, matrix: &[Line<LinksTable>]) {
+    let mine: Vec<&Line<LinksTable>> = matrix
+        .iter()
+        .filter(|l| l.params.src_rank == r || l.params.dst_rank == r)
+        .collect();
+    let pings: Vec<(u32, usize)> = mine
+        .iter()
+        .filter(|l| l.params.direction == "pingpong")
+        .filter_map(|l| Some((l.figures.stalls?, l.stats().n)))
+        .collect();
+    let trials: usize = pings.iter().map(|p| p.1).sum();
+    e.stall_ratio =
+        (trials > 0).then(|| pings.iter().map(|p| p.0 as f64).sum::<f64>() / trials as f64);
+    let counts: Vec<u64> = mine.iter().filter_map(|l| l.figures.retransmits).collect();
+    e.retransmits = (!counts.is_empty()).then(|| counts.iter().sum());
+    let lossy: std::collections::BTreeSet<(u32, u32)> = mine
+        .iter()
+        .filter(|l| super::words::lossy(l))
+        .map(|l| (l.params.src_rank, l.params.dst_rank))
+        .map(|(a, b)| (a.min(b), a.max(b)))
+        .collect();
+    e.lossy = lossy.len();
+}
+
+/// Each blamed node's stalls and retransmissions in words, and what a send over its lossy
+/// links pays in stalls (only for nodes with words).
+fn blamed_node_tails(
+    slow_nodes: &[SlowNode],
+    matrix: &[Line<LinksTable>],
+) -> (BTreeMap<u32, String>, BTreeMap<u32, (f64, f64)>) {
+    let node_tails: BTreeMap<u32, String> = slow_nodes
+        .iter()
+        .filter_map(|n| {
+            let on =
+                |l: &Line<LinksTable>| n.rank == l.params.src_rank || n.rank == l.params.dst_rank;
+            super::words::tail_words(matrix, on).map(|w| (n.rank, w))
+        })
+        .collect();
+    let node_stalls = node_tails
+        .keys()
+        .filter_map(|&r| {
+            let on = |l: &Line<LinksTable>| {
+                (l.params.src_rank == r || l.params.dst_rank == r) && super::words::lossy(l)
+            };
+            super::words::stall_cost(matrix, on).map(|c| (r, c))
+        })
+        .collect();
+    (node_tails, node_stalls)
 }

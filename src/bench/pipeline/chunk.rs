@@ -143,6 +143,82 @@ impl Kernels {
     }
 }
 
+/// Per microbatch, the buffers a layer binds besides its own: its input x, the gradient
+/// arriving at its output (dY) and where its input gradient (dX) goes.
+struct LayerIo<'a> {
+    x: Vec<&'a wgpu::Buffer>,
+    dy_in: Vec<&'a wgpu::Buffer>,
+    dx_out: Vec<&'a wgpu::Buffer>,
+}
+
+impl Layer {
+    /// One layer: weights seeded by `seed`, its buffers, and per microbatch its forward,
+    /// backward and weight-gradient bindings; `z` is the rank's scratch for Z = X W, shared.
+    fn build(
+        gpu: &Gpu,
+        k: &Kernels,
+        shape: &Shape,
+        seed: u64,
+        io: &LayerIo,
+        z: &wgpu::Buffer,
+    ) -> Result<Layer> {
+        let (t, h, n) = (shape.tokens, shape.hidden, shape.microbatches as usize);
+        let e = shape.elements();
+        let [fwd_gemm, dx_gemm, dw_gemm] = k.gemms;
+        let bind = |label: &str, p: &wgpu::ComputePipeline, b: &[&wgpu::Buffer], wg| {
+            DispatchPass::with_pipeline(gpu, label, p.clone(), b, wg)
+        };
+        let weights = seeded(seed, (h * h) as usize, 1.0 / (h as f32).sqrt());
+        let w = gpu.storage_from("weights", &weights);
+        let grad = storage(gpu, "weight grad", (h * h) as usize);
+        let y: Vec<_> = (0..n).map(|_| storage(gpu, "layer y", e)).collect();
+        let rstd: Vec<_> = (0..n)
+            .map(|_| storage(gpu, "layer rstd", t as usize))
+            .collect();
+        let dz: Vec<_> = (0..n).map(|_| storage(gpu, "layer dz", e)).collect();
+        let mut fwd = Vec::new();
+        let mut bwd = Vec::new();
+        let mut wgrad = Vec::new();
+        for mb in 0..n {
+            let (x, dy_in, dx_out) = (io.x[mb], io.dy_in[mb], io.dx_out[mb]);
+            fwd.push((
+                bind("fwd gemm", &k.fwd, &[x, &w, z], fwd_gemm.workgroups())?,
+                bind("ln fwd", &k.ln, &[z, &y[mb], &rstd[mb]], (t, 1))?,
+            ));
+            bwd.push((
+                bind(
+                    "ln bwd",
+                    &k.ln_back,
+                    &[dy_in, &y[mb], &rstd[mb], &dz[mb]],
+                    (t, 1),
+                )?,
+                bind(
+                    "dx gemm",
+                    &k.dx,
+                    &[&dz[mb], &w, dx_out],
+                    dx_gemm.workgroups(),
+                )?,
+            ));
+            wgrad.push(bind(
+                "dw gemm",
+                &k.dw,
+                &[x, &dz[mb], &grad],
+                dw_gemm.workgroups(),
+            )?);
+        }
+        Ok(Layer {
+            weights,
+            grad,
+            y,
+            _rstd: rstd,
+            _dz: dz,
+            fwd,
+            bwd,
+            wgrad,
+        })
+    }
+}
+
 impl Chunk {
     /// Builds virtual stage `virtual_stage` of `total`: `layers` layers, weights seeded by
     /// (virtual stage, layer), every buffer and binding made before anything is timed.
@@ -153,15 +229,11 @@ impl Chunk {
         (virtual_stage, total): (u32, u32),
         z: &wgpu::Buffer,
     ) -> Result<Chunk> {
-        let (t, h, n) = (shape.tokens, shape.hidden, shape.microbatches as usize);
+        let n = shape.microbatches as usize;
         let e = shape.elements();
-        let [fwd_gemm, dx_gemm, dw_gemm] = k.gemms;
         let inputs: Vec<_> = (0..n).map(|_| storage(gpu, "stage input", e)).collect();
         let dy: Vec<_> = (0..n).map(|_| storage(gpu, "stage dy", e)).collect();
         let dx: Vec<_> = (0..n).map(|_| storage(gpu, "stage dx", e)).collect();
-        let bind = |label: &str, p: &wgpu::ComputePipeline, b: &[&wgpu::Buffer], wg| {
-            DispatchPass::with_pipeline(gpu, label, p.clone(), b, wg)
-        };
         let mut layers: Vec<Layer> = Vec::new();
         // dZ W^T of a layer above feeds the layernorm backward of the layer below; the bottom
         // layer writes dx.
@@ -169,69 +241,27 @@ impl Chunk {
             .map(|_| (0..n).map(|_| storage(gpu, "layer dy", e)).collect())
             .collect();
         for l in 0..layers_here as usize {
-            let weights = seeded(
-                7_919 * (virtual_stage as u64 + 1) + l as u64,
-                (h * h) as usize,
-                1.0 / (h as f32).sqrt(),
-            );
-            let w = gpu.storage_from("weights", &weights);
-            let grad = storage(gpu, "weight grad", (h * h) as usize);
-            let y: Vec<_> = (0..n).map(|_| storage(gpu, "layer y", e)).collect();
-            let rstd: Vec<_> = (0..n)
-                .map(|_| storage(gpu, "layer rstd", t as usize))
-                .collect();
-            let dz: Vec<_> = (0..n).map(|_| storage(gpu, "layer dz", e)).collect();
-            let mut fwd = Vec::new();
-            let mut bwd = Vec::new();
-            let mut wgrad = Vec::new();
-            for mb in 0..n {
-                let x = if l == 0 {
-                    &inputs[mb]
+            let top = l + 1 == layers_here as usize;
+            let io = LayerIo {
+                x: if l == 0 {
+                    inputs.iter().collect()
                 } else {
-                    &layers[l - 1].y[mb]
-                };
-                fwd.push((
-                    bind("fwd gemm", &k.fwd, &[x, &w, z], fwd_gemm.workgroups())?,
-                    bind("ln fwd", &k.ln, &[z, &y[mb], &rstd[mb]], (t, 1))?,
-                ));
-                let top = l + 1 == layers_here as usize;
-                let dy_in = if top { &dy[mb] } else { &scratch_dy[l][mb] };
-                let dx_out = if l == 0 {
-                    &dx[mb]
+                    layers[l - 1].y.iter().collect()
+                },
+                dy_in: if top {
+                    dy.iter().collect()
                 } else {
-                    &scratch_dy[l - 1][mb]
-                };
-                bwd.push((
-                    bind(
-                        "ln bwd",
-                        &k.ln_back,
-                        &[dy_in, &y[mb], &rstd[mb], &dz[mb]],
-                        (t, 1),
-                    )?,
-                    bind(
-                        "dx gemm",
-                        &k.dx,
-                        &[&dz[mb], &w, dx_out],
-                        dx_gemm.workgroups(),
-                    )?,
-                ));
-                wgrad.push(bind(
-                    "dw gemm",
-                    &k.dw,
-                    &[x, &dz[mb], &grad],
-                    dw_gemm.workgroups(),
-                )?);
-            }
-            layers.push(Layer {
-                weights,
-                grad,
-                y,
-                _rstd: rstd,
-                _dz: dz,
-                fwd,
-                bwd,
-                wgrad,
-            });
+                    scratch_dy[l].iter().collect()
+                },
+                dx_out: if l == 0 {
+                    dx.iter().collect()
+                } else {
+                    scratch_dy[l - 1].iter().collect()
+                },
+            };
+            let seed = 7_919 * (virtual_stage as u64 + 1) + l as u64;
+            let layer = Layer::build(gpu, k, shape, seed, &io, z)?;
+            layers.push(layer);
         }
         let last = virtual_stage + 1 == total;
         let top = layers.last().expect("at least one layer");

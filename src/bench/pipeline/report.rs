@@ -170,17 +170,7 @@ pub(super) fn write_case(
     let loads = case_load(&m.timed);
     let load = worst(&loads);
     out.busiest.note(&loads);
-    let params = PipelineParams {
-        schedule: case.schedule.to_string(),
-        comm: case.comm.to_string(),
-        transport: plan.transport.to_string(),
-        slow: case.slow.map_or("none".into(), |(l, d)| format!("{l}:{d}")),
-        stages: n as u32,
-        microbatches: plan.shape.microbatches,
-        layers: plan.shape.layers,
-        tokens: plan.shape.tokens,
-        hidden: plan.shape.hidden,
-    };
+    let params = case_params(case, plan, n);
     let figures = PipelineFigures {
         iteration_ms: round(measured_ms, 3),
         predicted_ms: round(predicted_ms, 3),
@@ -200,14 +190,7 @@ pub(super) fn write_case(
         steal_pct: load.steal_pct,
         busy: Some(load.busy),
     };
-    // File-name safe: no ':' (static:1f1b, LINK:MS).
-    let case_name = format!(
-        "{}_{}_{}",
-        case.schedule.to_string().replace(':', "-"),
-        case.comm,
-        case.slow
-            .map_or("nodelay".into(), |(l, d)| format!("link{l}+{d}ms"))
-    );
+    let case_name = case_file_name(case);
     match super::trace_csv::rows(&case_name, pc.layout, &m.timed) {
         Ok(rows) => out.trace_csv.push_str(&rows),
         Err(why) => out.trace_skipped.push(format!("{case_name}: {why}")),
@@ -246,6 +229,33 @@ pub(super) fn write_case(
         out.unverified.push(case_name);
     }
     Ok(())
+}
+
+/// A case's parameter columns of pipeline.csv; `stages` is the number of ranks it ran on.
+fn case_params(case: &Case, plan: &PipelinePlan, stages: usize) -> PipelineParams {
+    PipelineParams {
+        schedule: case.schedule.to_string(),
+        comm: case.comm.to_string(),
+        transport: plan.transport.to_string(),
+        slow: case.slow.map_or("none".into(), |(l, d)| format!("{l}:{d}")),
+        stages: stages as u32,
+        microbatches: plan.shape.microbatches,
+        layers: plan.shape.layers,
+        tokens: plan.shape.tokens,
+        hidden: plan.shape.hidden,
+    }
+}
+
+/// The case's name in the CSVs, traces and console: file-name safe, so no ':'
+/// (static:1f1b, LINK:MS).
+fn case_file_name(case: &Case) -> String {
+    format!(
+        "{}_{}_{}",
+        case.schedule.to_string().replace(':', "-"),
+        case.comm,
+        case.slow
+            .map_or("nodelay".into(), |(l, d)| format!("link{l}+{d}ms"))
+    )
 }
 
 /// Replayed: `pc`'s orders on each timed iteration's own op and link times (a shared machine

@@ -309,25 +309,7 @@ fn measure(
             let r: LatencyResult = session.latency(size, params.iters, params.warmup)?;
             let s = Summary::of(&r.samples_us).expect("iterations >= 1");
             if !quiet {
-                if printed != TEST_LAT {
-                    println!(
-                        "{:>9} {:>11} {:>12} {:>12} {:>16} {:>12} {:>14} {:>10} {:>12}",
-                        "#bytes",
-                        "#iterations",
-                        "t_min[usec]",
-                        "t_max[usec]",
-                        "t_typical[usec]",
-                        "t_avg[usec]",
-                        "t_stdev[usec]",
-                        "99%[usec]",
-                        "99.9%[usec]"
-                    );
-                    printed = TEST_LAT;
-                }
-                println!(
-                    "{:>9} {:>11} {:>12.2} {:>12.2} {:>16.2} {:>12.2} {:>14.2} {:>10.2} {:>12.2}",
-                    size, params.iters, s.min, s.max, s.p50, s.mean, s.stddev, s.p99, s.p999
-                );
+                print_latency(&mut printed, size, params.iters, &s);
             }
             let figures = RdmaFigures {
                 verified: true,
@@ -341,27 +323,7 @@ fn measure(
                 .expect("the client measures");
             let s = Summary::of(&r.per_write_us).expect("one completion at least");
             if !quiet {
-                if printed != TEST_BW {
-                    println!(
-                        "{:>9} {:>11} {:>16} {:>19} {:>14}",
-                        "#bytes",
-                        "#iterations",
-                        "BW peak[MB/sec]",
-                        "BW average[MB/sec]",
-                        "MsgRate[Mpps]"
-                    );
-                    printed = TEST_BW;
-                }
-                // perftest's MB is 2^20 bytes.
-                let mb = |gbps: f64| gbps * 1e9 / (1u64 << 20) as f64;
-                println!(
-                    "{:>9} {:>11} {:>16.2} {:>19.2} {:>14.6}",
-                    size,
-                    r.iters,
-                    mb(r.peak_gbps),
-                    mb(r.avg_gbps),
-                    r.msg_rate_mpps
-                );
+                print_bandwidth(&mut printed, size, &r);
             }
             let figures = RdmaFigures {
                 gbps: Some(sig4(r.avg_gbps)),
@@ -376,19 +338,76 @@ fn measure(
         Ok(())
     });
     if let (Err(e), Some((test, size, before))) = (&result, started) {
-        let moved = counters.moved_since(before).1;
-        let counters_said = match words(&moved) {
-            Some(w) => format!(
-                "; {}:{} port counters moved during the test ({w}): the path is dropping \
-                 packets",
-                counters.device, counters.port
-            ),
-            None => String::new(),
-        };
-        anyhow::bail!("{} {size} B: {e:#}{counters_said}", test_name(test));
+        return Err(test_failure(&counters, test, size, before, e));
     }
     session.link.oob.barrier(u32::MAX, true)?;
     Ok(())
+}
+
+/// Prints one ib_write_lat-style line; `printed` says which test's header is on screen, so
+/// the header comes again only when the test changes.
+fn print_latency(printed: &mut u32, size: u64, iters: u32, s: &Summary) {
+    if *printed != TEST_LAT {
+        println!(
+            "{:>9} {:>11} {:>12} {:>12} {:>16} {:>12} {:>14} {:>10} {:>12}",
+            "#bytes",
+            "#iterations",
+            "t_min[usec]",
+            "t_max[usec]",
+            "t_typical[usec]",
+            "t_avg[usec]",
+            "t_stdev[usec]",
+            "99%[usec]",
+            "99.9%[usec]"
+        );
+        *printed = TEST_LAT;
+    }
+    println!(
+        "{:>9} {:>11} {:>12.2} {:>12.2} {:>16.2} {:>12.2} {:>14.2} {:>10.2} {:>12.2}",
+        size, iters, s.min, s.max, s.p50, s.mean, s.stddev, s.p99, s.p999
+    );
+}
+
+/// Prints one ib_write_bw-style line; `printed` says which test's header is on screen.
+fn print_bandwidth(printed: &mut u32, size: u64, r: &BandwidthResult) {
+    if *printed != TEST_BW {
+        println!(
+            "{:>9} {:>11} {:>16} {:>19} {:>14}",
+            "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]"
+        );
+        *printed = TEST_BW;
+    }
+    // perftest's MB is 2^20 bytes.
+    let mb = |gbps: f64| gbps * 1e9 / (1u64 << 20) as f64;
+    println!(
+        "{:>9} {:>11} {:>16.2} {:>19.2} {:>14.6}",
+        size,
+        r.iters,
+        mb(r.peak_gbps),
+        mb(r.avg_gbps),
+        r.msg_rate_mpps
+    );
+}
+
+/// The error for a test that failed, naming the port counters that moved during it: drops on
+/// the path are the usual cause.
+fn test_failure(
+    counters: &PortCounters,
+    test: u32,
+    size: u64,
+    before: Option<counters::Reading>,
+    e: &anyhow::Error,
+) -> anyhow::Error {
+    let moved = counters.moved_since(before).1;
+    let counters_said = match words(&moved) {
+        Some(w) => format!(
+            "; {}:{} port counters moved during the test ({w}): the path is dropping \
+             packets",
+            counters.device, counters.port
+        ),
+        None => String::new(),
+    };
+    anyhow::anyhow!("{} {size} B: {e:#}{counters_said}", test_name(test))
 }
 
 /// One end's port counters (`counters.rs`), read around each test as perftest's `-W` reads

@@ -233,12 +233,103 @@ pub struct Placement {
     pub best_ms: f64,
 }
 
-/// The search: exhaustive up to [`EXHAUSTIVE_UP_TO`] ranks; above, each rank in turn starts a
-/// nearest-neighbour chain over the fitted costs, and the best chain is improved by swapping
-/// pairs of positions while the simulator says it helps.
 /// The most passes of pairwise swaps the heuristic search makes.
 const MAX_SWAP_PASSES: u64 = 20;
 
+/// Refuses a search whose cost (orders judged x ops simulated per order) is over the cap,
+/// before any of it runs.
+fn check_search_cost(
+    n: usize,
+    exhaustive: bool,
+    microbatches: usize,
+    schedules: &[Schedule],
+) -> Result<()> {
+    let orders: u64 = if exhaustive {
+        (1..=n as u64).product()
+    } else {
+        n as u64 + MAX_SWAP_PASSES * (n * (n - 1) / 2) as u64
+    };
+    let per_order: u64 = schedules
+        .iter()
+        .map(|s| {
+            let runs = if matches!(s, Schedule::Adaptive) {
+                super::plan::ADAPTIVE_RUNS
+            } else {
+                1
+            };
+            runs * (n * microbatches * 3) as u64
+        })
+        .sum();
+    let ops = orders.saturating_mul(per_order);
+    if ops > super::plan::MAX_SIM_OPS {
+        return Err(anyhow!(
+            "--place would simulate about {ops} ops ({orders} orders of {n} ranks, {} \
+             microbatches), over the cap of {}: give fewer --microbatches (the best order is \
+             found the same way with fewer)",
+            microbatches,
+            super::plan::MAX_SIM_OPS
+        ));
+    }
+    Ok(())
+}
+
+/// The fastest of every order of the ranks, starting from the launcher's (kept on ties).
+fn search_exhaustive(
+    launcher: &[usize],
+    launcher_ms: f64,
+    time: impl Fn(&[usize]) -> Result<f64>,
+) -> Result<(Vec<usize>, f64)> {
+    let (mut best, mut best_ms) = (launcher.to_vec(), launcher_ms);
+    let mut order = launcher.to_vec();
+    permute(&mut order, 0, &mut |o| {
+        let t = time(o)?;
+        if t < best_ms - 1e-9 {
+            best_ms = t;
+            best = o.to_vec();
+        }
+        Ok(())
+    })?;
+    Ok((best, best_ms))
+}
+
+/// The best nearest-neighbour chain (each rank in turn starting one), improved by swapping
+/// pairs of positions while the simulator says it helps; the launcher's order if none beats it.
+fn search_heuristic(
+    costs: &LinkCosts,
+    launcher: &[usize],
+    launcher_ms: f64,
+    time: impl Fn(&[usize]) -> Result<f64>,
+) -> Result<(Vec<usize>, f64)> {
+    let n = costs.ranks;
+    let (mut best, mut best_ms) = (launcher.to_vec(), launcher_ms);
+    for start in 0..n {
+        let chain = nearest_chain(costs, start);
+        let t = time(&chain)?;
+        if t < best_ms - 1e-9 {
+            (best, best_ms) = (chain, t);
+        }
+    }
+    let (mut improved, mut passes) = (true, 0);
+    while improved && passes < MAX_SWAP_PASSES {
+        improved = false;
+        passes += 1;
+        for i in 0..n {
+            for j in i + 1..n {
+                let mut o = best.clone();
+                o.swap(i, j);
+                let t = time(&o)?;
+                if t < best_ms - 1e-9 {
+                    (best, best_ms, improved) = (o, t, true);
+                }
+            }
+        }
+    }
+    Ok((best, best_ms))
+}
+
+/// The search: exhaustive up to [`EXHAUSTIVE_UP_TO`] ranks; above, each rank in turn starts a
+/// nearest-neighbour chain over the fitted costs, and the best chain is improved by swapping
+/// pairs of positions while the simulator says it helps.
 pub fn place(
     costs: &LinkCosts,
     base: &Scenario,
@@ -267,71 +358,16 @@ pub fn place(
     };
     let launcher: Vec<usize> = (0..n).collect();
     let exhaustive = n <= EXHAUSTIVE_UP_TO;
-    // The search's cost, bounded before it starts: orders judged x ops simulated per order.
-    let orders: u64 = if exhaustive {
-        (1..=n as u64).product()
-    } else {
-        n as u64 + MAX_SWAP_PASSES * (n * (n - 1) / 2) as u64
-    };
-    let per_order: u64 = schedules
-        .iter()
-        .map(|s| {
-            let runs = if matches!(s, Schedule::Adaptive) {
-                super::plan::ADAPTIVE_RUNS
-            } else {
-                1
-            };
-            runs * (n * base.microbatches * 3) as u64
-        })
-        .sum();
-    let ops = orders.saturating_mul(per_order);
-    if ops > super::plan::MAX_SIM_OPS {
-        return Err(anyhow!(
-            "--place would simulate about {ops} ops ({orders} orders of {n} ranks, {} \
-             microbatches), over the cap of {}: give fewer --microbatches (the best order is \
-             found the same way with fewer)",
-            base.microbatches,
-            super::plan::MAX_SIM_OPS
-        ));
-    }
+    check_search_cost(n, exhaustive, base.microbatches, schedules)?;
     let mut out = Vec::new();
     for s in schedules {
         let launcher_ms = time(&launcher, s)?;
-        let (mut best, mut best_ms) = (launcher.clone(), launcher_ms);
-        if exhaustive {
-            let mut order = launcher.clone();
-            permute(&mut order, 0, &mut |o| {
-                let t = time(o, s)?;
-                if t < best_ms - 1e-9 {
-                    best_ms = t;
-                    best = o.to_vec();
-                }
-                Ok(())
-            })?;
+        let time_of = |o: &[usize]| time(o, s);
+        let (best, best_ms) = if exhaustive {
+            search_exhaustive(&launcher, launcher_ms, time_of)?
         } else {
-            for start in 0..n {
-                let chain = nearest_chain(costs, start);
-                let t = time(&chain, s)?;
-                if t < best_ms - 1e-9 {
-                    (best, best_ms) = (chain, t);
-                }
-            }
-            let (mut improved, mut passes) = (true, 0);
-            while improved && passes < MAX_SWAP_PASSES {
-                improved = false;
-                passes += 1;
-                for i in 0..n {
-                    for j in i + 1..n {
-                        let mut o = best.clone();
-                        o.swap(i, j);
-                        let t = time(&o, s)?;
-                        if t < best_ms - 1e-9 {
-                            (best, best_ms, improved) = (o, t, true);
-                        }
-                    }
-                }
-            }
-        }
+            search_heuristic(costs, &launcher, launcher_ms, time_of)?
+        };
         out.push(Placement {
             schedule: s.to_string(),
             launcher_ms,

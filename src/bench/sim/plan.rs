@@ -106,6 +106,115 @@ pub(super) fn slow_label(delays: &[f64]) -> String {
     }
 }
 
+/// The scenario every case varies: stages and microbatches (from the flags, else the
+/// schedule file, else 4 and 12), op times (10 ms unless given), links, occupancy, tfb.
+fn base_scenario(cfg: &SimConfig, file: Option<&Schedule>) -> anyhow::Result<Scenario> {
+    let ten = OneOrMany::One(10.0);
+    let slow: Vec<(usize, f64)> = cfg.slow.iter().map(|s| (s.link, s.delay_ms)).collect();
+    let from_file = |f: fn(&crate::sim::torch_csv::TorchSchedule) -> usize| {
+        file.map(|s| match s {
+            Schedule::File { schedule, .. } => f(schedule),
+            _ => unreachable!("read_schedule_file gives a file schedule"),
+        })
+    };
+    let occupy: Vec<(usize, f64)> = cfg.occupy.iter().map(|o| (o.link, o.ms)).collect();
+    let sc = Scenario::builder(
+        cfg.stages.or(from_file(|s| s.ranks)).unwrap_or(4),
+        cfg.microbatches
+            .or(from_file(|s| s.microbatches))
+            .unwrap_or(12),
+    )
+    .times(
+        &cfg.tf.as_ref().unwrap_or(&ten).values(),
+        &cfg.tb.as_ref().unwrap_or(&ten).values(),
+        &cfg.tw.as_ref().unwrap_or(&ten).values(),
+    )
+    .link_ms(cfg.link_ms.unwrap_or(0.0))
+    .slow(&slow)
+    .comm(
+        cfg.comm.unwrap_or(CommModel::Latency),
+        cfg.d2h_ms.unwrap_or(0.5),
+    )
+    .build()?
+    .with_occupancy(&occupy)?;
+    match &cfg.tfb {
+        Some(tfb) => Ok(sc.with_tfb(&tfb.values())?),
+        None => Ok(sc),
+    }
+}
+
+/// The schedules named (the default set unless a file gives its own), then the file's.
+fn schedules_of(cfg: &SimConfig, file: Option<Schedule>) -> anyhow::Result<Vec<Schedule>> {
+    let names = match (&cfg.schedules, &file) {
+        (Some(names), _) => names.clone(),
+        (None, Some(_)) => Vec::new(),
+        (None, None) => DEFAULT_SCHEDULES.split(',').map(String::from).collect(),
+    };
+    let mut schedules = names
+        .iter()
+        .map(|s| s.parse::<Schedule>())
+        .collect::<Result<Vec<_>, _>>()?;
+    schedules.extend(file);
+    if schedules.is_empty() {
+        return Err(anyhow::anyhow!("schedules is empty: name at least one"));
+    }
+    Ok(schedules)
+}
+
+/// One case per iteration of a link-delay trace, its delays on top of the base's.
+fn trace_cases(base: &Scenario, text: &str) -> anyhow::Result<Vec<Case>> {
+    let links = base.stages - 1;
+    let mut cases = Vec::new();
+    for (iteration, mut extra) in crate::sim::trace::parse_link_trace(text, links)? {
+        // A wrap link's delay (`--slow`) stays on it.
+        extra.resize(base.delay_ms.len(), 0.0);
+        let delays: Vec<f64> = base
+            .delay_ms
+            .iter()
+            .zip(&extra)
+            .map(|(a, b)| a + b)
+            .collect();
+        cases.push(Case {
+            label: format!("iteration {iteration}"),
+            iteration,
+            scenario: base.with_delays(delays),
+        });
+    }
+    Ok(cases)
+}
+
+/// One case per swept delay of each swept link, checked: a link that exists, a delay in range.
+fn sweep_cases(cfg: &SimConfig, base: &Scenario) -> anyhow::Result<Vec<Case>> {
+    let sweepable = crate::sim::links_of(base.stages);
+    let mut cases = Vec::new();
+    for sw in &cfg.sweep {
+        if sw.link >= sweepable {
+            return Err(anyhow::anyhow!(
+                "sweep link {} does not exist: links are 0..={} (link i joins stages i and \
+                 i+1; from 3 stages on the last is the wrap link, last stage to first)",
+                sw.link,
+                sweepable as i64 - 1
+            ));
+        }
+        for &d in &sw.delays_ms {
+            if !d.is_finite() || !(0.0..=MAX_MS).contains(&d) {
+                return Err(anyhow::anyhow!(
+                    "sweep delay {d}: delays must be finite, >= 0 and at most {MAX_MS} ms"
+                ));
+            }
+            let mut delays = base.delay_ms.clone();
+            delays.resize(delays.len().max(sw.link + 1), 0.0);
+            delays[sw.link] += d;
+            cases.push(Case {
+                label: format!("link {} +{d} ms", sw.link),
+                iteration: 0,
+                scenario: base.with_delays(delays),
+            });
+        }
+    }
+    Ok(cases)
+}
+
 impl SimPlan {
     /// Builds the base scenario from a config (defaults: S = 4, N = 12, 10 ms ops, no delay).
     pub fn from_config(cfg: &SimConfig) -> anyhow::Result<SimPlan> {
@@ -114,111 +223,25 @@ impl SimPlan {
 
     /// Like `from_config`, with per-iteration link delays from a trace.
     pub fn build(cfg: &SimConfig, trace: Option<&str>) -> anyhow::Result<SimPlan> {
-        let ten = OneOrMany::One(10.0);
-        let slow: Vec<(usize, f64)> = cfg.slow.iter().map(|s| (s.link, s.delay_ms)).collect();
         let file = cfg
             .schedule_file
             .as_deref()
             .map(read_schedule_file)
             .transpose()?;
-        let from_file = |f: fn(&crate::sim::torch_csv::TorchSchedule) -> usize| {
-            file.as_ref().map(|s| match s {
-                Schedule::File { schedule, .. } => f(schedule),
-                _ => unreachable!("read_schedule_file gives a file schedule"),
-            })
-        };
-        let base = Scenario::builder(
-            cfg.stages.or(from_file(|s| s.ranks)).unwrap_or(4),
-            cfg.microbatches
-                .or(from_file(|s| s.microbatches))
-                .unwrap_or(12),
-        )
-        .times(
-            &cfg.tf.as_ref().unwrap_or(&ten).values(),
-            &cfg.tb.as_ref().unwrap_or(&ten).values(),
-            &cfg.tw.as_ref().unwrap_or(&ten).values(),
-        )
-        .link_ms(cfg.link_ms.unwrap_or(0.0))
-        .slow(&slow)
-        .comm(
-            cfg.comm.unwrap_or(CommModel::Latency),
-            cfg.d2h_ms.unwrap_or(0.5),
-        )
-        .build()
-        .and_then(|sc| {
-            let occupy: Vec<(usize, f64)> = cfg.occupy.iter().map(|o| (o.link, o.ms)).collect();
-            sc.with_occupancy(&occupy)
-        })
-        .and_then(|sc| match &cfg.tfb {
-            Some(tfb) => sc.with_tfb(&tfb.values()),
-            None => Ok(sc),
-        })?;
-        let names = match (&cfg.schedules, &file) {
-            (Some(names), _) => names.clone(),
-            (None, Some(_)) => Vec::new(),
-            (None, None) => DEFAULT_SCHEDULES.split(',').map(String::from).collect(),
-        };
-        let mut schedules = names
-            .iter()
-            .map(|s| s.parse::<Schedule>())
-            .collect::<Result<Vec<_>, _>>()?;
-        schedules.extend(file);
-        if schedules.is_empty() {
-            return Err(anyhow::anyhow!("schedules is empty: name at least one"));
-        }
-        let mut base = base;
+        let mut base = base_scenario(cfg, file.as_ref())?;
+        let schedules = schedules_of(cfg, file)?;
         let (mem_limit, mem_limit_label) = memory_of(cfg, &mut base)?;
         let links = base.stages - 1;
-        let mut cases = Vec::new();
-        if let Some(text) = trace {
-            for (iteration, mut extra) in crate::sim::trace::parse_link_trace(text, links)? {
-                // A wrap link's delay (`--slow`) stays on it.
-                extra.resize(base.delay_ms.len(), 0.0);
-                let delays: Vec<f64> = base
-                    .delay_ms
-                    .iter()
-                    .zip(&extra)
-                    .map(|(a, b)| a + b)
-                    .collect();
-                cases.push(Case {
-                    label: format!("iteration {iteration}"),
-                    iteration,
-                    scenario: base.with_delays(delays),
-                });
-            }
-        } else if cfg.sweep.is_empty() {
-            cases.push(Case {
+        let mut cases = match trace {
+            Some(text) => trace_cases(&base, text)?,
+            None if cfg.sweep.is_empty() => vec![Case {
                 label: format!("slow {}", slow_label(&base.delay_ms)),
                 iteration: 0,
                 scenario: base.clone(),
-            });
-        }
-        let sweepable = crate::sim::links_of(base.stages);
-        for sw in &cfg.sweep {
-            if sw.link >= sweepable {
-                return Err(anyhow::anyhow!(
-                    "sweep link {} does not exist: links are 0..={} (link i joins stages i and \
-                     i+1; from 3 stages on the last is the wrap link, last stage to first)",
-                    sw.link,
-                    sweepable as i64 - 1
-                ));
-            }
-            for &d in &sw.delays_ms {
-                if !d.is_finite() || !(0.0..=MAX_MS).contains(&d) {
-                    return Err(anyhow::anyhow!(
-                        "sweep delay {d}: delays must be finite, >= 0 and at most {MAX_MS} ms"
-                    ));
-                }
-                let mut delays = base.delay_ms.clone();
-                delays.resize(delays.len().max(sw.link + 1), 0.0);
-                delays[sw.link] += d;
-                cases.push(Case {
-                    label: format!("link {} +{d} ms", sw.link),
-                    iteration: 0,
-                    scenario: base.with_delays(delays),
-                });
-            }
-        }
+            }],
+            None => Vec::new(),
+        };
+        cases.extend(sweep_cases(cfg, &base)?);
         let tail = Self::tail_plan(cfg, links)?;
         let plan = SimPlan {
             cases,

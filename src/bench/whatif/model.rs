@@ -178,13 +178,9 @@ fn key(optype: OpType, seq: u32, stage: u32) -> OpKey {
     OpKey { optype, seq, stage }
 }
 
-/// A stage's compute order, its four p2p streams, the sends and receives matched to the
-/// compute they serve and paired with their peers.
-fn pipeline(g: &Group0, b: &mut Builder, s: u32, vpp: u32) -> Result<()> {
-    let comp = g.sorted(s, OpType::is_compute);
-    let comp_keys: Vec<OpKey> = comp.iter().map(|(k, _)| *k).collect();
-    b.chain(&comp_keys, &[]);
-    let comm = g.sorted(s, OpType::is_p2p);
+/// Chains each of a stage's four p2p streams (sends and receives, forward and backward) in
+/// start order.
+fn chain_p2p_streams(b: &mut Builder, comm: &[(OpKey, &Record)]) {
     for t in [
         OpType::ForwardSend,
         OpType::ForwardRecv,
@@ -198,6 +194,81 @@ fn pipeline(g: &Group0, b: &mut Builder, s: u32, vpp: u32) -> Result<()> {
             .collect();
         b.chain(&stream, &[]);
     }
+}
+
+/// A stage's compute ops of one type: how many, and the window a send or receive must reach
+/// to serve one of them.
+struct ComputeSpan {
+    compute: OpType,
+    count: usize,
+    last_start: f64,
+    first_end: f64,
+}
+
+impl ComputeSpan {
+    /// The span of the ops of type `compute` among a stage's compute ops.
+    fn of(comp: &[(OpKey, &Record)], compute: OpType) -> Self {
+        let of_type: Vec<&Record> = comp
+            .iter()
+            .filter(|(k, _)| k.optype == compute)
+            .map(|(_, r)| *r)
+            .collect();
+        let last_start = of_type
+            .iter()
+            .map(|r| r.start)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let first_end = of_type
+            .iter()
+            .map(|r| r.start + r.duration)
+            .fold(f64::INFINITY, f64::min);
+        ComputeSpan {
+            compute,
+            count: of_type.len(),
+            last_start,
+            first_end,
+        }
+    }
+
+    /// A send that ends before the first compute or a receive that starts after the last one
+    /// serves none (the profiler records them at the step's edges).
+    fn serves(&self, r: &Record, is_send: bool) -> bool {
+        if is_send {
+            r.start + r.duration >= self.first_end - EPS
+        } else {
+            r.start <= self.last_start + EPS
+        }
+    }
+
+    /// The seq of the compute the first serving op of type `t` serves, once `serving` such
+    /// ops are checked to be one per compute (an edge stage may have none, or one fewer).
+    fn first_served(&self, t: OpType, is_send: bool, serving: usize, edge: bool) -> Result<u32> {
+        let mut id = 0u32;
+        if serving != self.count {
+            if !edge || !(serving == 0 || serving + 1 == self.count) {
+                bail!(
+                    "{} {}s serve {} {}s: a stage inside the pipeline needs one for each",
+                    serving,
+                    t.name(),
+                    self.count,
+                    self.compute.name()
+                );
+            }
+            if !is_send && serving + 1 == self.count {
+                id = 1; // the first stage's first receive is not recorded
+            }
+        }
+        Ok(id)
+    }
+}
+
+/// A stage's compute order, its four p2p streams, the sends and receives matched to the
+/// compute they serve and paired with their peers.
+fn pipeline(g: &Group0, b: &mut Builder, s: u32, vpp: u32) -> Result<()> {
+    let comp = g.sorted(s, OpType::is_compute);
+    let comp_keys: Vec<OpKey> = comp.iter().map(|(k, _)| *k).collect();
+    b.chain(&comp_keys, &[]);
+    let comm = g.sorted(s, OpType::is_p2p);
+    chain_p2p_streams(b, &comm);
     // For each p2p op: the compute it serves, and whether it moves anything (no-op).
     let mut no_op: HashMap<OpKey, bool> = comm.iter().map(|(k, _)| (*k, true)).collect();
     for (compute, send, recv) in [
@@ -212,54 +283,19 @@ fn pipeline(g: &Group0, b: &mut Builder, s: u32, vpp: u32) -> Result<()> {
             OpType::BackwardRecv,
         ),
     ] {
-        let of_type: Vec<&Record> = comp
-            .iter()
-            .filter(|(k, _)| k.optype == compute)
-            .map(|(_, r)| *r)
-            .collect();
-        let last_start = of_type
-            .iter()
-            .map(|r| r.start)
-            .fold(f64::NEG_INFINITY, f64::max);
-        let first_end = of_type
-            .iter()
-            .map(|r| r.start + r.duration)
-            .fold(f64::INFINITY, f64::min);
+        let span = ComputeSpan::of(&comp, compute);
         for t in [send, recv] {
             let is_send = t == send;
-            // A send that ends before the first compute or a receive that starts after the
-            // last one serves none (the profiler records them at the step's edges).
-            let serves = |r: &Record| {
-                if is_send {
-                    r.start + r.duration >= first_end - EPS
-                } else {
-                    r.start <= last_start + EPS
-                }
-            };
             let rows: Vec<(OpKey, &Record)> = comm
                 .iter()
                 .filter(|(k, _)| k.optype == t)
                 .copied()
                 .collect();
-            let count = rows.iter().filter(|(_, r)| serves(r)).count();
-            let mut id = 0u32;
-            if count != of_type.len() {
-                let edge = s == 0 || s == g.pp - 1;
-                if !edge || !(count == 0 || count + 1 == of_type.len()) {
-                    bail!(
-                        "{} {}s serve {} {}s: a stage inside the pipeline needs one for each",
-                        count,
-                        t.name(),
-                        of_type.len(),
-                        compute.name()
-                    );
-                }
-                if !is_send && count + 1 == of_type.len() {
-                    id = 1; // the first stage's first receive is not recorded
-                }
-            }
+            let count = rows.iter().filter(|(_, r)| span.serves(r, is_send)).count();
+            let edge = s == 0 || s == g.pp - 1;
+            let mut id = span.first_served(t, is_send, count, edge)?;
             for (k, r) in rows {
-                if !serves(r) {
+                if !span.serves(r, is_send) {
                     continue;
                 }
                 let served = key(compute, id, s);

@@ -145,6 +145,80 @@ fn record_of(
     ]
 }
 
+/// A case's delay on each link, and its `slow_links` and `delay_ms` cells.
+fn delays_of(slow: &str, stages: usize) -> anyhow::Result<(Vec<f64>, [String; 2])> {
+    let mut delay = vec![0.0; stages - 1];
+    let (mut link_cell, mut delay_cell) = (String::new(), "0".to_string());
+    if let Some((l, d)) = slow_of(slow, stages)? {
+        delay[l] = d;
+        (link_cell, delay_cell) = (format!("{l}_{}", l + 1), format!("{d}"));
+    }
+    Ok((delay, [link_cell, delay_cell]))
+}
+
+/// Each stage's measured ops as an order: sorted by when they started.
+fn start_ordered(orders: Vec<Vec<(f64, OpKind, usize)>>) -> Orders {
+    orders
+        .into_iter()
+        .map(|mut o| {
+            o.sort_by(|a, b| a.0.total_cmp(&b.0));
+            o.into_iter().map(|(_, k, m)| (k, m)).collect()
+        })
+        .collect()
+}
+
+/// Op times (F, B and W medians per stage) and per-op send holds a case is predicted from.
+type HealthyTimes = ([Vec<f64>; 3], Vec<Vec<f64>>);
+
+/// The prediction's op and send times: the healthy twin's, where there is one (its B and W as
+/// its own lane has them: a case of the same schedule splits backward alike), else a healthy
+/// case's own. Inline, a send's hold includes the wait for the acknowledgement, so it must be
+/// taken without the delay too.
+fn healthy_times(
+    line: &Line<PipelineTable>,
+    twin: Option<&Line<PipelineTable>>,
+    ops: &[Line<TimelineTable>],
+    own: &[Vec<f64>; 3],
+    send: &[Vec<f64>],
+) -> anyhow::Result<HealthyTimes> {
+    let stages = line.params.stages as usize;
+    // A healthy case is its own twin; a delayed one without a twin never reaches here (`read`).
+    let (tf, tb, tw, healthy_send) = match twin {
+        Some(c) => {
+            let (t, send, _) = lane_of(ops, &c.lead.case, stages)?;
+            (medians(&t[0]), medians(&t[1]), medians(&t[2]), send)
+        }
+        None if calm(&line.params.slow, stages) => (
+            own[0].clone(),
+            own[1].clone(),
+            own[2].clone(),
+            send.to_vec(),
+        ),
+        None => return Err(anyhow::anyhow!("a delayed case with no healthy twin")),
+    };
+    if tf.iter().chain(&tb).any(|&t| t <= 0.0) {
+        return Err(anyhow::anyhow!(
+            "its healthy case has a stage without F or B ops"
+        ));
+    }
+    Ok(([tf, tb, tw], healthy_send))
+}
+
+/// The replay: the delayed case on its own op times and sends (the delay inside them).
+fn replayed_slow_ms(case: &Case, own: [Vec<f64>; 3], send: &[Vec<f64>]) -> anyhow::Result<f64> {
+    let [tf, tb, tw] = own;
+    let own_case = Case {
+        tf,
+        tb,
+        tw,
+        delay: vec![0.0; case.stages - 1],
+        send_ms: medians(send),
+        ..case.clone()
+    };
+    let p = own_case.predict(&crate::sim::runtime::Mechanisms::ALL)?;
+    Ok(p.slow_ms)
+}
+
 /// One case as a row (its record and its case), judged against its healthy case.
 fn case_of(
     line: &Line<PipelineTable>,
@@ -165,45 +239,15 @@ fn case_of(
     } else {
         System::MorphbenchInline
     };
-    let mut delay = vec![0.0; stages - 1];
-    let (mut link_cell, mut delay_cell) = (String::new(), "0".to_string());
-    if let Some((l, d)) = slow_of(&p.slow, stages)? {
-        delay[l] = d;
-        (link_cell, delay_cell) = (format!("{l}_{}", l + 1), format!("{d}"));
-    }
+    let (delay, cells) = delays_of(&p.slow, stages)?;
     let (times, send, orders) = lane_of(ops, &line.lead.case, stages)?;
     let own = [medians(&times[0]), medians(&times[1]), medians(&times[2])];
     if own[0].iter().chain(&own[1]).any(|&t| t <= 0.0) {
         return Err(anyhow::anyhow!("a stage has no F or B ops with a duration"));
     }
-    let orders: Orders = orders
-        .into_iter()
-        .map(|mut o| {
-            o.sort_by(|a, b| a.0.total_cmp(&b.0));
-            o.into_iter().map(|(_, k, m)| (k, m)).collect()
-        })
-        .collect();
+    let orders = start_ordered(orders);
     let calm_case = twin_of(line, cases);
-    // What a send holds without the delay (inline, the wait for the acknowledgement
-    // includes it): the healthy case's, where there is one.
-    // The prediction's op and send times: the healthy case's, where there is one (its B
-    // and W as its own lane has them: a case of the same schedule splits backward alike).
-    // A healthy case is its own twin; a delayed one without a twin never reaches here (`read`).
-    let (tf, tb, tw, healthy_send) = match calm_case {
-        Some(c) => {
-            let (t, send, _) = lane_of(ops, &c.lead.case, stages)?;
-            (medians(&t[0]), medians(&t[1]), medians(&t[2]), send)
-        }
-        None if calm(&p.slow, stages) => {
-            (own[0].clone(), own[1].clone(), own[2].clone(), send.clone())
-        }
-        None => return Err(anyhow::anyhow!("a delayed case with no healthy twin")),
-    };
-    if tf.iter().chain(&tb).any(|&t| t <= 0.0) {
-        return Err(anyhow::anyhow!(
-            "its healthy case has a stage without F or B ops"
-        ));
-    }
+    let ([tf, tb, tw], healthy_send) = healthy_times(line, calm_case, ops, &own, &send)?;
     let (healthy_ms, slow_ms) = if calm(&p.slow, stages) {
         (Some(line.figures.iteration_ms), None)
     } else {
@@ -229,24 +273,11 @@ fn case_of(
         orders: Some(orders),
         send_ms: medians(&healthy_send),
     };
-    // The replay: the delayed case on its own op times and sends (the delay inside them).
     let replayed = match slow_ms {
-        Some(_) => {
-            let [tf, tb, tw] = own;
-            let own_case = Case {
-                tf,
-                tb,
-                tw,
-                delay: vec![0.0; stages - 1],
-                send_ms: medians(&send),
-                ..case.clone()
-            };
-            let p = own_case.predict(&crate::sim::runtime::Mechanisms::ALL)?;
-            Some(p.slow_ms)
-        }
+        Some(_) => Some(replayed_slow_ms(&case, own, &send)?),
         None => None,
     };
-    let record = record_of(line, &case, [link_cell, delay_cell], replayed);
+    let record = record_of(line, &case, cells, replayed);
     Ok((record, case))
 }
 

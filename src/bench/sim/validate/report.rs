@@ -2,10 +2,10 @@
 
 use anyhow::{anyhow, Context, Result};
 
-use super::case::{error_added, errors, spread, Input, Trend};
+use super::case::{error_added, errors, spread, Case, Input, Trend};
 use crate::output::Progress;
 use crate::record::RunDir;
-use crate::sim::runtime::Mechanisms;
+use crate::sim::runtime::{Mechanisms, Prediction};
 use std::collections::BTreeMap;
 
 /// The validation as a bench of a run: writes validate.csv and prints the table.
@@ -74,7 +74,7 @@ fn ablation(input: &Input, dir: &RunDir, progress: &Progress) -> Result<serde_js
 /// healthy run was steady and those still moving (their measured added time holds the run's
 /// own drift too).
 fn print_by_system(
-    added: &BTreeMap<String, Vec<(f64, Option<bool>)>>,
+    added: &AddedBySystem,
     progress: &Progress,
 ) -> serde_json::Map<String, serde_json::Value> {
     let mut by_system = serde_json::Map::new();
@@ -159,6 +159,142 @@ fn pct(x: Option<f64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// Per system, each row's error on the added time and whether its healthy run was moving.
+type AddedBySystem = BTreeMap<String, Vec<(f64, Option<bool>)>>;
+
+/// The errors one prediction makes on its row.
+struct RowErrors {
+    extra: Option<f64>,
+    slow: Option<f64>,
+    /// The error on the added time, or why the row is left out of it.
+    added: Result<f64, &'static str>,
+}
+
+/// One validate.csv row: FILE's cells padded to its header, then the prediction and errors.
+fn csv_row(
+    header_len: usize,
+    rec: &[String],
+    case: &Case,
+    p: &Prediction,
+    e: &RowErrors,
+) -> Vec<String> {
+    let mut row = rec.to_vec();
+    row.resize(header_len, String::new());
+    let opt = |x: Option<f64>| x.map(|v| format!("{v:.4}")).unwrap_or_default();
+    row.extend([
+        format!("{:.2}", p.healthy_ms),
+        format!("{:.2}", p.slow_ms),
+        opt(e.extra),
+        opt(e.slow),
+        opt(e.added.ok()),
+        e.added.err().unwrap_or_default().to_string(),
+        case.trend
+            .map(|t| format!("{:.2}", t.ms_per_iteration))
+            .unwrap_or_default(),
+        opt(case.trend.map(|t| t.p)),
+    ]);
+    row
+}
+
+/// One line of the console table, with FILE's own cells looked up by column name.
+fn console_row(
+    header: &[String],
+    rec: &[String],
+    case: &Case,
+    p: &Prediction,
+    e: &RowErrors,
+) -> String {
+    let col = |name: &str| {
+        let i = header.iter().position(|h| h == name);
+        i.and_then(|i| rec.get(i)).cloned().unwrap_or_default()
+    };
+    let measured = match (case.healthy_ms, case.slow_ms) {
+        (Some(h), Some(s)) => format!("{:+.1}", s - h),
+        _ => "-".into(),
+    };
+    format!(
+        "{:<18} {:<12} {:>6} {:>9} {:>9} {:>10} {:>10.1} {:>7} {:>7}",
+        case.system.to_string(),
+        col("slow_links"),
+        col("delay_ms"),
+        col("healthy_ms"),
+        col("slow_ms"),
+        measured,
+        p.slow_ms - p.healthy_ms,
+        pct(e.extra),
+        pct(e.added.ok())
+    )
+}
+
+impl ValidateBench {
+    /// Predicts every row with all mechanisms, writing it to validate.csv and the console
+    /// table; returns the error_extra values and the error_added values per system.
+    fn predict_rows(
+        &self,
+        w: &mut csv::Writer<std::fs::File>,
+        progress: &Progress,
+    ) -> Result<(Vec<f64>, AddedBySystem)> {
+        let mut extra_errors = Vec::new();
+        let mut added = AddedBySystem::new();
+        for (case, rec) in self.input.cases.iter().zip(&self.input.records) {
+            let p = case
+                .predict(&Mechanisms::ALL)
+                .map_err(|e| anyhow!("{} row: {e}", case.system))?;
+            let (extra, slow) = errors(case, &p);
+            let e = RowErrors {
+                extra,
+                slow,
+                added: error_added(case, &p),
+            };
+            extra_errors.extend(e.extra);
+            if let Ok(x) = e.added {
+                added
+                    .entry(case.system.to_string())
+                    .or_default()
+                    .push((x, case.trend.map(|t| t.moving())));
+            }
+            let row = csv_row(self.input.header.len(), rec, case, &p, &e);
+            // FILE's own cells are copied: neutralised as every CSV cell is.
+            w.write_record(
+                row.iter()
+                    .map(|c| crate::sanitize::csv_cell(c).into_owned()),
+            )?;
+            w.flush()?;
+            progress.println(console_row(&self.input.header, rec, case, &p, &e));
+            progress.inc();
+        }
+        Ok((extra_errors, added))
+    }
+
+    /// summary.json's `validate` figures and the spread line printed under the table.
+    fn summary(&self, extra_errors: &[f64]) -> (serde_json::Value, String) {
+        let rows = self.input.cases.len();
+        match spread(extra_errors) {
+            Some((m, p90, max)) => (
+                serde_json::json!({
+                    "source": self.source,
+                    "rows": rows,
+                    "judged": extra_errors.len(),
+                    "error_extra_median": m,
+                    "error_extra_p90": p90,
+                    "error_extra_max": max,
+                }),
+                format!(
+                    "validate: {rows} rows, error_extra median {}, p90 {}, max {} ({} within 10%)",
+                    pct(Some(m)),
+                    pct(Some(p90)),
+                    pct(Some(max)),
+                    extra_errors.iter().filter(|&&e| e <= 0.10).count()
+                ),
+            ),
+            None => (
+                serde_json::json!({ "source": self.source, "rows": rows, "judged": 0 }),
+                format!("validate: {rows} rows predicted; none has measured healthy_ms and slow_ms, so no error"),
+            ),
+        }
+    }
+}
+
 impl crate::suite::Bench for ValidateBench {
     fn needs_gpu(&self) -> bool {
         false
@@ -173,95 +309,10 @@ impl crate::suite::Bench for ValidateBench {
         progress: &Progress,
     ) -> Result<crate::suite::Notes> {
         let mut w = open_table(dir, &self.input.header, progress)?;
-        let mut extra_errors = Vec::new();
-        let mut added: BTreeMap<String, Vec<(f64, Option<bool>)>> = BTreeMap::new();
-        for (case, rec) in self.input.cases.iter().zip(&self.input.records) {
-            let p = case
-                .predict(&Mechanisms::ALL)
-                .map_err(|e| anyhow!("{} row: {e}", case.system))?;
-            let (e_extra, e_slow) = errors(case, &p);
-            extra_errors.extend(e_extra);
-            let e_added = error_added(case, &p);
-            if let Ok(e) = e_added {
-                added
-                    .entry(case.system.to_string())
-                    .or_default()
-                    .push((e, case.trend.map(|t| t.moving())));
-            }
-            let mut row = rec.clone();
-            row.resize(self.input.header.len(), String::new());
-            let opt = |x: Option<f64>| x.map(|v| format!("{v:.4}")).unwrap_or_default();
-            row.extend([
-                format!("{:.2}", p.healthy_ms),
-                format!("{:.2}", p.slow_ms),
-                opt(e_extra),
-                opt(e_slow),
-                opt(e_added.ok()),
-                e_added.err().unwrap_or_default().to_string(),
-                case.trend
-                    .map(|t| format!("{:.2}", t.ms_per_iteration))
-                    .unwrap_or_default(),
-                opt(case.trend.map(|t| t.p)),
-            ]);
-            // FILE's own cells are copied: neutralised as every CSV cell is.
-            w.write_record(
-                row.iter()
-                    .map(|c| crate::sanitize::csv_cell(c).into_owned()),
-            )?;
-            w.flush()?;
-            let col = |name: &str| {
-                let i = self.input.header.iter().position(|h| h == name);
-                i.and_then(|i| rec.get(i)).cloned().unwrap_or_default()
-            };
-            let measured = match (case.healthy_ms, case.slow_ms) {
-                (Some(h), Some(s)) => format!("{:+.1}", s - h),
-                _ => "-".into(),
-            };
-            progress.println(format!(
-                "{:<18} {:<12} {:>6} {:>9} {:>9} {:>10} {:>10.1} {:>7} {:>7}",
-                case.system.to_string(),
-                col("slow_links"),
-                col("delay_ms"),
-                col("healthy_ms"),
-                col("slow_ms"),
-                measured,
-                p.slow_ms - p.healthy_ms,
-                pct(e_extra),
-                pct(e_added.ok())
-            ));
-            progress.inc();
-        }
+        let (extra_errors, added) = self.predict_rows(&mut w, progress)?;
         let mut notes = crate::suite::Notes::new();
-        let rows = self.input.cases.len();
-        let line = match spread(&extra_errors) {
-            Some((m, p90, max)) => {
-                notes.insert(
-                    "validate".into(),
-                    serde_json::json!({
-                        "source": self.source,
-                        "rows": rows,
-                        "judged": extra_errors.len(),
-                        "error_extra_median": m,
-                        "error_extra_p90": p90,
-                        "error_extra_max": max,
-                    }),
-                );
-                format!(
-                    "validate: {rows} rows, error_extra median {}, p90 {}, max {} ({} within 10%)",
-                    pct(Some(m)),
-                    pct(Some(p90)),
-                    pct(Some(max)),
-                    extra_errors.iter().filter(|&&e| e <= 0.10).count()
-                )
-            }
-            None => {
-                notes.insert(
-                    "validate".into(),
-                    serde_json::json!({ "source": self.source, "rows": rows, "judged": 0 }),
-                );
-                format!("validate: {rows} rows predicted; none has measured healthy_ms and slow_ms, so no error")
-            }
-        };
+        let (figures, line) = self.summary(&extra_errors);
+        notes.insert("validate".into(), figures);
         progress.println(line);
         let by_system = print_by_system(&added, progress);
         if let Some(serde_json::Value::Object(v)) = notes.get_mut("validate") {
