@@ -83,26 +83,38 @@ pub fn write_run(dir: &Path, lines: &[Line<LinksTable>]) -> Result<()> {
     write(dir, "run", lines)
 }
 
-/// The distributions of a links run by case; empty for a run written before the file was.
+/// The distributions of a links run by case, each case's rows merged: a retest that runs
+/// more than once writes its case once per pass (links.csv too), each pass's buckets in
+/// order, so a bucket at or below the one before starts the next pass. Empty for a run
+/// written before the file was.
 pub fn read(dir: &Path) -> Result<BTreeMap<String, LogHist>> {
     let path = dir.join("links_hist.csv");
     if !path.exists() {
         return Ok(BTreeMap::new());
     }
     let rows: Vec<Line<LinksHistTable>> = crate::record::read_table(&path)?;
-    let mut by_case: BTreeMap<String, Vec<(u16, u32)>> = BTreeMap::new();
+    let mut passes: Vec<(String, Vec<(u16, u32)>)> = Vec::new();
     for r in rows {
-        by_case
-            .entry(r.lead.case)
-            .or_default()
-            .push((r.params.bucket, r.figures.count));
+        let pair = (r.params.bucket, r.figures.count);
+        match passes.last_mut() {
+            Some((case, pairs))
+                if *case == r.lead.case && pairs.last().is_some_and(|p| p.0 < pair.0) =>
+            {
+                pairs.push(pair)
+            }
+            _ => passes.push((r.lead.case, vec![pair])),
+        }
     }
-    by_case
-        .into_iter()
-        .map(|(case, pairs)| {
-            let h = LogHist::from_buckets(pairs)
-                .map_err(|e| anyhow::anyhow!("{}: case {case}: {e}", path.display()))?;
-            Ok((case, h))
-        })
-        .collect()
+    let mut by_case: BTreeMap<String, LogHist> = BTreeMap::new();
+    for (case, pairs) in passes {
+        let h = LogHist::from_buckets(pairs)
+            .map_err(|e| anyhow::anyhow!("{}: case {case}: {e}", path.display()))?;
+        match by_case.get_mut(&case) {
+            Some(merged) => merged.merge(&h),
+            None => {
+                by_case.insert(case, h);
+            }
+        }
+    }
+    Ok(by_case)
 }
