@@ -241,6 +241,10 @@ mod tests {
         let hists = crate::bench::links::hist::read(dir.path()).unwrap();
         assert_eq!(hists[&retest].count(), 1000);
         let links = measured_links(dir.path(), "tcp", 8).unwrap();
-        assert!(links[0].why.contains("2000 round trips"), "{}", links[0].why);
+        assert!(
+            links[0].why.contains("2000 round trips"),
+            "{}",
+            links[0].why
+        );
     }
 }
