@@ -283,8 +283,8 @@ pub const RETRANSMIT_FACTOR: f64 = 10.0;
 /// thousands of segments on healthy links: their counts are kept, not judged.
 pub const MAX_JUDGED_RETRANSMIT_BYTES: u64 = 64 << 10;
 
-/// Whether a row's retransmissions are judged (TCP ping-pongs up to
-/// [`MAX_JUDGED_RETRANSMIT_BYTES`]).
+/// Whether a row's retransmissions are judged (ping-pongs up to
+/// [`MAX_JUDGED_RETRANSMIT_BYTES`], TCP or RDMA, each in its own transport's group).
 pub fn judges_retransmits(direction: &str, bytes: u64) -> bool {
     direction == "pingpong" && bytes <= MAX_JUDGED_RETRANSMIT_BYTES
 }
