@@ -230,11 +230,11 @@ fn spread_tries(
     let mut best: Option<Placed> = None;
     let mut tried = Vec::new();
     let (mut cut, mut failed) = (None, None);
+    let slice = |k: usize| started + span.mul_f64(k as f64 / tries as f64);
     for i in 0..tries {
         if bind {
             crate::host::bind_thread(&[all[i % all.len()]]);
         }
-        let slice = |k: usize| started + span.mul_f64(k as f64 / tries as f64);
         if let Some(wait) = slice(i).checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
@@ -432,7 +432,11 @@ mod tests {
         }
         // Once is once: no wait.
         let t1 = Instant::now();
-        spread_tries(budget_from(t1, span), false, |share| {
+        let once = Budget {
+            iters: 3,
+            deadline: t1 + span,
+        };
+        spread_tries(once, false, |share| {
             Ok((
                 sample(share, || Ok(1.0))?,
                 crate::host::Placement::default(),
@@ -440,12 +444,5 @@ mod tests {
         })
         .unwrap();
         assert!(t1.elapsed() < span / 2, "{:?}", t1.elapsed());
-    }
-
-    fn budget_from(t: Instant, span: Duration) -> Budget {
-        Budget {
-            iters: 3,
-            deadline: t + span,
-        }
     }
 }

@@ -109,12 +109,10 @@ pub fn read(dir: &Path) -> Result<BTreeMap<String, LogHist>> {
     for (case, pairs) in passes {
         let h = LogHist::from_buckets(pairs)
             .map_err(|e| anyhow::anyhow!("{}: case {case}: {e}", path.display()))?;
-        match by_case.get_mut(&case) {
-            Some(merged) => merged.merge(&h),
-            None => {
-                by_case.insert(case, h);
-            }
-        }
+        by_case
+            .entry(case)
+            .and_modify(|merged| merged.merge(&h))
+            .or_insert(h);
     }
     Ok(by_case)
 }
