@@ -68,6 +68,8 @@ fn a_pipeline_run_is_validated_against_the_runtime_model() {
     for r in &rows {
         let delayed = &r[col(&h, "delay_ms")] != "0";
         let e = &r[col(&h, "error_extra")];
+        // Every case is predicted from its healthy twin's op times.
+        assert_eq!(&r[col(&h, "profile_from")], "healthy", "{r:?}");
         // Each delayed case is judged against its healthy one; a healthy case has no error.
         assert_eq!(delayed, !e.is_empty(), "{:?}", r);
         if delayed {
@@ -125,6 +127,23 @@ fn validate_reports_each_measured_run_and_the_spread() {
         serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["validate"]["rows"], 16);
     assert!(summary["validate"]["error_extra_median"].as_f64().unwrap() <= 0.05);
+    // Every op time came from ZB-CPU-ReSchedule's delayed runs: its own rows are marked as
+    // predicted from the run they predict, and the figures are given without them too.
+    let from = col(&h, "profile_from");
+    for r in &rows {
+        let own = &r[col(&h, "system")] == "ZB-CPU-ReSchedule";
+        let want = if own { "this_run" } else { "other_run" };
+        assert_eq!(&r[from], want, "{r:?}");
+    }
+    assert_eq!(summary["validate"]["profile_from"]["this_run"], 4);
+    assert_eq!(
+        summary["validate"]["error_extra_not_this_run"]["judged"],
+        12
+    );
+    assert!(
+        text.contains("without the 4 rows whose op times were taken in the run they predict"),
+        "{text}"
+    );
 }
 
 #[test]

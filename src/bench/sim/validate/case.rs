@@ -25,6 +25,41 @@ pub struct Case {
     /// From a pipeline run: each stage's measured op order, and how long its sends held it.
     pub orders: Option<Orders>,
     pub send_ms: Vec<f64>,
+    /// Where the op times were measured.
+    pub profile_from: ProfileFrom,
+}
+
+/// Where a row's op times were measured. A prediction is made from what is known before the
+/// fault: a profile taken inside the very run a row predicts is marked, and the error figures
+/// are given without such rows too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfileFrom {
+    /// A healthy run: a `pipeline` run's healthy twin, or a profile taken at delay 0.
+    Healthy,
+    /// The run this row predicts (the same system, slow links and delay).
+    ThisRun,
+    /// Another delayed run (another system or another fault).
+    OtherRun,
+    /// The file gives op times without saying where they were measured.
+    Given,
+}
+
+impl ProfileFrom {
+    pub const ALL: [ProfileFrom; 4] = [
+        ProfileFrom::Healthy,
+        ProfileFrom::ThisRun,
+        ProfileFrom::OtherRun,
+        ProfileFrom::Given,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProfileFrom::Healthy => "healthy",
+            ProfileFrom::ThisRun => "this_run",
+            ProfileFrom::OtherRun => "other_run",
+            ProfileFrom::Given => "given",
+        }
+    }
 }
 
 /// The healthy run's trend over its iterations before the fault: fitted (Theil-Sen) and

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
 
-use super::case::{Case, Input, Trend};
+use super::case::{Case, Input, ProfileFrom, Trend};
 use crate::sim::model::MAX_MS;
 use crate::sim::runtime::System;
 
@@ -199,6 +199,44 @@ fn trend(row: &Row) -> anyhow::Result<Option<Trend>> {
     Ok(Trend::of(&xs))
 }
 
+/// Where the row's op times were measured: FILE's `profile_from` where it says
+/// (`healthy`, `this_run`, `other_run`, `given`), else read from `profile`, a path ending in
+/// `SYSTEM/LINKS/DELAY_S/FILE` as the artifact's are (`.../ZB-CPU/0_1/0.03/simu.txt`): delay 0
+/// is a healthy run, the row's own system, links and delay the run it predicts. Without either,
+/// or with a path of another shape, `given`.
+fn profile_from(row: &Row, system: System, delay_ms: f64) -> anyhow::Result<ProfileFrom> {
+    if let Some(v) = row.get("profile_from") {
+        return ProfileFrom::ALL
+            .into_iter()
+            .find(|p| p.as_str() == v)
+            .ok_or_else(|| {
+                bad(
+                    "profile_from",
+                    v,
+                    "is not healthy, this_run, other_run or given",
+                )
+            });
+    }
+    let Some(path) = row.get("profile") else {
+        return Ok(ProfileFrom::Given);
+    };
+    let parts: Vec<&str> = path.split('/').collect();
+    let [.., sys, links, delay_s, _file] = parts.as_slice() else {
+        return Ok(ProfileFrom::Given);
+    };
+    let (Ok(sys), Ok(delay_s)) = (sys.parse::<System>(), delay_s.parse::<f64>()) else {
+        return Ok(ProfileFrom::Given);
+    };
+    let same_links = *links == row.get("slow_links").unwrap_or("");
+    Ok(if delay_s == 0.0 {
+        ProfileFrom::Healthy
+    } else if sys == system && same_links && (delay_s * 1e3 - delay_ms).abs() < 1e-6 {
+        ProfileFrom::ThisRun
+    } else {
+        ProfileFrom::OtherRun
+    })
+}
+
 fn parse_row(row: &Row) -> anyhow::Result<Case> {
     let system: System = row
         .need("system")?
@@ -243,5 +281,6 @@ fn parse_row(row: &Row) -> anyhow::Result<Case> {
         trend: trend(row)?,
         orders: None,
         send_ms: Vec::new(),
+        profile_from: profile_from(row, system, delay_ms)?,
     })
 }

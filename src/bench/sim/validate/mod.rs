@@ -17,7 +17,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-pub use case::{error_added, errors, spread, Case, Input, BENCH};
+pub use case::{error_added, errors, spread, Case, Input, ProfileFrom, BENCH};
 pub use file::read;
 pub use pipeline_run::healthy_op_times;
 pub use report::ValidateBench;

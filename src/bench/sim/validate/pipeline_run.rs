@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
 
-use super::case::{median, Case, Input};
+use super::case::{median, Case, Input, ProfileFrom};
 use crate::bench::pipeline::table::{PipelineTable, TimelineTable};
 use crate::record::{read_table, Line};
 use crate::sim::model::{OpKind, MAX_MS};
@@ -272,6 +272,8 @@ fn case_of(
         trend: None,
         orders: Some(orders),
         send_ms: medians(&healthy_send),
+        // Every case's op times are its healthy twin's (a healthy case is its own).
+        profile_from: ProfileFrom::Healthy,
     };
     let replayed = match slow_ms {
         Some(_) => Some(replayed_slow_ms(&case, own, &send)?),

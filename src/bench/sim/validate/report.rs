@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, Context, Result};
 
-use super::case::{error_added, errors, spread, Case, Input, Trend};
+use super::case::{error_added, errors, spread, Case, Input, ProfileFrom, Trend};
 use crate::output::Progress;
 use crate::record::RunDir;
 use crate::sim::runtime::{Mechanisms, Prediction};
@@ -81,16 +81,22 @@ fn print_by_system(
     for (system, rows) in added {
         let e: Vec<f64> = rows.iter().map(|r| r.0).collect();
         let (m, p90, max) = spread(&e).expect("a system listed has rows");
+        let this_run = rows.iter().filter(|r| r.2).count();
+        let own = match this_run {
+            0 => String::new(),
+            n => format!("; {n} of them on op times taken in the run they predict"),
+        };
         progress.println(format!(
             "validate: {system}: error_added median {}, p90 {}, max {} over {} rows (a fault \
-             adding at least a tenth of the iteration)",
+             adding at least a tenth of the iteration){own}",
             pct(Some(m)),
             pct(Some(p90)),
             pct(Some(max)),
             e.len()
         ));
-        let mut figures =
-            serde_json::json!({ "rows": e.len(), "median": m, "p90": p90, "max": max });
+        let mut figures = serde_json::json!({
+            "rows": e.len(), "median": m, "p90": p90, "max": max, "this_run_rows": this_run
+        });
         let part = |moving: bool| -> Vec<f64> {
             rows.iter()
                 .filter(|r| r.1 == Some(moving))
@@ -139,6 +145,7 @@ fn open_table(
             "added_left_out",
             "healthy_trend_ms",
             "healthy_trend_p",
+            "profile_from",
         ]
         .map(String::from),
     );
@@ -159,8 +166,12 @@ fn pct(x: Option<f64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-/// Per system, each row's error on the added time and whether its healthy run was moving.
-type AddedBySystem = BTreeMap<String, Vec<(f64, Option<bool>)>>;
+/// Per system, each row's error on the added time, whether its healthy run was moving, and
+/// whether its op times were taken in the run it predicts.
+type AddedBySystem = BTreeMap<String, Vec<(f64, Option<bool>, bool)>>;
+
+/// Each row's error_extra, and whether its op times were taken in the run it predicts.
+type ExtraErrors = Vec<(f64, bool)>;
 
 /// The errors one prediction makes on its row.
 struct RowErrors {
@@ -192,6 +203,7 @@ fn csv_row(
             .map(|t| format!("{:.2}", t.ms_per_iteration))
             .unwrap_or_default(),
         opt(case.trend.map(|t| t.p)),
+        case.profile_from.as_str().to_string(),
     ]);
     row
 }
@@ -233,8 +245,8 @@ impl ValidateBench {
         &self,
         w: &mut csv::Writer<std::fs::File>,
         progress: &Progress,
-    ) -> Result<(Vec<f64>, AddedBySystem)> {
-        let mut extra_errors = Vec::new();
+    ) -> Result<(ExtraErrors, AddedBySystem)> {
+        let mut extra_errors = ExtraErrors::new();
         let mut added = AddedBySystem::new();
         for (case, rec) in self.input.cases.iter().zip(&self.input.records) {
             let p = case
@@ -246,12 +258,14 @@ impl ValidateBench {
                 slow,
                 added: error_added(case, &p),
             };
-            extra_errors.extend(e.extra);
+            let this_run = case.profile_from == ProfileFrom::ThisRun;
+            extra_errors.extend(e.extra.map(|x| (x, this_run)));
             if let Ok(x) = e.added {
-                added
-                    .entry(case.system.to_string())
-                    .or_default()
-                    .push((x, case.trend.map(|t| t.moving())));
+                added.entry(case.system.to_string()).or_default().push((
+                    x,
+                    case.trend.map(|t| t.moving()),
+                    this_run,
+                ));
             }
             let row = csv_row(self.input.header.len(), rec, case, &p, &e);
             // FILE's own cells are copied: neutralised as every CSV cell is.
@@ -266,32 +280,57 @@ impl ValidateBench {
         Ok((extra_errors, added))
     }
 
-    /// summary.json's `validate` figures and the spread line printed under the table.
-    fn summary(&self, extra_errors: &[f64]) -> (serde_json::Value, String) {
+    /// summary.json's `validate` figures and the spread lines printed under the table: over
+    /// every judged row, and again without the rows whose op times were taken in the run they
+    /// predict (`profile_from` this_run), where there are such rows.
+    fn summary(&self, extra_errors: &ExtraErrors) -> (serde_json::Value, Vec<String>) {
         let rows = self.input.cases.len();
-        match spread(extra_errors) {
-            Some((m, p90, max)) => (
-                serde_json::json!({
-                    "source": self.source,
-                    "rows": rows,
-                    "judged": extra_errors.len(),
-                    "error_extra_median": m,
-                    "error_extra_p90": p90,
-                    "error_extra_max": max,
-                }),
-                format!(
-                    "validate: {rows} rows, error_extra median {}, p90 {}, max {} ({} within 10%)",
-                    pct(Some(m)),
-                    pct(Some(p90)),
-                    pct(Some(max)),
-                    extra_errors.iter().filter(|&&e| e <= 0.10).count()
-                ),
-            ),
-            None => (
+        let all: Vec<f64> = extra_errors.iter().map(|e| e.0).collect();
+        let Some((m, p90, max)) = spread(&all) else {
+            return (
                 serde_json::json!({ "source": self.source, "rows": rows, "judged": 0 }),
-                format!("validate: {rows} rows predicted; none has measured healthy_ms and slow_ms, so no error"),
-            ),
+                vec![format!("validate: {rows} rows predicted; none has measured healthy_ms and slow_ms, so no error")],
+            );
+        };
+        let mut figures = serde_json::json!({
+            "source": self.source,
+            "rows": rows,
+            "judged": all.len(),
+            "error_extra_median": m,
+            "error_extra_p90": p90,
+            "error_extra_max": max,
+        });
+        let mut lines = vec![format!(
+            "validate: {rows} rows, error_extra median {}, p90 {}, max {} ({} within 10%)",
+            pct(Some(m)),
+            pct(Some(p90)),
+            pct(Some(max)),
+            all.iter().filter(|&&e| e <= 0.10).count()
+        )];
+        for from in ProfileFrom::ALL {
+            let n = self.input.cases.iter().filter(|c| c.profile_from == from);
+            figures["profile_from"][from.as_str()] = n.count().into();
         }
+        let own = extra_errors.iter().filter(|e| e.1).count();
+        if own > 0 {
+            let others: Vec<f64> = extra_errors.iter().filter(|e| !e.1).map(|e| e.0).collect();
+            let s = spread(&others);
+            figures["error_extra_not_this_run"] = serde_json::json!({
+                "judged": others.len(),
+                "median": s.map(|s| s.0),
+                "p90": s.map(|s| s.1),
+                "max": s.map(|s| s.2),
+            });
+            lines.push(format!(
+                "validate: without the {own} rows whose op times were taken in the run they \
+                 predict (profile_from this_run): {} rows, error_extra median {}, p90 {}, max {}",
+                others.len(),
+                pct(s.map(|s| s.0)),
+                pct(s.map(|s| s.1)),
+                pct(s.map(|s| s.2))
+            ));
+        }
+        (figures, lines)
     }
 }
 
@@ -311,9 +350,11 @@ impl crate::suite::Bench for ValidateBench {
         let mut w = open_table(dir, &self.input.header, progress)?;
         let (extra_errors, added) = self.predict_rows(&mut w, progress)?;
         let mut notes = crate::suite::Notes::new();
-        let (figures, line) = self.summary(&extra_errors);
+        let (figures, lines) = self.summary(&extra_errors);
         notes.insert("validate".into(), figures);
-        progress.println(line);
+        for line in lines {
+            progress.println(line);
+        }
         let by_system = print_by_system(&added, progress);
         if let Some(serde_json::Value::Object(v)) = notes.get_mut("validate") {
             v.insert(

@@ -200,3 +200,34 @@ fn the_artifacts_big_runs_were_still_slowing_before_their_fault() {
     );
     assert!(steady <= 0.25 && moving >= 0.40, "{steady} {moving}");
 }
+
+/// Where a row's op times came from: said by `profile_from`, else read from the artifact's
+/// `profile` path (SYSTEM/LINKS/DELAY_S/FILE); the row's own system, links and delay are the
+/// run it predicts, delay 0 a healthy run, any other a delayed run of another kind.
+#[test]
+fn a_rows_profile_says_where_its_op_times_came_from() {
+    let from = |h: &str, c: &str| one_row(h, c).map(|i| i.cases[0].profile_from);
+    let path = |p: &str| from(",profile", &format!(",experiments/single/7B/{p}/simu.txt"));
+    assert_eq!(path("ZB/0_1/0.03").unwrap(), ProfileFrom::ThisRun);
+    assert_eq!(
+        path("ZB-CPU-ReSchedule/0_1/0.03").unwrap(),
+        ProfileFrom::OtherRun
+    );
+    assert_eq!(path("ZB/2_3/0.03").unwrap(), ProfileFrom::OtherRun);
+    assert_eq!(path("ZB/0_1/0.06").unwrap(), ProfileFrom::OtherRun);
+    assert_eq!(path("ZB/0_1/0").unwrap(), ProfileFrom::Healthy);
+    assert_eq!(
+        from(",profile", ",my-profile.txt").unwrap(),
+        ProfileFrom::Given
+    );
+    assert_eq!(from("", "").unwrap(), ProfileFrom::Given);
+    assert_eq!(
+        from(",profile_from", ",healthy").unwrap(),
+        ProfileFrom::Healthy
+    );
+    let e = from(",profile_from", ",mine").unwrap_err().to_string();
+    assert!(
+        e.contains("column profile_from: 'mine' is not healthy"),
+        "{e}"
+    );
+}
