@@ -4,6 +4,8 @@ use super::blame::SlowNode;
 use super::nodes::{self, NodeSample};
 use super::tables::{self, LinksTable, NodesTable};
 use crate::cluster::world::World;
+use crate::noise::load::BusyWarning;
+use crate::noise::rank as load;
 use crate::record::csv::Line;
 use crate::sanitize::{console, CONSOLE_TEXT, MAX_HOSTNAME};
 use crate::units::human_bytes;
@@ -271,7 +273,7 @@ pub(super) fn waves(waves: &[Vec<(u32, u32)>]) -> String {
 }
 
 /// One busy rank, as the single-node warning words it.
-pub(super) fn busy_line(world: &World, rank: u32, b: &crate::noise::rank::Busy) -> String {
+pub(super) fn busy_line(world: &World, rank: u32, b: &load::Busy) -> String {
     b.line(
         &world.describe(rank),
         "its links were measured",
@@ -280,7 +282,7 @@ pub(super) fn busy_line(world: &World, rank: u32, b: &crate::noise::rank::Busy) 
 }
 
 /// A line per busy rank, last in the summary.
-pub(super) fn print_busy(world: &World, busiest: &crate::noise::rank::Busiest) {
+pub(super) fn print_busy(world: &World, busiest: &load::Busiest) {
     for (r, b) in &busiest.0 {
         println!("{}", text(&busy_line(world, *r, b)));
     }
@@ -301,4 +303,20 @@ pub fn retest_line(k: usize, n: usize, pass: usize, (a, b): (u32, u32), sizes: &
         k + 1,
         sizes.join(",")
     )
+}
+
+/// A warning per busy rank (named `links rN`), each also said on stderr when quiet, since the
+/// console report that would say it is not printed then.
+pub(super) fn busy_warnings(
+    world: &World,
+    busiest: &load::Busiest,
+    quiet: bool,
+) -> Vec<BusyWarning> {
+    if quiet {
+        for (r, b) in &busiest.0 {
+            eprintln!("{}", busy_line(world, *r, b));
+        }
+    }
+    let warning = |(r, b): (&u32, &load::Busy)| (format!("links r{r}"), busy_line(world, *r, b));
+    busiest.0.iter().map(warning).collect()
 }

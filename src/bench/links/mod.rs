@@ -34,6 +34,7 @@ use crate::noise::load::BusyWarning;
 use crate::noise::rank as load;
 use crate::record::csv::{sig4, CsvSink, Line};
 use crate::record::run_dir::RunDir;
+use crate::transport::TransportKind;
 pub use options::{LinksOptions, Order, Reply};
 
 use context::PairContext;
@@ -45,11 +46,7 @@ use tables::{LinkFigures, LinkParams, LinksTable};
 /// Runs this rank's part. Rank 0 returns its run folder; the others return None.
 pub fn run(opts: &LinksOptions) -> Result<Option<PathBuf>> {
     opts.plan.validate()?;
-    if opts
-        .plan
-        .transports
-        .contains(&crate::transport::TransportKind::Rdma)
-    {
+    if opts.plan.transports.contains(&TransportKind::Rdma) {
         opts.choice.check().map_err(|e| {
             anyhow!(
                 "{e}: --transport rdma needs a verbs device on every rank (see `morphbench info`)"
@@ -94,11 +91,23 @@ impl Links {
     }
 
     /// Rank 0's rounds and about how long they take.
-    pub fn plan_rounds(&self, n: u32) -> (Vec<Vec<(u32, u32)>>, Duration) {
-        let schedule = pattern::schedule(self.opts.pattern, n, self.opts.seed);
-        let machines = self.opts.machines.as_deref();
-        let took = pattern::estimate(&self.opts.plan, &schedule, self.concurrency(), machines);
+    pub fn plan_rounds(&self, world: &World) -> (Vec<Vec<(u32, u32)>>, Duration) {
+        let schedule = pattern::schedule(self.opts.pattern, world.size(), self.opts.seed);
+        let machines = self.machines(world);
+        let took = pattern::estimate(
+            &self.opts.plan,
+            &schedule,
+            self.concurrency(),
+            machines.as_deref(),
+        );
         (schedule, took)
+    }
+
+    /// Each rank's machine, which a wave holds once ([`pattern::machines`]).
+    fn machines(&self, world: &World) -> Option<Vec<String>> {
+        let rdma = self.opts.plan.transports.contains(&TransportKind::Rdma);
+        let hosts: Vec<&str> = world.roster.iter().map(|r| r.hostname.as_str()).collect();
+        pattern::machines(self.opts.machines.as_deref(), rdma, &hosts)
     }
 
     fn concurrency(&self) -> usize {
@@ -144,7 +153,7 @@ impl Ranked for Links {
         }
         if world.rank() == 0 {
             self.read_topology(world)?;
-            let (schedule, took) = self.plan_rounds(world.size());
+            let (schedule, took) = self.plan_rounds(world);
             let limit = Duration::from_secs(self.opts.budget_s);
             if took > limit {
                 let pairs: usize = schedule.iter().map(Vec::len).sum();
@@ -206,7 +215,8 @@ impl Ranked for Links {
         } else {
             Vec::new()
         };
-        let (schedule, took) = self.plan_rounds(crew.world().size());
+        self.opts.machines = self.machines(crew.world());
+        let (schedule, took) = self.plan_rounds(crew.world());
         if !self.opts.session.quiet {
             let pairs: usize = schedule.iter().map(Vec::len).sum();
             println!(
@@ -360,7 +370,7 @@ fn play_rounds(
     CsvSink::rewrite(&dir.path, &lines)?;
     hist::write(&dir.path, &dir.id, &lines)?;
     busiest.merge(retest_load);
-    let busy = busy_warnings(crew.world(), &busiest, quiet);
+    let busy = console::busy_warnings(crew.world(), &busiest, quiet);
     let outcome = LinksOutcome::of(
         &lines,
         opts.pattern.to_string(),
@@ -385,19 +395,6 @@ fn play_rounds(
         );
     }
     Ok((outcome, busy))
-}
-
-/// A warning per busy rank (named `links rN`), each also said on stderr when quiet, since the
-/// console report that would say it is not printed then.
-fn busy_warnings(world: &World, busiest: &load::Busiest, quiet: bool) -> Vec<BusyWarning> {
-    if quiet {
-        for (r, b) in &busiest.0 {
-            eprintln!("{}", console::busy_line(world, *r, b));
-        }
-    }
-    let warning =
-        |(r, b): (&u32, &load::Busy)| (format!("links r{r}"), console::busy_line(world, *r, b));
-    busiest.0.iter().map(warning).collect()
 }
 
 /// Rank 0: every suspect row (flagged by the rounds) measured again with its pair alone, at

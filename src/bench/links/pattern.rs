@@ -154,6 +154,17 @@ pub fn waves(
     out
 }
 
+/// Each rank's machine, which a wave holds once: the fleet's inventory, else, when the pairs
+/// measure RDMA, the ranks' host names. Every rank on a host opens the same device and port
+/// (`--device`, `--port`), so a host's pairs take turns: each pair has the port to itself, and
+/// the port counters read around its tests move for its own traffic alone. None: no limit.
+pub fn machines(inventory: Option<&[String]>, rdma: bool, hosts: &[&str]) -> Option<Vec<String>> {
+    match inventory {
+        Some(m) => Some(m.to_vec()),
+        None => rdma.then(|| hosts.iter().map(|h| h.to_string()).collect()),
+    }
+}
+
 /// About how long the rounds take: a pair's tests each run about their budget (RDMA its
 /// iterations, taken as the same), pairs of a wave at once, the waves ([`waves`]) one after
 /// another. Retests come on top (a few suspects' sizes).
@@ -189,6 +200,22 @@ mod tests {
         // Every host on one machine (the virtual cluster): one pair at a time.
         let one = vec!["x".to_string(); 8];
         assert_eq!(waves(&round, usize::MAX, Some(&one)).len(), 4);
+    }
+
+    /// Over RDMA, ranks on one host share its port: their pairs take turns, so each row's
+    /// counters are its own; over TCP alone the pairs of a round run at once.
+    #[test]
+    fn rdma_pairs_on_one_host_take_turns_for_its_port() {
+        let hosts = ["a", "a", "b", "b", "c", "d"];
+        let round = [(0, 2), (1, 3), (4, 5)];
+        let m = machines(None, true, &hosts).unwrap();
+        assert_eq!(
+            waves(&round, usize::MAX, Some(&m)),
+            [vec![(0, 2), (4, 5)], vec![(1, 3)]]
+        );
+        assert_eq!(machines(None, false, &hosts), None);
+        let inventory = vec!["x".to_string(); 6];
+        assert_eq!(machines(Some(&inventory), true, &hosts), Some(inventory));
     }
 
     #[test]
