@@ -98,22 +98,28 @@ pub fn tail_words(
             100.0 * stalls as f64 / trials.max(1) as f64
         ));
     }
-    let retransmitting: Vec<u64> = bad
-        .iter()
-        .filter(|l| {
-            l.figures
-                .why
-                .as_deref()
-                .is_some_and(|w| w.contains("retransmits"))
-        })
-        .filter_map(|l| l.figures.retransmits)
-        .collect();
-    if !retransmitting.is_empty() {
-        parts.push(format!(
-            "{} TCP retransmissions in {} tests whose healthy peers had a tenth as many",
-            retransmitting.iter().sum::<u64>(),
-            retransmitting.len()
-        ));
+    for (transport, what) in [
+        ("tcp", "TCP retransmissions"),
+        ("rdma", "RDMA port retransmissions and sequence errors"),
+    ] {
+        let counts: Vec<u64> = bad
+            .iter()
+            .filter(|l| l.params.transport == transport)
+            .filter(|l| {
+                l.figures
+                    .why
+                    .as_deref()
+                    .is_some_and(|w| w.contains("retransmits"))
+            })
+            .filter_map(|l| l.figures.retransmits)
+            .collect();
+        if !counts.is_empty() {
+            parts.push(format!(
+                "{} {what} in {} tests whose healthy peers had a tenth as many",
+                counts.iter().sum::<u64>(),
+                counts.len()
+            ));
+        }
     }
     parts.extend(paused);
     Some(parts.join("; "))
