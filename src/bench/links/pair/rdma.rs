@@ -43,11 +43,16 @@ pub(super) fn tests(
             (peer, me)
         }
     };
-    // This end's port counters around each size's tests (the driver's go on its ping-pong
-    // row, the server's on the stream row it measures).
+    // This end's port counters around each test it writes a row for: the driver's around
+    // the ping-pong, each writer's around its own stream.
     let root = crate::host::sysfs_root();
     let (device, port) = (link.device_name.clone(), choice.port);
     let counters = || crate::transport::rdma::counters::read(&root, &device, port);
+    let moved = |before: Option<_>| {
+        before
+            .zip(counters())
+            .map(|(b, a)| crate::transport::rdma::counters::delta(&b, &a).0)
+    };
     for &bytes in &plan.sizes {
         let before = counters();
         let mut sess = Session::new(&mut link, driver_role, plan.io());
@@ -55,28 +60,20 @@ pub(super) fn tests(
             .latency(bytes, params.iters, params.warmup)
             .map_err(e)?;
         if driver {
-            out.push(pingpong_row(peer, me, bytes, &lat.samples_us)?);
+            let mut row = pingpong_row(peer, me, bytes, &lat.samples_us)?;
+            row.retransmits = moved(before);
+            out.push(row);
         }
         // Each way: the driver writes first, then the server; the writer measures.
         for role in [driver_role, other] {
+            let before = counters();
             let mut sess = Session::new(&mut link, role, plan.io());
             if let Some(bw) = sess.bandwidth(bytes, params.iters, WINDOW).map_err(e)? {
                 let (src, dst) = me_peer(role);
-                out.push(oneway_row(src, dst, bytes, &bw)?);
+                let mut row = oneway_row(src, dst, bytes, &bw)?;
+                row.retransmits = moved(before);
+                out.push(row);
             }
-        }
-        let moved = before
-            .zip(counters())
-            .map(|(b, a)| crate::transport::rdma::counters::delta(&b, &a).0);
-        let mine = |m: &Measured| {
-            if driver {
-                m.direction == "pingpong"
-            } else {
-                m.src == me
-            }
-        };
-        if let Some(m) = out.iter_mut().rev().find(|m| m.bytes == bytes && mine(m)) {
-            m.retransmits = moved;
         }
     }
     link.oob.barrier(u32::MAX, true).map_err(e)?;
