@@ -419,9 +419,17 @@ fn groups<R, K: PartialEq>(rows: &[R], key: impl Fn(&R) -> K) -> Vec<Vec<usize>>
     out
 }
 
-/// A row's hosts' lost time and the wave it was read over (ms), where both are known.
+/// A row's hosts' lost time and the wave it was read over (ms), where both are known: its
+/// measuring threads' run delay (`paused_ms`) and the hypervisor's steal ([`stolen_ms`]).
 fn lost(l: &Line<LinksTable>) -> Option<(f64, f64)> {
-    Some((l.figures.paused_ms?, l.figures.wave_ms?))
+    Some((l.figures.paused_ms? + stolen_ms(l), l.figures.wave_ms?))
+}
+
+/// The time (ms) a row's machine lost to its hypervisor over the wave: its steal share of the
+/// wave. A stolen vCPU runs nothing, and the guest's run delay does not count that time.
+pub fn stolen_ms(l: &Line<LinksTable>) -> f64 {
+    let share = l.figures.steal_pct.unwrap_or(0.0) / 100.0;
+    share * l.figures.wave_ms.unwrap_or(0.0)
 }
 
 /// Whether a row flagged on its tail (`v`) stalls because its own hosts paused

@@ -383,3 +383,45 @@ fn a_host_that_lost_the_time_itself_is_paused_not_lossy() {
         .iter()
         .all(|(_, w)| w == "tail+retransmits"));
 }
+
+#[test]
+fn a_host_whose_hypervisor_stole_the_time_is_paused_not_lossy() {
+    // Host 3's VM lost 70% of a 3.5 s wave to steal: its threads' run delay is as healthy as
+    // the others' (a stolen vCPU runs nothing, and the guest does not count it as waiting).
+    let lost = |mut l: Line<LinksTable>, steal: f64| {
+        (l.figures.paused_ms, l.figures.wave_ms) = (Some(400.0), Some(3500.0));
+        l.figures.steal_pct = Some(steal);
+        l
+    };
+    let mut rows = vec![
+        lost(lossy_row(0, 1, 0, 0, "1"), 0.0),
+        lost(lossy_row(2, 3, 21, 0, "1"), 70.0),
+        lost(lossy_row(0, 2, 0, 0, "2"), 0.0),
+        lost(lossy_row(1, 3, 17, 0, "2"), 70.0),
+        lost(lossy_row(0, 3, 1, 0, "3"), 70.0),
+        lost(lossy_row(1, 2, 0, 0, "3"), 0.0),
+    ];
+    assert_eq!(judge_links(&mut rows), 2);
+    assert!(
+        flagged_why(&rows).iter().all(|(_, w)| w == "paused"),
+        "{rows:?}"
+    );
+    let words = crate::bench::links::words::tail_words(&matrix_rows(&rows), |l| {
+        l.params.src_rank == 3 || l.params.dst_rank == 3
+    })
+    .unwrap();
+    assert_eq!(
+        words,
+        "2 of 3 links stall while their own host waits to run (up to 2850 ms of 3500 ms, 2450 \
+         ms stolen by its hypervisor), not the network"
+    );
+    // Without the steal the same stalls are the network's: a tail.
+    for r in &mut rows {
+        r.figures.steal_pct = Some(0.0);
+    }
+    judge_links(&mut rows);
+    assert!(
+        flagged_why(&rows).iter().all(|(_, w)| w == "tail"),
+        "{rows:?}"
+    );
+}

@@ -160,11 +160,17 @@ fn pause_words(mine: &[&Line<LinksTable>], links: usize) -> Option<String> {
         .map_or(String::new(), |t| {
             format!(", {} of it held by its cgroup's CPU quota", ms(1e3 * t))
         });
+    let stolen_ms = super::tables::stolen_ms(worst);
+    let stolen = if stolen_ms > 0.0 {
+        format!(", {} stolen by its hypervisor", ms(1e3 * stolen_ms))
+    } else {
+        String::new()
+    };
     Some(format!(
-        "{} of {links} links stall while their own host waits to run (up to {}{wave}{throttled}), \
-         not the network",
+        "{} of {links} links stall while their own host waits to run (up to {}{wave}{throttled}\
+         {stolen}), not the network",
         pairs.len(),
-        ms(1e3 * worst.figures.paused_ms.unwrap_or(0.0)),
+        ms(1e3 * (worst.figures.paused_ms.unwrap_or(0.0) + stolen_ms)),
     ))
 }
 
