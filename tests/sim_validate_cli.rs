@@ -306,8 +306,19 @@ fn op_times_and_links_come_from_two_runs() {
     let links = only_run(&links_home.path().join("results"));
     assert!(links.join("links_hist.csv").exists());
     let (p, l) = (pipeline.to_str().unwrap(), links.to_str().unwrap());
+    let sim_out = home.path().join("sim");
     let o = morphbench(
-        &["sim", "--from", l, "--from", p, "--timeline", "none"],
+        &[
+            "sim",
+            "--from",
+            l,
+            "--from",
+            p,
+            "--timeline",
+            "none",
+            "--out",
+            sim_out.to_str().unwrap(),
+        ],
         home.path(),
     );
     let out = String::from_utf8_lossy(&o.stdout);
@@ -315,6 +326,45 @@ fn op_times_and_links_come_from_two_runs() {
     assert!(
         out.contains("op times from") && out.contains("medians per stage"),
         "{out}"
+    );
+    // Stage 0's forward holds its stage for its send too: the op's median plus the send's.
+    let (h, ops) = read_csv(&pipeline.join("pipeline_timeline.csv"));
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        (v[(n - 1) / 2] + v[n / 2]) / 2.0
+    };
+    let cell = |r: &csv::StringRecord, c: &str| r[col(&h, c)].parse::<f64>().unwrap();
+    let case = out
+        .split(" case ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    let f0: Vec<&csv::StringRecord> = ops
+        .iter()
+        .filter(|r| &r[col(&h, "lane")] == "measured" && &r[col(&h, "case")] == case)
+        .filter(|r| &r[col(&h, "stage")] == "0" && &r[col(&h, "kind")] == "F")
+        .collect();
+    let op = median(
+        f0.iter()
+            .map(|r| cell(r, "end_ms") - cell(r, "start_ms"))
+            .collect(),
+    );
+    let held = median(
+        f0.iter()
+            .map(|r| cell(r, "queue_end_ms") - cell(r, "end_ms"))
+            .collect(),
+    );
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(only_run(&sim_out).join("meta.json")).unwrap(),
+    )
+    .unwrap();
+    let tf0 = meta["config"]["tf"][0].as_f64().unwrap();
+    assert!(
+        held > 0.0 && (tf0 - (op + held)).abs() < 1e-6,
+        "{tf0} {op} {held}"
     );
     for (args, said) in [
         (vec!["--from", p, "--from", p], "a second run with op times"),

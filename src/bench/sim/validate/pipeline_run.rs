@@ -362,7 +362,7 @@ pub fn healthy_op_times(dir: &Path) -> Result<([Vec<f64>; 3], String)> {
         .filter(|c| calm(&c.params.slow, c.params.stages as usize))
     {
         let stages = c.params.stages as usize;
-        let (t, _, _) = lane_of(&ops, &c.lead.case, stages).map_err(|e| anyhow!("{e}"))?;
+        let (t, send, _) = lane_of(&ops, &c.lead.case, stages).map_err(|e| anyhow!("{e}"))?;
         let has = |v: &[Vec<f64>]| v.iter().all(|s| !s.is_empty());
         if has(&t[0]) && has(&t[1]) {
             let split = has(&t[2]);
@@ -371,7 +371,19 @@ pub fn healthy_op_times(dir: &Path) -> Result<([Vec<f64>; 3], String)> {
             } else {
                 vec![0.0; stages]
             };
-            found.push((c, [medians(&t[0]), medians(&t[1]), w]));
+            // An op that sends holds its stage for the send too (inline: the copy, the send
+            // and its acknowledgement; offload: the copy and the hand-off), as the run measured.
+            let held = medians(&send);
+            let (mut f, mut b) = (medians(&t[0]), medians(&t[1]));
+            for s in 0..stages {
+                if s + 1 < stages {
+                    f[s] += held[s];
+                }
+                if s > 0 {
+                    b[s] += held[s];
+                }
+            }
+            found.push((c, [f, b, w]));
         }
     }
     let split = |f: &&(&Line<PipelineTable>, [Vec<f64>; 3])| f.1[2].iter().all(|&w| w > 0.0);
@@ -389,7 +401,7 @@ pub fn healthy_op_times(dir: &Path) -> Result<([Vec<f64>; 3], String)> {
         "; its backward is not split (tW = 0, B holds it)"
     };
     let note = format!(
-        "op times from {} case {} (medians per stage){fused}",
+        "op times from {} case {} (medians per stage, an op that sends with its send's hold){fused}",
         dir.display(),
         case.lead.case
     );
