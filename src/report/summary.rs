@@ -39,6 +39,10 @@ pub struct RunSummary {
     /// the top groups of each dimension.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub whatif: Option<serde_json::Value>,
+    /// A `sim --validate` run's figures (meta.json's `notes.validate`): rows, judged, the
+    /// error spread, and per system.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validate: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -98,10 +102,17 @@ pub fn summarize(dir: &Path) -> RunSummary {
         warnings: label.busy.into_iter().map(|(_, w)| w).collect(),
         benches,
         tables_error,
-        whatif: std::fs::read(dir.join("whatif.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok()),
+        whatif: read_json(&dir.join("whatif.json")),
+        validate: read_json(&dir.join("meta.json"))
+            .and_then(|m: serde_json::Value| m.pointer("/notes/validate").cloned()),
     }
+}
+
+/// A JSON file's value; None when it is missing or not JSON (the summary says what it can).
+fn read_json(path: &Path) -> Option<serde_json::Value> {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
 }
 
 /// Writes `dir/summary.json` and returns its text.

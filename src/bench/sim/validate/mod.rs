@@ -15,14 +15,15 @@ mod report;
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 pub use case::{error_added, errors, spread, Case, Input, ProfileFrom, BENCH};
 pub use file::read;
 pub use pipeline_run::healthy_op_times;
 pub use report::ValidateBench;
 
-/// Runs the validation of `file` into a run folder; its line goes into summary.json too.
+/// Runs the validation of `file` into a run folder (its figures reach summary.json through
+/// meta.json's notes).
 pub fn run(
     file: &Path,
     ablation: bool,
@@ -37,30 +38,7 @@ pub fn run(
     let config = serde_json::json!({ "validate": file.display().to_string() });
     let benches = [crate::suite::Planned::new(BENCH, bench)];
     let dir = crate::suite::run(options, &benches, Some(config))?;
-    add_to_summary(&dir.path)?;
     Ok(dir.path.clone())
-}
-
-/// Copies meta.json's validation figures into summary.json (`validate`).
-fn add_to_summary(dir: &Path) -> Result<()> {
-    let read = |name: &str| -> Result<serde_json::Value> {
-        let p = dir.join(name);
-        let text =
-            std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))
-    };
-    let meta = read("meta.json")?;
-    let mut summary = read("summary.json")?;
-    let figures = meta.pointer("/notes/validate").cloned();
-    if let (Some(obj), Some(v)) = (summary.as_object_mut(), figures) {
-        obj.insert("validate".into(), v);
-    }
-    let p = dir.join("summary.json");
-    let tmp = dir.join("summary.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&summary)?)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &p).with_context(|| format!("cannot write {}", p.display()))?;
-    Ok(())
 }
 
 #[cfg(test)]
