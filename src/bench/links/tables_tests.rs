@@ -335,6 +335,27 @@ fn a_row_cleared_by_a_later_retest_leaves_no_retest_row_flagged() {
     assert_eq!(first.figures.confirmed, Some(true));
 }
 
+/// Four ranks' six links, host 3's stalling with no retransmissions (21, 17 and 1 stalls),
+/// each row given its value of `v` by `set`.
+fn host3_stalls(
+    set: impl Fn(Line<LinksTable>, f64) -> Line<LinksTable>,
+    v: [f64; 6],
+) -> Vec<Line<LinksTable>> {
+    let pairs = [
+        (0, 1, 0, "1"),
+        (2, 3, 21, "1"),
+        (0, 2, 0, "2"),
+        (1, 3, 17, "2"),
+        (0, 3, 1, "3"),
+        (1, 2, 0, "3"),
+    ];
+    pairs
+        .iter()
+        .zip(v)
+        .map(|(&(a, b, stalls, round), x)| set(lossy_row(a, b, stalls, 0, round), x))
+        .collect()
+}
+
 #[test]
 fn a_host_that_lost_the_time_itself_is_paused_not_lossy() {
     // Host 3 is held by its CPU quota: its links stall with no retransmissions, and its
@@ -344,14 +365,7 @@ fn a_host_that_lost_the_time_itself_is_paused_not_lossy() {
         l.figures.throttled_ms = (ms > 1000.0).then_some(ms - 100.0);
         l
     };
-    let mut rows = vec![
-        lost(lossy_row(0, 1, 0, 0, "1"), 400.0),
-        lost(lossy_row(2, 3, 21, 0, "1"), 2900.0),
-        lost(lossy_row(0, 2, 0, 0, "2"), 420.0),
-        lost(lossy_row(1, 3, 17, 0, "2"), 2800.0),
-        lost(lossy_row(0, 3, 1, 0, "3"), 2700.0),
-        lost(lossy_row(1, 2, 0, 0, "3"), 380.0),
-    ];
+    let mut rows = host3_stalls(lost, [400.0, 2900.0, 420.0, 2800.0, 2700.0, 380.0]);
     assert_eq!(judge_links(&mut rows), 2);
     assert_eq!(
         flagged_why(&rows),
@@ -393,14 +407,7 @@ fn a_host_whose_hypervisor_stole_the_time_is_paused_not_lossy() {
         l.figures.steal_pct = Some(steal);
         l
     };
-    let mut rows = vec![
-        lost(lossy_row(0, 1, 0, 0, "1"), 0.0),
-        lost(lossy_row(2, 3, 21, 0, "1"), 70.0),
-        lost(lossy_row(0, 2, 0, 0, "2"), 0.0),
-        lost(lossy_row(1, 3, 17, 0, "2"), 70.0),
-        lost(lossy_row(0, 3, 1, 0, "3"), 70.0),
-        lost(lossy_row(1, 2, 0, 0, "3"), 0.0),
-    ];
+    let mut rows = host3_stalls(lost, [0.0, 70.0, 0.0, 70.0, 70.0, 0.0]);
     assert_eq!(judge_links(&mut rows), 2);
     assert!(
         flagged_why(&rows).iter().all(|(_, w)| w == "paused"),
