@@ -267,10 +267,7 @@ fn a_lossy_hosts_links_are_flagged_on_their_tail_and_retransmits_and_confirmed_o
     let blamed = crate::bench::links::blame::slow_nodes(&v);
     // Two of host 3's three links flagged: more than half, vouched by healthy other ends.
     assert_eq!(blamed.iter().map(|n| n.rank).collect::<Vec<_>>(), [3]);
-    let words = crate::bench::links::words::tail_words(&matrix_rows(&rows), |l| {
-        l.params.src_rank == 3 || l.params.dst_rank == 3
-    })
-    .unwrap();
+    let words = host3_words(&rows);
     assert!(
         words.starts_with(
             "2 of 3 links stall: p99 100 ms (p99.9 100 ms) vs 0.01 ms healthy, 1.9% of round trips"
@@ -356,6 +353,12 @@ fn host3_stalls(
         .collect()
 }
 
+/// What the words say of host 3's links.
+fn host3_words(rows: &[Line<LinksTable>]) -> String {
+    let on3 = |l: &Line<LinksTable>| l.params.src_rank == 3 || l.params.dst_rank == 3;
+    crate::bench::links::words::tail_words(&matrix_rows(rows), on3).unwrap()
+}
+
 #[test]
 fn a_host_that_lost_the_time_itself_is_paused_not_lossy() {
     // Host 3 is held by its CPU quota: its links stall with no retransmissions, and its
@@ -374,10 +377,7 @@ fn a_host_that_lost_the_time_itself_is_paused_not_lossy() {
             ("r1-r3_tcp_8_pingpong".into(), "paused".into()),
         ]
     );
-    let words = crate::bench::links::words::tail_words(&matrix_rows(&rows), |l| {
-        l.params.src_rank == 3 || l.params.dst_rank == 3
-    })
-    .unwrap();
+    let words = host3_words(&rows);
     assert_eq!(
         words,
         "2 of 3 links stall while their own host waits to run (up to 2900 ms of 3500 ms, 2800 \
@@ -413,10 +413,7 @@ fn a_host_whose_hypervisor_stole_the_time_is_paused_not_lossy() {
         flagged_why(&rows).iter().all(|(_, w)| w == "paused"),
         "{rows:?}"
     );
-    let words = crate::bench::links::words::tail_words(&matrix_rows(&rows), |l| {
-        l.params.src_rank == 3 || l.params.dst_rank == 3
-    })
-    .unwrap();
+    let words = host3_words(&rows);
     assert_eq!(
         words,
         "2 of 3 links stall while their own host waits to run (up to 2850 ms of 3500 ms, 2450 \
