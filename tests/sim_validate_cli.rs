@@ -379,3 +379,43 @@ fn op_times_and_links_come_from_two_runs() {
         assert!(stderr(&o).contains(said), "{}", stderr(&o));
     }
 }
+
+/// `sim --from` a pipeline run gives the tail's figures on each schedule's measured healthy
+/// iteration too: that iteration plus what the stalls add to the simulated one.
+#[test]
+fn the_tail_is_also_given_on_the_measured_healthy_iteration() {
+    let (home, _, _) = validate_tiny_pipeline("inline", "0:0");
+    let pipeline = only_run(&home.path().join("results"));
+    let (h, cases) = read_csv(&pipeline.join("pipeline.csv"));
+    let measured: f64 = cases[0][col(&h, "iteration_ms")].parse().unwrap();
+    let sim_out = home.path().join("sim");
+    let p = pipeline.to_str().unwrap();
+    let o = morphbench(
+        &[
+            "sim",
+            "--from",
+            p,
+            "--schedule",
+            "1f1b",
+            "--stall",
+            "0:0.5:10",
+            "--iterations",
+            "200",
+            "--timeline",
+            "none",
+            "--out",
+            sim_out.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (h, rows) = read_csv(&only_run(&sim_out).join("sim_tail.csv"));
+    let cell = |c: &str| rows[0][col(&h, c)].parse::<f64>().unwrap();
+    assert!((cell("measured_healthy_ms") / measured - 1.0).abs() < 1e-3);
+    for q in ["p50", "p99"] {
+        let on = cell(&format!("anchored_{q}_ms"));
+        let want = measured + cell(&format!("{q}_ms")) - cell("healthy_ms");
+        assert!((on - want).abs() < 1e-3 * want, "{q}: {on} vs {want}");
+    }
+    assert!(cell("anchored_p99_ms") > measured);
+}

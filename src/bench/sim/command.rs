@@ -151,7 +151,8 @@ fn op_times(a: &SimArgs, cfg: &mut SimConfig, from: &OpSource, quiet: bool) -> a
             ([one(cal.tf_ms), one(cal.tb_ms), one(cal.tw_ms)], cal.note)
         }
         OpSource::Pipeline(dir) => {
-            let (t, note) = super::validate::healthy_op_times(dir)?;
+            let (t, note, comm) = super::validate::healthy_op_times(dir)?;
+            cfg.measured_healthy = super::validate::healthy_iterations(dir, &comm)?;
             let stages = t[0].len();
             match cfg.stages {
                 Some(s) if s != stages => anyhow::bail!(

@@ -289,6 +289,7 @@ impl SimPlan {
             measured: cfg.measured_tail.clone(),
             iterations,
             seed: cfg.seed.unwrap_or(0),
+            measured_healthy: cfg.measured_healthy.clone(),
         }))
     }
 

@@ -71,6 +71,10 @@ pub struct SimConfig {
     /// LINKS_RUN`, which says so; not a setting of a file).
     #[serde(skip)]
     pub measured_tail: Vec<super::measured::MeasuredLink>,
+    /// Each schedule's measured healthy iteration (ms, its p50) in the op-times run (`sim
+    /// --from PIPELINE_RUN`): the tail's figures are also given on it (not a setting of a file).
+    #[serde(skip)]
+    pub measured_healthy: std::collections::BTreeMap<String, f64>,
     pub iterations: Option<u32>,
     pub seed: Option<u64>,
 }

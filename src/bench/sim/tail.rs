@@ -20,6 +20,9 @@ pub struct TailPlan {
     pub measured: Vec<MeasuredLink>,
     pub iterations: u32,
     pub seed: u64,
+    /// Each schedule's measured healthy iteration (ms), where the op times came from a
+    /// pipeline run that ran it: the drawn iterations are also given on it.
+    pub measured_healthy: std::collections::BTreeMap<String, f64>,
 }
 
 /// A stall: each transfer over `link` takes `ms` longer with probability `prob`.
@@ -261,6 +264,12 @@ pub struct SimTailFigures {
     /// 1 - healthy / mean.
     pub throughput_lost: f64,
     pub p90_ms: Option<f64>,
+    /// The schedule's measured healthy iteration (its p50 in the op-times pipeline run), and
+    /// the p50 and p99 on it: that iteration plus what the stalls add to the simulated one.
+    /// Empty without such a run.
+    pub measured_healthy_ms: Option<f64>,
+    pub anchored_p50_ms: Option<f64>,
+    pub anchored_p99_ms: Option<f64>,
 }
 
 impl crate::record::csv::CsvTable for SimTailTable {
@@ -268,7 +277,12 @@ impl crate::record::csv::CsvTable for SimTailTable {
     const WITH_STATS: bool = false;
     type Params = SimTailParams;
     type Figures = SimTailFigures;
-    const ADDED: &'static [&'static str] = &["p90_ms"];
+    const ADDED: &'static [&'static str] = &[
+        "p90_ms",
+        "measured_healthy_ms",
+        "anchored_p50_ms",
+        "anchored_p99_ms",
+    ];
 }
 
 /// Writes `sim_tail.csv` in the run folder.
@@ -303,12 +317,22 @@ pub fn write(
             mean_ms: sig(r.mean_ms),
             throughput_lost: crate::record::csv::round(r.lost, 4),
             p90_ms: Some(sig(r.p90_ms)),
+            measured_healthy_ms: plan.measured_healthy.get(&r.schedule).map(|&h| sig(h)),
+            anchored_p50_ms: anchored(plan, r, r.p50_ms).map(sig),
+            anchored_p99_ms: anchored(plan, r, r.p99_ms).map(sig),
         };
         let line =
             crate::record::csv::Line::new(&dir.id, r.schedule.clone(), params, None, figures);
         sink.write(&line)?;
     }
     Ok(())
+}
+
+/// A drawn figure `x` of row `r` on the schedule's measured healthy iteration: that
+/// iteration plus what the stalls added to the simulated one (None without it).
+fn anchored(plan: &TailPlan, r: &TailRow, x: f64) -> Option<f64> {
+    let h = plan.measured_healthy.get(&r.schedule)?;
+    Some(h + (x - r.healthy_ms))
 }
 
 /// The table `sim` prints.
@@ -347,6 +371,17 @@ pub fn print(rows: &[TailRow], plan: &TailPlan) {
             r.mean_ms,
             100.0 * r.lost
         );
+        if let (Some(h), Some(p50), Some(p99)) = (
+            plan.measured_healthy.get(&r.schedule),
+            anchored(plan, r, r.p50_ms),
+            anchored(plan, r, r.p99_ms),
+        ) {
+            println!(
+                "  {:<14} on its measured healthy iteration ({h:.2} ms): p50 {p50:.2} ms, p99 \
+                 {p99:.2} ms",
+                ""
+            );
+        }
     }
 }
 

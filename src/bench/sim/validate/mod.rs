@@ -19,7 +19,7 @@ use anyhow::Result;
 
 pub use case::{error_added, errors, spread, Case, Input, ProfileFrom, BENCH};
 pub use file::read;
-pub use pipeline_run::healthy_op_times;
+pub use pipeline_run::{healthy_iterations, healthy_op_times};
 pub use report::ValidateBench;
 
 /// Runs the validation of `file` into a run folder (its figures reach summary.json through

@@ -3,6 +3,7 @@
 //! times and the injected delay (what a user knows before the fault); the replay on the
 //! delayed case's own times is a column of its own (`replayed_slow_ms`).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
@@ -349,10 +350,11 @@ pub(super) fn read(dir: &Path) -> Result<Input> {
 }
 
 /// A pipeline run's op times for `sim --from`: per stage, the medians of F, B and W (ms) in a
-/// case without a delay (what is known before a fault), and where they came from, in words.
+/// case without a delay (what is known before a fault), where they came from, in words, and
+/// the case's comm.
 /// A case whose backward was split into B and W on every stage is taken first (a schedule
 /// that fuses them, as 1f1b does, can be simulated from split times, not the other way round).
-pub fn healthy_op_times(dir: &Path) -> Result<([Vec<f64>; 3], String)> {
+pub fn healthy_op_times(dir: &Path) -> Result<([Vec<f64>; 3], String, String)> {
     let cases: Vec<Line<PipelineTable>> = read_table(&dir.join("pipeline.csv"))?;
     let ops: Vec<Line<TimelineTable>> = read_table(&dir.join("pipeline_timeline.csv"))
         .with_context(|| format!("{}: no pipeline_timeline.csv", dir.display()))?;
@@ -405,5 +407,16 @@ pub fn healthy_op_times(dir: &Path) -> Result<([Vec<f64>; 3], String)> {
         dir.display(),
         case.lead.case
     );
-    Ok((times.clone(), note))
+    Ok((times.clone(), note, case.params.comm.clone()))
+}
+
+/// Each schedule's healthy iteration (ms, its p50) in a pipeline run's cases of `comm` without
+/// a delay: what `sim --from` gives the tail's figures on.
+pub fn healthy_iterations(dir: &Path, comm: &str) -> Result<BTreeMap<String, f64>> {
+    let cases: Vec<Line<PipelineTable>> = read_table(&dir.join("pipeline.csv"))?;
+    Ok(cases
+        .iter()
+        .filter(|c| c.params.comm == comm && calm(&c.params.slow, c.params.stages as usize))
+        .map(|c| (c.params.schedule.clone(), c.figures.iteration_ms))
+        .collect())
 }
