@@ -422,7 +422,13 @@ fn groups<R, K: PartialEq>(rows: &[R], key: impl Fn(&R) -> K) -> Vec<Vec<usize>>
 /// A row's hosts' lost time and the wave it was read over (ms), where both are known: its
 /// measuring threads' run delay (`paused_ms`) and the hypervisor's steal ([`stolen_ms`]).
 fn lost(l: &Line<LinksTable>) -> Option<(f64, f64)> {
-    Some((l.figures.paused_ms? + stolen_ms(l), l.figures.wave_ms?))
+    Some((lost_ms(l)?, l.figures.wave_ms?))
+}
+
+/// A row's hosts' lost time (ms): its run delay and its hypervisor's steal, None when its run
+/// delay is unknown.
+pub fn lost_ms(l: &Line<LinksTable>) -> Option<f64> {
+    Some(l.figures.paused_ms? + stolen_ms(l))
 }
 
 /// The time (ms) a row's machine lost to its hypervisor over the wave: its steal share of the

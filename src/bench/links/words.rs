@@ -145,7 +145,7 @@ fn pause_words(mine: &[&Line<LinksTable>], links: usize) -> Option<String> {
         })
         .collect();
     let worst = paused.iter().max_by(|a, b| {
-        let lost = |l: &Line<LinksTable>| l.figures.paused_ms.unwrap_or(0.0);
+        let lost = |l: &Line<LinksTable>| super::tables::lost_ms(l).unwrap_or(0.0);
         lost(a).total_cmp(&lost(b))
     })?;
     let pairs: BTreeSet<(u32, u32)> = paused.iter().map(|l| pair(l)).collect();
@@ -170,7 +170,7 @@ fn pause_words(mine: &[&Line<LinksTable>], links: usize) -> Option<String> {
         "{} of {links} links stall while their own host waits to run (up to {}{wave}{throttled}\
          {stolen}), not the network",
         pairs.len(),
-        ms(1e3 * (worst.figures.paused_ms.unwrap_or(0.0) + stolen_ms)),
+        ms(1e3 * super::tables::lost_ms(worst).unwrap_or(0.0)),
     ))
 }
 
