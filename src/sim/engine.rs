@@ -11,57 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use thiserror::Error;
 
+use super::comms::CommState;
 use super::model::{Layout, Op, OpKind, Scenario};
-
-/// How a stage picks its next op.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Policy {
-    /// Replays a fixed per-stage order; a stage waits for its next listed op, never skipping.
-    /// The layout says which model chunks each rank holds (the hand schedules' orders name
-    /// chunks; every other policy runs one chunk per rank).
-    Fixed {
-        orders: Vec<Vec<Op>>,
-        split: bool,
-        layout: Layout,
-        /// `together[s][i]`: op i of stage s runs with op i - 1 as one op, all ending together:
-        /// a whole backward (B and its W, the gradient sent when both are done), or DualPipe's
-        /// overlapped forward-and-backward (taking the scenario's `tfb`); empty for none.
-        together: Vec<Vec<bool>>,
-    },
-    /// Runs the highest-priority ready op, within a warm-up rule and an in-flight cap.
-    Priority(PriorityPolicy),
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct PriorityPolicy {
-    /// Backward split into B (input gradient) and W (weight gradient)?
-    pub split: bool,
-    /// Forwards stage i runs before its first backward.
-    pub warmup: Vec<usize>,
-    /// Most activations in flight (F done, B not yet) per stage; `usize::MAX` for no cap.
-    pub cap: Vec<usize>,
-    /// Kinds from most to least preferred when several are ready.
-    pub priority: [OpKind; 3],
-    /// After its warm-up forwards a stage starts no forward until its first backward has run
-    /// (PipeMorph's runtime policy); without it the in-flight cap alone limits forwards.
-    pub hold_after_warmup: bool,
-}
-
-impl Policy {
-    pub fn split(&self) -> bool {
-        match self {
-            Policy::Fixed { split, .. } => *split,
-            Policy::Priority(p) => p.split,
-        }
-    }
-
-    pub fn layout(&self) -> Layout {
-        match self {
-            Policy::Fixed { layout, .. } => *layout,
-            Policy::Priority(_) => Layout::Linear,
-        }
-    }
-}
+pub use super::policy::{Policy, PriorityPolicy};
 
 /// One op as it ran.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -344,18 +296,25 @@ fn finish_op(
 
 /// Where each stage stood when the simulation could go no further; under a fixed order, the
 /// op each stage waits at (its step in the order).
-fn progress_of(stages: &[Stage], policy: &Policy) -> String {
+fn progress_of(stages: &[Stage], policy: &Policy, comms: Option<&CommState>) -> String {
     stages
         .iter()
         .enumerate()
         .map(|(i, st)| match policy {
-            Policy::Fixed { orders, .. } => match orders[i].get(st.cursor) {
-                Some(op) => format!(
-                    "rank {i} waits at step {} for {}{} of chunk {}, whose input never comes",
-                    st.cursor, op.kind, op.mb, op.chunk
-                ),
-                None => format!("rank {i} has run its whole order"),
-            },
+            Policy::Fixed { orders, .. } => {
+                let held = comms.and_then(|c| c.held_at(i));
+                match (
+                    held.filter(|c| c.after <= st.cursor),
+                    orders[i].get(st.cursor),
+                ) {
+                    (Some(c), _) => format!("rank {i} is held at step {} ({})", c.step, c.cell),
+                    (None, Some(op)) => format!(
+                        "rank {i} waits at step {} for {}{} of chunk {}, whose input never comes",
+                        st.cursor, op.kind, op.mb, op.chunk
+                    ),
+                    (None, None) => format!("rank {i} has run its whole order"),
+                }
+            }
             Policy::Priority(_) => format!(
                 "stage {i}: {} F done, {} in flight",
                 st.forwards_done, st.in_flight
@@ -446,7 +405,7 @@ fn redecide_touched(
     versions: &mut [u64],
     queue: &mut StartQueue,
     policy: &Policy,
-    n: usize,
+    (n, comms): (usize, Option<&CommState>),
 ) {
     for s in touched.drain(..) {
         let st = &mut stages[s];
@@ -454,6 +413,17 @@ fn redecide_touched(
             continue;
         }
         st.decision = decide(&mut *st, s, policy, n);
+        if let (
+            Some(c),
+            Some((t, op)),
+            Policy::Fixed {
+                orders, together, ..
+            },
+        ) = (comms, st.decision, policy)
+        {
+            let group = group_at(&orders[s], together.get(s), st.cursor);
+            st.decision = c.gate(s, group, st.cursor).map(|g| (t.max(g), op));
+        }
         st.dirty = false;
         versions[s] += 1;
         if let Some((t, _)) = st.decision {
@@ -537,6 +507,13 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
     // ops are taken in start order and each direction has one sender, so its sends arrive in
     // FIFO order.
     let mut channel_free = vec![[0.0f64; 2]; s_count.saturating_sub(1)];
+    let mut comms = match policy {
+        Policy::Fixed { comms: Some(c), .. } => Some(CommState::new(c, s_count, layout)),
+        _ => None,
+    };
+    if let Some(c) = comms.as_mut() {
+        c.advance();
+    }
     while done < total {
         redecide_touched(
             &mut stages,
@@ -544,13 +521,13 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
             &mut versions,
             &mut queue,
             policy,
-            n,
+            (n, comms.as_ref()),
         );
         let Some((start, s)) = pop_current(&mut queue, &versions) else {
             return Err(SimError::Deadlock {
                 done,
                 total,
-                detail: progress_of(&stages, policy),
+                detail: progress_of(&stages, policy, comms.as_ref()),
             });
         };
         let (_, first) = stages[s].decision.expect("chosen stage has a decision");
@@ -566,6 +543,9 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
         let mut queue_end = end;
         for &op in group {
             let exec = execute_op(sc, layout, &mut channel_free, op, s, start, end);
+            if let Some(c) = comms.as_mut() {
+                c.ran(s, &exec);
+            }
             if record {
                 ops.push(exec);
             }
@@ -583,6 +563,13 @@ pub fn simulate_with(sc: &Scenario, policy: &Policy, record: bool) -> Result<Run
         st.busy += compute;
         st.dirty = true;
         touched.push(s);
+        // A call posted can free any rank: each is decided again.
+        if comms.as_mut().is_some_and(|c| c.advance()) {
+            for (i, st) in stages.iter_mut().enumerate() {
+                st.dirty = true;
+                touched.push(i);
+            }
+        }
     }
     OPS_SIMULATED.fetch_add(done as u64, Ordering::Relaxed);
     Ok(finished_run(&stages, ops, iteration_ms))

@@ -2,10 +2,12 @@
 //! link delays, the schedules that run them, and pictures of the result.
 
 pub mod builder;
+pub mod comms;
 pub mod engine;
 pub mod hand;
 pub mod memory;
 pub mod model;
+pub mod policy;
 pub mod render;
 pub mod replay;
 pub mod runtime;

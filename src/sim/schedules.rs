@@ -189,7 +189,7 @@ fn hand_policy(schedule: &Schedule, sc: &Scenario) -> Result<Policy, SimError> {
         schedule: schedule.to_string(),
         detail,
     };
-    let mut together = Vec::new();
+    let (mut together, mut comms) = (Vec::new(), None);
     let (orders, split) = match schedule {
         Schedule::DualPipeV => {
             if let Some(why) = hand::dualpipe_v_refusal(p, n) {
@@ -210,6 +210,7 @@ fn hand_policy(schedule: &Schedule, sc: &Scenario) -> Result<Policy, SimError> {
                 )));
             }
             together = f.together.clone();
+            comms = f.comms.clone();
             (f.orders.clone(), f.split)
         }
         Schedule::ZbV => {
@@ -257,6 +258,7 @@ fn hand_policy(schedule: &Schedule, sc: &Scenario) -> Result<Policy, SimError> {
         split,
         layout: schedule.layout(p),
         together,
+        comms,
     })
 }
 
@@ -324,6 +326,7 @@ pub fn static_policy(inner: &Schedule, sc: &Scenario) -> Result<Policy, SimError
         split: policy.split(),
         layout: Layout::Linear,
         together: Vec::new(),
+        comms: None,
     })
 }
 

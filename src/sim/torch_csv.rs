@@ -7,12 +7,14 @@
 //! `_validate_schedule` checks it (each F before its backward, I before W, every stage on one
 //! rank with m forwards and m backwards), then turned into the engine's fixed orders:
 //! F runs F, I runs B (input gradient) and W its weight gradient, a full B the two as one op;
-//! sends, receives, (un)sharding and gradient reductions are left to the model (it prices
-//! transfers itself), and an overlapped pair runs as one op of the scenario's `tfb` (its
-//! default, F + B + W, is PyTorch's runtime running the two in turn).
+//! sends, receives and waits become the rank's calls ([`super::comms`]), (un)sharding and
+//! gradient reductions cost nothing, and an overlapped pair runs as one op of the scenario's
+//! `tfb` (its default, F + B + W, is PyTorch's runtime running the two in turn).
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
+use super::comms::{Call, CallKind, CommOrder, Transfer};
 use super::model::{Layout, Op, OpKind};
 
 /// A schedule read from a PyTorch CSV, ready for the engine.
@@ -26,6 +28,8 @@ pub struct TorchSchedule {
     /// Which ops run as one with the op before them (a whole backward's B and W, an
     /// overlapped pair).
     pub together: Vec<Vec<bool>>,
+    /// The sends, receives and waits of a compute_comms file, run as the transfers they are.
+    pub comms: Option<Arc<CommOrder>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +38,9 @@ enum Kind {
     I,
     W,
     B,
-    /// Sends, receives, UNSHARD, RESHARD, REDUCE_GRAD: no compute.
+    /// A send, receive or wait of a transfer carrying F's or B's output.
+    Comm(CallKind, OpKind),
+    /// UNSHARD, RESHARD, REDUCE_GRAD and its wait: data parallelism's, not the pipeline's.
     Other,
 }
 
@@ -48,17 +54,17 @@ struct Action {
 /// Longest first where one name begins another (`WAIT_SEND_F` before `W`).
 const TYPES: [(&str, Kind); 16] = [
     ("WAIT_REDUCE_GRAD", Kind::Other),
-    ("WAIT_SEND_F", Kind::Other),
-    ("WAIT_RECV_F", Kind::Other),
-    ("WAIT_SEND_B", Kind::Other),
-    ("WAIT_RECV_B", Kind::Other),
+    ("WAIT_SEND_F", Kind::Comm(CallKind::WaitSend, OpKind::F)),
+    ("WAIT_RECV_F", Kind::Comm(CallKind::WaitRecv, OpKind::F)),
+    ("WAIT_SEND_B", Kind::Comm(CallKind::WaitSend, OpKind::B)),
+    ("WAIT_RECV_B", Kind::Comm(CallKind::WaitRecv, OpKind::B)),
     ("REDUCE_GRAD", Kind::Other),
     ("UNSHARD", Kind::Other),
     ("RESHARD", Kind::Other),
-    ("SEND_F", Kind::Other),
-    ("RECV_F", Kind::Other),
-    ("SEND_B", Kind::Other),
-    ("RECV_B", Kind::Other),
+    ("SEND_F", Kind::Comm(CallKind::Send, OpKind::F)),
+    ("RECV_F", Kind::Comm(CallKind::Recv, OpKind::F)),
+    ("SEND_B", Kind::Comm(CallKind::Send, OpKind::B)),
+    ("RECV_B", Kind::Comm(CallKind::Recv, OpKind::B)),
     ("F", Kind::F),
     ("I", Kind::I),
     ("B", Kind::B),
@@ -156,6 +162,8 @@ struct Scan {
     rank_of: BTreeMap<usize, usize>,
     /// Per rank, each compute action (stage, kind, microbatch, part of the action before it).
     lists: Vec<Vec<(usize, Kind, usize, bool)>>,
+    /// Per rank, each communication call, `after` counting the compute actions before it.
+    calls: Vec<Vec<Call>>,
     forwards: HashSet<(usize, usize)>,
     inputs: HashSet<(usize, usize)>,
     weights: HashSet<(usize, usize)>,
@@ -205,6 +213,23 @@ impl Scan {
             Kind::W => &mut self.weights,
             Kind::B => &mut self.fulls,
             Kind::Other => return Ok(()),
+            Kind::Comm(kind, dir) => {
+                // Where it lands: F's output on the next stage, B's on the one before.
+                let outbound = matches!(kind, CallKind::Send | CallKind::WaitSend);
+                let to = match (dir, outbound) {
+                    (OpKind::F, true) => a.stage + 1,
+                    (_, true) => a.stage.wrapping_sub(1),
+                    _ => a.stage,
+                };
+                self.calls[rank].push(Call {
+                    after: self.lists[rank].len(),
+                    kind,
+                    transfer: Transfer { kind: dir, to, mb },
+                    step,
+                    cell: cell.to_string(),
+                });
+                return Ok(());
+            }
         };
         if !set.insert(key) {
             let what = match a.kind {
@@ -271,12 +296,17 @@ impl Scan {
     /// The engine's orders and which ops run with the one before: F runs F, I the input
     /// gradient, W the weight gradient, a full B both halves as one op when others are split
     /// (else one fused B); an overlapped pair's actions run as one.
-    fn orders(self, layout: Layout, split: bool) -> (Vec<Vec<Op>>, Vec<Vec<bool>>) {
+    fn orders(self, layout: Layout, split: bool) -> (Vec<Vec<Op>>, Vec<Vec<bool>>, CommOrder) {
         let p = self.lists.len();
         let (mut orders, mut together) = (Vec::with_capacity(p), Vec::with_capacity(p));
+        let mut comms = CommOrder { calls: self.calls };
         for (rank, list) in self.lists.into_iter().enumerate() {
             let (mut order, mut joined) = (Vec::new(), Vec::new());
+            // How many of the engine's ops come before each compute action (a full B among
+            // split ones is two).
+            let mut before = Vec::with_capacity(list.len() + 1);
             for (stage, kind, mb, with_previous) in list {
+                before.push(order.len());
                 let chunk = layout.chunk_of(p, stage);
                 let mut push = |kind, with: bool| {
                     order.push(Op {
@@ -295,13 +325,17 @@ impl Scan {
                         push(OpKind::B, with_previous);
                         push(OpKind::W, true);
                     }
-                    (Kind::Other, _) => {}
+                    (Kind::Other | Kind::Comm(..), _) => {}
                 }
+            }
+            before.push(order.len());
+            for call in &mut comms.calls[rank] {
+                call.after = before[call.after];
             }
             orders.push(order);
             together.push(joined);
         }
-        (orders, together)
+        (orders, together, comms)
     }
 }
 
@@ -334,6 +368,7 @@ pub fn parse(text: &str) -> anyhow::Result<TorchSchedule> {
     }
     let mut scan = Scan {
         lists: vec![Vec::new(); p],
+        calls: vec![Vec::new(); p],
         ..Scan::default()
     };
     for (rank, row) in rows.iter().enumerate() {
@@ -351,7 +386,14 @@ pub fn parse(text: &str) -> anyhow::Result<TorchSchedule> {
     let layout = layout_of(&scan.rank_of, p)?;
     let microbatches = scan.microbatches()?;
     let split = !scan.inputs.is_empty();
-    let (orders, together) = scan.orders(layout, split);
+    let (orders, together, comms) = scan.orders(layout, split);
+    // A compute_comms file: its calls must pair up as PyTorch's runtime pairs them.
+    let comms = if comms.calls.iter().all(Vec::is_empty) {
+        None
+    } else {
+        comms.check(&orders, layout).map_err(anyhow::Error::msg)?;
+        Some(Arc::new(comms))
+    };
     Ok(TorchSchedule {
         ranks: p,
         microbatches,
@@ -359,6 +401,7 @@ pub fn parse(text: &str) -> anyhow::Result<TorchSchedule> {
         split,
         orders,
         together,
+        comms,
     })
 }
 
@@ -515,58 +558,10 @@ mod tests {
                 split,
                 layout,
                 together: back.together,
+                comms: None,
             };
             let again = simulate(&sc, &policy).unwrap().iteration_ms;
             assert!((again - run.iteration_ms).abs() < 1e-9, "{name}");
         }
-    }
-
-    #[test]
-    fn a_full_backward_among_split_ones_runs_as_both_halves() {
-        let t = parse("0F0,0I0,0W0,0F1,0B1\n1F0,1B0,1F1,1I1,1W1\n").unwrap();
-        assert!(t.split);
-        let kinds: Vec<OpKind> = t.orders[0].iter().map(|o| o.kind).collect();
-        use OpKind::*;
-        assert_eq!(kinds, [F, B, W, F, B, W]);
-        // Communication and overlapped pairs: the compute in turn.
-        let t = parse("0F0,0SEND_F0,(0F1;0B0)OVERLAP_F_B,0B1\n1RECV_F0,1F0,1B0,1F1,1B1\n").unwrap();
-        assert_eq!(t.orders[0].len(), 4);
-    }
-
-    #[test]
-    fn an_invalid_schedule_is_refused_naming_rank_step_and_action() {
-        let err = |text: &str| parse(text).unwrap_err();
-        let e = err("0F0,0F1,0B0,0B1\n1F0,1B1,1F1,1B0\n");
-        assert!(
-            e.to_string().contains("rank 1, step 1 (1B1)")
-                && e.to_string().contains("without first running Forward"),
-            "{e}"
-        );
-        let e = err("0F0,0W0,0I0\n1F0,1I0,1W0\n");
-        assert!(
-            e.to_string().contains("rank 0, step 1 (0W0)")
-                && e.to_string().contains("Backward Input"),
-            "{e}"
-        );
-        let e = err("0F0,0B0\n0F1,0B1\n");
-        assert!(
-            e.to_string().contains("rank 1, step 0")
-                && e.to_string().contains("both rank 1 and rank 0"),
-            "{e}"
-        );
-        let e = err("0F0,0F1,0B0,0B1\n1F0,1B0\n");
-        assert!(
-            e.to_string()
-                .contains("got 1 F microbatches for stage 1, expected 2"),
-            "{e}"
-        );
-        let e = err("0F0,0X0\n1F0\n");
-        assert!(
-            e.to_string()
-                .contains("rank 0, step 1: '0X0' is not an action"),
-            "{e}"
-        );
-        let e = err("0F0,0B0\n2F0,2B0\n");
-        assert!(e.to_string().contains("every stage from 0"), "{e}");
     }
 }

@@ -392,6 +392,7 @@ mod tests {
             split: false,
             layout: crate::sim::Layout::Linear,
             together: Vec::new(),
+            comms: None,
         };
         // Inline sends hold the sender's queue: F0 1 + send + F1 1 + B1 1 + send + B0 1 (ms).
         for send_us in [500.0, 1500.0] {

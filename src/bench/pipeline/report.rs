@@ -158,6 +158,7 @@ pub(super) fn write_case(
         split: pc.split,
         layout: pc.layout,
         together: Vec::new(),
+        comms: None,
     };
     let predicted_ms = simulate(predicting, &policy)
         .map_err(|e| anyhow!("predicting {schedule}: {e}"))?

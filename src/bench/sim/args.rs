@@ -127,7 +127,8 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(20..=1000))]
     pub width: u64,
     /// Simulate PyTorch's schedule CSV (torch.distributed.pipelining's _dump_csv: one row per
-    /// rank, cells such as 0F0, 5I3, 5W3, 2B0); its ranks and microbatches set the scenario's.
+    /// rank, cells such as 0F0, 5I3, 5W3, 2B0; in the compute_comms format its SEND/RECV/WAIT
+    /// calls run as transfers); its ranks and microbatches set the scenario's.
     #[arg(long, value_name = "FILE")]
     pub schedule_file: Option<PathBuf>,
     /// Write each simulated schedule's order (the first case's, as it ran) in another tool's
