@@ -144,6 +144,7 @@ impl<'a> ScenarioBuilder<'a> {
             d2h_ms: non_negative("d2h-ms", d2h_ms)?,
             occupancy_ms: vec![0.0; stages - 1],
             stall_ms: Vec::new(),
+            hold_ms: Vec::new(),
             tfb,
             activation: None,
             activation_limit: None,

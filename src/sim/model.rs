@@ -253,6 +253,10 @@ pub struct Scenario {
     /// by [`Scenario::transfer_index`]; empty for none. Schedules plan without it: a stall is
     /// not known before it happens.
     pub stall_ms: Vec<f64>,
+    /// Extra time each transfer held its sender this iteration (a send that waits for its
+    /// acknowledgement: a stall on the way out or on the acknowledgement's way back), indexed
+    /// as `stall_ms`; empty for none.
+    pub hold_ms: Vec<f64>,
     /// What a microbatch's forward keeps on a stage, in bytes (from a `[model]` shape); None
     /// when no shape was given (memory is then counted in microbatches only).
     pub activation: Option<ActivationBytes>,
@@ -432,15 +436,13 @@ impl Scenario {
         match self.out_link(op, layout) {
             None => (0.0, 0.0),
             Some(l) => {
-                let stall = if self.stall_ms.is_empty() {
-                    0.0
-                } else {
-                    self.stall_ms[self.transfer_index(op, layout)]
-                };
+                let drawn = |v: &[f64]| v.get(self.transfer_index(op, layout)).copied();
+                let stall = drawn(&self.stall_ms).unwrap_or(0.0);
+                let hold = drawn(&self.hold_ms).unwrap_or(0.0);
                 let c = self.link(l) + stall;
                 match self.comm {
-                    CommModel::Latency => (0.0, c),
-                    CommModel::Queue => (c, c),
+                    CommModel::Latency => (hold, c),
+                    CommModel::Queue => (self.link(l) + hold, c),
                     CommModel::Offload => (self.d2h_ms, self.d2h_ms + c),
                 }
             }

@@ -283,3 +283,26 @@ fn zb_v_below_its_planners_rule_is_refused_naming_the_rule_and_the_fix() {
     let sc = uniform(8, 8, 1.0, &[], CommModel::Latency);
     run("zb-v", &sc);
 }
+
+#[test]
+fn a_held_send_keeps_its_sender_not_its_receiver() {
+    // Stage 0's F0 waits 50 ms for its acknowledgement: stage 0 runs nothing before that,
+    // while stage 1 has its data on time.
+    let mut sc = uniform(2, 2, 10.0, &[], CommModel::Latency);
+    let policy = policy_of(&Schedule::Gpipe, &sc).unwrap();
+    let healthy = simulate(&sc, &policy).unwrap();
+    let f0 = super::model::Op::new(OpKind::F, 0, 0);
+    let at = sc.transfer_index(f0, Layout::Linear);
+    sc.hold_ms = vec![0.0; sc.transfer_slots(Layout::Linear)];
+    sc.hold_ms[at] = 50.0;
+    let held = simulate(&sc, &policy).unwrap();
+    let start = |r: &Run, stage: usize, mb: usize| {
+        r.ops
+            .iter()
+            .find(|e| (e.op.stage, e.op.kind, e.op.mb) == (stage, OpKind::F, mb))
+            .unwrap()
+            .start
+    };
+    assert_eq!(start(&held, 1, 0), start(&healthy, 1, 0));
+    assert!((start(&held, 0, 1) - (start(&healthy, 0, 1) + 50.0)).abs() < 1e-9);
+}

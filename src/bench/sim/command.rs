@@ -153,6 +153,10 @@ fn op_times(a: &SimArgs, cfg: &mut SimConfig, from: &OpSource, quiet: bool) -> a
         OpSource::Pipeline(dir) => {
             let (t, note, comm) = super::validate::healthy_op_times(dir)?;
             cfg.measured_healthy = super::validate::healthy_iterations(dir, &comm)?;
+            // Its sends waited for their acknowledgements: so do the drawn transfers.
+            for m in &mut cfg.measured_tail {
+                m.sends_wait = comm == "inline";
+            }
             let stages = t[0].len();
             match cfg.stages {
                 Some(s) if s != stages => anyhow::bail!(

@@ -24,6 +24,9 @@ pub struct MeasuredLink {
     upper: Option<(LogHist, f64, f64)>,
     /// What it was drawn from, in words.
     pub why: String,
+    /// Each send waits for its acknowledgement (the op times came from a `pipeline --comm
+    /// inline` run): a transfer is a round trip that holds its sender ([`Self::draw_round_trip`]).
+    pub sends_wait: bool,
 }
 
 impl MeasuredLink {
@@ -59,6 +62,7 @@ impl MeasuredLink {
             lower: (lo_hist, lo_median),
             upper,
             why,
+            sends_wait: false,
         })
     }
 
@@ -67,19 +71,25 @@ impl MeasuredLink {
     /// the time, and then all of it (in one-way units doubled): a stall keeps its length and
     /// its rate per crossing.
     pub fn draw(&self, rng: &mut impl Rng) -> f64 {
+        let (out, _) = self.draw_round_trip(rng);
+        out
+    }
+
+    /// One send that waits for its acknowledgement (a round trip, as the ping-pong's): its
+    /// excess over the median (ms), as (the data's arrival, the sender's hold). The excess
+    /// is on the data's way out half the time (both are late), else on the acknowledgement's
+    /// way back (the sender alone is held).
+    pub fn draw_round_trip(&self, rng: &mut impl Rng) -> (f64, f64) {
         let u: f64 = rng.gen();
-        let mine: bool = rng.gen();
+        let out: bool = rng.gen();
         let excess = |(h, m): (&LogHist, f64)| h.quantile(u).map_or(0.0, |x| x - m);
         let lo = excess((&self.lower.0, self.lower.1));
         let e = match &self.upper {
             Some((h, m, w)) => lo * (1.0 - w) + excess((h, *m)) * w,
             None => lo,
         };
-        if mine {
-            (2.0 * e).max(0.0) / 1e3
-        } else {
-            0.0
-        }
+        let e = (2.0 * e).max(0.0) / 1e3;
+        (if out { e } else { 0.0 }, e)
     }
 }
 
@@ -157,6 +167,24 @@ mod tests {
         let long = d.iter().copied().fold(0.0, f64::max);
         assert!((long / 200.0 - 1.0).abs() < 0.05, "{long} ms");
         assert!(d.iter().all(|&x| x >= 0.0));
+    }
+
+    #[test]
+    fn a_send_that_waits_for_its_acknowledgement_meets_every_stall_of_its_round_trip() {
+        // 4% of round trips stalled by 200 ms: such a send is held on 4% of its draws, and
+        // its data is late on half of those (the stall was on the way out).
+        let mut s = vec![20.0; 960];
+        s.extend(vec![100_020.0; 40]);
+        let l = link(vec![(8, s)], 8);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let d: Vec<(f64, f64)> = (0..100_000).map(|_| l.draw_round_trip(&mut rng)).collect();
+        let share = |f: fn(&(f64, f64)) -> bool| d.iter().filter(|x| f(x)).count() as f64 / 1e5;
+        assert!((share(|x| x.1 > 100.0) - 0.04).abs() < 0.004);
+        assert!((share(|x| x.0 > 100.0) - 0.02).abs() < 0.003);
+        assert!(d.iter().all(|&(a, h)| a == 0.0 || a == h));
+        // The one-way draw is the arrival half of it, on the same luck.
+        let mut one = rand::rngs::SmallRng::seed_from_u64(7);
+        assert!(d[..1000].iter().all(|x| x.0 == l.draw(&mut one)));
     }
 
     #[test]

@@ -132,14 +132,21 @@ pub struct TailRow {
     pub iterations_ms: Vec<f64>,
 }
 
-/// Draws one iteration's stalls: every transfer over a stalled link, in a fixed order.
+/// Draws one iteration's stalls: every transfer over a stalled link, in a fixed order. Returns
+/// each transfer's extra arrival time and extra hold of its sender (empty when no send waits
+/// for its acknowledgement).
 fn draw(
     sc: &Scenario,
     layout: Layout,
     (stalls, measured): (&[Stall], &[MeasuredLink]),
     rng: &mut rand::rngs::SmallRng,
-) -> Vec<f64> {
+) -> (Vec<f64>, Vec<f64>) {
     let mut out = vec![0.0; sc.transfer_slots(layout)];
+    let mut hold = if measured.iter().any(|m| m.sends_wait) {
+        vec![0.0; out.len()]
+    } else {
+        Vec::new()
+    };
     for kind in [crate::sim::OpKind::F, crate::sim::OpKind::B] {
         for stage in 0..sc.stages {
             for chunk in 0..layout.chunks() {
@@ -160,13 +167,19 @@ fn draw(
                         }
                     }
                     for m in measured.iter().filter(|m| m.link == link) {
-                        out[at] += m.draw(rng);
+                        if m.sends_wait {
+                            let (arrival, held) = m.draw_round_trip(rng);
+                            out[at] += arrival;
+                            hold[at] += held;
+                        } else {
+                            out[at] += m.draw(rng);
+                        }
                     }
                 }
             }
         }
     }
-    out
+    (out, hold)
 }
 
 /// The policy a schedule plans on `sc` (without stalls).
@@ -199,13 +212,14 @@ pub fn run(
     let mut stalled = sc.clone();
     for _ in 0..iterations {
         // One draw per layout, so schedules with the same transfers see the same stalls.
-        let mut draws: Vec<(Layout, Vec<f64>)> = Vec::new();
+        let mut draws: Vec<(Layout, (Vec<f64>, Vec<f64>))> = Vec::new();
         for (p, t) in policies.iter().zip(times.iter_mut()) {
             let layout = p.layout();
             if !draws.iter().any(|(l, _)| *l == layout) {
                 draws.push((layout, draw(sc, layout, drawn, &mut rng)));
             }
-            stalled.stall_ms = draws.iter().find(|(l, _)| *l == layout).unwrap().1.clone();
+            let (out, hold) = &draws.iter().find(|(l, _)| *l == layout).unwrap().1;
+            (stalled.stall_ms, stalled.hold_ms) = (out.clone(), hold.clone());
             t.push(simulate(&stalled, p)?.iteration_ms);
         }
     }
@@ -548,7 +562,8 @@ mod tests {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
         let (mut hits, mut total, mut elsewhere) = (0usize, 0usize, 0usize);
         for _ in 0..200 {
-            let d = draw(&s, Layout::Linear, (&stalls, &[]), &mut rng);
+            let (d, hold) = draw(&s, Layout::Linear, (&stalls, &[]), &mut rng);
+            assert!(hold.is_empty(), "no send waits for an acknowledgement here");
             for kind in [crate::sim::OpKind::F, crate::sim::OpKind::B] {
                 for stage in 0..4 {
                     for mb in 0..64 {
