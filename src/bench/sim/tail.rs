@@ -132,6 +132,10 @@ pub struct TailRow {
     pub iterations_ms: Vec<f64>,
 }
 
+/// One iteration's draws: each transfer's extra arrival time, and each one's extra hold of its
+/// sender (empty when no send waits for its acknowledgement).
+type Drawn = (Vec<f64>, Vec<f64>);
+
 /// Draws one iteration's stalls: every transfer over a stalled link, in a fixed order. Returns
 /// each transfer's extra arrival time and extra hold of its sender (empty when no send waits
 /// for its acknowledgement).
@@ -140,7 +144,7 @@ fn draw(
     layout: Layout,
     (stalls, measured): (&[Stall], &[MeasuredLink]),
     rng: &mut rand::rngs::SmallRng,
-) -> (Vec<f64>, Vec<f64>) {
+) -> Drawn {
     let mut out = vec![0.0; sc.transfer_slots(layout)];
     let mut hold = if measured.iter().any(|m| m.sends_wait) {
         vec![0.0; out.len()]
@@ -212,7 +216,7 @@ pub fn run(
     let mut stalled = sc.clone();
     for _ in 0..iterations {
         // One draw per layout, so schedules with the same transfers see the same stalls.
-        let mut draws: Vec<(Layout, (Vec<f64>, Vec<f64>))> = Vec::new();
+        let mut draws: Vec<(Layout, Drawn)> = Vec::new();
         for (p, t) in policies.iter().zip(times.iter_mut()) {
             let layout = p.layout();
             if !draws.iter().any(|(l, _)| *l == layout) {
