@@ -110,13 +110,21 @@ fn scenario(p: usize, m: usize, link_ms: f64) -> crate::sim::Scenario {
         .unwrap()
 }
 
-/// When `rank` started its op `kind` of microbatch `mb`.
-fn start_of(run: &crate::sim::Run, rank: usize, kind: super::model::OpKind, mb: usize) -> f64 {
-    run.ops
+/// How `rank`'s op `kind` of microbatch `mb` ran.
+fn op_of(
+    run: &crate::sim::Run,
+    rank: usize,
+    kind: super::model::OpKind,
+    mb: usize,
+) -> crate::sim::Executed {
+    *run.ops
         .iter()
         .find(|e| (e.op.stage, e.op.kind, e.op.mb) == (rank, kind, mb))
-        .map(|e| e.start)
         .unwrap()
+}
+
+fn start_of(run: &crate::sim::Run, rank: usize, kind: super::model::OpKind, mb: usize) -> f64 {
+    op_of(run, rank, kind, mb).start
 }
 
 #[test]
@@ -132,13 +140,7 @@ fn a_transfer_starts_once_both_ends_are_posted_and_a_wait_holds_the_rank() {
     compute_only.comms = None;
     let with = crate::sim::simulate(&sc, &policy(&comms)).unwrap();
     let without = crate::sim::simulate(&sc, &policy(&compute_only)).unwrap();
-    let b0_end = |run: &crate::sim::Run| {
-        run.ops
-            .iter()
-            .find(|e| (e.op.stage, e.op.kind, e.op.mb) == (1, super::model::OpKind::B, 0))
-            .unwrap()
-            .end
-    };
+    let b0_end = |run: &crate::sim::Run| op_of(run, 1, super::model::OpKind::B, 0).end;
     assert_eq!(start_of(&without, 1, F, 1), b0_end(&without));
     assert!((start_of(&with, 1, F, 1) - (b0_end(&with) + 0.5)).abs() < 1e-9);
     assert!(with.iteration_ms > without.iteration_ms);
