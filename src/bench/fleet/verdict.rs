@@ -6,6 +6,9 @@
 //! is a WARN, not a FAIL, unless it is slower than its load can explain. A figure that fails
 //! is measured again ([`suspects`]) and fails only if its retest, judged in its place, fails
 //! too; one that does not is a WARN (noisy, not blamed), as links confirms before it blames.
+//! A test its deadline cut before its fewest samples has no figure: it could not be checked
+//! (a WARN whose reason starts [`COULD_NOT_CHECK`]), is measured again, and is never a FAIL
+//! on that alone: a slow machine's missed deadline is not a slow GPU.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +18,15 @@ use super::rank::{row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
 use super::table::FleetFigures;
 use crate::bench::links::flag;
 pub use crate::verdict::Verdict;
+
+/// How the reason of a figure that could not be checked begins; `health` answers "could
+/// not judge" (exit 2) for a node with one and nothing failed.
+pub const COULD_NOT_CHECK: &str = "could not check: ";
+
+/// Whether a row is a figure that could not be checked (see [`COULD_NOT_CHECK`]).
+pub fn could_not_check(f: &FleetFigures) -> bool {
+    f.verdict == WARN && f.reason.starts_with(COULD_NOT_CHECK)
+}
 
 /// The ranks (by index) with a result for one (adapter, test, figure), and whether the rank
 /// was busy while it measured it.
@@ -69,14 +81,14 @@ fn figure_rows(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
                     .find(|x| x.test == m.test && x.figure == m.figure)?;
                 Some((r, m2))
             });
-            if let (FAIL, Some(_), Some((r, m2))) = (f.verdict, m.value, again) {
-                let mut swapped = members.clone();
-                swapped[pos] = (i, m2, r.busy());
+            if let (true, Some((r, m2))) = (could_not_check(&f), again) {
                 let (_, mut g) = row(r, &test, &figure);
-                let standing = match placement_modes(&test, &swapped) {
-                    Some(modes) => modes.standing.get(&i).copied(),
-                    None => fleet_level(&swapped).get(&i).copied(),
-                };
+                let standing = level_with(&test, &members, pos, (i, m2, r.busy()));
+                judge_figure(r, m2, standing, baseline, &mut g);
+                after_cut(&mut f, g);
+            } else if let (FAIL, Some(_), Some((r, m2))) = (f.verdict, m.value, again) {
+                let (_, mut g) = row(r, &test, &figure);
+                let standing = level_with(&test, &members, pos, (i, m2, r.busy()));
                 judge_figure(r, m2, standing, baseline, &mut g);
                 // Busy only slows a figure down: a busy retest as slow as a failure clears
                 // nothing.
@@ -88,6 +100,49 @@ fn figure_rows(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
         }
     }
     rows
+}
+
+/// The standing of member `pos` with its retest `again` in its place.
+fn level_with<'a>(
+    test: &str,
+    members: &Members<'a>,
+    pos: usize,
+    again: (usize, &'a Measured, bool),
+) -> Option<Standing> {
+    let mut swapped = members.clone();
+    swapped[pos] = again;
+    let i = again.0;
+    match placement_modes(test, &swapped) {
+        Some(modes) => modes.standing.get(&i).copied(),
+        None => fleet_level(&swapped).get(&i).copied(),
+    }
+}
+
+/// A figure that could not be checked (`f`), judged by its retest (`again`): a retest that
+/// passes or warns stands in its place; one that fails is a single slow measurement, which
+/// blames no node (a FAIL takes two), and one cut again leaves it unchecked.
+fn after_cut(f: &mut FleetFigures, again: FleetFigures) {
+    let first = f.reason.trim_start_matches(COULD_NOT_CHECK).to_string();
+    f.retest_value = again.value;
+    if could_not_check(&again) {
+        f.reason = format!(
+            "{COULD_NOT_CHECK}{first}, and its retest too ({})",
+            again.reason.trim_start_matches(COULD_NOT_CHECK)
+        );
+    } else if again.verdict == FAIL {
+        f.reason = format!(
+            "{COULD_NOT_CHECK}{first}; its retest alone fails, which blames nothing (a FAIL \
+             takes two measurements): {}",
+            again.reason
+        );
+    } else {
+        let retest_value = f.retest_value;
+        *f = FleetFigures {
+            retest_value,
+            reason: format!("its retest: {} (its first try {first})", again.reason),
+            ..again
+        };
+    }
 }
 
 /// One figure's verdict: the fleet's, then the baseline's.
@@ -135,11 +190,12 @@ fn confirm(f: &mut FleetFigures, again: &FleetFigures, still_slow: bool) {
 }
 
 /// The tests to measure again on each rank: those whose figure fails against the fleet or
-/// the baseline (a failed verification or a missing adapter is not noise and is not retested).
+/// the baseline, or that could not be checked (a failed verification or a missing adapter is
+/// not noise and is not retested).
 pub fn suspects(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> BTreeMap<u32, Vec<String>> {
     let mut out: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     for (p, f) in figure_rows(ranks, baseline) {
-        if f.verdict == FAIL && f.value.is_some() {
+        if (f.verdict == FAIL && f.value.is_some()) || could_not_check(&f) {
             let tests = out.entry(p.rank).or_default();
             if !tests.contains(&p.test) {
                 tests.push(p.test);
@@ -268,6 +324,16 @@ fn judge_one(o: &RankOutcome, m: &Measured, standing: Option<Standing>, f: &mut 
     if let Some(e) = &m.error {
         f.verdict = FAIL;
         f.reason = e.clone();
+        return;
+    }
+    if m.cut && m.value.is_none() {
+        f.verdict = WARN;
+        f.reason = format!(
+            "{COULD_NOT_CHECK}cut by its deadline after {} samples (fewer than {}), so not \
+             judged",
+            m.n,
+            crate::bench::probe::MIN_SAMPLES
+        );
         return;
     }
     let cut = if m.cut {

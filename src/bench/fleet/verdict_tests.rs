@@ -120,6 +120,71 @@ fn a_slow_node_fails_a_busy_one_warns_and_a_silent_one_is_named() {
     assert_eq!(per[&4].0, WARN);
 }
 
+/// `o` with its GEMM cut by its deadline after `samples` samples: no figure.
+fn cut_short(mut o: RankOutcome, samples: usize) -> RankOutcome {
+    let m = &mut o.batches[0].results[0];
+    (m.value, m.p50_us, m.p99_us, m.n, m.cut) = (None, None, None, samples, true);
+    o
+}
+
+fn gemm_of(rows: &[Row], rank: u32) -> &FleetFigures {
+    let (_, f) = rows
+        .iter()
+        .find(|(p, _)| p.rank == rank && p.test == "gemm")
+        .unwrap_or_else(|| panic!("no gemm row for rank {rank}"));
+    f
+}
+
+#[test]
+fn a_test_cut_before_its_fewest_samples_is_unchecked_retested_and_never_a_fail_alone() {
+    let fleet = |r1: RankOutcome| {
+        vec![
+            outcome(0, 100.0, 0.0, 512),
+            r1,
+            outcome(2, 101.0, 0.0, 512),
+            outcome(3, 99.0, 0.0, 512),
+        ]
+    };
+    // Cut after 2 samples: not a FAIL, not judged, and measured again.
+    let first = fleet(cut_short(outcome(1, 100.0, 0.0, 512), 2));
+    let rows = judge(&first, None);
+    let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
+    assert_eq!(v, WARN, "{why}");
+    assert!(
+        why.starts_with("could not check: cut by its deadline after 2 samples (fewer than 3)"),
+        "{why}"
+    );
+    assert!(suspects(&first, None)[&1].contains(&"gemm".to_string()));
+    // Its retest at the fleet's level stands in its place.
+    let mut o = cut_short(outcome(1, 100.0, 0.0, 512), 2);
+    o.retests = outcome(1, 102.0, 0.0, 512).batches;
+    let rows = judge(&fleet(o), None);
+    let f = gemm_of(&rows, 1);
+    assert_eq!(f.verdict, PASS, "{}", f.reason);
+    assert!(f.reason.starts_with("its retest: 0.98x"), "{}", f.reason);
+    assert_eq!(f.retest_value, Some(1e6 / 102.0));
+    // A slow retest is one slow measurement: unchecked, not blamed.
+    let mut o = cut_short(outcome(1, 100.0, 0.0, 512), 1);
+    o.retests = outcome(1, 400.0, 0.0, 512).batches;
+    let rows = judge(&fleet(o), None);
+    let f = gemm_of(&rows, 1);
+    assert!(could_not_check(f), "{}", f.reason);
+    assert!(f.reason.contains("its retest alone fails"), "{}", f.reason);
+    // Cut twice: still unchecked, saying both.
+    let mut o = cut_short(outcome(1, 100.0, 0.0, 512), 2);
+    o.retests = cut_short(outcome(1, 100.0, 0.0, 512), 0).batches;
+    let rows = judge(&fleet(o), None);
+    let f = gemm_of(&rows, 1);
+    assert!(could_not_check(f), "{}", f.reason);
+    assert!(
+        f.reason
+            .contains("and its retest too (cut by its deadline after 0"),
+        "{}",
+        f.reason
+    );
+    assert_eq!(per_rank(&rows)[&1].0, WARN);
+}
+
 #[test]
 fn a_failed_figure_is_retested_and_fails_only_when_the_retest_confirms_it() {
     let fleet = |r1: RankOutcome, r2: RankOutcome| {

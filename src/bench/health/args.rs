@@ -16,7 +16,7 @@ pub const fn command(run: RunFn) -> CommandSpec {
          deadlines, judged against a per-SKU baseline; bounded (at most 45 s with 8 GPUs)",
         "Exit codes: 0 healthy, 1 unhealthy (a figure FAILed, confirmed by a retest), 2 could not judge
     (no --baseline and fewer than 3 GPUs to judge by each other, no adapter, a bad flag, the run cut
-    at its bound).
+    at its bound, a test cut by its deadline before 3 samples on its first try and its retest).
 
     Examples:
       morphbench health --baseline /etc/morphbench/h200.toml

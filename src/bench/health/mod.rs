@@ -185,21 +185,7 @@ pub fn run(opts: &HealthOptions) -> Result<Outcome> {
     // The verdict as rank 0 handed it over (its document, on a pipe of this process's),
     // never read back from the run folder, which is only named.
     let (rows, pci) = ops::from_summary(&summary)?;
-    let failed = rows.iter().any(|r| r.figures.verdict == Verdict::Fail);
-    let peers = ready.gpus.len() >= MIN_PEERS;
-    let (health, judged_by) = match (failed, ready.judged_by_baseline, peers) {
-        (true, _, _) => (Health::Unhealthy, judged_by(&ready, peers)),
-        (false, false, false) => (
-            Health::Unknown,
-            format!(
-                "nothing was judged: no --baseline and {} GPU{} (the GPUs judge each other \
-                 from {MIN_PEERS}); write one with `morphbench baseline RUN -o FILE`",
-                ready.gpus.len(),
-                if ready.gpus.len() == 1 { "" } else { "s" }
-            ),
-        ),
-        (false, _, _) => (Health::Healthy, judged_by(&ready, peers)),
-    };
+    let (health, judged_by) = health_of(&rows, &ready);
     let slurm = match &ready.scontrol {
         Some(s) => Some(slurm_action(s, &node, health, &rows)?),
         None => None,
@@ -285,6 +271,42 @@ fn node_turn(until: Instant) -> Result<std::fs::File> {
     }
 }
 
+/// The node's health from its rows: unhealthy on a FAIL; could not judge with a figure that
+/// could not be checked (its test cut by its deadline twice) or with nothing to judge by;
+/// else healthy.
+fn health_of(rows: &[Line<FleetTable>], ready: &Ready) -> (Health, String) {
+    let failed = rows.iter().any(|r| r.figures.verdict == Verdict::Fail);
+    let peers = ready.gpus.len() >= MIN_PEERS;
+    let unchecked = rows
+        .iter()
+        .find(|r| crate::bench::fleet::verdict::could_not_check(&r.figures));
+    if let (false, Some(r)) = (failed, unchecked) {
+        let p = &r.params;
+        let why = format!(
+            "{} {} of gpu {}: {}",
+            p.test,
+            p.figure,
+            p.local_rank.unwrap_or(p.rank),
+            r.figures.reason
+        );
+        let why = crate::sanitize::console(&why, crate::sanitize::CONSOLE_TEXT);
+        return (Health::Unknown, why.into_owned());
+    }
+    match (failed, ready.judged_by_baseline, peers) {
+        (true, _, _) => (Health::Unhealthy, judged_by(ready, peers)),
+        (false, false, false) => (
+            Health::Unknown,
+            format!(
+                "nothing was judged: no --baseline and {} GPU{} (the GPUs judge each other \
+                 from {MIN_PEERS}); write one with `morphbench baseline RUN -o FILE`",
+                ready.gpus.len(),
+                if ready.gpus.len() == 1 { "" } else { "s" }
+            ),
+        ),
+        (false, _, _) => (Health::Healthy, judged_by(ready, peers)),
+    }
+}
+
 fn judged_by(ready: &Ready, peers: bool) -> String {
     match (ready.judged_by_baseline, peers) {
         (true, true) => "the baseline and the node's GPUs against each other".into(),
@@ -333,4 +355,54 @@ pub fn report(opts: &HealthOptions, outcome: &Outcome) -> Result<u8> {
         print!("{}", output::table(outcome));
     }
     Ok(outcome.health.exit_code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::fleet::table::{FleetFigures, FleetParams};
+
+    fn row(verdict: Verdict, reason: &str) -> Line<FleetTable> {
+        let params = FleetParams {
+            rank: 0,
+            host: "n1".into(),
+            local_rank: Some(0),
+            adapter: "gpu".into(),
+            driver: "d".into(),
+            test: "bandwidth".into(),
+            figure: "gbps".into(),
+        };
+        let figures = FleetFigures {
+            verdict,
+            reason: reason.into(),
+            ..FleetFigures::default()
+        };
+        Line::new("run", "c", params, None, figures)
+    }
+
+    #[test]
+    fn a_figure_left_unchecked_is_could_not_judge_and_a_fail_still_wins() {
+        let ready = Ready {
+            scontrol: None,
+            judged_by_baseline: true,
+            gpus: vec![("gpu".into(), "d".into())],
+        };
+        let cut = || {
+            row(
+                Verdict::Warn,
+                "could not check: cut by its deadline after 2 samples (fewer than 3), so not \
+                 judged",
+            )
+        };
+        let (health, why) = health_of(&[row(Verdict::Pass, "ok"), cut()], &ready);
+        assert_eq!(health, Health::Unknown);
+        assert!(
+            why.starts_with("bandwidth gbps of gpu 0: could not check"),
+            "{why}"
+        );
+        let (health, _) = health_of(&[cut(), row(Verdict::Fail, "slow")], &ready);
+        assert_eq!(health, Health::Unhealthy);
+        let (health, _) = health_of(&[row(Verdict::Warn, "noisy, not blamed")], &ready);
+        assert_eq!(health, Health::Healthy);
+    }
 }

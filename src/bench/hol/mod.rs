@@ -381,11 +381,9 @@ pub fn probe(
         }
         reps += 1;
     }
-    ensure!(
-        reps >= crate::bench::probe::MIN_SAMPLES,
-        "cut by its deadline after {reps} repetitions (fewer than {})",
-        crate::bench::probe::MIN_SAMPLES
-    );
+    if reps < crate::bench::probe::MIN_SAMPLES {
+        return Err(crate::bench::probe::Cut { samples: reps }.into());
+    }
     let inline_stall = inline.stall()?.mean;
     Ok(HolProbe {
         offload: offload.makespan()?,
