@@ -228,17 +228,36 @@ fn a_delayed_link_in_the_testbeds_pipeline_is_blamed_on_pp_comm_and_its_two_stag
     let run = whatif(home.path(), &trace, "1f1b_offload_link1+20ms");
     let g = attribution(&run);
     let of = |dim: &str, key: &str| g.iter().find(|x| x.0 == dim && x.1 == key).unwrap().2;
+    // How much S is depends on the machine (a 20 ms delay against its compute: 1.7 alone,
+    // 1.28 beside CI's other tests), so the delay is checked in seconds. Each iteration's
+    // last microbatch crosses link 1 forward and back on its one chain of dependencies:
+    // 40 ms no schedule hides. The what-if must find at least half of it in every step,
+    // and S above a healthy pipeline's (under 1.05, the next test).
     let s = of("all", "all");
-    assert!(s > 1.3, "S {s}");
+    assert!(s > 1.05, "S {s}");
+    let (h, steps) = read_csv(&run.join("whatif.csv"));
+    assert!(!steps.is_empty());
+    for r in &steps {
+        let at = |c: &str| r[col(&h, c)].parse::<f64>().unwrap();
+        let excess = at("base_s") - at("ideal_s");
+        assert!(
+            excess >= 0.020,
+            "step {}: {excess} s over its ideal",
+            &r[col(&h, "step")]
+        );
+    }
     let mut types: Vec<_> = g.iter().filter(|x| x.0 == "optype").collect();
     types.sort_by(|a, b| b.2.total_cmp(&a.2));
     assert!(
         types[0].1.ends_with("pp-comm") && types[1].1.ends_with("pp-comm"),
         "{types:?}"
     );
-    for (delayed, clear) in [("1", "0"), ("2", "3")] {
-        assert!(of("stage", delayed) > of("stage", clear) + 0.2, "{g:?}");
-    }
+    // Blamed on the link's two stages: they rank first, whatever the machine's scale.
+    let mut stages: Vec<_> = g.iter().filter(|x| x.0 == "stage").collect();
+    stages.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let mut top: Vec<&str> = stages[..2].iter().map(|x| x.1.as_str()).collect();
+    top.sort();
+    assert_eq!(top, ["1", "2"], "{g:?}");
 }
 
 #[test]
