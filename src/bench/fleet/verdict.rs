@@ -81,20 +81,20 @@ fn figure_rows(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
                     .find(|x| x.test == m.test && x.figure == m.figure)?;
                 Some((r, m2))
             });
-            if let (true, Some((r, m2))) = (could_not_check(&f), again) {
+            let unchecked = could_not_check(&f);
+            let judged_again = unchecked || (f.verdict == FAIL && m.value.is_some());
+            if let (true, Some((r, m2))) = (judged_again, again) {
                 let (_, mut g) = row(r, &test, &figure);
                 let standing = level_with(&test, &members, pos, (i, m2, r.busy()));
                 judge_figure(r, m2, standing, baseline, &mut g);
-                after_cut(&mut f, g);
-            } else if let (FAIL, Some(_), Some((r, m2))) = (f.verdict, m.value, again) {
-                let (_, mut g) = row(r, &test, &figure);
-                let standing = level_with(&test, &members, pos, (i, m2, r.busy()));
-                judge_figure(r, m2, standing, baseline, &mut g);
-                // Busy only slows a figure down: a busy retest as slow as a failure clears
-                // nothing.
-                let still_slow = r.busy()
-                    && standing.is_some_and(|(slowdown, ..)| slowdown >= flag::SLOW_THRESHOLD);
-                confirm(&mut f, &g, still_slow);
+                if unchecked {
+                    after_cut(&mut f, g);
+                } else {
+                    // Busy only slows a figure down: a busy retest as slow as a failure
+                    // clears nothing.
+                    let slow = standing.is_some_and(|(s, ..)| s >= flag::SLOW_THRESHOLD);
+                    confirm(&mut f, &g, r.busy() && slow);
+                }
             }
             rows.push((p, f));
         }
@@ -136,9 +136,8 @@ fn after_cut(f: &mut FleetFigures, again: FleetFigures) {
             again.reason
         );
     } else {
-        let retest_value = f.retest_value;
         *f = FleetFigures {
-            retest_value,
+            retest_value: again.value,
             reason: format!("its retest: {} (its first try {first})", again.reason),
             ..again
         };
