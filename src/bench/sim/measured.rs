@@ -66,6 +66,28 @@ impl MeasuredLink {
         })
     }
 
+    /// Its name in sim_tail.csv's `stalls`: `LINK:measured@BYTESB`, or
+    /// `LINK:measured_round_trip@BYTESB` where each send is held for its round trip.
+    pub fn label(&self) -> String {
+        if self.sends_wait {
+            return format!("{}:measured_round_trip@{}B", self.link, self.bytes);
+        }
+        format!("{}:measured@{}B", self.link, self.bytes)
+    }
+
+    /// What it was drawn from, and how, in words.
+    pub fn described(&self) -> String {
+        if self.sends_wait {
+            format!(
+                "{}; each send held for its whole round trip (the op times came from a \
+                 `pipeline --comm inline` run, whose sends wait for their acknowledgements)",
+                self.why
+            )
+        } else {
+            self.why.clone()
+        }
+    }
+
     /// One transfer's excess over its median (ms, never negative). A round trip crosses the
     /// link twice, so a drawn round trip's excess belongs to this transfer's direction half
     /// the time, and then all of it (in one-way units doubled): a stall keeps its length and
@@ -185,6 +207,17 @@ mod tests {
         // The one-way draw is the arrival half of it, on the same luck.
         let mut one = rand::rngs::SmallRng::seed_from_u64(7);
         assert!(d[..1000].iter().all(|x| x.0 == l.draw(&mut one)));
+    }
+
+    #[test]
+    fn a_link_whose_sends_wait_says_so_in_its_label_and_its_words() {
+        let mut l = link(vec![(8, vec![20.0; 100])], 8);
+        assert_eq!(l.label(), "0:measured@8B");
+        assert_eq!(l.described(), l.why);
+        l.sends_wait = true;
+        assert_eq!(l.label(), "0:measured_round_trip@8B");
+        let words = l.described();
+        assert!(words.contains("held for its whole round trip"), "{words}");
     }
 
     #[test]

@@ -314,11 +314,7 @@ pub fn write(
         .stalls
         .iter()
         .map(|s| format!("{}:{}:{}", s.link, s.prob, s.ms))
-        .chain(
-            plan.measured
-                .iter()
-                .map(|m| format!("{}:measured@{}B", m.link, m.bytes)),
-        )
+        .chain(plan.measured.iter().map(MeasuredLink::label))
         .collect();
     let sig = crate::record::csv::sig4;
     for r in rows {
@@ -366,7 +362,7 @@ pub fn print(rows: &[TailRow], plan: &TailPlan) {
                 s.ms
             )
         })
-        .chain(plan.measured.iter().map(|m| m.why.clone()))
+        .chain(plan.measured.iter().map(MeasuredLink::described))
         .collect();
     println!(
         "\ntail: {} iterations (seed {}); {}",

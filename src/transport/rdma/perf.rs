@@ -157,10 +157,12 @@ impl<'a> Session<'a> {
         let mut start = None;
         loop {
             for _ in 0..SPINS_PER_CLOCK_CHECK {
+                // No pause hint between looks, as ib_write_lat's loop: a pause costs up to
+                // ~140 cycles on hardware, and under emulation (QEMU's TCG) leaves the
+                // translated code each time, late to see the byte (docs/measured.md).
                 if self.link.mr.load_byte(offset) == value {
                     return Ok(());
                 }
-                std::hint::spin_loop();
             }
             let start = *start.get_or_insert_with(Instant::now);
             if start.elapsed() > self.timeout {

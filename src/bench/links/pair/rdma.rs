@@ -12,8 +12,9 @@ use crate::transport::rdma::perf::{self, BandwidthResult, Role, Session, TEST_BW
 use crate::transport::rdma::{client_hello, server_hello, DeviceChoice, Link, RdmaError};
 use crate::transport::TransportKind;
 
-/// perftest's defaults: 64 writes in flight, 220 B inline at most.
-const WINDOW: u32 = 64;
+/// perftest's defaults: 128 writes in flight (ib_write_bw's TX depth, as `rdma --window`),
+/// 220 B inline at most.
+const WINDOW: u32 = 128;
 const INLINE: u32 = 220;
 
 pub(super) fn tests(
