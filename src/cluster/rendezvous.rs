@@ -34,8 +34,10 @@ pub struct Registration {
 
 /// How long a connection may take to prove itself and register before it is refused as a
 /// stranger. Each connection has its own budget, on a thread of its own, so idle sockets hold
-/// up nothing but themselves.
-const REGISTER_WAIT: Duration = Duration::from_secs(2);
+/// up nothing but themselves. A rank on a lossy path needs room: each lost segment of the
+/// handshake costs TCP's retransmission timeout (200 ms at least, doubling); at 2 s about one
+/// `links --local 2` in thirty on a loopback dropping 5% of its packets failed to meet.
+const REGISTER_WAIT: Duration = Duration::from_secs(5);
 /// The most connections proving themselves at once beyond the world's: more are dropped.
 const SPARE_HANDSHAKES: usize = 64;
 /// The stack of a handshake's thread.
