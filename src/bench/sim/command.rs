@@ -15,12 +15,19 @@ use crate::suite;
 /// placed when asked (`--place`), run into its own run folder.
 pub fn run(m: &clap::ArgMatches, g: &GlobalArgs) -> anyhow::Result<Ran> {
     let a: &SimArgs = &parsed(m)?;
-    if let Some(file) = &a.validate {
-        let dir = super::validate::run(file, a.ablation, &g.options(false))?;
-        return Ok(Ran::wrote(Some(dir), After::Noisy));
-    }
     // With --json, standard output carries the summary alone.
     let quiet = g.quiet || g.json;
+    let (bench, config) = match &a.validate {
+        Some(file) => super::validate::planned(file, a.ablation)?,
+        None => simulated(a, quiet)?,
+    };
+    let dir = suite::run(&g.options(false), &[bench], Some(config))?;
+    Ok(Ran::wrote(Some(dir.path), After::Noisy))
+}
+
+/// The scenario to simulate (from flags, a file or measured runs), planned, with the config
+/// meta.json keeps.
+fn simulated(a: &SimArgs, quiet: bool) -> anyhow::Result<(suite::Planned, serde_json::Value)> {
     let mut cfg = a.config()?;
     let from = FromRuns::of(&a.from)?;
     let links = match (&from.links, a.place) {
@@ -63,12 +70,7 @@ pub fn run(m: &clap::ArgMatches, g: &GlobalArgs) -> anyhow::Result<Ran> {
         export_torch: a.export_torch()?,
     };
     let bench = suite::Planned::new(super::tables::BENCH, SimBench { plan, output });
-    let dir = suite::run(
-        &g.options(false),
-        &[bench],
-        Some(serde_json::to_value(&cfg)?),
-    )?;
-    Ok(Ran::wrote(Some(dir.path), After::Noisy))
+    Ok((bench, serde_json::to_value(&cfg)?))
 }
 
 /// The run folders `--from` names, by what each gives: a links run (links.csv) the stages and

@@ -22,13 +22,9 @@ pub use file::read;
 pub use pipeline_run::{healthy_iterations, healthy_op_times};
 pub use report::ValidateBench;
 
-/// Runs the validation of `file` into a run folder (its figures reach summary.json through
-/// meta.json's notes).
-pub fn run(
-    file: &Path,
-    ablation: bool,
-    options: &crate::suite::RunOptions,
-) -> Result<std::path::PathBuf> {
+/// The validation of `file` as a bench, with the config meta.json keeps (`sim` runs it into a
+/// run folder; its figures reach summary.json through meta.json's notes).
+pub fn planned(file: &Path, ablation: bool) -> Result<(crate::suite::Planned, serde_json::Value)> {
     let input = read(file)?;
     let bench = ValidateBench {
         input,
@@ -36,9 +32,7 @@ pub fn run(
         ablation,
     };
     let config = serde_json::json!({ "validate": file.display().to_string() });
-    let benches = [crate::suite::Planned::new(BENCH, bench)];
-    let dir = crate::suite::run(options, &benches, Some(config))?;
-    Ok(dir.path.clone())
+    Ok((crate::suite::Planned::new(BENCH, bench), config))
 }
 
 #[cfg(test)]
