@@ -151,6 +151,17 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// One ping-pong write of the first `n` bytes into the peer's half at `half`, its completion
+    /// reaped before it returns (as ib_write_lat does each round).
+    fn write_and_reap(&self, n: usize, half: usize, flags: WriteFlags) -> Result<(), RdmaError> {
+        let remote = self.link.remote;
+        self.link
+            .qp
+            .write(&self.link.mr, 0, n, &remote, half as u64, flags)?;
+        self.link.cq.wait(self.timeout)?;
+        Ok(())
+    }
+
     fn spin_until(&self, offset: usize, value: u8, what: &str) -> Result<(), RdmaError> {
         // The clock is read only once the byte is late: a read costs microseconds on some
         // hosts, and would land inside the round trip being measured.
@@ -202,17 +213,13 @@ impl<'a> Session<'a> {
                 imm: None,
                 wr_id: r as u64,
             };
-            let remote = self.link.remote;
             match self.role {
                 Role::Client => {
                     self.link.mr.store_byte(n - 1, v);
                     if r >= warmup {
                         stamps.push(Instant::now());
                     }
-                    self.link
-                        .qp
-                        .write(&self.link.mr, 0, n, &remote, half as u64, flags)?;
-                    self.link.cq.wait(self.timeout)?;
+                    self.write_and_reap(n, half, flags)?;
                     self.spin_until(half + n - 1, v, "the server's reply")?;
                     if r + 1 == rounds {
                         stamps.push(Instant::now());
@@ -221,10 +228,7 @@ impl<'a> Session<'a> {
                 Role::Server => {
                     self.spin_until(half + n - 1, v, "the client's message")?;
                     self.link.mr.store_byte(n - 1, v);
-                    self.link
-                        .qp
-                        .write(&self.link.mr, 0, n, &remote, half as u64, flags)?;
-                    self.link.cq.wait(self.timeout)?;
+                    self.write_and_reap(n, half, flags)?;
                 }
             }
         }
