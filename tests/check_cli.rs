@@ -444,7 +444,7 @@ fn bad_input_exits_2_naming_the_problem() {
 #[cfg(feature = "test-hooks")]
 mod trials {
     use super::*;
-    use morphbench::check::{against_baseline, collect, Policy, RunFigures, Verdict};
+    use morphbench::check::{against_baseline, collect, Key, Policy, RunFigures, Verdict};
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 
@@ -461,6 +461,37 @@ mod trials {
         r
     }
 
+    /// A real run (kernels and d2h, every sample kept) and its steadiest figure. Figures of
+    /// operations under 100 µs are left out: their samples are the scheduler's states as much
+    /// as the operation (a 4 KiB map's were bimodal, cv 0.04, and a 20% shift of them was caught
+    /// 72 times of 100 on a loaded machine).
+    fn real_run_and_steadiest(home: &Path) -> (RunFigures, Key) {
+        let mut real = collect(&real_run_alone(home)).unwrap();
+        let d2h = measure_alone(
+            home,
+            "d2h",
+            &["d2h", "--sizes", "4K,64K,4M,32M", "--iters", "40"],
+        );
+        real.figures.extend(collect(&d2h).unwrap().figures);
+        let key = real
+            .figures
+            .iter()
+            .filter(|(_, f)| f.caveat.is_none() && f.time_p50 >= 100.0)
+            .min_by(|a, b| a.1.cv.total_cmp(&b.1.cv))
+            .map(|(k, _)| k.clone())
+            .unwrap();
+        (real, key)
+    }
+
+    /// The regressed figure's outcome in `r`: its verdict and reason.
+    fn outcome_of(r: &morphbench::check::Report, key: &Key) -> (Verdict, String) {
+        r.outcomes
+            .iter()
+            .find(|o| format!("{}: {}", o.bench, o.case) == key.to_string())
+            .map(|o| (o.verdict, o.reason.clone()))
+            .unwrap()
+    }
+
     #[test]
     fn same_distribution_gives_no_false_alarm_in_99_of_100_trials() {
         let home = tempfile::tempdir().unwrap();
@@ -468,13 +499,7 @@ mod trials {
         // measurement would record as a busy machine (CI: its real run was, and its injected
         // regression came out a WARN, not a FAIL).
         let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
-        let mut real = collect(&real_run_alone(home.path())).unwrap();
-        let d2h = measure_alone(
-            home.path(),
-            "d2h",
-            &["d2h", "--sizes", "4K,64K,4M,32M", "--iters", "20"],
-        );
-        real.figures.extend(collect(&d2h).unwrap().figures);
+        let (real, key) = real_run_and_steadiest(home.path());
         let policy = Policy::default();
         let raw = Policy::parse("max_cv = 1000").unwrap();
         let (mut trials_with_fail, mut fails, mut raw_fails, mut figures) = (0, 0, 0, 0);
@@ -499,16 +524,11 @@ mod trials {
         );
 
         // And a 20% regression of the steadiest figure, in resampled runs, fails on that figure
-        // in every trial. Figures of operations under 100 µs are left out: their samples are the
-        // scheduler's states as much as the operation (a 4 KiB map's were bimodal, cv 0.04, and
-        // a 20% shift of them was caught 72 times of 100 on a loaded machine).
-        let (key, _) = real
-            .figures
-            .iter()
-            .filter(|(_, f)| f.caveat.is_none() && f.time_p50 >= 100.0)
-            .min_by(|a, b| a.1.cv.total_cmp(&b.1.cv))
-            .unwrap();
-        let (mut caught, mut missed) = (0, Vec::new());
+        // in every trial: under the policy without the max_cv cap, FAIL; under the default one,
+        // FAIL, or (where the drawn row is more variable than max_cv, which on a busy machine
+        // even the steadiest can be: CI's was a 32 MiB copy at cv 0.088) the WARN that says the
+        // row is unsteady and would FAIL. Never a PASS or a plain WARN.
+        let (mut caught, mut unsteady, mut missed) = (0, 0, Vec::new());
         for seed in 0..100 {
             let mut rng = SmallRng::seed_from_u64(1000 + seed);
             let a = resampled(&real, &mut rng, "a");
@@ -516,11 +536,10 @@ mod trials {
             // move every figure by their medians' sampling noise (4.5-6.4% typically on a loaded
             // machine), and the scatter rule then rightly holds a 20% move of one figure for
             // ordinary (measured: 6 of 100 such trials were WARN "within the run-to-run
-            // scatter"); a fresh draw of a row at cv 0.07 can also pass max_cv and lose its FAIL.
-            // The false-alarm half above keeps both runs drawn apart, scatter and all.
+            // scatter"). The false-alarm half above keeps both runs drawn apart, scatter and all.
             let mut b = a.clone();
             b.run_id = "b".into();
-            let f = b.figures.get_mut(key).unwrap();
+            let f = b.figures.get_mut(&key).unwrap();
             let slower: Vec<f64> = f
                 .samples
                 .as_ref()
@@ -529,30 +548,24 @@ mod trials {
                 .map(|x| x * 1.2)
                 .collect();
             *f = f.with_samples(slower);
-            let r = against_baseline(&a, &b, &policy);
-            let failed: Vec<String> = r
-                .outcomes
-                .iter()
-                .filter(|o| o.verdict == Verdict::Fail)
-                .map(|o| format!("{}: {}", o.bench, o.case))
-                .collect();
-            // Caught: the regressed figure fails. Another figure failing in the same trial is a
-            // false alarm, which the first half of this test counts.
-            if failed.contains(&key.to_string()) {
+            let uncapped = outcome_of(&against_baseline(&a, &b, &raw), &key);
+            let (verdict, why) = outcome_of(&against_baseline(&a, &b, &policy), &key);
+            let would_fail = verdict == Verdict::Warn
+                && why.starts_with("unsteady row")
+                && why.contains("would FAIL");
+            unsteady += usize::from(would_fail);
+            if uncapped.0 == Verdict::Fail && (verdict == Verdict::Fail || would_fail) {
                 caught += 1;
             } else {
-                let why: Vec<String> = r
-                    .outcomes
-                    .iter()
-                    .filter(|o| format!("{}: {}", o.bench, o.case) == key.to_string())
-                    .map(|o| format!("{:?} {}", o.verdict, o.reason))
-                    .collect();
-                missed.push(format!("seed {seed}: {why:?}; failed {failed:?}"));
+                missed.push(format!(
+                    "seed {seed}: {uncapped:?} uncapped, {verdict:?} {why}"
+                ));
             }
         }
         println!(
-            "a 20% regression of {key} (cv {:.3}) failed in {caught} of 100 trials",
-            real.figures[key].cv
+            "a 20% regression of {key} (cv {:.3}) was caught in {caught} of 100 trials \
+             ({unsteady} of them a WARN: unsteady, would FAIL)",
+            real.figures[&key].cv
         );
         assert!(caught >= 99, "{caught}: missed {missed:?}");
     }
