@@ -55,10 +55,13 @@ pub struct CommandSpec {
 #[derive(Debug, Clone, Copy)]
 pub enum Action {
     /// A bench planned from its flags, run by the suite into a run folder of its own.
-    Plan(fn(&ArgMatches) -> anyhow::Result<FromFlags>),
+    Plan(PlanFn),
     /// A command that runs itself: multi-rank, analysis, reader.
     Run(RunFn),
 }
+
+/// How a command plans its bench, from its matches (and the global flags: `--quiet`).
+pub type PlanFn = fn(&ArgMatches, &GlobalArgs) -> anyhow::Result<FromFlags>;
 
 /// What a command that runs itself does, from its matches.
 pub type RunFn = fn(&ArgMatches, &GlobalArgs) -> anyhow::Result<Ran>;
@@ -127,6 +130,24 @@ pub enum After {
 }
 
 impl CommandSpec {
+    /// A command that plans a bench from its flags (and the global ones) by `plan`: exits 1 on
+    /// an error, no `--local`.
+    pub const fn plans(
+        about: &'static str,
+        examples: &'static str,
+        args: fn(clap::Command) -> clap::Command,
+        plan: PlanFn,
+    ) -> CommandSpec {
+        CommandSpec {
+            about,
+            examples,
+            args,
+            action: Action::Plan(plan),
+            error_code: |_| 1,
+            local: None,
+        }
+    }
+
     /// A command that runs itself: exits 1 on an error, no `--local`.
     pub const fn runs(
         about: &'static str,
@@ -178,6 +199,8 @@ pub fn parsed<A: FromArgMatches>(matches: &ArgMatches) -> anyhow::Result<A> {
 /// A bench planned from its flags.
 pub struct FromFlags {
     pub bench: Box<dyn Bench>,
+    /// Its name in the run where it is not the command's (`sim --validate`: validate).
+    pub name: Option<&'static str>,
     /// The plan as meta.json records it.
     pub config: serde_json::Value,
     /// Keep every sample (`--raw`).
@@ -209,10 +232,11 @@ pub const fn command<S: Settings>(about: &'static str, examples: &'static str) -
     }
 }
 
-fn plan_settings<S: Settings>(matches: &ArgMatches) -> anyhow::Result<FromFlags> {
+fn plan_settings<S: Settings>(matches: &ArgMatches, _: &GlobalArgs) -> anyhow::Result<FromFlags> {
     let settings = S::from_arg_matches(matches)?;
     let plan = settings.plan()?;
     Ok(FromFlags {
+        name: None,
         config: serde_json::to_value(&plan)?,
         raw: settings.raw(),
         bench: Box::new(plan),

@@ -53,9 +53,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     } = &cli.command;
     let ran = match spec.action {
         Action::Plan(plan) => {
-            let planned = plan(matches)?;
+            let planned = plan(matches, g)?;
             let bench = Planned {
-                name,
+                name: planned.name.unwrap_or(name),
                 bench: planned.bench,
             };
             let dir = suite::run(&g.options(planned.raw), &[bench], Some(planned.config))?;

@@ -6,17 +6,17 @@ use clap::Args;
 
 use super::scenario::{MemLimit, Occupy, OneOrMany, SimConfig, SlowLink};
 use super::tail::{parse_stall, Stall};
-use crate::bench::descriptor::{CommandSpec, RunFn};
+use crate::bench::descriptor::{CommandSpec, PlanFn};
 use crate::bench::flags::{parse_ms_list, parse_sweep, MsList, SweepLink};
 use crate::sim::CommModel;
 
-/// `sim`'s subcommand, running `run` (`command.rs`).
-pub const fn command(run: RunFn) -> CommandSpec {
-    CommandSpec::runs(
+/// `sim`'s subcommand, planned by `plan` (`command.rs`).
+pub const fn command(plan: PlanFn) -> CommandSpec {
+    CommandSpec::plans(
         "Simulate pipeline schedules under link stragglers and write sim.csv",
         "Examples:\n  morphbench sim --stages 4 --microbatches 12 --sweep 0:0,20,60\n  morphbench sim --slow 1:30 --schedule 1f1b,adaptive --timeline 1f1b,adaptive\n  morphbench sim --from results/latest --sweep 0:0,10,20  # op times measured by a run",
         SimArgs::augment_args,
-        run,
+        plan,
     )
     // `--validate` tells its verdict from an error, as check does.
     .error_code(|m| match m.get_one::<PathBuf>("validate") {

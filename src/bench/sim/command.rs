@@ -8,21 +8,26 @@ use super::place::{self, LinkCosts};
 use super::plan::SimPlan;
 use super::scenario::{Occupy, OneOrMany, SimConfig, SlowLink};
 use super::{measured, tail};
-use crate::bench::descriptor::{parsed, After, GlobalArgs, Ran};
+use crate::bench::descriptor::{parsed, FromFlags, GlobalArgs};
 use crate::suite;
 
 /// `morphbench sim`: the scenario from flags, a scenario file or a measured run (`--from`),
-/// placed when asked (`--place`), run into its own run folder.
-pub fn run(m: &clap::ArgMatches, g: &GlobalArgs) -> anyhow::Result<Ran> {
+/// placed when asked (`--place`), or the validation of `--validate FILE`, planned as the bench
+/// the suite runs into its own run folder.
+pub fn plan(m: &clap::ArgMatches, g: &GlobalArgs) -> anyhow::Result<FromFlags> {
     let a: &SimArgs = &parsed(m)?;
     // With --json, standard output carries the summary alone.
     let quiet = g.quiet || g.json;
-    let (bench, config) = match &a.validate {
+    let (planned, config) = match &a.validate {
         Some(file) => super::validate::planned(file, a.ablation)?,
         None => simulated(a, quiet)?,
     };
-    let dir = suite::run(&g.options(false), &[bench], Some(config))?;
-    Ok(Ran::wrote(Some(dir.path), After::Noisy))
+    Ok(FromFlags {
+        bench: planned.bench,
+        name: Some(planned.name),
+        config,
+        raw: false,
+    })
 }
 
 /// The scenario to simulate (from flags, a file or measured runs), planned, with the config

@@ -27,7 +27,7 @@ pub use tail::TailPlan;
 pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descriptor::Descriptor {
     name: BENCH,
     from_toml: Some(from_toml),
-    command: args::command(command::run),
+    command: args::command(command::plan),
     tables: || {
         use crate::record::TableSpec;
         vec![

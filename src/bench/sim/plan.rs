@@ -161,31 +161,23 @@ fn schedules_of(cfg: &SimConfig, file: Option<Schedule>) -> anyhow::Result<Vec<S
     Ok(schedules)
 }
 
+/// A case's label, iteration and link delays, before its scenario is made from the base.
+type CaseDelays = (String, u64, Vec<f64>);
+
 /// One case per iteration of a link-delay trace, its delays on top of the base's.
-fn trace_cases(base: &Scenario, text: &str) -> anyhow::Result<Vec<Case>> {
-    let links = base.stages - 1;
+fn trace_cases(base: &[f64], links: usize, text: &str) -> anyhow::Result<Vec<CaseDelays>> {
     let mut cases = Vec::new();
     for (iteration, mut extra) in crate::sim::trace::parse_link_trace(text, links)? {
         // A wrap link's delay (`--slow`) stays on it.
-        extra.resize(base.delay_ms.len(), 0.0);
-        let delays: Vec<f64> = base
-            .delay_ms
-            .iter()
-            .zip(&extra)
-            .map(|(a, b)| a + b)
-            .collect();
-        cases.push(Case {
-            label: format!("iteration {iteration}"),
-            iteration,
-            scenario: base.with_delays(delays),
-        });
+        extra.resize(base.len(), 0.0);
+        let delays = base.iter().zip(&extra).map(|(a, b)| a + b).collect();
+        cases.push((format!("iteration {iteration}"), iteration, delays));
     }
     Ok(cases)
 }
 
 /// One case per swept delay of each swept link, checked: a link that exists, a delay in range.
-fn sweep_cases(cfg: &SimConfig, base: &Scenario) -> anyhow::Result<Vec<Case>> {
-    let sweepable = crate::sim::links_of(base.stages);
+fn sweep_cases(cfg: &SimConfig, base: &[f64], sweepable: usize) -> anyhow::Result<Vec<CaseDelays>> {
     let mut cases = Vec::new();
     for sw in &cfg.sweep {
         if sw.link >= sweepable {
@@ -202,14 +194,10 @@ fn sweep_cases(cfg: &SimConfig, base: &Scenario) -> anyhow::Result<Vec<Case>> {
                     "sweep delay {d}: delays must be finite, >= 0 and at most {MAX_MS} ms"
                 ));
             }
-            let mut delays = base.delay_ms.clone();
+            let mut delays = base.to_vec();
             delays.resize(delays.len().max(sw.link + 1), 0.0);
             delays[sw.link] += d;
-            cases.push(Case {
-                label: format!("link {} +{d} ms", sw.link),
-                iteration: 0,
-                scenario: base.with_delays(delays),
-            });
+            cases.push((format!("link {} +{d} ms", sw.link), 0, delays));
         }
     }
     Ok(cases)
@@ -232,17 +220,25 @@ impl SimPlan {
         let schedules = schedules_of(cfg, file)?;
         let (mem_limit, mem_limit_label) = memory_of(cfg, &mut base)?;
         let links = base.stages - 1;
-        let mut cases = match trace {
-            Some(text) => trace_cases(&base, text)?,
-            None if cfg.sweep.is_empty() => vec![Case {
-                label: format!("slow {}", slow_label(&base.delay_ms)),
-                iteration: 0,
-                scenario: base.clone(),
-            }],
+        let tail = Self::tail_plan(cfg, links)?;
+        let mut delays = match trace {
+            Some(text) => trace_cases(&base.delay_ms, links, text)?,
+            None if cfg.sweep.is_empty() => {
+                let label = format!("slow {}", slow_label(&base.delay_ms));
+                vec![(label, 0, base.delay_ms.clone())]
+            }
             None => Vec::new(),
         };
-        cases.extend(sweep_cases(cfg, &base)?);
-        let tail = Self::tail_plan(cfg, links)?;
+        let sweepable = crate::sim::links_of(base.stages);
+        delays.extend(sweep_cases(cfg, &base.delay_ms, sweepable)?);
+        let cases = delays
+            .into_iter()
+            .map(|(label, iteration, delays)| Case {
+                label,
+                iteration,
+                scenario: base.with_delays(delays),
+            })
+            .collect();
         let plan = SimPlan {
             cases,
             schedules,
