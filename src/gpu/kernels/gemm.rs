@@ -36,157 +36,88 @@ const GEMM_PACK_WGSL: &str = include_str!("../../../shaders/gemm_pack.wgsl");
 
 /// The GEMM variant table: each row carries its requirements and its tile.
 pub static GEMM_VARIANTS: &[Variant] = &[
-    Variant {
-        name: "naive",
-        about: "one output per invocation, 8x8 workgroups",
-        wgsl: GEMM_WGSL,
-        entry: "gemm_naive",
-        needs: wgpu::Features::empty(),
-        lanes: Lanes::Any,
-        multiple_of: &[],
-        at_most: &[],
-        geometry: Geometry::Gemm {
-            cols: 8,
-            rows: 8,
-            inputs: GemmInputs::Buffers,
-        },
-    },
-    Variant {
-        name: "tiled64",
-        about: "64x64 shared-memory tiles, 4x4 per invocation (the usual GPU winner)",
-        wgsl: GEMM_WGSL,
-        entry: "gemm_tiled",
-        needs: wgpu::Features::empty(),
-        lanes: Lanes::Any,
-        multiple_of: &[],
-        at_most: &[],
-        geometry: Geometry::Gemm {
-            cols: 64,
-            rows: 64,
-            inputs: GemmInputs::Buffers,
-        },
-    },
-    Variant {
-        name: "wg128r8",
-        about: "128x128 workgroup tiles, 8x8 register blocks with vec4 loads, double-buffered k-tiles (the discrete-GPU shape)",
-        wgsl: GEMM_TILED_RB_WGSL,
-        entry: "gemm_tiled_rb",
-        needs: wgpu::Features::empty(),
-        lanes: Lanes::Any,
-        multiple_of: &[],
-        at_most: &[],
-        geometry: Geometry::Gemm {
-            cols: 128,
-            rows: 128,
-            inputs: GemmInputs::Buffers,
-        },
-    },
-    Variant {
-        name: "rb4x4",
-        about: "register blocking, 4 rows x vec4 columns, no shared memory",
-        wgsl: GEMM_VEC4_WGSL,
-        entry: "gemm_rb4x4",
-        needs: wgpu::Features::empty(),
-        lanes: Lanes::Any,
-        multiple_of: &[],
-        at_most: &[],
-        geometry: Geometry::Gemm {
-            cols: 256,
-            rows: 4,
-            inputs: GemmInputs::Buffers,
-        },
-    },
-    Variant {
-        name: "rb8x4",
-        about: "register blocking, 8 rows x vec4 columns, no shared memory",
-        wgsl: GEMM_VEC4_WGSL,
-        entry: "gemm_rb8x4",
-        needs: wgpu::Features::empty(),
-        lanes: Lanes::Any,
-        multiple_of: &[],
-        at_most: &[],
-        geometry: Geometry::Gemm {
-            cols: 256,
-            rows: 8,
-            inputs: GemmInputs::Buffers,
-        },
-    },
-    Variant {
-        name: "sg8x4",
-        about: "8x4 register blocks, A shared across the subgroup by subgroupShuffle",
-        wgsl: GEMM_SUBGROUP_WGSL,
-        entry: "gemm_sg8x4",
-        needs: wgpu::Features::SUBGROUP,
-        lanes: Lanes::Any,
-        multiple_of: &[],
-        at_most: &[],
-        geometry: Geometry::Gemm {
-            cols: 256,
-            rows: 8,
-            inputs: GemmInputs::Buffers,
-        },
-    },
-    Variant {
-        name: "bc16x4",
-        about: "16 rows per invocation, A handed round by subgroupBroadcast",
-        wgsl: GEMM_BROADCAST8_WGSL,
-        entry: "gemm_broadcast8",
-        needs: wgpu::Features::SUBGROUP,
-        lanes: Lanes::Exactly(8),
-        multiple_of: &[],
-        at_most: &[],
-        geometry: Geometry::Gemm {
-            cols: 256,
-            rows: 16,
-            inputs: GemmInputs::Buffers,
-        },
-    },
-    Variant {
-        name: "img32x4",
-        about: "32 rows, A and B read as rgba32float storage images",
-        wgsl: GEMM_BQ_IMAGES_WGSL,
-        entry: "gemm_bq",
-        needs: wgpu::Features::SUBGROUP,
-        lanes: Lanes::Exactly(8),
-        // A's rows are copied into an image: whole multiples of 256 bytes.
-        multiple_of: &[(Dim::K, 64)],
-        at_most: &[],
-        geometry: Geometry::Gemm {
-            cols: 128,
-            rows: 32,
-            inputs: GemmInputs::Images,
-        },
-    },
-    Variant {
-        name: "bt32x4",
-        about: "32 rows, A as vec4, B from an rgba32float texture",
-        wgsl: GEMM_BQ_TEXTURE_WGSL,
-        entry: "gemm_bq",
-        needs: wgpu::Features::SUBGROUP,
-        lanes: Lanes::Exactly(8),
-        multiple_of: &[(Dim::K, 4)],
-        at_most: &[],
-        geometry: Geometry::Gemm {
-            cols: 128,
-            rows: 32,
-            inputs: GemmInputs::BTexture,
-        },
-    },
-    Variant {
-        name: "bq32x4",
-        about: "32 rows, A read as vec4 (four k per load)",
-        wgsl: GEMM_BQ_STORAGE_WGSL,
-        entry: "gemm_bq",
-        needs: wgpu::Features::SUBGROUP,
-        lanes: Lanes::Exactly(8),
-        multiple_of: &[(Dim::K, 4)],
-        at_most: &[],
-        geometry: Geometry::Gemm {
-            cols: 128,
-            rows: 32,
-            inputs: GemmInputs::Buffers,
-        },
-    },
+    Variant::new(
+        "naive",
+        "one output per invocation, 8x8 workgroups",
+        GEMM_WGSL,
+        "gemm_naive",
+        Geometry::gemm(8, 8, GemmInputs::Buffers),
+    ),
+    Variant::new(
+        "tiled64",
+        "64x64 shared-memory tiles, 4x4 per invocation (the usual GPU winner)",
+        GEMM_WGSL,
+        "gemm_tiled",
+        Geometry::gemm(64, 64, GemmInputs::Buffers),
+    ),
+    Variant::new(
+        "wg128r8",
+        "128x128 workgroup tiles, 8x8 register blocks with vec4 loads, double-buffered k-tiles (the discrete-GPU shape)",
+        GEMM_TILED_RB_WGSL,
+        "gemm_tiled_rb",
+        Geometry::gemm(128, 128, GemmInputs::Buffers),
+    ),
+    Variant::new(
+        "rb4x4",
+        "register blocking, 4 rows x vec4 columns, no shared memory",
+        GEMM_VEC4_WGSL,
+        "gemm_rb4x4",
+        Geometry::gemm(256, 4, GemmInputs::Buffers),
+    ),
+    Variant::new(
+        "rb8x4",
+        "register blocking, 8 rows x vec4 columns, no shared memory",
+        GEMM_VEC4_WGSL,
+        "gemm_rb8x4",
+        Geometry::gemm(256, 8, GemmInputs::Buffers),
+    ),
+    Variant::new(
+        "sg8x4",
+        "8x4 register blocks, A shared across the subgroup by subgroupShuffle",
+        GEMM_SUBGROUP_WGSL,
+        "gemm_sg8x4",
+        Geometry::gemm(256, 8, GemmInputs::Buffers),
+    )
+    .needs(wgpu::Features::SUBGROUP),
+    Variant::new(
+        "bc16x4",
+        "16 rows per invocation, A handed round by subgroupBroadcast",
+        GEMM_BROADCAST8_WGSL,
+        "gemm_broadcast8",
+        Geometry::gemm(256, 16, GemmInputs::Buffers),
+    )
+    .needs(wgpu::Features::SUBGROUP)
+    .lanes(Lanes::Exactly(8)),
+    Variant::new(
+        "img32x4",
+        "32 rows, A and B read as rgba32float storage images",
+        GEMM_BQ_IMAGES_WGSL,
+        "gemm_bq",
+        Geometry::gemm(128, 32, GemmInputs::Images),
+    )
+    .needs(wgpu::Features::SUBGROUP)
+    .lanes(Lanes::Exactly(8))
+    .multiple_of(&[(Dim::K, 64)]),
+    Variant::new(
+        "bt32x4",
+        "32 rows, A as vec4, B from an rgba32float texture",
+        GEMM_BQ_TEXTURE_WGSL,
+        "gemm_bq",
+        Geometry::gemm(128, 32, GemmInputs::BTexture),
+    )
+    .needs(wgpu::Features::SUBGROUP)
+    .lanes(Lanes::Exactly(8))
+    .multiple_of(&[(Dim::K, 4)]),
+    Variant::new(
+        "bq32x4",
+        "32 rows, A read as vec4 (four k per load)",
+        GEMM_BQ_STORAGE_WGSL,
+        "gemm_bq",
+        Geometry::gemm(128, 32, GemmInputs::Buffers),
+    )
+    .needs(wgpu::Features::SUBGROUP)
+    .lanes(Lanes::Exactly(8))
+    .multiple_of(&[(Dim::K, 4)]),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

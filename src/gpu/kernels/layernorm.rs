@@ -49,134 +49,89 @@ pub const EPS: f32 = 1e-5;
 
 /// The layernorm variant table: each row carries its requirements and its rows per workgroup.
 pub static LAYERNORM_VARIANTS: &[Variant] = &[
-    Variant {
-        name: "row",
-        about: "one invocation per row, two passes",
-        wgsl: LAYERNORM_WGSL,
-        entry: "layernorm_row",
-        needs: wgpu::Features::empty(),
-        lanes: Lanes::Any,
-        multiple_of: &[],
-        at_most: &[],
-        geometry: Geometry::Layernorm {
-            rows: RowsPerGroup::Fixed(64),
-            gamma_beta: GammaBeta::Storage,
-        },
-    },
-    Variant {
-        name: "workgroup256",
-        about: "one 256-lane workgroup per row, tree reduction",
-        wgsl: LAYERNORM_WGSL,
-        entry: "layernorm_workgroup",
-        needs: wgpu::Features::empty(),
-        lanes: Lanes::Any,
-        multiple_of: &[],
-        at_most: &[],
-        geometry: Geometry::Layernorm {
-            rows: RowsPerGroup::Fixed(1),
-            gamma_beta: GammaBeta::Storage,
-        },
-    },
-    Variant {
-        name: "subgroup",
-        about: "one subgroup per row, two-pass",
-        wgsl: LAYERNORM_SUBGROUP_WGSL,
-        entry: "layernorm_subgroup",
-        needs: wgpu::Features::SUBGROUP,
-        lanes: Lanes::AtMost(64),
-        multiple_of: &[],
-        at_most: &[],
-        geometry: Geometry::Layernorm {
-            rows: RowsPerGroup::OnePerSubgroup,
-            gamma_beta: GammaBeta::Storage,
-        },
-    },
-    Variant {
-        name: "subgroup_welford",
-        about: "one subgroup per row, Welford plus Chan's merge",
-        wgsl: LAYERNORM_SUBGROUP_WGSL,
-        entry: "layernorm_subgroup_welford",
-        needs: wgpu::Features::SUBGROUP,
-        lanes: Lanes::AtMost(64),
-        multiple_of: &[],
-        at_most: &[],
-        geometry: Geometry::Layernorm {
-            rows: RowsPerGroup::OnePerSubgroup,
-            gamma_beta: GammaBeta::Storage,
-        },
-    },
-    Variant {
-        name: "one_subgroup",
-        about: "a workgroup of one subgroup per row",
-        wgsl: LAYERNORM_SUBGROUP_WGSL,
-        entry: "layernorm_one_subgroup",
-        needs: wgpu::Features::SUBGROUP,
-        lanes: Lanes::Fixed,
-        multiple_of: &[],
-        at_most: &[],
-        geometry: Geometry::Layernorm {
-            rows: RowsPerGroup::Fixed(1),
-            gamma_beta: GammaBeta::Storage,
-        },
-    },
-    Variant {
-        name: "vec4_subgroup",
-        about: "four rows per subgroup, read and written as vec4",
-        wgsl: LAYERNORM_VEC4_WGSL,
-        entry: "layernorm_vec4",
-        needs: wgpu::Features::SUBGROUP,
-        lanes: Lanes::Fixed,
-        multiple_of: &[(Dim::Hidden, 4)],
-        at_most: &[],
-        geometry: Geometry::Layernorm {
-            rows: RowsPerGroup::Fixed(4),
-            gamma_beta: GammaBeta::Storage,
-        },
-    },
-    Variant {
-        name: "vec4_uniform_gb",
-        about: "vec4_subgroup with gamma and beta in uniform buffers (hidden <= 16384)",
-        wgsl: LAYERNORM_VEC4_UNIFORM_WGSL,
-        entry: "layernorm_vec4",
-        needs: wgpu::Features::SUBGROUP,
-        lanes: Lanes::Fixed,
-        multiple_of: &[(Dim::Hidden, 4)],
-        at_most: &[],
-        geometry: Geometry::Layernorm {
-            rows: RowsPerGroup::Fixed(4),
-            gamma_beta: GammaBeta::Uniform,
-        },
-    },
-    Variant {
-        name: "u64x4_uniform_gb",
-        about: "vec4_uniform_gb moving x and y as vec4<u64>, eight floats per access",
-        wgsl: LAYERNORM_U64_WGSL,
-        entry: "layernorm_u64",
-        needs: wgpu::Features::SUBGROUP.union(wgpu::Features::SHADER_INT64),
-        lanes: Lanes::Fixed,
-        multiple_of: &[(Dim::Hidden, 8)],
-        at_most: &[],
-        geometry: Geometry::Layernorm {
-            rows: RowsPerGroup::Fixed(4),
-            gamma_beta: GammaBeta::Uniform,
-        },
-    },
-    Variant {
-        name: "u64x4_resident",
-        about:
-            "u64x4 reading x once: a row and its gamma and beta kept in registers (hidden <= 1024)",
-        wgsl: LAYERNORM_RESIDENT_WGSL,
-        entry: "layernorm_u64",
-        needs: wgpu::Features::SUBGROUP.union(wgpu::Features::SHADER_INT64),
-        lanes: Lanes::FixedAtLeast(8),
-        multiple_of: &[(Dim::Hidden, 8)],
-        // FLOATS (8) x SLOTS (16) x the smallest subgroup it runs with (8 lanes).
-        at_most: &[(Dim::Hidden, 1024)],
-        geometry: Geometry::Layernorm {
-            rows: RowsPerGroup::Fixed(16),
-            gamma_beta: GammaBeta::Uniform,
-        },
-    },
+    Variant::new(
+        "row",
+        "one invocation per row, two passes",
+        LAYERNORM_WGSL,
+        "layernorm_row",
+        Geometry::layernorm(RowsPerGroup::Fixed(64), GammaBeta::Storage),
+    ),
+    Variant::new(
+        "workgroup256",
+        "one 256-lane workgroup per row, tree reduction",
+        LAYERNORM_WGSL,
+        "layernorm_workgroup",
+        Geometry::layernorm(RowsPerGroup::Fixed(1), GammaBeta::Storage),
+    ),
+    Variant::new(
+        "subgroup",
+        "one subgroup per row, two-pass",
+        LAYERNORM_SUBGROUP_WGSL,
+        "layernorm_subgroup",
+        Geometry::layernorm(RowsPerGroup::OnePerSubgroup, GammaBeta::Storage),
+    )
+    .needs(wgpu::Features::SUBGROUP)
+    .lanes(Lanes::AtMost(64)),
+    Variant::new(
+        "subgroup_welford",
+        "one subgroup per row, Welford plus Chan's merge",
+        LAYERNORM_SUBGROUP_WGSL,
+        "layernorm_subgroup_welford",
+        Geometry::layernorm(RowsPerGroup::OnePerSubgroup, GammaBeta::Storage),
+    )
+    .needs(wgpu::Features::SUBGROUP)
+    .lanes(Lanes::AtMost(64)),
+    Variant::new(
+        "one_subgroup",
+        "a workgroup of one subgroup per row",
+        LAYERNORM_SUBGROUP_WGSL,
+        "layernorm_one_subgroup",
+        Geometry::layernorm(RowsPerGroup::Fixed(1), GammaBeta::Storage),
+    )
+    .needs(wgpu::Features::SUBGROUP)
+    .lanes(Lanes::Fixed),
+    Variant::new(
+        "vec4_subgroup",
+        "four rows per subgroup, read and written as vec4",
+        LAYERNORM_VEC4_WGSL,
+        "layernorm_vec4",
+        Geometry::layernorm(RowsPerGroup::Fixed(4), GammaBeta::Storage),
+    )
+    .needs(wgpu::Features::SUBGROUP)
+    .lanes(Lanes::Fixed)
+    .multiple_of(&[(Dim::Hidden, 4)]),
+    Variant::new(
+        "vec4_uniform_gb",
+        "vec4_subgroup with gamma and beta in uniform buffers (hidden <= 16384)",
+        LAYERNORM_VEC4_UNIFORM_WGSL,
+        "layernorm_vec4",
+        Geometry::layernorm(RowsPerGroup::Fixed(4), GammaBeta::Uniform),
+    )
+    .needs(wgpu::Features::SUBGROUP)
+    .lanes(Lanes::Fixed)
+    .multiple_of(&[(Dim::Hidden, 4)]),
+    Variant::new(
+        "u64x4_uniform_gb",
+        "vec4_uniform_gb moving x and y as vec4<u64>, eight floats per access",
+        LAYERNORM_U64_WGSL,
+        "layernorm_u64",
+        Geometry::layernorm(RowsPerGroup::Fixed(4), GammaBeta::Uniform),
+    )
+    .needs(wgpu::Features::SUBGROUP.union(wgpu::Features::SHADER_INT64))
+    .lanes(Lanes::Fixed)
+    .multiple_of(&[(Dim::Hidden, 8)]),
+    Variant::new(
+        "u64x4_resident",
+        "u64x4 reading x once: a row and its gamma and beta kept in registers (hidden <= 1024)",
+        LAYERNORM_RESIDENT_WGSL,
+        "layernorm_u64",
+        Geometry::layernorm(RowsPerGroup::Fixed(16), GammaBeta::Uniform),
+    )
+    .needs(wgpu::Features::SUBGROUP.union(wgpu::Features::SHADER_INT64))
+    .lanes(Lanes::FixedAtLeast(8))
+    .multiple_of(&[(Dim::Hidden, 8)])
+    // FLOATS (8) x SLOTS (16) x the smallest subgroup it runs with (8 lanes).
+    .at_most(&[(Dim::Hidden, 1024)]),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

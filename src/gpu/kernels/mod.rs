@@ -40,6 +40,49 @@ pub struct Variant {
     pub geometry: Geometry,
 }
 
+impl Variant {
+    /// A variant with no optional feature, any subgroup size and no size requirement; the
+    /// methods below add what it needs.
+    pub const fn new(
+        name: &'static str,
+        about: &'static str,
+        wgsl: &'static str,
+        entry: &'static str,
+        geometry: Geometry,
+    ) -> Variant {
+        Variant {
+            name,
+            about,
+            wgsl,
+            entry,
+            needs: wgpu::Features::empty(),
+            lanes: Lanes::Any,
+            multiple_of: &[],
+            at_most: &[],
+            geometry,
+        }
+    }
+
+    pub const fn needs(self, needs: wgpu::Features) -> Variant {
+        Variant { needs, ..self }
+    }
+
+    pub const fn lanes(self, lanes: Lanes) -> Variant {
+        Variant { lanes, ..self }
+    }
+
+    pub const fn multiple_of(self, multiple_of: &'static [(Dim, u32)]) -> Variant {
+        Variant {
+            multiple_of,
+            ..self
+        }
+    }
+
+    pub const fn at_most(self, at_most: &'static [(Dim, u32)]) -> Variant {
+        Variant { at_most, ..self }
+    }
+}
+
 /// The subgroup sizes a variant runs correctly with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lanes {
@@ -79,6 +122,16 @@ pub enum Geometry {
         rows: RowsPerGroup,
         gamma_beta: GammaBeta,
     },
+}
+
+impl Geometry {
+    pub const fn gemm(cols: u32, rows: u32, inputs: GemmInputs) -> Geometry {
+        Geometry::Gemm { cols, rows, inputs }
+    }
+
+    pub const fn layernorm(rows: RowsPerGroup, gamma_beta: GammaBeta) -> Geometry {
+        Geometry::Layernorm { rows, gamma_beta }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
