@@ -60,8 +60,9 @@ pub enum Action {
     Run(RunFn),
 }
 
-/// How a command plans its bench, from its matches (and the global flags: `--quiet`).
-pub type PlanFn = fn(&ArgMatches, &GlobalArgs) -> anyhow::Result<FromFlags>;
+/// How a command plans its bench, from its matches (and the global flags: `--quiet`); `None`:
+/// it did its work while planning, and nothing is left to run (`rdma --server`).
+pub type PlanFn = fn(&ArgMatches, &GlobalArgs) -> anyhow::Result<Option<FromFlags>>;
 
 /// What a command that runs itself does, from its matches.
 pub type RunFn = fn(&ArgMatches, &GlobalArgs) -> anyhow::Result<Ran>;
@@ -232,15 +233,18 @@ pub const fn command<S: Settings>(about: &'static str, examples: &'static str) -
     }
 }
 
-fn plan_settings<S: Settings>(matches: &ArgMatches, _: &GlobalArgs) -> anyhow::Result<FromFlags> {
+fn plan_settings<S: Settings>(
+    matches: &ArgMatches,
+    _: &GlobalArgs,
+) -> anyhow::Result<Option<FromFlags>> {
     let settings = S::from_arg_matches(matches)?;
     let plan = settings.plan()?;
-    Ok(FromFlags {
+    Ok(Some(FromFlags {
         name: None,
         config: serde_json::to_value(&plan)?,
         raw: settings.raw(),
         bench: Box::new(plan),
-    })
+    }))
 }
 
 /// Plans a bench from its suite-config table through its settings `S`.

@@ -52,15 +52,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         matches,
     } = &cli.command;
     let ran = match spec.action {
-        Action::Plan(plan) => {
-            let planned = plan(matches, g)?;
-            let bench = Planned {
-                name: planned.name.unwrap_or(name),
-                bench: planned.bench,
-            };
-            let dir = suite::run(&g.options(planned.raw), &[bench], Some(planned.config))?;
-            Ran::wrote(Some(dir.path), After::Noisy)
-        }
+        Action::Plan(plan) => match plan(matches, g)? {
+            Some(planned) => {
+                let bench = Planned {
+                    name: planned.name.unwrap_or(name),
+                    bench: planned.bench,
+                };
+                let dir = suite::run(&g.options(planned.raw), &[bench], Some(planned.config))?;
+                Ran::wrote(Some(dir.path), After::Noisy)
+            }
+            None => Ran::done(),
+        },
         Action::Run(run) => match local_ranks(spec, matches)? {
             Some(code) => Ran::code(code),
             None => run(matches, g)?,

@@ -2,9 +2,9 @@
 //! bandwidth between two processes. The client proposes the test and writes `rdma.csv`; the
 //! server accepts one client, runs its half, and prints what it saw.
 
+use crate::bench::descriptor::FromFlags;
 use std::cell::RefCell;
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -34,15 +34,11 @@ pub use table::BENCH;
 pub const DESCRIPTOR: crate::bench::descriptor::Descriptor = crate::bench::descriptor::Descriptor {
     name: BENCH,
     from_toml: None,
-    command: crate::bench::descriptor::CommandSpec::runs(
+    command: crate::bench::descriptor::CommandSpec::plans(
         "RDMA WRITE latency and bandwidth between two nodes, perftest-style; writes rdma.csv",
         "Examples:\n  morphbench rdma --server --listen 0.0.0.0:18515 --device mlx5_0      # on node A\n  morphbench rdma --connect nodeA --device mlx5_0 --test lat             # on node B",
         <RdmaArgs as clap::Args>::augment_args,
-        |m, g| {
-            use crate::bench::descriptor::{parsed, After, Ran};
-            let a: RdmaArgs = parsed(m)?;
-            Ok(Ran::wrote(run(&a.plan(), &g.options(false))?, After::Noisy))
-        },
+        |m, g| planned(&crate::bench::descriptor::parsed::<RdmaArgs>(m)?.plan(), g.quiet || g.json),
     ),
     tables: || {
         vec![crate::record::TableSpec::compared::<RdmaTable>()
@@ -126,14 +122,14 @@ fn timeout(plan: &RdmaPlan) -> Duration {
     Duration::from_secs(plan.timeout_s)
 }
 
-/// `rdma --server` serves one client; `rdma --connect` is the client, whose run folder the
-/// suite keeps like any bench's.
-pub fn run(plan: &RdmaPlan, options: &crate::suite::RunOptions) -> Result<Option<PathBuf>> {
+/// `rdma --server` serves one client, then is done; `rdma --connect` is the client, connected
+/// here and returned as the bench the suite runs into its run folder.
+fn planned(plan: &RdmaPlan, quiet: bool) -> Result<Option<FromFlags>> {
     plan.validate()?;
     plan.choice.check()?;
     match &plan.listen {
-        Some(listen) => serve(plan, listen, options.quiet).map(|_| None),
-        None => client(plan, options).map(Some),
+        Some(listen) => serve(plan, listen, quiet).map(|_| None),
+        None => client(plan, quiet).map(Some),
     }
 }
 
@@ -154,7 +150,7 @@ fn serve(plan: &RdmaPlan, listen: &str, quiet: bool) -> Result<()> {
         );
     }
     let mut link = Link::establish(oob, &plan.choice, perf::shape(&params))?;
-    let counters = PortCounters::of(&link, plan.choice.port);
+    let counters = link.counters(plan.choice.port);
     let mut session = Session::new(&mut link, Role::Server, timeout(plan));
     for_each_test(&params, |test, size| {
         let before = counters.read();
@@ -202,22 +198,25 @@ fn for_each_test(p: &Params, mut f: impl FnMut(u32, u64) -> Result<()>) -> Resul
     Ok(())
 }
 
-fn client(plan: &RdmaPlan, options: &crate::suite::RunOptions) -> Result<PathBuf> {
+fn client(plan: &RdmaPlan, quiet: bool) -> Result<FromFlags> {
     let addr = with_default_port(plan.connect.as_deref().unwrap_or_default());
     let params = plan.params();
     // Connect before the run folder exists: an absent server leaves nothing behind.
     let mut oob = OobChannel::connect(&addr, Duration::from_secs(5), timeout(plan))?;
     client_hello(&mut oob, Purpose::Bench, &params)?;
     let link = Link::establish(oob, &plan.choice, perf::shape(&params))?;
-    let config = serde_json::to_value(plan)?;
     let bench = RdmaClient {
         plan: plan.clone(),
         params,
         link: RefCell::new(link),
-        quiet: options.quiet,
+        quiet,
     };
-    let benches = [crate::suite::Planned::new(BENCH, bench)];
-    crate::suite::run(options, &benches, Some(config)).map(|dir| dir.path)
+    Ok(FromFlags {
+        bench: Box::new(bench),
+        name: None,
+        config: serde_json::to_value(plan)?,
+        raw: false,
+    })
 }
 
 /// The client's side of a connected pair, as a bench of the suite.
@@ -298,7 +297,7 @@ fn measure(
         Line::<RdmaTable>::new(&dir.id, format!("{test}_{bytes}"), params, Some(s), figures)
     };
     let mut printed = 0;
-    let counters = PortCounters::of(link, plan.choice.port);
+    let counters = link.counters(plan.choice.port);
     let mut session = Session::new(link, Role::Client, timeout(plan));
     // The counters at the start of the test under way: a test that fails says which moved.
     let mut started = None;
@@ -314,7 +313,7 @@ fn measure(
             let figures = RdmaFigures {
                 verified: true,
                 timer: "host".into(),
-                ..counters.figures(before, quiet)
+                ..figures(&counters, before, quiet)
             };
             table.write(&row("lat", size, r.inline, &s, figures))?;
         } else {
@@ -331,7 +330,7 @@ fn measure(
                 msg_rate_mpps: Some(sig4(r.msg_rate_mpps)),
                 verified: true,
                 timer: "host".into(),
-                ..counters.figures(before, quiet)
+                ..figures(&counters, before, quiet)
             };
             table.write(&row("bw", size, false, &s, figures))?;
         }
@@ -392,7 +391,7 @@ fn print_bandwidth(printed: &mut u32, size: u64, r: &BandwidthResult) {
 /// The error for a test that failed, naming the port counters that moved during it: drops on
 /// the path are the usual cause.
 fn test_failure(
-    counters: &PortCounters,
+    counters: &counters::Port,
     test: u32,
     size: u64,
     before: Option<counters::Reading>,
@@ -410,50 +409,24 @@ fn test_failure(
     anyhow::anyhow!("{} {size} B: {e:#}{counters_said}", test_name(test))
 }
 
-/// One end's port counters (`counters.rs`), read around each test as perftest's `-W` reads
-/// them: a lossy path shows as retransmissions even where the median looks healthy.
-struct PortCounters {
-    root: PathBuf,
-    device: String,
-    port: u8,
-}
-
-impl PortCounters {
-    fn of(link: &Link, port: u8) -> Self {
-        PortCounters {
-            root: crate::host::sysfs_root(),
-            device: link.device_name.clone(),
-            port,
-        }
+/// The counter figures of one test, said on the console when any moved.
+fn figures(
+    counters: &counters::Port,
+    before: Option<counters::Reading>,
+    quiet: bool,
+) -> RdmaFigures {
+    let (retransmits, moved) = counters.moved_since(before);
+    let said = words(&moved);
+    if let (Some(w), false) = (&said, quiet) {
+        println!(
+            "{:>9} {}:{} port counters: {w}",
+            "", counters.device, counters.port
+        );
     }
-
-    fn read(&self) -> Option<counters::Reading> {
-        counters::read(&self.root, &self.device, self.port)
-    }
-
-    /// The increase since `before` (None where the port has no counters), and each that moved.
-    fn moved_since(&self, before: Option<counters::Reading>) -> (Option<u64>, Vec<(String, u64)>) {
-        match before.zip(self.read()) {
-            Some((b, a)) => {
-                let (total, moved) = counters::delta(&b, &a);
-                (Some(total), moved)
-            }
-            None => (None, Vec::new()),
-        }
-    }
-
-    /// The counter figures of one test, said on the console when any moved.
-    fn figures(&self, before: Option<counters::Reading>, quiet: bool) -> RdmaFigures {
-        let (retransmits, moved) = self.moved_since(before);
-        let said = words(&moved);
-        if let (Some(w), false) = (&said, quiet) {
-            println!("{:>9} {}:{} port counters: {w}", "", self.device, self.port);
-        }
-        RdmaFigures {
-            retransmits,
-            counters_moved: said.unwrap_or_default(),
-            ..Default::default()
-        }
+    RdmaFigures {
+        retransmits,
+        counters_moved: said.unwrap_or_default(),
+        ..Default::default()
     }
 }
 

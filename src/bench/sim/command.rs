@@ -14,7 +14,7 @@ use crate::suite;
 /// `morphbench sim`: the scenario from flags, a scenario file or a measured run (`--from`),
 /// placed when asked (`--place`), or the validation of `--validate FILE`, planned as the bench
 /// the suite runs into its own run folder.
-pub fn plan(m: &clap::ArgMatches, g: &GlobalArgs) -> anyhow::Result<FromFlags> {
+pub fn plan(m: &clap::ArgMatches, g: &GlobalArgs) -> anyhow::Result<Option<FromFlags>> {
     let a: &SimArgs = &parsed(m)?;
     // With --json, standard output carries the summary alone.
     let quiet = g.quiet || g.json;
@@ -22,12 +22,12 @@ pub fn plan(m: &clap::ArgMatches, g: &GlobalArgs) -> anyhow::Result<FromFlags> {
         Some(file) => super::validate::planned(file, a.ablation)?,
         None => simulated(a, quiet)?,
     };
-    Ok(FromFlags {
+    Ok(Some(FromFlags {
         bench: planned.bench,
         name: Some(planned.name),
         config,
         raw: false,
-    })
+    }))
 }
 
 /// The scenario to simulate (from flags, a file or measured runs), planned, with the config

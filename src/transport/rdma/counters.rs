@@ -5,7 +5,7 @@
 //! around a test is that test's only when nothing else uses the port (`links --concurrent 1`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The counters that count retransmissions or their causes, by driver: mlx5's
 /// (`out_of_sequence`, `packet_seq_err`, `local_ack_timeout_err`, `duplicate_request`,
@@ -51,6 +51,33 @@ pub fn read(root: &Path, device: &str, port: u8) -> Option<Reading> {
             })
             .collect(),
     )
+}
+
+/// One port's counters, read around each test as perftest's `-W` reads them: a lossy path
+/// shows as retransmissions even where the median looks healthy.
+#[derive(Debug, Clone)]
+pub struct Port {
+    /// The sysfs root (`/sys`, or a test's fake tree).
+    pub root: PathBuf,
+    pub device: String,
+    pub port: u8,
+}
+
+impl Port {
+    pub fn read(&self) -> Option<Reading> {
+        read(&self.root, &self.device, self.port)
+    }
+
+    /// The increase since `before` (None where the port has no counters), and each that moved.
+    pub fn moved_since(&self, before: Option<Reading>) -> (Option<u64>, Vec<(String, u64)>) {
+        match before.zip(self.read()) {
+            Some((b, a)) => {
+                let (total, moved) = delta(&b, &a);
+                (Some(total), moved)
+            }
+            None => (None, Vec::new()),
+        }
+    }
 }
 
 /// The counters' increase from `before` to `after`, summed (a counter that went back, reset,

@@ -112,6 +112,15 @@ impl Link {
         })
     }
 
+    /// This end's counters at `port` (the port the link was made on).
+    pub fn counters(&self, port: u8) -> counters::Port {
+        counters::Port {
+            root: crate::host::sysfs_root(),
+            device: self.device_name.clone(),
+            port,
+        }
+    }
+
     #[allow(clippy::type_complexity)]
     fn build(
         choice: &DeviceChoice,

@@ -46,14 +46,9 @@ pub(super) fn tests(
     };
     // This end's port counters around each test it writes a row for: the driver's around
     // the ping-pong, each writer's around its own stream.
-    let root = crate::host::sysfs_root();
-    let (device, port) = (link.device_name.clone(), choice.port);
-    let counters = || crate::transport::rdma::counters::read(&root, &device, port);
-    let moved = |before: Option<_>| {
-        before
-            .zip(counters())
-            .map(|(b, a)| crate::transport::rdma::counters::delta(&b, &a).0)
-    };
+    let port = link.counters(choice.port);
+    let counters = || port.read();
+    let moved = |before| port.moved_since(before).0;
     for &bytes in &plan.sizes {
         let before = counters();
         let mut sess = Session::new(&mut link, driver_role, plan.io());
