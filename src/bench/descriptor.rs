@@ -223,14 +223,7 @@ pub trait Settings: clap::Args + FromArgMatches + DeserializeOwned + Default {
 
 /// The subcommand of a bench whose settings are `S`.
 pub const fn command<S: Settings>(about: &'static str, examples: &'static str) -> CommandSpec {
-    CommandSpec {
-        about,
-        examples,
-        args: S::augment_args,
-        action: Action::Plan(plan_settings::<S>),
-        error_code: |_| 1,
-        local: None,
-    }
+    CommandSpec::plans(about, examples, S::augment_args, plan_settings::<S>)
 }
 
 fn plan_settings<S: Settings>(

@@ -2,7 +2,6 @@
 //! bandwidth between two processes. The client proposes the test and writes `rdma.csv`; the
 //! server accepts one client, runs its half, and prints what it saw.
 
-use crate::bench::descriptor::FromFlags;
 use std::cell::RefCell;
 use std::net::TcpListener;
 use std::time::Duration;
@@ -11,6 +10,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::flags::{parse_iters, parse_message_sizes, parse_warmup, RdmaDeviceArgs, SizeList};
+use crate::bench::descriptor::FromFlags;
 use crate::gpu::Gpu;
 use crate::output::Progress;
 use crate::record::csv::sig4;
