@@ -9,7 +9,6 @@ use super::plan::SimPlan;
 use super::scenario::{Occupy, OneOrMany, SimConfig, SlowLink};
 use super::{measured, tail};
 use crate::bench::descriptor::{parsed, FromFlags, GlobalArgs};
-use crate::suite;
 
 /// `morphbench sim`: the scenario from flags, a scenario file or a measured run (`--from`),
 /// placed when asked (`--place`), or the validation of `--validate FILE`, planned as the bench
@@ -18,21 +17,16 @@ pub fn plan(m: &clap::ArgMatches, g: &GlobalArgs) -> anyhow::Result<Option<FromF
     let a: &SimArgs = &parsed(m)?;
     // With --json, standard output carries the summary alone.
     let quiet = g.quiet || g.json;
-    let (planned, config) = match &a.validate {
+    let planned = match &a.validate {
         Some(file) => super::validate::planned(file, a.ablation)?,
         None => simulated(a, quiet)?,
     };
-    Ok(Some(FromFlags {
-        bench: planned.bench,
-        name: Some(planned.name),
-        config,
-        raw: false,
-    }))
+    Ok(Some(planned))
 }
 
 /// The scenario to simulate (from flags, a file or measured runs), planned, with the config
 /// meta.json keeps.
-fn simulated(a: &SimArgs, quiet: bool) -> anyhow::Result<(suite::Planned, serde_json::Value)> {
+fn simulated(a: &SimArgs, quiet: bool) -> anyhow::Result<FromFlags> {
     let mut cfg = a.config()?;
     let from = FromRuns::of(&a.from)?;
     let links = match (&from.links, a.place) {
@@ -74,8 +68,12 @@ fn simulated(a: &SimArgs, quiet: bool) -> anyhow::Result<(suite::Planned, serde_
         bench_reps: if a.bench { 5 } else { 0 },
         export_torch: a.export_torch()?,
     };
-    let bench = suite::Planned::new(super::tables::BENCH, SimBench { plan, output });
-    Ok((bench, serde_json::to_value(&cfg)?))
+    Ok(FromFlags {
+        bench: Box::new(SimBench { plan, output }),
+        name: None,
+        config: serde_json::to_value(&cfg)?,
+        raw: false,
+    })
 }
 
 /// The run folders `--from` names, by what each gives: a links run (links.csv) the stages and

@@ -17,6 +17,8 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use crate::bench::descriptor::FromFlags;
+
 pub use case::{error_added, errors, spread, Case, Input, ProfileFrom, BENCH};
 pub use file::read;
 pub use pipeline_run::{healthy_iterations, healthy_op_times};
@@ -24,15 +26,20 @@ pub use report::ValidateBench;
 
 /// The validation of `file` as a bench, with the config meta.json keeps (`sim` runs it into a
 /// run folder; its figures reach summary.json through meta.json's notes).
-pub fn planned(file: &Path, ablation: bool) -> Result<(crate::suite::Planned, serde_json::Value)> {
+pub fn planned(file: &Path, ablation: bool) -> Result<FromFlags> {
     let input = read(file)?;
     let bench = ValidateBench {
         input,
         source: file.display().to_string(),
         ablation,
     };
-    let config = serde_json::json!({ "validate": file.display().to_string() });
-    Ok((crate::suite::Planned::new(BENCH, bench), config))
+    Ok(FromFlags {
+        bench: Box::new(bench),
+        // Its notes and host load are kept under `validate`, not the command's `sim`.
+        name: Some(BENCH),
+        config: serde_json::json!({ "validate": file.display().to_string() }),
+        raw: false,
+    })
 }
 
 #[cfg(test)]
