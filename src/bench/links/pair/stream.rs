@@ -121,9 +121,47 @@ pub(super) fn read_ack(s: &mut TcpStream) -> Result<(), PairError> {
     Ok(())
 }
 
+/// A stream batch from the driver's side, in two halves, so the next batch can be announced
+/// before this one is finished.
+struct Batches {
+    op: u8,
+    bytes: u64,
+    msg: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl Batches {
+    /// Announces a batch of `k` messages and, toward the server, writes them.
+    fn start(&mut self, s: &mut TcpStream, k: u32) -> Result<(), PairError> {
+        s.write_all(&header(self.op, k, self.bytes))
+            .map_err(|e| io_err("a stream", e))?;
+        match self.op {
+            OP_SINK => write_messages(s, k, &mut self.msg),
+            OP_SOURCE => Ok(()),
+            _ => {
+                both_ways(s, k, &mut self.msg, &mut self.buf)?;
+                read_ack(s)
+            }
+        }
+    }
+
+    /// Waits for the oldest batch started: its acknowledgement, or its messages from the server.
+    fn finish(&mut self, s: &mut TcpStream, k: u32) -> Result<(), PairError> {
+        match self.op {
+            OP_SINK => read_ack(s),
+            OP_SOURCE => read_messages(s, k, self.bytes as usize, &mut self.buf),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// One stream test from the driver's side: batches until the budget (stall time not charged);
-/// returns µs per message, GB/s over the whole test, and its tail in batches. The clock runs from the announcement to the last byte (or the
-/// server's acknowledgement), so each batch carries one one-way latency in either direction.
+/// returns µs per message, GB/s over the whole test, and its tail in batches. One way, the next
+/// batch is announced before the current one is finished, so the sender never idles waiting
+/// for it (iperf3 and ib_write_bw keep their pipe full the same way): a batch's time, from the
+/// end of the one before, is the link's pace, the first's alone carrying one announcement.
+/// Both ways (`--bidir`) each batch ends before the next starts (its acknowledgement would
+/// arrive among the next batch's messages).
 pub(super) fn tcp_stream(
     s: &mut TcpStream,
     plan: &PairPlan,
@@ -131,34 +169,39 @@ pub(super) fn tcp_stream(
     bytes: u64,
 ) -> Result<(Vec<f64>, f64, Tail), PairError> {
     let n = bytes as usize;
-    let (mut buf, mut msg) = (Vec::new(), vec![0u8; n]);
-    let mut one = |s: &mut TcpStream, k: u32| -> Result<f64, PairError> {
-        let t0 = Instant::now();
-        s.write_all(&header(op, k, bytes))
-            .map_err(|e| io_err("a stream", e))?;
-        match op {
-            OP_SINK => {
-                write_messages(s, k, &mut msg)?;
-                read_ack(s)?;
-            }
-            OP_SOURCE => read_messages(s, k, n, &mut buf)?,
-            _ => {
-                both_ways(s, k, &mut msg, &mut buf)?;
-                read_ack(s)?;
-            }
-        }
-        Ok(t0.elapsed().as_secs_f64() * 1e6)
+    let mut b = Batches {
+        op,
+        bytes,
+        msg: vec![0u8; n],
+        buf: Vec::new(),
     };
     let k0 = first_batch(bytes);
-    let k = sized_batch(bytes, k0, one(s, k0)?); // the warm-up sizes the batches
+    let warm = Instant::now();
+    b.start(s, k0)?;
+    b.finish(s, k0)?;
+    let k = sized_batch(bytes, k0, warm.elapsed().as_secs_f64() * 1e6); // the warm-up sizes the batches
+    let ahead = op != OP_BOTH;
     let mut clock = TestClock::start(plan.budget_ms);
     let (mut per_msg, mut batches, mut total_us) = (Vec::new(), Vec::new(), 0.0);
-    while !enough(per_msg.len(), &clock, plan) {
-        let us = one(s, k)?;
+    let mut last = Instant::now();
+    if ahead {
+        b.start(s, k)?;
+    }
+    loop {
+        let more = !enough(per_msg.len() + 1, &clock, plan);
+        if more || !ahead {
+            b.start(s, k)?; // ahead: the next batch; else this one
+        }
+        b.finish(s, k)?;
+        let us = last.elapsed().as_secs_f64() * 1e6;
+        last = Instant::now();
         clock.note(us, us);
         total_us += us;
         per_msg.push(us / k as f64);
         batches.push(us);
+        if !more {
+            break;
+        }
     }
     let ways = if op == OP_BOTH { 2.0 } else { 1.0 };
     let moved = ways * per_msg.len() as f64 * k as f64 * bytes as f64;
