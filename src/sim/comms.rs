@@ -8,8 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::engine::Executed;
-use super::model::{Layout, Op, OpKind};
+use super::model::{Executed, Layout, Op, OpKind};
 
 /// One transfer between ranks: what it carries (F: an activation, B: a gradient), the virtual
 /// stage it lands on, and the microbatch.

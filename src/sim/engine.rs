@@ -12,21 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use thiserror::Error;
 
 use super::comms::CommState;
-use super::model::{Layout, Op, OpKind, Scenario};
+use super::model::{Executed, Layout, Op, OpKind, Scenario};
 pub use super::policy::{Policy, PriorityPolicy};
-
-/// One op as it ran.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct Executed {
-    pub op: Op,
-    pub start: f64,
-    /// End of the computation.
-    pub end: f64,
-    /// End of the time the op holds its stage's queue (compute plus any send on the queue).
-    pub queue_end: f64,
-    /// When its output reaches the next stage (equal to `end` if it sends nothing).
-    pub arrival: f64,
-}
 
 #[derive(Debug, Clone)]
 pub struct Run {

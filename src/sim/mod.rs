@@ -18,9 +18,9 @@ pub mod zb;
 pub mod zbv;
 
 pub use builder::ScenarioBuilder;
-pub use engine::{simulate, Executed, Policy, Run, SimError};
+pub use engine::{simulate, Policy, Run, SimError};
 pub use model::{link_between, links_of, Layout};
-pub use model::{CommModel, Op, OpKind, Scenario, ScenarioError};
+pub use model::{CommModel, Executed, Op, OpKind, Scenario, ScenarioError};
 pub use schedules::{
     adaptive, bubble_rate, default_mem_limit, evaluate, policy_of, Schedule, DEFAULT_SCHEDULES,
 };

@@ -76,6 +76,19 @@ impl Op {
     }
 }
 
+/// One op as it ran.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Executed {
+    pub op: Op,
+    pub start: f64,
+    /// End of the computation.
+    pub end: f64,
+    /// End of the time the op holds its stage's queue (compute plus any send on the queue).
+    pub queue_end: f64,
+    /// When its output reaches the next stage (equal to `end` if it sends nothing).
+    pub arrival: f64,
+}
+
 /// How the model is cut into virtual stages and which rank runs each: the schedule decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Layout {
