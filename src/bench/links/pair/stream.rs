@@ -193,8 +193,9 @@ pub(super) fn tcp_stream(
             b.start(s, k)?; // ahead: the next batch; else this one
         }
         b.finish(s, k)?;
-        let us = last.elapsed().as_secs_f64() * 1e6;
-        last = Instant::now();
+        let now = Instant::now();
+        let us = (now - last).as_secs_f64() * 1e6;
+        last = now;
         clock.note(us, us);
         total_us += us;
         per_msg.push(us / k as f64);
