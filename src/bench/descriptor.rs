@@ -208,6 +208,19 @@ pub struct FromFlags {
     pub raw: bool,
 }
 
+impl FromFlags {
+    /// `bench` under the command's name, `config` its plan as meta.json records it, without
+    /// raw samples.
+    pub fn new(bench: impl Bench + 'static, config: serde_json::Value) -> FromFlags {
+        FromFlags {
+            bench: Box::new(bench),
+            name: None,
+            config,
+            raw: false,
+        }
+    }
+}
+
 /// A single-node bench's settings, declared once: one type carries its flags (clap's derive),
 /// its suite-file keys (serde, `#[serde(default)]`) and its defaults (its `Default`, which the
 /// flags' defaults read too). Both ways in end in [`Settings::plan`], the one place the plan
@@ -232,11 +245,10 @@ fn plan_settings<S: Settings>(
 ) -> anyhow::Result<Option<FromFlags>> {
     let settings = S::from_arg_matches(matches)?;
     let plan = settings.plan()?;
+    let config = serde_json::to_value(&plan)?;
     Ok(Some(FromFlags {
-        name: None,
-        config: serde_json::to_value(&plan)?,
         raw: settings.raw(),
-        bench: Box::new(plan),
+        ..FromFlags::new(plan, config)
     }))
 }
 

@@ -150,7 +150,7 @@ fn serve(plan: &RdmaPlan, listen: &str, quiet: bool) -> Result<()> {
         );
     }
     let mut link = Link::establish(oob, &plan.choice, perf::shape(&params))?;
-    let counters = link.counters(plan.choice.port);
+    let counters = link.counters();
     let mut session = Session::new(&mut link, Role::Server, timeout(plan));
     for_each_test(&params, |test, size| {
         let before = counters.read();
@@ -211,12 +211,7 @@ fn client(plan: &RdmaPlan, quiet: bool) -> Result<FromFlags> {
         link: RefCell::new(link),
         quiet,
     };
-    Ok(FromFlags {
-        bench: Box::new(bench),
-        name: None,
-        config: serde_json::to_value(plan)?,
-        raw: false,
-    })
+    Ok(FromFlags::new(bench, serde_json::to_value(plan)?))
 }
 
 /// The client's side of a connected pair, as a bench of the suite.
@@ -297,7 +292,7 @@ fn measure(
         Line::<RdmaTable>::new(&dir.id, format!("{test}_{bytes}"), params, Some(s), figures)
     };
     let mut printed = 0;
-    let counters = link.counters(plan.choice.port);
+    let counters = link.counters();
     let mut session = Session::new(link, Role::Client, timeout(plan));
     // The counters at the start of the test under way: a test that fails says which moved.
     let mut started = None;

@@ -68,12 +68,10 @@ fn simulated(a: &SimArgs, quiet: bool) -> anyhow::Result<FromFlags> {
         bench_reps: if a.bench { 5 } else { 0 },
         export_torch: a.export_torch()?,
     };
-    Ok(FromFlags {
-        bench: Box::new(SimBench { plan, output }),
-        name: None,
-        config: serde_json::to_value(&cfg)?,
-        raw: false,
-    })
+    Ok(FromFlags::new(
+        SimBench { plan, output },
+        serde_json::to_value(&cfg)?,
+    ))
 }
 
 /// The run folders `--from` names, by what each gives: a links run (links.csv) the stages and

@@ -72,6 +72,8 @@ pub struct Link {
     pub remote: Endpoint,
     pub oob: OobChannel,
     pub device_name: String,
+    /// The device's port it was made on (from 1).
+    pub port: u8,
 }
 
 /// Sizes of the link's queues and buffer.
@@ -109,15 +111,16 @@ impl Link {
             remote,
             oob,
             device_name,
+            port: choice.port,
         })
     }
 
-    /// This end's counters at `port` (the port the link was made on).
-    pub fn counters(&self, port: u8) -> counters::Port {
+    /// This end's port counters.
+    pub fn counters(&self) -> counters::Port {
         counters::Port {
             root: crate::host::sysfs_root(),
             device: self.device_name.clone(),
-            port,
+            port: self.port,
         }
     }
 

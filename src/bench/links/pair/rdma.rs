@@ -46,28 +46,26 @@ pub(super) fn tests(
     };
     // This end's port counters around each test it writes a row for: the driver's around
     // the ping-pong, each writer's around its own stream.
-    let port = link.counters(choice.port);
-    let counters = || port.read();
-    let moved = |before| port.moved_since(before).0;
+    let port = link.counters();
     for &bytes in &plan.sizes {
-        let before = counters();
+        let before = port.read();
         let mut sess = Session::new(&mut link, driver_role, plan.io());
         let lat = sess
             .latency(bytes, params.iters, params.warmup)
             .map_err(e)?;
         if driver {
             let mut row = pingpong_row(peer, me, bytes, &lat.samples_us)?;
-            row.retransmits = moved(before);
+            row.retransmits = port.moved_since(before).0;
             out.push(row);
         }
         // Each way: the driver writes first, then the server; the writer measures.
         for role in [driver_role, other] {
-            let before = counters();
+            let before = port.read();
             let mut sess = Session::new(&mut link, role, plan.io());
             if let Some(bw) = sess.bandwidth(bytes, params.iters, WINDOW).map_err(e)? {
                 let (src, dst) = me_peer(role);
                 let mut row = oneway_row(src, dst, bytes, &bw)?;
-                row.retransmits = moved(before);
+                row.retransmits = port.moved_since(before).0;
                 out.push(row);
             }
         }

@@ -33,12 +33,11 @@ pub fn planned(file: &Path, ablation: bool) -> Result<FromFlags> {
         source: file.display().to_string(),
         ablation,
     };
+    let config = serde_json::json!({ "validate": file.display().to_string() });
     Ok(FromFlags {
-        bench: Box::new(bench),
         // Its notes and host load are kept under `validate`, not the command's `sim`.
         name: Some(BENCH),
-        config: serde_json::json!({ "validate": file.display().to_string() }),
-        raw: false,
+        ..FromFlags::new(bench, config)
     })
 }
 
