@@ -20,13 +20,29 @@ pub type Notes = serde_json::Map<String, serde_json::Value>;
 pub trait Bench {
     /// Whether the run must open a GPU adapter for it.
     fn needs_gpu(&self) -> bool {
-        true
+        false
     }
     /// Progress steps, known before it starts.
     fn points(&self) -> u64;
-    /// Measures, writing its tables into `run` row by row; returns its notes for meta.json.
-    /// `gpu` is `Some` whenever `needs_gpu` says so.
-    fn run(&self, gpu: Option<&Gpu>, run: &RunDir, progress: &Progress) -> Result<Notes>;
+    /// Measures, writing its tables into the run folder row by row; returns its notes for
+    /// meta.json.
+    fn run(&self, cx: &Context) -> Result<Notes>;
+}
+
+/// What a bench runs with: the GPU (opened when its `needs_gpu` says so), the run folder its
+/// tables go into, and the progress display.
+pub struct Context<'a> {
+    gpu: Option<&'a Gpu>,
+    pub dir: &'a RunDir,
+    pub progress: &'a Progress,
+}
+
+impl<'a> Context<'a> {
+    /// The GPU of a bench whose `needs_gpu` is true (`bench` names it in the error otherwise).
+    pub fn gpu(&self, bench: &str) -> Result<&'a Gpu> {
+        self.gpu
+            .ok_or_else(|| anyhow::anyhow!("internal error: {bench} ran without a GPU"))
+    }
 }
 
 /// A planned bench with its registry name (its config table, its CSV's `bench`), which
@@ -159,7 +175,7 @@ fn run_benches(
 ) -> Result<()> {
     for Planned { name, bench } in benches {
         let before = noise::load::Sample::now();
-        let result = bench.run(gpu, dir, progress);
+        let result = bench.run(&Context { gpu, dir, progress });
         // The host's load is recorded for a bench that failed too: it may be why.
         let load = noise::load::Load::between(&before, &noise::load::Sample::now());
         let warning = load.warning(name);
@@ -187,13 +203,10 @@ mod tests {
     pub struct PanicBench;
 
     impl Bench for PanicBench {
-        fn needs_gpu(&self) -> bool {
-            false
-        }
         fn points(&self) -> u64 {
             1
         }
-        fn run(&self, _: Option<&Gpu>, _: &RunDir, _: &Progress) -> Result<Notes> {
+        fn run(&self, _: &Context) -> Result<Notes> {
             panic!("deliberate panic from PanicBench")
         }
     }

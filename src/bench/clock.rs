@@ -13,13 +13,11 @@ use serde::{Deserialize, Serialize};
 use super::descriptor::{command, from_toml, Descriptor, Settings};
 use super::flags::{parse_iters, parse_warmup};
 use super::shared::{check_iters, check_warmup};
-use crate::gpu::Gpu;
-use crate::output::Progress;
 use crate::record::csv::sig4;
 use crate::record::view::figure::{Checked, Figure};
 use crate::record::view::headline::{source, Headline};
 use crate::record::view::loaded::Loaded;
-use crate::record::{CsvSink, CsvTable, Line, RunDir, TableSpec};
+use crate::record::{CsvSink, CsvTable, Line, TableSpec};
 use crate::stats::Summary;
 
 pub const BENCH: &str = "clock";
@@ -165,18 +163,11 @@ impl Checked for ClockTable {
 }
 
 impl crate::suite::Bench for ClockSettings {
-    fn needs_gpu(&self) -> bool {
-        false
-    }
     fn points(&self) -> u64 {
         3
     }
-    fn run(
-        &self,
-        _gpu: Option<&Gpu>,
-        dir: &RunDir,
-        progress: &Progress,
-    ) -> Result<crate::suite::Notes> {
+    fn run(&self, cx: &crate::suite::Context) -> Result<crate::suite::Notes> {
+        let (dir, progress) = (cx.dir, cx.progress);
         let mut table: CsvSink<ClockTable> = dir.table()?;
         let mut write = |metric: &str, requested_us: u64, samples_us: &[f64]| -> Result<()> {
             let s = Summary::of(samples_us)

@@ -3,7 +3,6 @@
 
 use anyhow::Result;
 
-use crate::gpu::Gpu;
 use crate::suite::Notes;
 
 /// Deserializes a bench's config table, naming the key that is wrong.
@@ -39,11 +38,6 @@ pub fn check_warmup(key: &str, warmup: u32) -> anyhow::Result<()> {
         ));
     }
     Ok(())
-}
-
-/// The GPU of a bench that needs one (the orchestrator opens it first).
-pub(crate) fn need_gpu<'g>(gpu: Option<&'g Gpu>, bench: &str) -> Result<&'g Gpu> {
-    gpu.ok_or_else(|| anyhow::anyhow!("internal error: {bench} ran without a GPU"))
 }
 
 /// One note.

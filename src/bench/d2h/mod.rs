@@ -121,16 +121,14 @@ impl D2hPlan {
 }
 
 impl crate::suite::Bench for D2hPlan {
+    fn needs_gpu(&self) -> bool {
+        true
+    }
     fn points(&self) -> u64 {
         self.sizes.len() as u64
     }
-    fn run(
-        &self,
-        gpu: Option<&Gpu>,
-        dir: &RunDir,
-        progress: &Progress,
-    ) -> Result<crate::suite::Notes> {
-        let sizes = run(super::shared::need_gpu(gpu, BENCH)?, self, dir, progress)?;
+    fn run(&self, cx: &crate::suite::Context) -> Result<crate::suite::Notes> {
+        let sizes = run(cx.gpu(BENCH)?, self, cx.dir, cx.progress)?;
         super::shared::note(BENCH, sizes)
     }
 }

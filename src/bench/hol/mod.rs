@@ -86,16 +86,14 @@ struct Shared {
 }
 
 impl crate::suite::Bench for HolPlan {
+    fn needs_gpu(&self) -> bool {
+        true
+    }
     fn points(&self) -> u64 {
         HolPlan::points(self)
     }
-    fn run(
-        &self,
-        gpu: Option<&Gpu>,
-        dir: &RunDir,
-        progress: &Progress,
-    ) -> Result<crate::suite::Notes> {
-        let (points, calibration) = run(super::shared::need_gpu(gpu, BENCH)?, self, dir, progress)?;
+    fn run(&self, cx: &crate::suite::Context) -> Result<crate::suite::Notes> {
+        let (points, calibration) = run(cx.gpu(BENCH)?, self, cx.dir, cx.progress)?;
         super::shared::note(
             BENCH,
             serde_json::json!({ "points": points, "standin_calibration": calibration }),

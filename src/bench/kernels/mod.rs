@@ -161,16 +161,14 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
 };
 
 impl crate::suite::Bench for KernelsPlan {
+    fn needs_gpu(&self) -> bool {
+        true
+    }
     fn points(&self) -> u64 {
         KernelsPlan::points(self)
     }
-    fn run(
-        &self,
-        gpu: Option<&Gpu>,
-        dir: &RunDir,
-        progress: &Progress,
-    ) -> Result<crate::suite::Notes> {
-        let (_, selections) = run(super::shared::need_gpu(gpu, BENCH)?, self, dir, progress)?;
+    fn run(&self, cx: &crate::suite::Context) -> Result<crate::suite::Notes> {
+        let (_, selections) = run(cx.gpu(BENCH)?, self, cx.dir, cx.progress)?;
         super::shared::note("variant_selection", selections)
     }
 }

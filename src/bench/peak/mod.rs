@@ -56,18 +56,15 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
 };
 
 impl crate::suite::Bench for PeakPlan {
+    fn needs_gpu(&self) -> bool {
+        true
+    }
     fn points(&self) -> u64 {
         // fma x4, bandwidth x7 (x9 with 64-bit integers), dispatch x2, timestamp.
         16
     }
-    fn run(
-        &self,
-        gpu: Option<&Gpu>,
-        dir: &RunDir,
-        progress: &Progress,
-    ) -> Result<crate::suite::Notes> {
-        let gpu = super::shared::need_gpu(gpu, BENCH)?;
-        let ceilings = run(gpu, self, dir, progress)?;
+    fn run(&self, cx: &crate::suite::Context) -> Result<crate::suite::Notes> {
+        let ceilings = run(cx.gpu(BENCH)?, self, cx.dir, cx.progress)?;
         super::shared::note(BENCH, ceilings)
     }
 }

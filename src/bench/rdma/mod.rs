@@ -11,8 +11,6 @@ use serde::Serialize;
 
 use super::flags::{parse_iters, parse_message_sizes, parse_warmup, RdmaDeviceArgs, SizeList};
 use crate::bench::descriptor::FromFlags;
-use crate::gpu::Gpu;
-use crate::output::Progress;
 use crate::record::csv::sig4;
 use crate::record::{Line, RunDir};
 use crate::stats::Summary;
@@ -223,14 +221,12 @@ struct RdmaClient {
 }
 
 impl Bench for RdmaClient {
-    fn needs_gpu(&self) -> bool {
-        false
-    }
     fn points(&self) -> u64 {
         // No bar: the perftest-style table is the progress.
         0
     }
-    fn run(&self, _: Option<&Gpu>, dir: &RunDir, _: &Progress) -> Result<Notes> {
+    fn run(&self, cx: &crate::suite::Context) -> Result<Notes> {
+        let dir = cx.dir;
         let mut link = self.link.borrow_mut();
         let mut notes = Notes::new();
         notes.insert(

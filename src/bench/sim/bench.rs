@@ -6,8 +6,6 @@ use super::plan::SimPlan;
 use super::runner::{export_torch, print_timelines, run, throughput_bench, write_trace};
 use super::scenario::SimConfig;
 use super::tail;
-use crate::output::Progress;
-use crate::record::RunDir;
 
 /// `[sim]` in a suite config.
 pub fn from_toml(v: toml::Value) -> anyhow::Result<Box<dyn crate::suite::Bench>> {
@@ -52,18 +50,11 @@ pub struct SimBench {
 }
 
 impl crate::suite::Bench for SimBench {
-    fn needs_gpu(&self) -> bool {
-        false
-    }
     fn points(&self) -> u64 {
         self.plan.cases.len() as u64
     }
-    fn run(
-        &self,
-        _gpu: Option<&crate::gpu::Gpu>,
-        dir: &RunDir,
-        progress: &Progress,
-    ) -> Result<crate::suite::Notes> {
+    fn run(&self, cx: &crate::suite::Context) -> Result<crate::suite::Notes> {
+        let (dir, progress) = (cx.dir, cx.progress);
         let out = &self.output;
         // The tail first, so the first case's rows in sim.csv carry its iterations' spread.
         let mut tails = Vec::new();

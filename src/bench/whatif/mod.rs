@@ -23,9 +23,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::descriptor::{command, Descriptor, Settings};
-use crate::gpu::Gpu;
-use crate::output::Progress;
-use crate::record::{RunDir, TableSpec};
+use crate::record::TableSpec;
 
 pub const BENCH: &str = "whatif";
 
@@ -206,18 +204,11 @@ pub fn parse_steps(text: &str) -> anyhow::Result<BTreeSet<i64>> {
 }
 
 impl crate::suite::Bench for WhatifPlan {
-    fn needs_gpu(&self) -> bool {
-        false
-    }
     fn points(&self) -> u64 {
         1
     }
-    fn run(
-        &self,
-        _gpu: Option<&Gpu>,
-        dir: &RunDir,
-        progress: &Progress,
-    ) -> Result<crate::suite::Notes> {
+    fn run(&self, cx: &crate::suite::Context) -> Result<crate::suite::Notes> {
+        let (dir, progress) = (cx.dir, cx.progress);
         let t0 = std::time::Instant::now();
         let records = load::read(&self.trace, self.max_trace_mb, self.case.as_deref())?;
         let sizes = meta::sizes(self.meta.as_deref(), &self.sizes, &records)?;

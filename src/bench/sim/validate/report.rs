@@ -335,18 +335,11 @@ impl ValidateBench {
 }
 
 impl crate::suite::Bench for ValidateBench {
-    fn needs_gpu(&self) -> bool {
-        false
-    }
     fn points(&self) -> u64 {
         self.input.cases.len() as u64
     }
-    fn run(
-        &self,
-        _gpu: Option<&crate::gpu::Gpu>,
-        dir: &RunDir,
-        progress: &Progress,
-    ) -> Result<crate::suite::Notes> {
+    fn run(&self, cx: &crate::suite::Context) -> Result<crate::suite::Notes> {
+        let (dir, progress) = (cx.dir, cx.progress);
         let mut w = open_table(dir, &self.input.header, progress)?;
         let (extra_errors, added) = self.predict_rows(&mut w, progress)?;
         let mut notes = crate::suite::Notes::new();
