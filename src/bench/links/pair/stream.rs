@@ -131,7 +131,8 @@ struct Batches {
 }
 
 impl Batches {
-    /// Announces a batch of `k` messages and, toward the server, writes them.
+    /// Announces a batch of `k` messages and, toward the server, writes them; both ways, runs
+    /// the whole batch (its messages each way and its acknowledgement).
     fn start(&mut self, s: &mut TcpStream, k: u32) -> Result<(), PairError> {
         s.write_all(&header(self.op, k, self.bytes))
             .map_err(|e| io_err("a stream", e))?;
@@ -145,7 +146,8 @@ impl Batches {
         }
     }
 
-    /// Waits for the oldest batch started: its acknowledgement, or its messages from the server.
+    /// Waits for the oldest batch started: its acknowledgement, or its messages from the server
+    /// (both ways, `start` already did).
     fn finish(&mut self, s: &mut TcpStream, k: u32) -> Result<(), PairError> {
         match self.op {
             OP_SINK => read_ack(s),
