@@ -73,41 +73,44 @@ pub fn csv_cell(cell: &str) -> Cow<'_, str> {
 /// column, code span, emphasis or link can start inside it); line breaks and other control
 /// characters become spaces, so a cell stays on its row.
 pub fn markdown(s: &str) -> Cow<'_, str> {
-    let special = |c: char| "&<>\\|`*_[]".contains(c) || c.is_control();
-    if !s.chars().any(special) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\\' | '|' | '`' | '*' | '_' | '[' | ']' => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if c.is_control() => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
+    escape(s, |c| match c {
+        '&' => Some("&amp;"),
+        '<' => Some("&lt;"),
+        '>' => Some("&gt;"),
+        '\\' => Some("\\\\"),
+        '|' => Some("\\|"),
+        '`' => Some("\\`"),
+        '*' => Some("\\*"),
+        '_' => Some("\\_"),
+        '[' => Some("\\["),
+        ']' => Some("\\]"),
+        c if c.is_control() => Some(" "),
+        _ => None,
+    })
 }
 
 /// `s` as HTML text or a quoted attribute's value: `&`, `<`, `>`, `"` and `'` become entities.
 pub fn html(s: &str) -> Cow<'_, str> {
-    if !s.contains(['&', '<', '>', '"', '\'']) {
+    escape(s, |c| match c {
+        '&' => Some("&amp;"),
+        '<' => Some("&lt;"),
+        '>' => Some("&gt;"),
+        '"' => Some("&quot;"),
+        '\'' => Some("&#39;"),
+        _ => None,
+    })
+}
+
+/// `s` with each character `with` names replaced; borrowed when none is.
+fn escape(s: &str, with: impl Fn(char) -> Option<&'static str>) -> Cow<'_, str> {
+    if !s.chars().any(|c| with(c).is_some()) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
+        match with(c) {
+            Some(e) => out.push_str(e),
+            None => out.push(c),
         }
     }
     Cow::Owned(out)

@@ -101,7 +101,7 @@ fn after(ran: &Ran, g: &GlobalArgs) -> anyhow::Result<()> {
     match ran.after {
         After::Nothing => return Ok(()),
         After::Summary => {}
-        After::Noisy => warn_noisy(dir, g.quiet || g.json),
+        After::Noisy => crate::report::document::warn_noisy(dir, g.quiet || g.json),
         After::Report => {
             if !g.quiet {
                 // The figures are measured and kept: a report that cannot be drawn is a
@@ -118,28 +118,6 @@ fn after(ran: &Ran, g: &GlobalArgs) -> anyhow::Result<()> {
         _ => {}
     }
     Ok(())
-}
-
-/// Names the rows whose samples varied by more than the report's bound, where they are seen,
-/// not only in the report.
-fn warn_noisy(dir: &std::path::Path, quiet: bool) {
-    use crate::noise::NOISY_CV;
-    use crate::report::document::noisy_rows;
-    let Ok(run) = crate::report::catalog::load(dir) else {
-        return;
-    };
-    let noisy = noisy_rows(&run);
-    if quiet || noisy.is_empty() {
-        return;
-    }
-    let shown: Vec<&str> = noisy.iter().take(8).map(|s| s.as_str()).collect();
-    eprintln!(
-        "warning: {} row(s) varied by more than {:.0}% within the run: {}{}",
-        noisy.len(),
-        NOISY_CV * 100.0,
-        shown.join("; "),
-        if noisy.len() > 8 { "; ..." } else { "" }
-    );
 }
 
 /// Prints the run's summary.json (written when the run ended).

@@ -49,7 +49,7 @@ fn run(m: &clap::ArgMatches, g: &GlobalArgs) -> anyhow::Result<Ran> {
     if let Some(d) = &a.textfile {
         crate::report::metrics::run_textfile(&dir.path, started.elapsed())?.write(d)?;
     }
-    super::warn_noisy(&dir.path, g.quiet || g.json);
+    crate::report::document::warn_noisy(&dir.path, g.quiet || g.json);
     if !a.no_plots {
         super::plot(&dir.path, Format::Both, &[], g.quiet || g.json)?;
     }

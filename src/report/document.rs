@@ -328,6 +328,26 @@ pub fn cautions(run: &Loaded) -> Vec<String> {
     out
 }
 
+/// Names the rows whose samples varied by more than the report's bound, where they are seen,
+/// not only in the report.
+pub fn warn_noisy(dir: &Path, quiet: bool) {
+    let Ok(run) = catalog::load(dir) else {
+        return;
+    };
+    let noisy = noisy_rows(&run);
+    if quiet || noisy.is_empty() {
+        return;
+    }
+    let shown: Vec<&str> = noisy.iter().take(8).map(|s| s.as_str()).collect();
+    eprintln!(
+        "warning: {} row(s) varied by more than {:.0}% within the run: {}{}",
+        noisy.len(),
+        NOISY_CV * 100.0,
+        shown.join("; "),
+        if noisy.len() > 8 { "; ..." } else { "" }
+    );
+}
+
 /// Every measured row of a single-node table with cv over [`NOISY_CV`], as "bench: case
 /// [timer] (cv 0.23)": the figures `check` would judge, as each bench's table gives them.
 pub fn noisy_rows(run: &Loaded) -> Vec<String> {

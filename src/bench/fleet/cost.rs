@@ -174,6 +174,22 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// The user's profile, else [`Profile::default_for`] the world.
+    fn given_or_default(profile: Option<&Profile>, world: usize) -> Profile {
+        profile
+            .cloned()
+            .unwrap_or_else(|| Profile::default_for(world))
+    }
+
+    /// Where a kept `kind` sits: a node in the middle stage; a link between the two middle
+    /// stages (its lower one).
+    fn kept_stage(&self, kind: &str) -> usize {
+        match kind {
+            "link" => (self.stages - 1) / 2,
+            _ => self.stages / 2,
+        }
+    }
+
     fn default_for(world: usize) -> Profile {
         let stages = world.clamp(2, MAX_STAGES);
         Profile {
@@ -260,9 +276,7 @@ pub fn estimate(
     world: usize,
     profile: Option<&Profile>,
 ) -> Vec<KeepCost> {
-    let profile = profile
-        .cloned()
-        .unwrap_or_else(|| Profile::default_for(world));
+    let profile = Profile::given_or_default(profile, world);
     failed
         .iter()
         .filter_map(|(rank, host)| {
@@ -279,9 +293,7 @@ pub fn estimate_links(
     world: usize,
     profile: Option<&Profile>,
 ) -> Vec<KeepCost> {
-    let profile = profile
-        .cloned()
-        .unwrap_or_else(|| Profile::default_for(world));
+    let profile = Profile::given_or_default(profile, world);
     links
         .iter()
         .map(|(rank, hosts, extra_us)| {
@@ -297,12 +309,7 @@ pub fn estimate_links(
 /// One kept node's or link's rows: 1F1B (Megatron's runtime) and adaptive (PipeMorph's),
 /// kept against healthy; a runtime the model cannot predict is a row with its error.
 fn cost_of((rank, host, kind): (u32, &str, &str), kept: Kept, profile: &Profile) -> KeepCost {
-    let stages = profile.stages;
-    // The node in the middle; a link between the two middle stages.
-    let stage = match kind {
-        "link" => (stages - 1) / 2,
-        _ => stages / 2,
-    };
+    let stage = profile.kept_stage(kind);
     let (healthy, calm) = slowed(profile, stage, HEALTHY);
     let (kept_profile, delay) = slowed(profile, stage, kept);
     let known = KeepCostFigures {
@@ -318,7 +325,7 @@ fn cost_of((rank, host, kind): (u32, &str, &str), kept: Kept, profile: &Profile)
                 rank,
                 host: host.to_string(),
                 kind: kind.to_string(),
-                stages,
+                stages: profile.stages,
                 stage,
                 schedule: schedule.to_string(),
             };
@@ -352,14 +359,9 @@ pub fn estimate_lossy(
     world: usize,
     profile: Option<&Profile>,
 ) -> KeepCost {
-    let p = profile
-        .cloned()
-        .unwrap_or_else(|| Profile::default_for(world));
+    let p = Profile::given_or_default(profile, world);
     let stages = p.stages;
-    let stage = match kind {
-        "link" => (stages - 1) / 2,
-        _ => stages / 2,
-    };
+    let stage = p.kept_stage(kind);
     let links: Vec<usize> = match kind {
         "link" => vec![stage],
         _ => [stage.checked_sub(1), (stage + 1 < stages).then_some(stage)]

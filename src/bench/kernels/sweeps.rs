@@ -43,10 +43,7 @@ pub(super) fn sweep_gemm(
         plan.reselect,
         |v| GemmKernel::new(gpu, v, probe),
     )?;
-    if let Some(sel) = sel {
-        progress.println(selection_line(&sel));
-        selections.push(sel);
-    }
+    keep_selection(sel, selections, progress);
     for &size in &plan.gemm {
         progress.set_message(format!("gemm {size}"));
         let (k, variant) = first_fitting(&ranked, |v| GemmKernel::new(gpu, v, size))?;
@@ -114,10 +111,7 @@ pub(super) fn sweep_layernorm(
             plan.reselect,
             |v| LayernormKernel::new(gpu, v, probe),
         )?;
-        if let Some(sel) = sel {
-            progress.println(selection_line(&sel));
-            selections.push(sel);
-        }
+        keep_selection(sel, selections, progress);
         rankings.push(ranked);
     }
     for (&size, &class) in plan.layernorm.iter().zip(&class_of) {
@@ -156,6 +150,14 @@ pub(super) fn sweep_layernorm(
         }
     }
     Ok(())
+}
+
+/// A measured choice (none when the variant was forced) is said and kept for the run's notes.
+fn keep_selection(sel: Option<Selection>, selections: &mut Vec<Selection>, progress: &Progress) {
+    if let Some(sel) = sel {
+        progress.println(selection_line(&sel));
+        selections.push(sel);
+    }
 }
 
 pub(super) fn selection_line(sel: &Selection) -> String {
