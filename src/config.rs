@@ -143,35 +143,30 @@ mod tests {
         assert_eq!(k.gemm[0].to_string(), "8x8x8");
     }
 
+    /// The message of `text`'s parse error, read from `x.toml`.
+    fn parse_err(text: &str) -> String {
+        crate::testing::err_text(SuiteConfig::parse(text, "x.toml"))
+    }
+
     #[test]
     fn unknown_key_is_named() {
-        let err = SuiteConfig::parse("[kernels]\ngemm = []\nitres = 3\n", "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = parse_err("[kernels]\ngemm = []\nitres = 3\n");
         assert!(err.contains("x.toml") && err.contains("itres"), "{err}");
     }
 
     #[test]
     fn bad_values_are_named() {
-        let err = SuiteConfig::parse("[kernels]\ngemm = [\"0x1x1\"]\n", "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = parse_err("[kernels]\ngemm = [\"0x1x1\"]\n");
         assert!(
             err.contains("kernels.gemm") && err.contains(">= 1"),
             "{err}"
         );
-        let err = SuiteConfig::parse("[kernels]\niters = \"many\"\n", "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = parse_err("[kernels]\niters = \"many\"\n");
         assert!(err.contains("iters"), "{err}");
-        let err = SuiteConfig::parse("[kernels]\niters = 0\n", "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = parse_err("[kernels]\niters = 0\n");
         assert!(err.contains("kernels.iters"), "{err}");
         assert!(SuiteConfig::parse("", "x.toml").is_err());
-        let err = SuiteConfig::parse("[kernel]\ngemm = []\n", "x.toml")
-            .unwrap_err()
-            .to_string();
+        let err = parse_err("[kernel]\ngemm = []\n");
         assert!(err.contains("[kernel]") && err.contains("kernels"), "{err}");
     }
 }

@@ -24,6 +24,8 @@ pub mod sim;
 pub mod slurm;
 pub mod stats;
 pub mod suite;
+#[cfg(test)]
+mod testing;
 pub mod transport;
 pub mod units;
 pub mod verdict;

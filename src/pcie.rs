@@ -433,18 +433,10 @@ mod tests {
         assert!(matches!(judge(&p, &p, &p), Judged::NotExposed(_)));
         // A device with no link files at all, and no such device.
         let t = tree(&[("vendor", "0x10de\n")], &[]);
-        assert!(read(t.path(), "0000:01:00.0")
-            .unwrap_err()
-            .to_string()
-            .starts_with("not exposed"));
-        assert!(read(t.path(), "0000:02:00.0")
-            .unwrap_err()
-            .to_string()
-            .starts_with("not exposed"));
-        assert!(read(t.path(), "llvmpipe")
-            .unwrap_err()
-            .to_string()
-            .contains("no PCI address"));
+        let err = |bus_id: &str| crate::testing::err_text(read(t.path(), bus_id));
+        assert!(err("0000:01:00.0").starts_with("not exposed"));
+        assert!(err("0000:02:00.0").starts_with("not exposed"));
+        assert!(err("llvmpipe").contains("no PCI address"));
     }
 
     #[test]

@@ -54,6 +54,7 @@ pub fn parse_byte_count(text: &str) -> anyhow::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::err_text;
 
     #[test]
     fn sizes_parse_with_units_and_alignment() {
@@ -61,19 +62,10 @@ mod tests {
         assert_eq!(parse_size("64K").unwrap(), 65536);
         assert_eq!(parse_size("16MiB").unwrap(), 16 << 20);
         assert_eq!(parse_size("1g").unwrap(), 1 << 30);
-        assert!(parse_size("3")
-            .unwrap_err()
-            .to_string()
-            .contains("multiple of 4"));
+        assert!(err_text(parse_size("3")).contains("multiple of 4"));
         assert!(parse_size("0").is_err());
-        assert!(parse_size("12Q")
-            .unwrap_err()
-            .to_string()
-            .contains("unknown unit"));
-        assert!(parse_size("99999999999999G")
-            .unwrap_err()
-            .to_string()
-            .contains("too large"));
+        assert!(err_text(parse_size("12Q")).contains("unknown unit"));
+        assert!(err_text(parse_size("99999999999999G")).contains("too large"));
         assert_eq!(human_bytes(65536), "64 KiB");
     }
 }

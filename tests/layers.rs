@@ -25,6 +25,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "reported",
             "sanitize",
             "safe_fs",
+            // The unit tests' shared helpers (test builds only).
+            "testing",
         ],
     ),
     // What every bench writes: CSV rows, the run folder, meta.json.

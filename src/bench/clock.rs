@@ -265,6 +265,7 @@ fn sleep_overshoots(plan: &ClockSettings) -> Result<Vec<f64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::err_text;
 
     #[test]
     fn the_clock_is_read_stepped_and_slept_on() {
@@ -289,21 +290,10 @@ mod tests {
             warmup: 0,
             sleep_us,
         };
-        assert!(cfg(100_000, 1_000_000)
-            .plan()
-            .unwrap_err()
-            .to_string()
-            .contains("over the cap"));
-        assert!(cfg(10, 0)
-            .plan()
-            .unwrap_err()
-            .to_string()
-            .contains("clock.sleep_us"));
-        assert!(cfg(0, 10)
-            .plan()
-            .unwrap_err()
-            .to_string()
-            .contains("clock.iters"));
+        let err = |iters, sleep_us| err_text(cfg(iters, sleep_us).plan());
+        assert!(err(100_000, 1_000_000).contains("over the cap"));
+        assert!(err(10, 0).contains("clock.sleep_us"));
+        assert!(err(0, 10).contains("clock.iters"));
         assert_eq!(cfg(10, 10).plan().unwrap().sleep_us, 10);
     }
 

@@ -308,34 +308,23 @@ fn inventory(rank: u32) -> Inventory {
 fn batch(tests: &[TestSpec]) -> Batch {
     let results = tests
         .iter()
-        .map(|t| {
-            let (figure, unit) = t.kind.figure();
-            super::fleet::checks::Measured {
-                test: t.kind,
-                figure: figure.into(),
-                unit: unit.into(),
-                value: Some(100.0),
-                p50_us: Some(1000.0),
-                p99_us: Some(1010.0),
-                n: t.iters,
-                cut: false,
-                error: None,
-                skipped: None,
-                note: None,
-                pcie: Some(crate::reported::Reported::failed(
-                    "not exposed (a simulated node)",
-                )),
-                placement: None,
-            }
+        .map(|t| super::fleet::checks::Measured {
+            value: Some(100.0),
+            p50_us: Some(1000.0),
+            p99_us: Some(1010.0),
+            n: t.iters,
+            pcie: Some(crate::reported::Reported::failed(
+                "not exposed (a simulated node)",
+            )),
+            ..super::fleet::checks::Measured::of(t.kind)
         })
         .collect();
     Batch {
         results,
-        pcie_around: None,
         others_cores: Some(0.0),
         steal_pct: Some(0.0),
-        busy: false,
         cores: 1,
+        ..Default::default()
     }
 }
 

@@ -138,10 +138,7 @@ pub fn h2d_placed(gpu: &Gpu, bytes: u64, budget: Budget, spread: bool) -> anyhow
         let probed = sample(share, || {
             let t0 = Instant::now();
             gpu.map_write_from(&staging, &want)?;
-            let mut enc = gpu.device.create_command_encoder(&Default::default());
-            enc.copy_buffer_to_buffer(&staging, 0, &device, 0, bytes);
-            let idx = gpu.queue.submit([enc.finish()]);
-            gpu.wait(idx)?;
+            gpu.submit_wait(|enc| enc.copy_buffer_to_buffer(&staging, 0, &device, 0, bytes))?;
             let t = elapsed_us(t0);
             if std::mem::take(&mut first) {
                 check_h2d(gpu, &device, &want)?;
@@ -305,13 +302,18 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// `iters` samples, due `within` from now.
+    fn budget(iters: usize, within: Duration) -> Budget {
+        Budget {
+            iters,
+            deadline: Instant::now() + within,
+        }
+    }
+
     #[test]
     fn a_spread_memcpy_tries_fresh_buffers_on_each_cpu_and_keeps_the_fastest() {
         let before = crate::host::allowed_cpus();
-        let budget = Budget {
-            iters: 3,
-            deadline: Instant::now() + Duration::from_secs(20),
-        };
+        let budget = budget(3, Duration::from_secs(20));
         let p = memcpy_placed(1 << 20, budget, true).unwrap();
         let want = before.len().clamp(MIN_PLACEMENTS, MAX_PLACEMENTS);
         assert_eq!(p.tried.len(), want, "{:?}", p.tried);
@@ -336,10 +338,7 @@ mod tests {
     #[test]
     fn a_spread_copy_to_and_from_the_device_tries_fresh_buffers_and_keeps_the_fastest() {
         let gpu = Gpu::open(crate::gpu::BackendChoice::Auto, None).expect("a GPU adapter");
-        let budget = || Budget {
-            iters: 3,
-            deadline: Instant::now() + Duration::from_secs(20),
-        };
+        let budget = || budget(3, Duration::from_secs(20));
         let tries = crate::host::allowed_cpus()
             .len()
             .clamp(MIN_PLACEMENTS, MAX_PLACEMENTS);
@@ -374,32 +373,20 @@ mod tests {
 
     #[test]
     fn a_probe_stops_at_its_deadline_with_what_it_has() {
-        let far = Budget {
-            iters: 5,
-            deadline: Instant::now() + Duration::from_secs(60),
-        };
+        let far = budget(5, Duration::from_secs(60));
         let p = memcpy(1 << 16, far).unwrap();
         assert_eq!((p.summary.n, p.cut), (5, false));
         // A deadline already past: no samples, and the probe says it was cut.
-        let past = Budget {
-            iters: 5,
-            deadline: Instant::now(),
-        };
+        let past = budget(5, Duration::ZERO);
         let e = memcpy(1 << 16, past).unwrap_err();
         assert!(e.to_string().contains("cut by its deadline"), "{e}");
         // Some samples, then the deadline: a figure, marked cut.
         let mut n = 0;
-        let p = sample(
-            Budget {
-                iters: 1000,
-                deadline: Instant::now() + Duration::from_millis(200),
-            },
-            || {
-                n += 1;
-                std::thread::sleep(Duration::from_millis(10));
-                Ok(10_000.0)
-            },
-        )
+        let p = sample(budget(1000, Duration::from_millis(200)), || {
+            n += 1;
+            std::thread::sleep(Duration::from_millis(10));
+            Ok(10_000.0)
+        })
         .unwrap();
         assert!(p.cut && p.summary.n >= MIN_SAMPLES && n < 1000, "{n}");
     }

@@ -38,11 +38,21 @@ fn steady(center: f64) -> Vec<f64> {
         .collect()
 }
 
+/// 20 samples around `center`, lower better.
+fn lower(center: f64) -> Figure {
+    fig(&steady(center), Better::Lower)
+}
+
 fn key(case: &str) -> Key {
     Key {
         bench: "d2h".into(),
         case: case.into(),
     }
+}
+
+/// `now` judged against `base` under the default thresholds.
+fn judged(base: &Figure, now: &Figure, family: Family) -> Outcome {
+    judge(&key("a"), base, now, &Thresholds::default(), "r", family)
 }
 
 fn run(id: &str, figures: Vec<(&str, Figure)>) -> RunFigures {
@@ -59,10 +69,9 @@ fn run(id: &str, figures: Vec<(&str, Figure)>) -> RunFigures {
 
 #[test]
 fn a_twenty_percent_regression_fails_and_the_same_figure_passes() {
-    let t = Thresholds::default();
     let base = fig(&steady(100.0), Better::Higher);
     let slow = fig(&steady(120.0), Better::Higher);
-    let o = judge(&key("a"), &base, &slow, &t, "r", Family::default());
+    let o = judged(&base, &slow, Family::default());
     assert_eq!(o.verdict, Verdict::Fail, "{o:?}");
     assert!((o.ratio.unwrap() - 1.0 / 1.2).abs() < 1e-9);
     let (lo, hi) = (o.ci_lo.unwrap(), o.ci_hi.unwrap());
@@ -70,28 +79,20 @@ fn a_twenty_percent_regression_fails_and_the_same_figure_passes() {
     assert!(o.reason.contains("16.7% worse"), "{}", o.reason);
     // The same figure, and a 20% improvement, pass.
     assert_eq!(
-        judge(&key("a"), &base, &base, &t, "r", Family::default()).verdict,
+        judged(&base, &base, Family::default()).verdict,
         Verdict::Pass
     );
     assert_eq!(
-        judge(&key("a"), &slow, &base, &t, "r", Family::default()).verdict,
+        judged(&slow, &base, Family::default()).verdict,
         Verdict::Pass
     );
     // 7% worse and significant: a WARN.
-    let o = judge(
-        &key("a"),
-        &fig(&steady(100.0), Better::Lower),
-        &fig(&steady(107.0), Better::Lower),
-        &t,
-        "r",
-        Family::default(),
-    );
+    let o = judged(&lower(100.0), &lower(107.0), Family::default());
     assert_eq!(o.verdict, Verdict::Warn, "{o:?}");
 }
 
 #[test]
 fn unsteady_rows_and_caveats_warn_but_never_fail() {
-    let t = Thresholds::default();
     let noisy = |c: f64| -> Vec<f64> {
         (0..40)
             .map(|i| c * if i % 2 == 0 { 0.7 } else { 1.3 })
@@ -101,34 +102,30 @@ fn unsteady_rows_and_caveats_warn_but_never_fail() {
         fig(&noisy(100.0), Better::Lower),
         fig(&noisy(150.0), Better::Lower),
     );
-    let o = judge(&key("a"), &a, &b, &t, "r", Family::default());
+    let o = judged(&a, &b, Family::default());
     assert_eq!(o.verdict, Verdict::Warn);
     assert!(
         o.reason.contains("unsteady") && o.reason.contains("would FAIL"),
         "{}",
         o.reason
     );
-    b = fig(&steady(150.0), Better::Lower);
-    let mut a = fig(&steady(100.0), Better::Lower);
+    b = lower(150.0);
+    let mut a = lower(100.0);
     a.caveat = Some("launch-bound".into());
-    let o = judge(&key("a"), &a, &b, &t, "r", Family::default());
+    let o = judged(&a, &b, Family::default());
     assert_eq!(o.verdict, Verdict::Warn);
     assert!(o.reason.starts_with("launch-bound"), "{}", o.reason);
 }
 
 #[test]
 fn a_fail_must_stand_out_from_the_pairs_scatter() {
-    let t = Thresholds::default();
-    let (a, b) = (
-        fig(&steady(100.0), Better::Lower),
-        fig(&steady(125.0), Better::Lower),
-    );
+    let (a, b) = (lower(100.0), lower(125.0));
     // Figures that moved by 20% typically: a 25% change does not stand out.
     let noisy = Family {
         q: None,
         scatter: Some(0.2),
     };
-    let o = judge(&key("a"), &a, &b, &t, "r", noisy);
+    let o = judged(&a, &b, noisy);
     assert_eq!(o.verdict, Verdict::Warn);
     assert!(o.reason.contains("scatter"), "{}", o.reason);
     // Figures that moved by 2%: it does.
@@ -136,18 +133,10 @@ fn a_fail_must_stand_out_from_the_pairs_scatter() {
         q: None,
         scatter: Some(0.02),
     };
-    assert_eq!(
-        judge(&key("a"), &a, &b, &t, "r", quiet).verdict,
-        Verdict::Fail
-    );
+    assert_eq!(judged(&a, &b, quiet).verdict, Verdict::Fail);
     // A node 25% slower on every figure fails on every figure: the scatter is small.
     let figs: Vec<(String, Figure)> = (0..10)
-        .map(|i| {
-            (
-                format!("f{i}"),
-                fig(&steady(100.0 + i as f64), Better::Lower),
-            )
-        })
+        .map(|i| (format!("f{i}"), lower(100.0 + i as f64)))
         .collect();
     let base = run(
         "b",
@@ -180,7 +169,7 @@ fn a_fail_must_stand_out_from_the_pairs_scatter() {
         fig(&steady(100.0)[..5], Better::Lower),
         fig(&steady(125.0)[..5], Better::Lower),
     );
-    let o = judge(&key("a"), &a, &b, &t, "r", Family::default());
+    let o = judged(&a, &b, Family::default());
     assert!(
         o.verdict == Verdict::Warn && o.reason.contains("min_n"),
         "{o:?}"
@@ -189,20 +178,8 @@ fn a_fail_must_stand_out_from_the_pairs_scatter() {
 
 #[test]
 fn figures_in_one_run_only_warn_and_policy_can_ignore() {
-    let base = run(
-        "b",
-        vec![
-            ("x", fig(&steady(100.0), Better::Lower)),
-            ("y", fig(&steady(1.0), Better::Lower)),
-        ],
-    );
-    let now = run(
-        "n",
-        vec![
-            ("x", fig(&steady(130.0), Better::Lower)),
-            ("z", fig(&steady(1.0), Better::Lower)),
-        ],
-    );
+    let base = run("b", vec![("x", lower(100.0)), ("y", lower(1.0))]);
+    let now = run("n", vec![("x", lower(130.0)), ("z", lower(1.0))]);
     let r = against_baseline(&base, &now, &Policy::default());
     let v: Vec<(&str, Verdict)> = r
         .outcomes

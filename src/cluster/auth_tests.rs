@@ -65,10 +65,8 @@ fn tokens_are_sized_and_sourced() {
         token_file: Some(f.clone()),
         insecure: false,
     };
-    assert!(resolve(&src, 4, &none)
-        .unwrap_err()
-        .to_string()
-        .contains("writable by every user"));
+    let err = crate::testing::err_text(resolve(&src, 4, &none));
+    assert!(err.contains("writable by every user"));
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o400)).unwrap();
     assert!(matches!(resolve(&src, 4, &none), Ok(Trust::Secret(_))));
     let link = dir.path().join("link");

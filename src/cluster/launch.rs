@@ -304,6 +304,7 @@ pub fn rendezvous(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::err_text;
     use std::collections::HashMap;
 
     fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -342,24 +343,14 @@ mod tests {
             ("PMI_RANK", "3"),
             ("PMI_SIZE", "4"),
         ]);
-        let e = detect(None, &both).unwrap_err().to_string();
+        let e = err_text(detect(None, &both));
         assert!(e.contains("Slurm") && e.contains("PMI"), "{e}");
-        let e = detect(None, &env(&[("PMI_RANK", "x"), ("PMI_SIZE", "2")]))
-            .unwrap_err()
-            .to_string();
+        let e = err_text(detect(None, &env(&[("PMI_RANK", "x"), ("PMI_SIZE", "2")])));
         assert!(e.contains("PMI_RANK"), "{e}");
-        assert!(detect(Some((2, 2)), &env(&[]))
-            .unwrap_err()
-            .to_string()
-            .contains("rank 2"));
-        assert!(detect(Some((0, 0)), &env(&[]))
-            .unwrap_err()
-            .to_string()
-            .contains("world"));
-        assert!(detect(None, &env(&[]))
-            .unwrap_err()
-            .to_string()
-            .contains("--rank"));
+        let none = env(&[]);
+        assert!(err_text(detect(Some((2, 2)), &none)).contains("rank 2"));
+        assert!(err_text(detect(Some((0, 0)), &none)).contains("world"));
+        assert!(err_text(detect(None, &none)).contains("--rank"));
     }
 
     #[test]
@@ -391,12 +382,8 @@ mod tests {
         assert_eq!((l.launcher, l.rank), (Launcher::Torchrun, 9));
         // A pod index without a world size is no launcher; a garbled one is named.
         assert!(detect(None, &env(&[("JOB_COMPLETION_INDEX", "1")])).is_err());
-        let e = detect(
-            None,
-            &env(&[("JOB_COMPLETION_INDEX", "x"), ("WORLD_SIZE", "2")]),
-        )
-        .unwrap_err()
-        .to_string();
+        let garbled = env(&[("JOB_COMPLETION_INDEX", "x"), ("WORLD_SIZE", "2")]);
+        let e = err_text(detect(None, &garbled));
         assert!(e.contains("JOB_COMPLETION_INDEX"), "{e}");
         // Slurm and torchrun that disagree are named, both.
         let both = env(&[
@@ -405,7 +392,7 @@ mod tests {
             ("RANK", "1"),
             ("WORLD_SIZE", "2"),
         ]);
-        let e = detect(None, &both).unwrap_err().to_string();
+        let e = err_text(detect(None, &both));
         assert!(e.contains("Slurm") && e.contains("torchrun"), "{e}");
         // Under torchrun's agent store, rank 0 listens on the port after MASTER_PORT.
         let agent = env(&[
@@ -435,17 +422,9 @@ mod tests {
         );
         let nodes = vec!["gpu01".to_string(), "gpu02".to_string()];
         assert_eq!(rendezvous(None, &none, &nodes).unwrap().0, "gpu01");
-        assert!(rendezvous(None, &none, &[])
-            .unwrap_err()
-            .to_string()
-            .contains("--rendezvous"));
-        assert!(rendezvous(Some("h:0"), &none, &[])
-            .unwrap_err()
-            .to_string()
-            .contains("port"));
-        assert!(rendezvous(Some("h:99999"), &none, &[])
-            .unwrap_err()
-            .to_string()
-            .contains("port"));
+        let err = |flag: Option<&str>| err_text(rendezvous(flag, &none, &[]));
+        assert!(err(None).contains("--rendezvous"));
+        assert!(err(Some("h:0")).contains("port"));
+        assert!(err(Some("h:99999")).contains("port"));
     }
 }

@@ -1,6 +1,7 @@
 //! The rendezvous's tests: one roster for every rank, and each fault named and bounded.
 use super::*;
 use crate::cluster::frame::MAGIC;
+use crate::testing::err_text;
 use std::io::Write;
 
 fn reg(rank: u32, world: u32) -> Registration {
@@ -73,27 +74,15 @@ fn faults_are_named_and_bounded() {
     let e = e.to_string();
     assert!(e.contains("rank(s) 2 of 3 never arrived"), "{e}");
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert!(others[0]
-        .as_ref()
-        .unwrap_err()
-        .to_string()
-        .contains("never arrived"));
+    assert!(err_text(others[0].as_ref()).contains("never arrived"));
     // A duplicate rank, a world mismatch, a version mismatch.
     let (zero, _) = run(vec![reg(1, 3), reg(1, 3)], 3, t);
-    assert!(zero
-        .unwrap_err()
-        .to_string()
-        .contains("rank 1 registered twice"));
+    assert!(err_text(zero).contains("rank 1 registered twice"));
     let (zero, others) = run(vec![reg(1, 3)], 2, t);
-    assert!(zero
-        .unwrap_err()
-        .to_string()
-        .contains("says the world is 3 ranks, rank 0 says 2"));
-    assert!(others[0]
-        .as_ref()
-        .unwrap_err()
-        .to_string()
-        .contains("rank 0 ended the run"));
+    let e = err_text(zero);
+    assert!(e.contains("says the world is 3 ranks, rank 0 says 2"));
+    let e = err_text(others[0].as_ref());
+    assert!(e.contains("rank 0 ended the run"));
     let mut old = reg(1, 2);
     old.version = "0.0.9".into();
     let (zero, _) = run(vec![old], 2, t);
@@ -153,8 +142,6 @@ fn faults_are_named_and_bounded() {
         .local_addr()
         .unwrap()
         .to_string();
-    let e = join(&free, reg(1, 2), &trust(), Duration::from_millis(300))
-        .unwrap_err()
-        .to_string();
+    let e = err_text(join(&free, reg(1, 2), &trust(), Duration::from_millis(300)));
     assert!(e.contains("rank 0 never answered"), "{e}");
 }

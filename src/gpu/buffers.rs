@@ -62,26 +62,25 @@ impl Gpu {
             usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
             view_formats: &[],
         });
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_texture(
-            wgpu::TexelCopyBufferInfo {
-                buffer,
-                layout: wgpu::TexelCopyBufferLayout {
-                    offset: 0,
-                    bytes_per_row: Some(row_bytes),
-                    rows_per_image: Some(height),
+        self.submit_wait(|enc| {
+            enc.copy_buffer_to_texture(
+                wgpu::TexelCopyBufferInfo {
+                    buffer,
+                    layout: wgpu::TexelCopyBufferLayout {
+                        offset: 0,
+                        bytes_per_row: Some(row_bytes),
+                        rows_per_image: Some(height),
+                    },
                 },
-            },
-            wgpu::TexelCopyTextureInfo {
-                texture: &texture,
-                mip_level: 0,
-                origin: wgpu::Origin3d::ZERO,
-                aspect: wgpu::TextureAspect::All,
-            },
-            extent,
-        );
-        let idx = self.queue.submit([enc.finish()]);
-        self.wait(idx)?;
+                wgpu::TexelCopyTextureInfo {
+                    texture: &texture,
+                    mip_level: 0,
+                    origin: wgpu::Origin3d::ZERO,
+                    aspect: wgpu::TextureAspect::All,
+                },
+                extent,
+            );
+        })?;
         Ok(Some(texture))
     }
 
@@ -101,10 +100,7 @@ impl Gpu {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
-        let idx = self.queue.submit([enc.finish()]);
-        self.wait(idx)?;
+        self.submit_wait(|enc| enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, size))?;
         self.map_read(&staging)
     }
 

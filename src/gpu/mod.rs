@@ -436,6 +436,19 @@ impl Gpu {
         self.check()
     }
 
+    /// Records `record`'s commands on a fresh encoder, submits them and waits for them to
+    /// finish; returns what `record` returned.
+    pub fn submit_wait<R>(
+        &self,
+        record: impl FnOnce(&mut wgpu::CommandEncoder) -> R,
+    ) -> Result<R, GpuError> {
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        let recorded = record(&mut enc);
+        let idx = self.queue.submit([enc.finish()]);
+        self.wait(idx)?;
+        Ok(recorded)
+    }
+
     /// A compute pipeline from WGSL. Our kernels guard every index themselves and are
     /// verified against a CPU reference before they are timed, so they are compiled without
     /// wgpu's injected bounds checks when `trusted` (these checks cost up to 2x on lavapipe).

@@ -139,11 +139,10 @@ impl PassTimer {
 
     /// Reads the raw (start, end) ticks of slots `0..count`.
     fn read_ticks(&self, gpu: &Gpu, count: u32) -> Result<Vec<(u64, u64)>, GpuError> {
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        enc.resolve_query_set(&self.query_set, 0..2 * count, &self.resolve, 0);
-        enc.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, count as u64 * 16);
-        let idx = gpu.queue.submit([enc.finish()]);
-        gpu.wait(idx)?;
+        gpu.submit_wait(|enc| {
+            enc.resolve_query_set(&self.query_set, 0..2 * count, &self.resolve, 0);
+            enc.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, count as u64 * 16);
+        })?;
         let bytes = gpu.map_read(&self.readback)?;
         let ticks: &[u64] = bytemuck::cast_slice(&bytes);
         Ok((0..count as usize)
@@ -198,10 +197,7 @@ pub fn time_compute_passes(
     let mut cpu_us = Vec::with_capacity(iters as usize);
     let mut gpu_us = Vec::with_capacity(iters as usize);
     for _ in 0..warmup {
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        record_untimed(&mut enc, upload, &mut encode);
-        let idx = gpu.queue.submit([enc.finish()]);
-        gpu.wait(idx)?;
+        gpu.submit_wait(|enc| record_untimed(enc, upload, &mut encode))?;
     }
     let mut slot = 0;
     for _ in 0..iters {

@@ -51,37 +51,41 @@ fn rate(schedule: &str, sc: &Scenario) -> f64 {
     bubble_rate(&schedule, sc, &run)
 }
 
-fn check(what: &str, got: f64, want: f64, failures: &mut Vec<String>) {
-    if (got - want).abs() > 0.0005 {
-        failures.push(format!("{what}: {got:.4}, published {want:.4}"));
+/// Every figure that missed, reported together at the end.
+#[derive(Default)]
+struct Failures(Vec<String>);
+
+impl Failures {
+    /// Notes `what` when `got` is more than 0.0005 from the published `want`.
+    fn check(&mut self, what: &str, got: f64, want: f64) {
+        if (got - want).abs() > 0.0005 {
+            self.fail(format!("{what}: {got:.4}, published {want:.4}"));
+        }
+    }
+
+    fn fail(&mut self, failure: String) {
+        self.0.push(failure);
+    }
+
+    fn assert_none(self) {
+        assert!(self.0.is_empty(), "{:#?}", self.0);
     }
 }
 
 #[test]
 fn one_f_one_b_zb_h1_and_zb_h2_match_the_zero_bubble_table() {
-    let mut failures = Vec::new();
+    let mut failures = Failures::default();
     for (i, r) in ICLR.iter().enumerate() {
         let sc = scenario(r);
-        check(
-            &format!("row {i} 1f1b"),
-            rate("1f1b", &sc),
-            r.one_f_one_b,
-            &mut failures,
-        );
-        check(
-            &format!("row {i} zb-h1"),
-            rate("zb-h1", &sc),
-            r.zb_h1,
-            &mut failures,
-        );
-        check(
-            &format!("row {i} zb-h2"),
-            rate("zb-h2", &sc),
-            r.zb_h2,
-            &mut failures,
-        );
+        for (name, want) in [
+            ("1f1b", r.one_f_one_b),
+            ("zb-h1", r.zb_h1),
+            ("zb-h2", r.zb_h2),
+        ] {
+            failures.check(&format!("row {i} {name}"), rate(name, &sc), want);
+        }
     }
-    assert!(failures.is_empty(), "{failures:#?}");
+    failures.assert_none();
 }
 
 /// Interleaved 1F1B with V = layers / p, as the authors' script computed it (the 1F1B-I column:
@@ -95,25 +99,20 @@ fn interleaved_matches_the_zero_bubble_script() {
         0.1055, 0.0818, 0.0443, 0.0808, 0.0628, 0.0320, 0.1104, 0.0852, 0.0445, 0.1493, 0.1164,
         0.0624,
     ];
-    let mut failures = Vec::new();
+    let mut failures = Failures::default();
     for (i, (r, want)) in ICLR.iter().zip(published).enumerate() {
         let sc = scenario(r);
         let v = r.layers / r.p;
         let as_published = rate(&format!("interleaved-zb-paper:{v}"), &sc);
-        check(
-            &format!("row {i} interleaved"),
-            as_published,
-            want,
-            &mut failures,
-        );
+        failures.check(&format!("row {i} interleaved"), as_published, want);
         let real = rate(&format!("interleaved:{v}"), &sc);
         if real + 1e-12 < as_published {
-            failures.push(format!(
+            failures.fail(format!(
                 "row {i}: real dependencies {real:.4} < {as_published:.4}"
             ));
         }
     }
-    assert!(failures.is_empty(), "{failures:#?}");
+    failures.assert_none();
 }
 
 #[test]
@@ -161,7 +160,7 @@ fn the_arxiv_rows_and_zb_v_match_the_authors_script() {
         (32, 128, 9.469, 9.744, 7.306, 0.892, 6144, 48, [0.2204, 0.1111, 0.0478, 0.0451]),
         (32, 256, 9.447, 9.644, 7.193, 0.887, 6144, 48, [0.1362, 0.0593, 0.0251, 0.0236]),
     ];
-    let mut failures = Vec::new();
+    let mut failures = Failures::default();
     for (i, (p, m, f, b, w, c, h, a, want)) in rows.into_iter().enumerate() {
         let shape = super::memory::ModelShape {
             hidden: h,
@@ -177,15 +176,10 @@ fn the_arxiv_rows_and_zb_v_match_the_authors_script() {
             .unwrap()
             .with_activation(shape.activation());
         for (name, want) in ["1f1b", "zb-h1", "zb-h2", "zb-v"].into_iter().zip(want) {
-            check(
-                &format!("arXiv row {i} {name}"),
-                rate(name, &sc),
-                want,
-                &mut failures,
-            );
+            failures.check(&format!("arXiv row {i} {name}"), rate(name, &sc), want);
         }
     }
-    assert!(failures.is_empty(), "{failures:#?}");
+    failures.assert_none();
 }
 
 /// DualPipeV against the DualPipe README: bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2p

@@ -268,48 +268,40 @@ fn one_f_one_b_warmup(sc: &Scenario) -> Vec<usize> {
         .collect()
 }
 
+/// Forwards first, then backwards, then weight gradients.
+const F_FIRST: [OpKind; 3] = [OpKind::F, OpKind::B, OpKind::W];
+/// Backwards first, then forwards, then weight gradients.
+const B_FIRST: [OpKind; 3] = [OpKind::B, OpKind::F, OpKind::W];
+
+/// A priority policy that does not hold forwards after its warm-up.
+fn rules(split: bool, warmup: Vec<usize>, cap: Vec<usize>, priority: [OpKind; 3]) -> Policy {
+    Policy::Priority(PriorityPolicy {
+        split,
+        warmup,
+        cap,
+        priority,
+        hold_after_warmup: false,
+    })
+}
+
 /// The rule-based policy of a policy schedule (gpipe, 1f1b, zb-fill, greedy).
 pub fn base_policy(schedule: &Schedule, sc: &Scenario) -> Policy {
     let s = sc.stages;
     let n = sc.microbatches;
     let w = one_f_one_b_warmup(sc);
-    let policy = match schedule {
+    let w_cap: Vec<usize> = w.iter().map(|x| x + 1).collect();
+    match schedule {
         // All forwards, then all backwards.
-        Schedule::Gpipe => PriorityPolicy {
-            split: false,
-            warmup: vec![n; s],
-            cap: vec![usize::MAX; s],
-            priority: [OpKind::F, OpKind::B, OpKind::W],
-            hold_after_warmup: false,
-        },
+        Schedule::Gpipe => rules(false, vec![n; s], vec![usize::MAX; s], F_FIRST),
         // Megatron 1F1B: min(S-i-1, N) warm-up forwards, then one forward and one backward in
         // turn (at most warm-up + 1 in flight), then the cool-down backwards.
-        Schedule::OneFOneB => PriorityPolicy {
-            split: false,
-            cap: w.iter().map(|x| x + 1).collect(),
-            warmup: w,
-            priority: [OpKind::F, OpKind::B, OpKind::W],
-            hold_after_warmup: false,
-        },
+        Schedule::OneFOneB => rules(false, w, w_cap, F_FIRST),
         // 1F1B's warm-up and memory, backward split, W deferred to fill idle time.
-        Schedule::ZbFill => PriorityPolicy {
-            split: true,
-            cap: w.iter().map(|x| x + 1).collect(),
-            warmup: w,
-            priority: [OpKind::F, OpKind::B, OpKind::W],
-            hold_after_warmup: false,
-        },
+        Schedule::ZbFill => rules(true, w, w_cap, F_FIRST),
         // Whatever is ready: B before F before W, lowest microbatch first, no memory cap.
-        Schedule::Greedy => PriorityPolicy {
-            split: true,
-            warmup: vec![0; s],
-            cap: vec![usize::MAX; s],
-            priority: [OpKind::B, OpKind::F, OpKind::W],
-            hold_after_warmup: false,
-        },
+        Schedule::Greedy => rules(true, vec![0; s], vec![usize::MAX; s], B_FIRST),
         _ => unreachable!("{schedule} has no rule-based policy"),
-    };
-    Policy::Priority(policy)
+    }
 }
 
 /// The per-stage order `schedule` produces without straggler delay, as a fixed policy (a hand
@@ -367,28 +359,12 @@ pub fn adaptive(sc: &Scenario, mem_limit: usize) -> Result<Plan, SimError> {
             ("", vec![mem_limit.max(1); s]),
             (",cap=x+1", x.iter().map(|v| v + 1).collect()),
         ] {
-            candidates.push((
-                format!("pipemorph(k={k}{tag})"),
-                Policy::Priority(PriorityPolicy {
-                    split: true,
-                    warmup: x.clone(),
-                    cap,
-                    priority: [OpKind::B, OpKind::F, OpKind::W],
-                    hold_after_warmup: false,
-                }),
-            ));
+            let policy = rules(true, x.clone(), cap, B_FIRST);
+            candidates.push((format!("pipemorph(k={k}{tag})"), policy));
         }
     }
-    candidates.push((
-        "greedy(capped)".into(),
-        Policy::Priority(PriorityPolicy {
-            split: true,
-            warmup: vec![0; s],
-            cap: vec![mem_limit.max(1); s],
-            priority: [OpKind::B, OpKind::F, OpKind::W],
-            hold_after_warmup: false,
-        }),
-    ));
+    let capped = rules(true, vec![0; s], vec![mem_limit.max(1); s], B_FIRST);
+    candidates.push(("greedy(capped)".into(), capped));
     candidates.push(("greedy".into(), base_policy(&Schedule::Greedy, sc)));
     for inner in [Schedule::ZbFill, Schedule::OneFOneB] {
         candidates.push((format!("static:{inner}"), static_policy(&inner, sc)?));

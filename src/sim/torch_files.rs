@@ -16,6 +16,14 @@ fn read(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// `text` is refused with a message holding each of `wants`.
+fn refused(text: &str, wants: &[&str]) {
+    let e = parse(text).unwrap_err().to_string();
+    for want in wants {
+        assert!(e.contains(want), "{e}");
+    }
+}
+
 #[test]
 fn every_file_pytorch_writes_is_read_in_both_formats() {
     let cases = [
@@ -55,37 +63,31 @@ fn every_file_pytorch_writes_is_read_in_both_formats() {
 #[test]
 fn pytorchs_faulty_1f1b_last_rank_is_refused_as_its_validator_refuses_it() {
     // Schedule1F1B.pipeline_order in 2.15 starts the last rank with 3F1, 3B0.
-    let e = parse(&read("1F1B_p4_m8.csv")).unwrap_err();
-    assert!(
-        e.to_string().contains("rank 3, step 1 (3B0)")
-            && e.to_string()
-                .contains("Full Backward for stage 3, microbatch 0 without first running Forward"),
-        "{e}"
+    refused(
+        &read("1F1B_p4_m8.csv"),
+        &[
+            "rank 3, step 1 (3B0)",
+            "Full Backward for stage 3, microbatch 0 without first running Forward",
+        ],
     );
 }
 
 #[test]
 fn messages_name_the_rank_the_step_the_action_and_each_limit() {
-    let e = parse("0F0,0F1,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n").unwrap_err();
-    assert!(
-        e.to_string().contains("rank 0, step 2 (0F1)")
-            && e.to_string().contains("runs a second time"),
-        "{e}"
+    refused(
+        "0F0,0F1,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n",
+        &["rank 0, step 2 (0F1)", "runs a second time"],
     );
-    let e = parse("0F0,0F1,0B0\n1F0,1F1,1B0,1B1\n").unwrap_err();
-    assert!(
-        e.to_string().contains("stage 0 on rank 0")
-            && e.to_string().contains("no backward for microbatch 1"),
-        "{e}"
+    refused(
+        "0F0,0F1,0B0\n1F0,1F1,1B0,1B1\n",
+        &["stage 0 on rank 0", "no backward for microbatch 1"],
     );
-    let e = parse("0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1F1,1F7,1B0,1B1,1B7\n").unwrap_err();
-    assert!(e.to_string().contains("microbatches are 0 to 2"), "{e}");
+    refused(
+        "0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1F1,1F7,1B0,1B1,1B7\n",
+        &["microbatches are 0 to 2"],
+    );
     let rows: String = (0..1100).map(|r| format!("{r}F0,{r}B0\n")).collect();
-    let e = parse(&rows).unwrap_err();
-    assert!(
-        e.to_string().contains("1100 rows") && e.to_string().contains("at most 1024"),
-        "{e}"
-    );
+    refused(&rows, &["1100 rows", "at most 1024"]);
     // PyTorch's current steps parse as steps, not as a W.
     parse("0F0,0SEND_F0,0RECV_B0,0B0,0WAIT_SEND_F0,0REDUCE_GRAD,0WAIT_REDUCE_GRAD\n1RECV_F0,1WAIT_RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0\n")
         .unwrap();
@@ -192,26 +194,26 @@ fn pytorchs_compute_comms_files_run_their_calls() {
 
 #[test]
 fn calls_that_cannot_pair_are_refused_naming_rank_step_and_call() {
-    let err = |text: &str| parse(text).unwrap_err().to_string();
-    let e = err("0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1B0,1SEND_B0\n");
-    assert!(
-        e.contains("rank 1") && e.contains("1F0") && e.contains("no 1RECV_F0"),
-        "{e}"
+    refused(
+        "0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1B0,1SEND_B0\n",
+        &["rank 1", "1F0", "no 1RECV_F0"],
     );
-    let e = err("0F0,0SEND_F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n");
-    assert!(
-        e.contains("rank 0, step 2 (0SEND_F0)") && e.contains("second time"),
-        "{e}"
+    refused(
+        "0F0,0SEND_F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n",
+        &["rank 0, step 2 (0SEND_F0)", "second time"],
     );
-    let e = err("0F0,0WAIT_SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n");
-    assert!(
-        e.contains("rank 0, step 1 (0WAIT_SEND_F0)") && e.contains("not posted"),
-        "{e}"
+    refused(
+        "0F0,0WAIT_SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n",
+        &["rank 0, step 1 (0WAIT_SEND_F0)", "not posted"],
     );
-    let e = err("0F0,0SEND_B0,0B0\n1F0,1B0\n");
-    assert!(e.contains("rank 0, step 1 (0SEND_B0)"), "{e}");
-    let e = err("0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1RECV_F0,1B0,1SEND_B0\n");
-    assert!(e.contains("no 1RECV_F0 is posted before it"), "{e}");
+    refused(
+        "0F0,0SEND_B0,0B0\n1F0,1B0\n",
+        &["rank 0, step 1 (0SEND_B0)"],
+    );
+    refused(
+        "0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1RECV_F0,1B0,1SEND_B0\n",
+        &["no 1RECV_F0 is posted before it"],
+    );
 }
 
 #[test]
@@ -232,36 +234,25 @@ fn a_full_backward_among_split_ones_runs_as_both_halves() {
 
 #[test]
 fn an_invalid_schedule_is_refused_naming_rank_step_and_action() {
-    let err = |text: &str| parse(text).unwrap_err();
-    let e = err("0F0,0F1,0B0,0B1\n1F0,1B1,1F1,1B0\n");
-    assert!(
-        e.to_string().contains("rank 1, step 1 (1B1)")
-            && e.to_string().contains("without first running Forward"),
-        "{e}"
+    refused(
+        "0F0,0F1,0B0,0B1\n1F0,1B1,1F1,1B0\n",
+        &["rank 1, step 1 (1B1)", "without first running Forward"],
     );
-    let e = err("0F0,0W0,0I0\n1F0,1I0,1W0\n");
-    assert!(
-        e.to_string().contains("rank 0, step 1 (0W0)") && e.to_string().contains("Backward Input"),
-        "{e}"
+    refused(
+        "0F0,0W0,0I0\n1F0,1I0,1W0\n",
+        &["rank 0, step 1 (0W0)", "Backward Input"],
     );
-    let e = err("0F0,0B0\n0F1,0B1\n");
-    assert!(
-        e.to_string().contains("rank 1, step 0")
-            && e.to_string().contains("both rank 1 and rank 0"),
-        "{e}"
+    refused(
+        "0F0,0B0\n0F1,0B1\n",
+        &["rank 1, step 0", "both rank 1 and rank 0"],
     );
-    let e = err("0F0,0F1,0B0,0B1\n1F0,1B0\n");
-    assert!(
-        e.to_string()
-            .contains("got 1 F microbatches for stage 1, expected 2"),
-        "{e}"
+    refused(
+        "0F0,0F1,0B0,0B1\n1F0,1B0\n",
+        &["got 1 F microbatches for stage 1, expected 2"],
     );
-    let e = err("0F0,0X0\n1F0\n");
-    assert!(
-        e.to_string()
-            .contains("rank 0, step 1: '0X0' is not an action"),
-        "{e}"
+    refused(
+        "0F0,0X0\n1F0\n",
+        &["rank 0, step 1: '0X0' is not an action"],
     );
-    let e = err("0F0,0B0\n2F0,2B0\n");
-    assert!(e.to_string().contains("every stage from 0"), "{e}");
+    refused("0F0,0B0\n2F0,2B0\n", &["every stage from 0"]);
 }

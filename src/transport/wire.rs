@@ -201,6 +201,7 @@ pub fn read_hello(r: &mut impl Read) -> Result<u64, TransportError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::err_text;
 
     #[test]
     fn header_round_trip_and_bounds() {
@@ -211,17 +212,14 @@ mod tests {
             check: 42,
         };
         assert_eq!(Header::decode(&h.encode(), 4096).unwrap(), h);
-        let err = Header::decode(&h.encode(), 4095).unwrap_err().to_string();
+        let err = err_text(Header::decode(&h.encode(), 4095));
         assert!(err.contains("exceeds"), "{err}");
         let mut garbage = h.encode();
         garbage[0] = b'X';
         assert!(Header::decode(&garbage, 1 << 20).is_err());
         let mut kind = h.encode();
         kind[4] = 9;
-        assert!(Header::decode(&kind, 1 << 20)
-            .unwrap_err()
-            .to_string()
-            .contains("kind"));
+        assert!(err_text(Header::decode(&kind, 1 << 20)).contains("kind"));
     }
 
     #[test]
@@ -242,10 +240,7 @@ mod tests {
         assert_eq!(read_hello(&mut &buf[..]).unwrap(), MAX_PAYLOAD);
         let mut wrong = buf.clone();
         wrong[4] = 99;
-        assert!(read_hello(&mut &wrong[..])
-            .unwrap_err()
-            .to_string()
-            .contains("version 99"));
+        assert!(err_text(read_hello(&mut &wrong[..])).contains("version 99"));
         assert!(read_hello(&mut &b"GET / HTTP/1.1\r\n"[..]).is_err());
     }
 }

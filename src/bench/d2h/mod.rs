@@ -439,10 +439,7 @@ fn measure_h2d(gpu: &Gpu, plan: &D2hPlan, b: &Buffers, rows: &mut Rows<'_>) -> R
     for i in 0..plan.warmup + plan.iters {
         let t0 = Instant::now();
         let m = gpu.map_write_from(write_staging, up)?;
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(write_staging, 0, device, 0, bytes);
-        let idx = gpu.queue.submit([enc.finish()]);
-        gpu.wait(idx)?;
+        gpu.submit_wait(|enc| enc.copy_buffer_to_buffer(write_staging, 0, device, 0, bytes))?;
         let total = t0.elapsed().as_secs_f64() * 1e6;
         if i >= plan.warmup {
             map.push(m.map_us);

@@ -378,8 +378,30 @@ pub struct Measured {
     pub placement: Option<String>,
 }
 
+impl Measured {
+    /// A `kind` test's outcome before it runs: its figure and unit, nothing measured yet.
+    pub fn of(kind: TestKind) -> Measured {
+        let (figure, unit) = kind.figure();
+        Measured {
+            test: kind,
+            figure: figure.into(),
+            unit: unit.into(),
+            value: None,
+            p50_us: None,
+            p99_us: None,
+            n: 0,
+            cut: false,
+            error: None,
+            skipped: None,
+            note: None,
+            pcie: None,
+            placement: None,
+        }
+    }
+}
+
 /// A batch of tests on one rank, with the host's load around them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Batch {
     pub results: Vec<Measured>,
     /// The adapter's PCIe link before and after the batch (for its AER counters' deltas).
@@ -421,22 +443,7 @@ pub fn run_batch(gpu: Option<&Gpu>, tests: &[TestSpec]) -> Batch {
 }
 
 fn run_test(gpu: Option<&Gpu>, t: TestSpec) -> Measured {
-    let (figure, unit) = t.kind.figure();
-    let mut m = Measured {
-        test: t.kind,
-        figure: figure.into(),
-        unit: unit.into(),
-        value: None,
-        p50_us: None,
-        p99_us: None,
-        n: 0,
-        cut: false,
-        error: None,
-        skipped: None,
-        note: None,
-        pcie: None,
-        placement: None,
-    };
+    let mut m = Measured::of(t.kind);
     let budget = Budget {
         iters: t.iters,
         deadline: Instant::now() + Duration::from_secs_f64(t.deadline_s),

@@ -65,28 +65,21 @@ fn a_batch_with_results_it_was_not_ordered_or_bad_figures_is_refused() {
         deadline_s: 1.0,
         retest: false,
     }];
+    // Every result carries gbps, a GEMM's too.
     let measured = |test, value: f64, note: Option<String>| Measured {
-        test,
         figure: "gbps".into(),
         unit: "GB/s".into(),
         value: Some(value),
         p50_us: Some(1.0),
         p99_us: Some(1.0),
         n: 5,
-        cut: false,
-        error: None,
-        skipped: None,
         note,
-        pcie: None,
-        placement: None,
+        ..Measured::of(test)
     };
     let batch = |results| Batch {
         results,
-        pcie_around: None,
-        others_cores: None,
-        steal_pct: None,
-        busy: false,
         cores: 2,
+        ..Default::default()
     };
     assert_eq!(
         batch(vec![measured(TestKind::Memcpy, 12.0, None)]).fault(&ordered),

@@ -76,19 +76,12 @@ mod tests {
 
     fn d2h(pcie: Reported<Pcie>) -> Measured {
         Measured {
-            test: TestKind::D2h,
-            figure: "gbps".into(),
-            unit: "GB/s".into(),
             value: Some(20.0),
             p50_us: Some(10.0),
             p99_us: Some(11.0),
             n: 20,
-            cut: false,
-            error: None,
-            skipped: None,
-            note: None,
             pcie: Some(pcie),
-            placement: None,
+            ..Measured::of(TestKind::D2h)
         }
     }
 
@@ -96,11 +89,8 @@ mod tests {
         let mut o = RankOutcome::new(0, "n0");
         o.batches.push(Batch {
             results: vec![d2h(pcie)],
-            pcie_around: None,
-            others_cores: None,
-            steal_pct: None,
-            busy: false,
             cores: 8,
+            ..Default::default()
         });
         o
     }

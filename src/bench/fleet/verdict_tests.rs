@@ -28,19 +28,11 @@ fn outcome(rank: u32, gemm_us: f64, others: f64, memory_gib: u64) -> RankOutcome
         gpu_error: None,
     };
     let gemm = Measured {
-        test: TestKind::Gemm,
-        figure: "gflops".into(),
-        unit: "GFLOP/s".into(),
         value: Some(1e6 / gemm_us),
         p50_us: Some(gemm_us),
         p99_us: Some(gemm_us * 1.05),
         n: 20,
-        cut: false,
-        error: None,
-        skipped: None,
-        note: None,
-        pcie: None,
-        placement: None,
+        ..Measured::of(TestKind::Gemm)
     };
     RankOutcome {
         rank,
@@ -48,11 +40,11 @@ fn outcome(rank: u32, gemm_us: f64, others: f64, memory_gib: u64) -> RankOutcome
         inventory: Some(inventory),
         batches: vec![Batch {
             results: vec![gemm],
-            pcie_around: None,
             others_cores: Some(others),
             steal_pct: Some(0.0),
             busy: others > crate::noise::BUSY_OTHER_CORES,
             cores: 8,
+            ..Default::default()
         }],
         retests: Vec::new(),
         failure: None,
@@ -66,12 +58,31 @@ fn retested(mut o: RankOutcome, gemm_us: f64) -> RankOutcome {
     o
 }
 
-fn verdict_of(rows: &[Row], rank: u32, test: &str, figure: &str) -> (Verdict, String) {
+/// Rank `rank`'s row of `test`'s `figure`.
+fn row_of<'a>(rows: &'a [Row], rank: u32, test: &str, figure: &str) -> &'a FleetFigures {
     let (_, f) = rows
         .iter()
         .find(|(p, _)| p.rank == rank && p.test == test && p.figure == figure)
         .unwrap_or_else(|| panic!("no {test} {figure} row for rank {rank}"));
+    f
+}
+
+fn verdict_of(rows: &[Row], rank: u32, test: &str, figure: &str) -> (Verdict, String) {
+    let f = row_of(rows, rank, test, figure);
     (f.verdict, f.reason.clone())
+}
+
+/// Rank `rank`'s GEMM row, for [`assert_row`].
+fn gemm_row(rank: u32) -> (u32, &'static str, &'static str) {
+    (rank, "gemm", "gflops")
+}
+
+/// Asserts that a row's verdict is `want` and its reason says `says`.
+#[track_caller]
+fn assert_row(rows: &[Row], (rank, test, figure): (u32, &str, &str), want: Verdict, says: &str) {
+    let (v, why) = verdict_of(rows, rank, test, figure);
+    assert_eq!(v, want, "{why}");
+    assert!(why.contains(says), "{why}");
 }
 
 #[test]
@@ -90,21 +101,16 @@ fn a_slow_node_fails_a_busy_one_warns_and_a_silent_one_is_named() {
     ranks[6].failure = Some("no answer within 56 s".into());
     let rows = judge(&ranks, None);
     assert_eq!(verdict_of(&rows, 0, "gemm", "gflops").0, PASS);
-    let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
-    assert_eq!(v, FAIL, "{why}");
-    assert!(why.contains("0.48x the fleet's"), "{why}");
+    assert_row(&rows, gemm_row(1), FAIL, "0.48x the fleet's");
     let (v, why) = verdict_of(&rows, 4, "gemm", "gflops");
     assert_eq!(v, WARN);
     assert!(
         why.starts_with("busy: other processes used 1.5 of 8 cores"),
         "{why}"
     );
-    let (v, why) = verdict_of(&rows, 5, "gemm", "gflops");
-    assert_eq!(v, FAIL);
-    assert!(why.contains("slower than its load explains"), "{why}");
-    let (v, why) = verdict_of(&rows, 3, "inventory", "memory_gib");
-    assert_eq!(v, WARN);
-    assert!(why.contains("memory_gib is \"256\" where 6 of 7"), "{why}");
+    assert_row(&rows, gemm_row(5), FAIL, "slower than its load explains");
+    let memory = (3, "inventory", "memory_gib");
+    assert_row(&rows, memory, WARN, "memory_gib is \"256\" where 6 of 7");
     assert_eq!(
         verdict_of(&rows, 6, "gate", "answer"),
         (FAIL, "no answer within 56 s".into())
@@ -125,14 +131,6 @@ fn cut_short(mut o: RankOutcome, samples: usize) -> RankOutcome {
     let m = &mut o.batches[0].results[0];
     (m.value, m.p50_us, m.p99_us, m.n, m.cut) = (None, None, None, samples, true);
     o
-}
-
-fn gemm_of(rows: &[Row], rank: u32) -> &FleetFigures {
-    let (_, f) = rows
-        .iter()
-        .find(|(p, _)| p.rank == rank && p.test == "gemm")
-        .unwrap_or_else(|| panic!("no gemm row for rank {rank}"));
-    f
 }
 
 #[test]
@@ -156,25 +154,23 @@ fn a_test_cut_before_its_fewest_samples_is_unchecked_retested_and_never_a_fail_a
     );
     assert!(suspects(&first, None)[&1].contains(&"gemm".to_string()));
     // Its retest at the fleet's level stands in its place.
-    let mut o = cut_short(outcome(1, 100.0, 0.0, 512), 2);
-    o.retests = outcome(1, 102.0, 0.0, 512).batches;
+    let o = retested(cut_short(outcome(1, 100.0, 0.0, 512), 2), 102.0);
     let rows = judge(&fleet(o), None);
-    let f = gemm_of(&rows, 1);
+    let f = row_of(&rows, 1, "gemm", "gflops");
     assert_eq!(f.verdict, PASS, "{}", f.reason);
     assert!(f.reason.starts_with("its retest: 0.98x"), "{}", f.reason);
     assert_eq!(f.retest_value, Some(1e6 / 102.0));
     // A slow retest is one slow measurement: unchecked, not blamed.
-    let mut o = cut_short(outcome(1, 100.0, 0.0, 512), 1);
-    o.retests = outcome(1, 400.0, 0.0, 512).batches;
+    let o = retested(cut_short(outcome(1, 100.0, 0.0, 512), 1), 400.0);
     let rows = judge(&fleet(o), None);
-    let f = gemm_of(&rows, 1);
+    let f = row_of(&rows, 1, "gemm", "gflops");
     assert!(could_not_check(f), "{}", f.reason);
     assert!(f.reason.contains("its retest alone fails"), "{}", f.reason);
     // Cut twice: still unchecked, saying both.
     let mut o = cut_short(outcome(1, 100.0, 0.0, 512), 2);
     o.retests = cut_short(outcome(1, 100.0, 0.0, 512), 0).batches;
     let rows = judge(&fleet(o), None);
-    let f = gemm_of(&rows, 1);
+    let f = row_of(&rows, 1, "gemm", "gflops");
     assert!(could_not_check(f), "{}", f.reason);
     assert!(
         f.reason
@@ -207,17 +203,11 @@ fn a_failed_figure_is_retested_and_fails_only_when_the_retest_confirms_it() {
         retested(outcome(2, 140.0, 0.0, 512), 102.0),
     );
     let rows = judge(&ranks, None);
-    let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
-    assert_eq!(v, FAIL, "{why}");
-    assert!(why.contains("its retest confirms it: 0.55x"), "{why}");
+    assert_row(&rows, gemm_row(1), FAIL, "its retest confirms it: 0.55x");
     let (v, why) = verdict_of(&rows, 2, "gemm", "gflops");
     assert_eq!(v, WARN, "{why}");
     assert!(why.starts_with("noisy, not blamed: 0.7"), "{why}");
-    let retest_value = |rank| {
-        rows.iter()
-            .find(|(p, _)| p.rank == rank && p.test == "gemm")
-            .and_then(|(_, f)| f.retest_value)
-    };
+    let retest_value = |rank| row_of(&rows, rank, "gemm", "gflops").retest_value;
     assert_eq!(retest_value(2), Some(1e6 / 102.0));
     assert_eq!(retest_value(0), None);
     let per = per_rank(&rows);
@@ -234,9 +224,7 @@ fn a_failed_figure_is_retested_and_fails_only_when_the_retest_confirms_it() {
         busy_retest(outcome(2, 140.0, 0.0, 512), 100.0),
     );
     let rows = judge(&ranks, None);
-    let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
-    assert_eq!(v, FAIL, "{why}");
-    assert!(why.contains("its retest, busy, is as slow"), "{why}");
+    assert_row(&rows, gemm_row(1), FAIL, "its retest, busy, is as slow");
     assert_eq!(verdict_of(&rows, 2, "gemm", "gflops").0, WARN);
 }
 
@@ -256,16 +244,10 @@ fn a_hypervisor_stealing_from_every_rank_does_not_hide_a_slow_gpu() {
         .collect();
     let rows = judge(&ranks, None);
     // 3x slower: 15% steal explains at most 2 / 0.85 = 2.4x.
-    let (v, why) = verdict_of(&rows, 1, "gemm", "gflops");
-    assert_eq!(v, FAIL, "{why}");
-    assert!(
-        why.contains("slower than its load explains (over 2.4x)"),
-        "{why}"
-    );
+    let slower = "slower than its load explains (over 2.4x)";
+    assert_row(&rows, gemm_row(1), FAIL, slower);
     // 1.3x: the steal may explain it.
-    let (v, why) = verdict_of(&rows, 3, "gemm", "gflops");
-    assert_eq!(v, WARN, "{why}");
-    assert!(why.contains("the hypervisor stole 15.0%"), "{why}");
+    assert_row(&rows, gemm_row(3), WARN, "the hypervisor stole 15.0%");
     assert_eq!(verdict_of(&rows, 0, "gemm", "gflops").0, WARN);
 }
 
@@ -342,9 +324,7 @@ fn a_cpu_drivers_kernel_fails_at_its_wider_threshold_a_gpus_at_the_links() {
         judge(&ranks, None)
     };
     let cpu = fleet(true);
-    let (v, why) = verdict_of(&cpu, 1, "gemm", "gflops");
-    assert_eq!(v, WARN, "{why}");
-    assert!(why.contains("within a CPU driver's spread"), "{why}");
+    assert_row(&cpu, gemm_row(1), WARN, "within a CPU driver's spread");
     assert_eq!(verdict_of(&cpu, 4, "gemm", "gflops").0, FAIL);
     let gpu = fleet(false);
     assert_eq!(verdict_of(&gpu, 1, "gemm", "gflops").0, FAIL);
@@ -357,25 +337,17 @@ fn memcpy_rank(rank: u32, gbps: f64, retest: Option<f64>) -> RankOutcome {
         let us = (64u64 << 20) as f64 / gbps / 1e3;
         Batch {
             results: vec![Measured {
-                test: TestKind::Memcpy,
-                figure: "gbps".into(),
-                unit: "GB/s".into(),
                 value: Some(gbps),
                 p50_us: Some(us),
                 p99_us: Some(us * 1.05),
                 n: 10,
-                cut: false,
-                error: None,
-                skipped: None,
-                note: None,
-                pcie: None,
                 placement: Some("cpu 0, huge pages 0%, node 0".into()),
+                ..Measured::of(TestKind::Memcpy)
             }],
-            pcie_around: None,
             others_cores: Some(0.0),
             steal_pct: Some(0.0),
-            busy: false,
             cores: 2,
+            ..Default::default()
         }
     };
     let mut o = outcome(rank, 1000.0, 0.0, 64);

@@ -276,22 +276,11 @@ mod tests {
             parse_delay_trace("# it;ms\n0;20\n3; 5.5\n").unwrap(),
             vec![(0, 20.0), (3, 5.5)]
         );
-        assert!(parse_delay_trace("0,20\n")
-            .unwrap_err()
-            .to_string()
-            .contains("line 1"));
-        assert!(parse_delay_trace("0;-1\n")
-            .unwrap_err()
-            .to_string()
-            .contains("out of range"));
-        assert!(parse_delay_trace("0;1e9\n")
-            .unwrap_err()
-            .to_string()
-            .contains("out of range"));
-        assert!(parse_delay_trace("x;1\n")
-            .unwrap_err()
-            .to_string()
-            .contains("iteration"));
+        let err = |text: &str| crate::testing::err_text(parse_delay_trace(text));
+        assert!(err("0,20\n").contains("line 1"));
+        assert!(err("0;-1\n").contains("out of range"));
+        assert!(err("0;1e9\n").contains("out of range"));
+        assert!(err("x;1\n").contains("iteration"));
         assert!(parse_delay_trace("").is_err());
     }
 }

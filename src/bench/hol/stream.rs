@@ -44,10 +44,9 @@ impl Stream {
     }
 
     pub fn reset(&self, gpu: &Gpu) -> Result<()> {
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(&self.input, 0, &self.act_a, 0, self.input.size());
-        let idx = gpu.queue.submit([enc.finish()]);
-        gpu.wait(idx)?;
+        gpu.submit_wait(|enc| {
+            enc.copy_buffer_to_buffer(&self.input, 0, &self.act_a, 0, self.input.size());
+        })?;
         Ok(())
     }
 }

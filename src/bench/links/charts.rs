@@ -7,7 +7,7 @@
 
 use super::blame::slow_nodes;
 use super::flag::SLOW_THRESHOLD;
-use super::tables::{link_verdicts, matrix_rows, LinksTable};
+use super::tables::{link_verdicts, matrix_rows, why_has, LinksTable};
 use crate::record::view::chart::{self as charts, named, Chart, Named};
 use crate::record::view::loaded::Loaded;
 use crate::record::Line;
@@ -65,7 +65,7 @@ fn tail_ratios(rows: &[Line<LinksTable>]) -> Vec<Option<f64>> {
 
 /// Whether a row was flagged on its tail.
 fn stalled(l: &Line<LinksTable>) -> bool {
-    flagged(l) && l.figures.why.as_deref().is_some_and(|w| w.contains("tail"))
+    flagged(l) && why_has(l, "tail")
 }
 
 pub fn links_charts(run: &Loaded) -> Vec<Named> {

@@ -175,11 +175,8 @@ pub(super) fn print_flagged(lines: &[Line<LinksTable>], blamed: &[SlowNode]) {
     println!("FLAGGED links, confirmed by a retest alone ({rows} rows):");
     for ((a, b), i) in worst {
         let l = &matrix[i];
-        let tail = super::words::tail_words(&matrix, |l| {
-            let (s, d) = (l.params.src_rank, l.params.dst_rank);
-            (s.min(d), s.max(d)) == (a, b)
-        })
-        .map_or(String::new(), |w| format!("; {w}"));
+        let tail = super::words::tail_words(&matrix, |l| tables::pair(l) == (a, b))
+            .map_or(String::new(), |w| format!("; {w}"));
         println!(
             "  r{a}-r{b} ({} -> {}): {:.2}x the baseline ({} {} {}, p50 {:.1} µs; {}){tail}",
             host(&l.params.src_host),

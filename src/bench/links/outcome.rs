@@ -86,12 +86,6 @@ impl LinksOutcome {
     }
 }
 
-/// Whether row `l` is of the link between `a` and `b` (`a` < `b`), either way.
-fn on_link(l: &Line<LinksTable>, a: u32, b: u32) -> bool {
-    let (s, d) = (l.params.src_rank, l.params.dst_rank);
-    (s.min(d), s.max(d)) == (a, b)
-}
-
 /// The confirmed slow links between nodes the links do not blame, with what each costs at
 /// the `largest` size.
 fn unexplained_slow_links(
@@ -104,7 +98,7 @@ fn unexplained_slow_links(
     let at_largest = |a: u32, b: u32| {
         matrix
             .iter()
-            .filter(move |l| on_link(l, a, b) && l.params.bytes == largest)
+            .filter(move |l| tables::pair(l) == (a, b) && l.params.bytes == largest)
     };
     links
         .iter()
@@ -122,9 +116,9 @@ fn unexplained_slow_links(
                 slowdown,
                 extra_us,
                 bytes: largest,
-                tail: super::words::tail_words(matrix, |l| on_link(l, a, b)),
+                tail: super::words::tail_words(matrix, |l| tables::pair(l) == (a, b)),
                 stall: super::words::stall_cost(matrix, |l| {
-                    on_link(l, a, b) && super::words::lossy(l)
+                    tables::pair(l) == (a, b) && super::words::lossy(l)
                 }),
             }
         })
@@ -183,8 +177,7 @@ fn add_tail_figures(e: &mut RankLinks, r: u32, matrix: &[Line<LinksTable>]) {
     let lossy: std::collections::BTreeSet<(u32, u32)> = mine
         .iter()
         .filter(|l| super::words::lossy(l))
-        .map(|l| (l.params.src_rank, l.params.dst_rank))
-        .map(|(a, b)| (a.min(b), a.max(b)))
+        .map(|l| tables::pair(l))
         .collect();
     e.lossy = lossy.len();
 }

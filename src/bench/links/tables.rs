@@ -111,6 +111,17 @@ pub fn matrix_rows(rows: &[Line<LinksTable>]) -> Vec<Line<LinksTable>> {
     rows.iter().filter(|l| !is_retest(l)).cloned().collect()
 }
 
+/// A link as its two ranks, lower first: one key for both directions.
+pub fn pair(l: &Line<LinksTable>) -> (u32, u32) {
+    let (a, b) = (l.params.src_rank, l.params.dst_rank);
+    (a.min(b), a.max(b))
+}
+
+/// Whether a row's `why` names `reason`.
+pub fn why_has(l: &Line<LinksTable>, reason: &str) -> bool {
+    l.figures.why.as_deref().is_some_and(|w| w.contains(reason))
+}
+
 /// `nodes.csv`: each rank's fingerprint, one row per metric.
 pub struct NodesTable;
 
@@ -170,8 +181,7 @@ pub fn worst_flagged(rows: &[Line<LinksTable>]) -> std::collections::BTreeMap<(u
         .enumerate()
         .filter(|(_, l)| l.figures.flagged == Some(true))
     {
-        let (a, b) = (l.params.src_rank, l.params.dst_rank);
-        let e = worst.entry((a.min(b), a.max(b))).or_insert(i);
+        let e = worst.entry(pair(l)).or_insert(i);
         if l.figures.slowdown > rows[*e].figures.slowdown {
             *e = i;
         }
@@ -209,9 +219,8 @@ pub fn suspects(
                 continue;
             }
         }
-        let (a, b) = (l.params.src_rank, l.params.dst_rank);
         let test = (l.params.transport.clone(), l.params.bytes);
-        let entry = out.entry((a.min(b), a.max(b))).or_default();
+        let entry = out.entry(pair(l)).or_default();
         if !entry.contains(&test) {
             entry.push(test);
         }
@@ -224,8 +233,7 @@ pub fn suspects(
 pub fn link_verdicts(rows: &[Line<LinksTable>]) -> super::blame::LinkVerdicts {
     let mut out = super::blame::LinkVerdicts::new();
     for l in rows.iter().filter(|l| !is_retest(l)) {
-        let (a, b) = (l.params.src_rank, l.params.dst_rank);
-        let e = out.entry((a.min(b), a.max(b))).or_insert(None);
+        let e = out.entry(pair(l)).or_insert(None);
         if l.figures.flagged == Some(true) {
             let s = l.figures.slowdown.unwrap_or(1.0);
             *e = Some(e.map_or(s, |w: f64| w.max(s)));

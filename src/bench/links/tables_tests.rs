@@ -13,23 +13,28 @@ fn row(a: u32, b: u32, us: f64, round: &str) -> Line<LinksTable> {
     l
 }
 
+/// Four ranks' six links, two a round: 0-1 and 2-3 in round 1, 0-2 and 1-3 in 2, 0-3 and 1-2
+/// in 3.
+const SIX: [(u32, u32); 6] = [(0, 1), (2, 3), (0, 2), (1, 3), (0, 3), (1, 2)];
+
+/// The round of link `i` of [`SIX`].
+fn round_of(i: usize) -> String {
+    (i / 2 + 1).to_string()
+}
+
+/// The [`SIX`] links as `row`s, link `i` at `us[i]`.
+fn matrix(us: [f64; 6]) -> Vec<Line<LinksTable>> {
+    (0..6)
+        .map(|i| row(SIX[i].0, SIX[i].1, us[i], &round_of(i)))
+        .collect()
+}
+
 #[test]
 fn a_suspect_stays_flagged_only_when_its_retest_confirms_it() {
     // Six links at 10 µs; 0-3 and 1-2 at 30 µs in their rounds.
-    let mut rows = vec![
-        row(0, 1, 10.0, "1"),
-        row(2, 3, 30.0, "1"),
-        row(0, 2, 10.0, "2"),
-        row(1, 3, 10.0, "2"),
-        row(0, 3, 30.0, "3"),
-        row(1, 2, 10.5, "3"),
-    ];
+    let mut rows = matrix([10.0, 30.0, 10.0, 10.0, 30.0, 10.5]);
     judge_links(&mut rows);
-    let flagged: Vec<String> = rows
-        .iter()
-        .filter(|l| l.figures.flagged == Some(true))
-        .map(|l| l.lead.case.clone())
-        .collect();
+    let flagged = flagged_why(&rows);
     assert_eq!(flagged.len(), 2, "{flagged:?}");
     // Alone, 2-3 is fast (noise in its round); 0-3 is still slow.
     let (confirmed, noisy) = confirm(
@@ -88,11 +93,7 @@ fn a_retest_under_steal_confirms_only_milliseconds_and_flags_no_unsuspected_row(
     let mut rows = matrix();
     let retests = vec![row(2, 3, 30.0, RETEST), row(3, 2, 30.0, RETEST)];
     assert_eq!(confirm(&mut rows, retests), (1, 0));
-    let flagged: Vec<String> = rows
-        .iter()
-        .filter(|l| l.figures.flagged == Some(true))
-        .map(|l| l.lead.case.clone())
-        .collect();
+    let flagged: Vec<String> = flagged_why(&rows).into_iter().map(|f| f.0).collect();
     assert_eq!(
         flagged,
         ["r2-r3_tcp_8_pingpong", "r2-r3_tcp_8_pingpong_retest"]
@@ -109,14 +110,7 @@ fn a_retest_under_steal_confirms_only_milliseconds_and_flags_no_unsuspected_row(
 fn a_later_pass_retests_only_rows_that_could_still_be_noise() {
     // 0-3 is 3x slow at 8 B (could be a shared host's scheduling), 1-2 is 100x slow by
     // milliseconds (beyond it).
-    let mut rows = vec![
-        row(0, 1, 10.0, "1"),
-        row(2, 3, 10.0, "1"),
-        row(0, 2, 10.0, "2"),
-        row(1, 3, 10.0, "2"),
-        row(0, 3, 30.0, "3"),
-        row(1, 2, 1000.0, "3"),
-    ];
+    let mut rows = matrix([10.0, 10.0, 10.0, 10.0, 30.0, 1000.0]);
     judge_links(&mut rows);
     let first = suspects(&rows, false, 10.0, 500.0);
     let tcp8 = vec![("tcp".to_string(), 8)];
@@ -206,6 +200,13 @@ fn lossy_row(a: u32, b: u32, stalls: u32, retransmits: u64, round: &str) -> Line
     Line::new("run", l.lead.case, l.params, Some(&s), figures)
 }
 
+/// The [`SIX`] links as `lossy_row`s, link `i` with `stalls[i]` (stalls, retransmits).
+fn lossy_matrix(stalls: [(u32, u64); 6]) -> Vec<Line<LinksTable>> {
+    (0..6)
+        .map(|i| lossy_row(SIX[i].0, SIX[i].1, stalls[i].0, stalls[i].1, &round_of(i)))
+        .collect()
+}
+
 fn flagged_why(rows: &[Line<LinksTable>]) -> Vec<(String, String)> {
     rows.iter()
         .filter(|l| l.figures.flagged == Some(true))
@@ -221,14 +222,7 @@ fn flagged_why(rows: &[Line<LinksTable>]) -> Vec<(String, String)> {
 #[test]
 fn a_lossy_hosts_links_are_flagged_on_their_tail_and_retransmits_and_confirmed_once() {
     // Host 3 drops 1%: its links' medians are healthy, 2% of their round trips stall.
-    let mut rows = vec![
-        lossy_row(0, 1, 0, 0, "1"),
-        lossy_row(2, 3, 21, 20, "1"),
-        lossy_row(0, 2, 0, 0, "2"),
-        lossy_row(1, 3, 17, 14, "2"),
-        lossy_row(0, 3, 1, 3, "3"),
-        lossy_row(1, 2, 0, 0, "3"),
-    ];
+    let mut rows = lossy_matrix([(0, 0), (21, 20), (0, 0), (17, 14), (1, 3), (0, 0)]);
     assert_eq!(judge_links(&mut rows), 2);
     assert_eq!(
         flagged_why(&rows),
@@ -280,14 +274,7 @@ fn a_lossy_hosts_links_are_flagged_on_their_tail_and_retransmits_and_confirmed_o
 #[test]
 fn a_healthy_retest_or_a_loaded_one_with_short_stalls_clears_a_tail_suspect() {
     let matrix = || {
-        let mut rows = vec![
-            lossy_row(0, 1, 0, 0, "1"),
-            lossy_row(2, 3, 12, 0, "1"),
-            lossy_row(0, 2, 0, 0, "2"),
-            lossy_row(1, 3, 0, 0, "2"),
-            lossy_row(0, 3, 0, 0, "3"),
-            lossy_row(1, 2, 0, 0, "3"),
-        ];
+        let mut rows = lossy_matrix([(0, 0), (12, 0), (0, 0), (0, 0), (0, 0), (0, 0)]);
         judge_links(&mut rows);
         rows
     };
@@ -312,14 +299,7 @@ fn a_healthy_retest_or_a_loaded_one_with_short_stalls_clears_a_tail_suspect() {
 
 #[test]
 fn a_row_cleared_by_a_later_retest_leaves_no_retest_row_flagged() {
-    let mut rows = vec![
-        row(0, 1, 10.0, "1"),
-        row(2, 3, 10.0, "1"),
-        row(0, 2, 10.0, "2"),
-        row(1, 3, 10.0, "2"),
-        row(0, 3, 30.0, "3"),
-        row(1, 2, 10.5, "3"),
-    ];
+    let mut rows = matrix([10.0, 10.0, 10.0, 10.0, 30.0, 10.5]);
     judge_links(&mut rows);
     assert_eq!(confirm(&mut rows, vec![row(0, 3, 31.0, RETEST)]), (1, 0));
     assert_eq!(confirm(&mut rows, vec![row(0, 3, 10.1, RETEST)]), (0, 1));
@@ -338,18 +318,10 @@ fn host3_stalls(
     set: impl Fn(Line<LinksTable>, f64) -> Line<LinksTable>,
     v: [f64; 6],
 ) -> Vec<Line<LinksTable>> {
-    let pairs = [
-        (0, 1, 0, "1"),
-        (2, 3, 21, "1"),
-        (0, 2, 0, "2"),
-        (1, 3, 17, "2"),
-        (0, 3, 1, "3"),
-        (1, 2, 0, "3"),
-    ];
-    pairs
-        .iter()
+    lossy_matrix([(0, 0), (21, 0), (0, 0), (17, 0), (1, 0), (0, 0)])
+        .into_iter()
         .zip(v)
-        .map(|(&(a, b, stalls, round), x)| set(lossy_row(a, b, stalls, 0, round), x))
+        .map(|(l, x)| set(l, x))
         .collect()
 }
 

@@ -101,12 +101,16 @@ impl Tail {
 /// median (the healthy level while at most half of them are lossy), never under the floor.
 pub fn threshold_us(tails: &[&Tail]) -> f64 {
     let p99s: Vec<f64> = tails.iter().map(|t| t.p99_us).collect();
-    let healthy = if p99s.is_empty() {
-        0.0
+    (STALL_FACTOR * median_or(&p99s, 0.0)).max(STALL_FLOOR_US)
+}
+
+/// The lower median of `v`, or `empty` when it has none.
+fn median_or(v: &[f64], empty: f64) -> f64 {
+    if v.is_empty() {
+        empty
     } else {
-        lower_median(&p99s)
-    };
-    (STALL_FACTOR * healthy).max(STALL_FLOOR_US)
+        lower_median(v)
+    }
 }
 
 /// The healthy stall rate of a group at `threshold`: the lower median of its members' rates,
@@ -123,11 +127,7 @@ pub fn healthy_rate(tails: &[&Tail], threshold: f64) -> f64 {
             }
         })
         .collect();
-    if rates.is_empty() {
-        HEALTHY_RATE_FLOOR
-    } else {
-        lower_median(&rates).max(HEALTHY_RATE_FLOOR)
-    }
+    median_or(&rates, HEALTHY_RATE_FLOOR).max(HEALTHY_RATE_FLOOR)
 }
 
 /// P(X >= k) for X ~ Binomial(n, p), summed in log space (exact for the counts links use).
@@ -298,11 +298,7 @@ pub fn retransmits_flagged(counts: &[Option<u64>], i: usize) -> bool {
 /// [`retransmits_flagged`] for every member (the group's level computed once).
 pub fn retransmits_judged(counts: &[Option<u64>]) -> Vec<bool> {
     let known: Vec<f64> = counts.iter().flatten().map(|&c| c as f64).collect();
-    let healthy = if known.is_empty() {
-        0.0
-    } else {
-        lower_median(&known)
-    };
+    let healthy = median_or(&known, 0.0);
     counts
         .iter()
         .map(|c| c.is_some_and(|r| r >= MIN_RETRANSMITS && r as f64 >= RETRANSMIT_FACTOR * healthy))

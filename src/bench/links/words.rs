@@ -4,17 +4,13 @@
 
 use std::collections::BTreeSet;
 
-use super::tables::LinksTable;
+use super::tables::{pair, why_has, LinksTable};
 use crate::record::csv::Line;
 use crate::stats::robust::lower_median;
 
 /// Whether a row was flagged on its tail or its retransmissions (not its median alone).
 pub fn lossy(l: &Line<LinksTable>) -> bool {
-    l.figures.flagged == Some(true)
-        && l.figures
-            .why
-            .as_deref()
-            .is_some_and(|w| w.contains("tail") || w.contains("retransmits"))
+    l.figures.flagged == Some(true) && (why_has(l, "tail") || why_has(l, "retransmits"))
 }
 
 /// A time for people: "104 ms", "2.5 ms", "0.03 ms".
@@ -105,12 +101,7 @@ pub fn tail_words(
         let counts: Vec<u64> = bad
             .iter()
             .filter(|l| l.params.transport == transport)
-            .filter(|l| {
-                l.figures
-                    .why
-                    .as_deref()
-                    .is_some_and(|w| w.contains("retransmits"))
-            })
+            .filter(|l| why_has(l, "retransmits"))
             .filter_map(|l| l.figures.retransmits)
             .collect();
         if !counts.is_empty() {
@@ -125,24 +116,13 @@ pub fn tail_words(
     Some(parts.join("; "))
 }
 
-/// A link as its two ranks, lower first.
-fn pair(l: &Line<LinksTable>) -> (u32, u32) {
-    let (a, b) = (l.params.src_rank, l.params.dst_rank);
-    (a.min(b), a.max(b))
-}
-
 /// What the rows flagged `paused` among `mine` (of `links` links) say: the host lost the time,
 /// not the network. None when there is none.
 fn pause_words(mine: &[&Line<LinksTable>], links: usize) -> Option<String> {
     let paused: Vec<&&Line<LinksTable>> = mine
         .iter()
         .filter(|l| l.figures.flagged == Some(true))
-        .filter(|l| {
-            l.figures
-                .why
-                .as_deref()
-                .is_some_and(|w| w.contains("paused"))
-        })
+        .filter(|l| why_has(l, "paused"))
         .collect();
     let worst = paused.iter().max_by(|a, b| {
         let lost = |l: &Line<LinksTable>| super::tables::lost_ms(l).unwrap_or(0.0);

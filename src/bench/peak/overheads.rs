@@ -51,11 +51,10 @@ pub(super) fn timestamp_tick(gpu: &Gpu, plan: &PeakPlan, rows: &mut Rows) -> Res
     let timer = PassTimer::new(gpu, 1);
     let mut gaps = Vec::new();
     for _ in 0..plan.iters.max(20) {
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        timer.encoder_write(&mut enc, 0, false);
-        timer.encoder_write(&mut enc, 0, true);
-        let idx = gpu.queue.submit([enc.finish()]);
-        gpu.wait(idx)?;
+        gpu.submit_wait(|enc| {
+            timer.encoder_write(enc, 0, false);
+            timer.encoder_write(enc, 0, true);
+        })?;
         // A gap of zero ticks still tells the resolution: one tick is the floor.
         gaps.push(timer.read(gpu, 1)?[0].max(period_us));
     }

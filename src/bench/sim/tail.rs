@@ -407,6 +407,10 @@ mod tests {
         Scenario::builder(s, n).link_ms(0.1).build().unwrap()
     }
 
+    fn stall(link: usize, prob: f64, ms: f64) -> Stall {
+        Stall { link, prob, ms }
+    }
+
     fn schedules() -> Vec<Schedule> {
         ["1f1b", "adaptive"]
             .iter()
@@ -416,30 +420,16 @@ mod tests {
 
     #[test]
     fn the_stall_flag_is_parsed_and_bad_input_named() {
-        assert_eq!(
-            parse_stall("2:0.01:200").unwrap(),
-            Stall {
-                link: 2,
-                prob: 0.01,
-                ms: 200.0
-            }
-        );
-        assert!(parse_stall("2:1.5:200")
-            .unwrap_err()
-            .to_string()
-            .contains("PROB"));
-        assert!(parse_stall("x:0.1:2")
-            .unwrap_err()
-            .to_string()
-            .contains("link"));
-        assert!(parse_stall("2:0.1")
-            .unwrap_err()
-            .to_string()
-            .contains("LINK:PROB:MS"));
-        assert!(parse_stall("2:0.1:-3")
-            .unwrap_err()
-            .to_string()
-            .contains("MS"));
+        assert_eq!(parse_stall("2:0.01:200").unwrap(), stall(2, 0.01, 200.0));
+        for (input, named) in [
+            ("2:1.5:200", "PROB"),
+            ("x:0.1:2", "link"),
+            ("2:0.1", "LINK:PROB:MS"),
+            ("2:0.1:-3", "MS"),
+        ] {
+            let e = parse_stall(input).unwrap_err().to_string();
+            assert!(e.contains(named), "{input}: {e}");
+        }
     }
 
     #[test]
@@ -453,11 +443,7 @@ mod tests {
             assert!(r.lost.abs() < 1e-12);
         }
         // Every transfer over link 1 stalls 5 ms: the same as a 5 ms slow link, each iteration.
-        let sure = [Stall {
-            link: 1,
-            prob: 1.0,
-            ms: 5.0,
-        }];
+        let sure = [stall(1, 1.0, 5.0)];
         let rows = run(&base, &schedules()[..1], 16, (&sure, &[]), 5, 1).unwrap();
         let slow = Scenario::builder(4, 8)
             .link_ms(0.1)
@@ -473,11 +459,7 @@ mod tests {
     #[test]
     fn a_rare_stall_moves_the_tail_not_the_median_and_the_seed_repeats() {
         let base = sc(8, 32);
-        let rare = [Stall {
-            link: 3,
-            prob: 0.01,
-            ms: 100.0,
-        }];
+        let rare = [stall(3, 0.01, 100.0)];
         let a = run(&base, &schedules(), 16, (&rare, &[]), 300, 7).unwrap();
         let b = run(&base, &schedules(), 16, (&rare, &[]), 300, 7).unwrap();
         assert_eq!(a, b, "deterministic for a seed");
@@ -491,11 +473,7 @@ mod tests {
     #[test]
     fn a_thousand_iterations_of_8_stages_and_32_microbatches_fit_the_budget() {
         let base = sc(8, 32);
-        let rare = [Stall {
-            link: 3,
-            prob: 0.02,
-            ms: 200.0,
-        }];
+        let rare = [stall(3, 0.02, 200.0)];
         let t = std::time::Instant::now();
         let rows = run(&base, &schedules(), 16, (&rare, &[]), 1000, 1).unwrap();
         assert_eq!(rows.len(), 2);
@@ -554,11 +532,7 @@ mod tests {
     #[test]
     fn the_sampler_stalls_each_transfer_with_its_links_probability() {
         let s = sc(4, 64);
-        let stalls = [Stall {
-            link: 1,
-            prob: 0.25,
-            ms: 7.0,
-        }];
+        let stalls = [stall(1, 0.25, 7.0)];
         let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
         let (mut hits, mut total, mut elsewhere) = (0usize, 0usize, 0usize);
         for _ in 0..200 {

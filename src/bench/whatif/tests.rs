@@ -45,18 +45,12 @@ fn close(what: &str, ours: f64, theirs: f64, rel: f64) {
 fn matches_the_artifact(file: &str) {
     let (_, a) = st(file);
     let r = json("result-ST.json");
-    close(
-        "S",
-        a.blocking_slowdown,
-        r["blocking_slowdown"].as_f64().unwrap(),
-        0.005,
-    );
-    close(
-        "launch",
-        a.launch_slowdown,
-        r["launch_slowdown"].as_f64().unwrap(),
-        0.005,
-    );
+    for (what, ours, key) in [
+        ("S", a.blocking_slowdown, "blocking_slowdown"),
+        ("launch", a.launch_slowdown, "launch_slowdown"),
+    ] {
+        close(what, ours, r[key].as_f64().unwrap(), 0.005);
+    }
     for (dim, field) in [
         ("optype", "blocking_decompose_by_optype"),
         ("dp_rank", "blocking_decompose_by_dp_rank"),
@@ -87,30 +81,14 @@ fn matches_the_artifact(file: &str) {
     }
     for s in &a.steps {
         let k = s.step.to_string();
-        close(
-            "base",
-            s.base_s,
-            r["step_t_base"][&k].as_f64().unwrap(),
-            0.005,
-        );
-        close(
-            "nodelay",
-            s.nodelay_s,
-            r["step_t_nodelay"][&k].as_f64().unwrap(),
-            0.005,
-        );
-        close(
-            "ideal",
-            s.ideal_s,
-            r["step_t_noblk"][&k].as_f64().unwrap(),
-            0.005,
-        );
-        close(
-            "step S",
-            s.slowdown,
-            r["blocking_step_slowdown"][&k].as_f64().unwrap(),
-            0.005,
-        );
+        for (what, ours, key) in [
+            ("base", s.base_s, "step_t_base"),
+            ("nodelay", s.nodelay_s, "step_t_nodelay"),
+            ("ideal", s.ideal_s, "step_t_noblk"),
+            ("step S", s.slowdown, "blocking_step_slowdown"),
+        ] {
+            close(what, ours, r[key][&k].as_f64().unwrap(), 0.005);
+        }
     }
     let ms = json("ms-ST.json")["Ms"].as_f64().unwrap();
     let mw = json("mw-ST.json")["Mw"].as_f64().unwrap();

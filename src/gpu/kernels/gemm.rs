@@ -341,10 +341,7 @@ fn packed_panels(
         dims.as_entire_binding(),
     ];
     let pack = DispatchPass::with_resources(gpu, label, pipeline, resources, workgroups)?;
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    pack.encode(&mut enc.begin_compute_pass(&Default::default()));
-    let idx = gpu.queue.submit([enc.finish()]);
-    gpu.wait(idx)?;
+    gpu.submit_wait(|enc| pack.encode(&mut enc.begin_compute_pass(&Default::default())))?;
     Ok(texture)
 }
 

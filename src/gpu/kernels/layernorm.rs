@@ -300,13 +300,12 @@ fn uniform_parameters(
         enc.copy_buffer_to_buffer(src, 0, &dst, 0, bytes.next_multiple_of(4));
         dst
     };
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    let pair = (
-        copy(gamma, "layernorm gamma uniform", &mut enc),
-        copy(beta, "layernorm beta uniform", &mut enc),
-    );
-    let idx = gpu.queue.submit([enc.finish()]);
-    gpu.wait(idx)?;
+    let pair = gpu.submit_wait(|enc| {
+        (
+            copy(gamma, "layernorm gamma uniform", enc),
+            copy(beta, "layernorm beta uniform", enc),
+        )
+    })?;
     Ok(pair)
 }
 

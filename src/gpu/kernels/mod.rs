@@ -480,10 +480,7 @@ pub trait GpuKernel {
 
 /// Runs a kernel once on its own submission (for verification and warm-up).
 pub(crate) fn run_once(gpu: &super::Gpu, kernel: &dyn GpuKernel) -> Result<(), GpuError> {
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    record_untimed(&mut enc, kernel.upload(), |pass| kernel.encode(pass));
-    let idx = gpu.queue.submit([enc.finish()]);
-    gpu.wait(idx)
+    gpu.submit_wait(|enc| record_untimed(enc, kernel.upload(), |pass| kernel.encode(pass)))
 }
 
 #[cfg(test)]

@@ -61,6 +61,7 @@ pub fn parse_list<T>(text: &str, one: fn(&str) -> anyhow::Result<T>) -> anyhow::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::err_text;
 
     #[test]
     fn parses_good_sizes() {
@@ -84,26 +85,12 @@ mod tests {
 
     #[test]
     fn rejects_bad_sizes_with_reasons() {
-        assert!(parse_gemm("0x4x4")
-            .unwrap_err()
-            .to_string()
-            .contains(">= 1"));
-        assert!(parse_gemm("4x4").unwrap_err().to_string().contains("MxNxK"));
-        assert!(parse_gemm("4x4xq")
-            .unwrap_err()
-            .to_string()
-            .contains("whole number"));
-        assert!(parse_gemm("99999999999x1x1")
-            .unwrap_err()
-            .to_string()
-            .contains("too large"));
-        assert!(parse_gemm("100000x100000x1")
-            .unwrap_err()
-            .to_string()
-            .contains("4 GiB"));
-        assert!(parse_layernorm("-3x10")
-            .unwrap_err()
-            .to_string()
-            .contains("whole number"));
+        let gemm = |text: &str| err_text(parse_gemm(text));
+        assert!(gemm("0x4x4").contains(">= 1"));
+        assert!(gemm("4x4").contains("MxNxK"));
+        assert!(gemm("4x4xq").contains("whole number"));
+        assert!(gemm("99999999999x1x1").contains("too large"));
+        assert!(gemm("100000x100000x1").contains("4 GiB"));
+        assert!(err_text(parse_layernorm("-3x10")).contains("whole number"));
     }
 }

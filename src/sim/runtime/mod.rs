@@ -230,70 +230,35 @@ impl Mechanisms {
 
     /// Every mechanism with its name, each switched off in turn.
     pub fn ablations() -> Vec<(&'static str, Mechanisms)> {
-        let all = Mechanisms::ALL;
+        let off = |switch: fn(&mut Mechanisms)| {
+            let mut m = Mechanisms::ALL;
+            switch(&mut m);
+            m
+        };
         vec![
             (
                 "combined calls block the stage",
-                Mechanisms {
-                    combined_calls_block: false,
-                    ..all
-                },
+                off(|m| m.combined_calls_block = false),
             ),
             (
                 "delay occupies stream/channel",
-                Mechanisms {
-                    delay_occupies: false,
-                    ..all
-                },
+                off(|m| m.delay_occupies = false),
             ),
             (
                 "one comm stream per rank",
-                Mechanisms {
-                    one_stream_per_rank: false,
-                    ..all
-                },
+                off(|m| m.one_stream_per_rank = false),
             ),
             (
                 "injector's group peer numbering",
-                Mechanisms {
-                    group_numbering: false,
-                    ..all
-                },
+                off(|m| m.group_numbering = false),
             ),
-            (
-                "one hardware queue",
-                Mechanisms {
-                    single_queue: false,
-                    ..all
-                },
-            ),
-            (
-                "ZB waits for whole batches",
-                Mechanisms {
-                    batch_waits: false,
-                    ..all
-                },
-            ),
-            (
-                "offload path cost",
-                Mechanisms {
-                    offload_cost: false,
-                    ..all
-                },
-            ),
-            (
-                "ZB's own plan",
-                Mechanisms {
-                    zb_plan: false,
-                    ..all
-                },
-            ),
+            ("one hardware queue", off(|m| m.single_queue = false)),
+            ("ZB waits for whole batches", off(|m| m.batch_waits = false)),
+            ("offload path cost", off(|m| m.offload_cost = false)),
+            ("ZB's own plan", off(|m| m.zb_plan = false)),
             (
                 "healthy on the device path",
-                Mechanisms {
-                    healthy_on_device: false,
-                    ..all
-                },
+                off(|m| m.healthy_on_device = false),
             ),
         ]
     }

@@ -409,21 +409,14 @@ mod tests {
 
     #[test]
     fn version_purpose_and_garbage_are_refused() {
-        let err = peer_sends(hello(9, 1))
-            .expect_hello(Purpose::Bench)
-            .unwrap_err();
-        assert!(err.to_string().contains("version 9"), "{err}");
-        let err = peer_sends(hello(OOB_VERSION, 2))
-            .expect_hello(Purpose::Bench)
-            .unwrap_err();
-        assert!(err.to_string().contains("purpose"), "{err}");
-        let err = peer_sends(b"GET / HTTP/1.1\r\n".to_vec())
-            .expect_hello(Purpose::Bench)
-            .unwrap_err();
-        assert!(
-            err.to_string().contains("not a morphbench rdma peer"),
-            "{err}"
-        );
+        for (bytes, want) in [
+            (hello(9, 1), "version 9"),
+            (hello(OOB_VERSION, 2), "purpose"),
+            (b"GET / HTTP/1.1\r\n".to_vec(), "not a morphbench rdma peer"),
+        ] {
+            let err = peer_sends(bytes).expect_hello(Purpose::Bench).unwrap_err();
+            assert!(err.to_string().contains(want), "{err}");
+        }
     }
 
     #[test]
@@ -457,18 +450,14 @@ mod tests {
     #[test]
     fn oversized_or_absurd_fields_are_bounded() {
         // A count far over the limit is refused before the list is read or allocated.
-        let err = peer_sends(params_record(u32::MAX, &[], 10))
-            .recv_params()
-            .unwrap_err();
-        assert!(err.to_string().contains("message sizes"), "{err}");
-        let err = peer_sends(params_record(1, &[u64::MAX], 10))
-            .recv_params()
-            .unwrap_err();
-        assert!(err.to_string().contains("outside"), "{err}");
-        let err = peer_sends(params_record(1, &[64], 0))
-            .recv_params()
-            .unwrap_err();
-        assert!(err.to_string().contains("iterations"), "{err}");
+        for (record, want) in [
+            (params_record(u32::MAX, &[], 10), "message sizes"),
+            (params_record(1, &[u64::MAX], 10), "outside"),
+            (params_record(1, &[64], 0), "iterations"),
+        ] {
+            let err = peer_sends(record).recv_params().unwrap_err();
+            assert!(err.to_string().contains(want), "{err}");
+        }
 
         let encode = |e: Endpoint| {
             let (mut a, peer) = pair(Duration::from_millis(300));
@@ -478,30 +467,19 @@ mod tests {
                 .recv_endpoint(4096)
         };
         assert!(encode(endpoint()).is_ok());
-        let err = encode(Endpoint {
-            qpn: 1 << 24,
-            ..endpoint()
-        })
-        .unwrap_err();
-        assert!(err.to_string().contains("QPN"), "{err}");
-        let err = encode(Endpoint {
-            len: 100,
-            ..endpoint()
-        })
-        .unwrap_err();
-        assert!(err.to_string().contains("buffer"), "{err}");
-        let err = encode(Endpoint {
-            len: u64::MAX,
-            ..endpoint()
-        })
-        .unwrap_err();
-        assert!(err.to_string().contains("buffer"), "{err}");
-        let err = encode(Endpoint {
-            mtu: 9,
-            ..endpoint()
-        })
-        .unwrap_err();
-        assert!(err.to_string().contains("MTU"), "{err}");
+        type Change = fn(&mut Endpoint);
+        let bad: [(Change, &str); 4] = [
+            (|e| e.qpn = 1 << 24, "QPN"),
+            (|e| e.len = 100, "buffer"),
+            (|e| e.len = u64::MAX, "buffer"),
+            (|e| e.mtu = 9, "MTU"),
+        ];
+        for (change, want) in bad {
+            let mut e = endpoint();
+            change(&mut e);
+            let err = encode(e).unwrap_err();
+            assert!(err.to_string().contains(want), "{err}");
+        }
     }
 
     #[test]

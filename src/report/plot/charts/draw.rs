@@ -3,9 +3,10 @@
 // plotters' prelude: its drawing types and traits, used throughout (the crate's own prelude).
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters::style::text_anchor::{HPos, VPos};
 
 use super::axes::{category, color, fmt_tick, range, tx, DrawResult, Ticked, WIDTH};
+use super::key::anchored;
 use crate::record::view::chart::{Gantt, LineChart, StackedBars};
 
 pub(super) fn draw_lines<DB: DrawingBackend>(
@@ -269,11 +270,7 @@ fn label<'a>(
     h: HPos,
     v: VPos,
 ) -> Text<'a, (f64, f64), String> {
-    let font = ("sans-serif", size)
-        .into_font()
-        .color(color)
-        .pos(Pos::new(h, v));
-    Text::new(text.to_string(), at, font)
+    Text::new(text.to_string(), at, anchored(size, *color, h, v))
 }
 
 /// A dashed line through `pts`: every other segment of a finely split line.

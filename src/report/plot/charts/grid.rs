@@ -6,12 +6,12 @@
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters::style::text_anchor::{HPos, VPos};
 
 use super::axes::DrawResult;
 use super::key::{
-    draw_key, framed, ink_on, mark_color, name_style, ratio_color, step_for, text_width, thin,
-    Swatch, NAME_FONT,
+    anchored, draw_key, framed, ink_on, mark_color, name_style, ratio_color, step_for, text_width,
+    thin, Swatch, NAME_FONT,
 };
 use crate::record::view::chart::{Heatmap, Mark};
 
@@ -128,10 +128,7 @@ where
                 Text::new(
                     x.text.clone(),
                     (x.col as f64, x.row as f64),
-                    ("sans-serif", font)
-                        .into_font()
-                        .color(&ink_on(x.ratio))
-                        .pos(Pos::new(HPos::Center, VPos::Center)),
+                    anchored(font, ink_on(x.ratio), HPos::Center, VPos::Center),
                 )
             }),
     )?;
@@ -156,10 +153,7 @@ where
         root.draw(&Text::new(
             words.clone(),
             (x + 8, y),
-            ("sans-serif", NAME_FONT)
-                .into_font()
-                .color(&mark_color(m))
-                .pos(Pos::new(HPos::Left, VPos::Center)),
+            anchored(NAME_FONT, mark_color(m), HPos::Left, VPos::Center),
         ))?;
     }
     // Row names, thinned by the cells' height; the marked rows always.
@@ -210,18 +204,12 @@ where
     root.draw(&Text::new(
         c.row_label.clone(),
         (8.min(x0 - 6), y0 - 6),
-        ("sans-serif", 13)
-            .into_font()
-            .color(&BLACK)
-            .pos(Pos::new(HPos::Left, VPos::Bottom)),
+        anchored(13, BLACK, HPos::Left, VPos::Bottom),
     ))?;
     root.draw(&Text::new(
         c.col_label.clone(),
         ((x0 + x1) / 2, below + 2),
-        ("sans-serif", 13)
-            .into_font()
-            .color(&BLACK)
-            .pos(Pos::new(HPos::Center, VPos::Top)),
+        anchored(13, BLACK, HPos::Center, VPos::Top),
     ))?;
     Ok(())
 }

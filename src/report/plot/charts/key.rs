@@ -71,6 +71,14 @@ pub(super) fn name_style(m: Mark, h: HPos, v: VPos) -> TextStyle<'static> {
         .pos(Pos::new(h, v))
 }
 
+/// Plain text of `size` in `color`, anchored at its (h, v) side.
+pub(super) fn anchored(size: u32, color: RGBColor, h: HPos, v: VPos) -> TextStyle<'static> {
+    ("sans-serif", size)
+        .into_font()
+        .color(&color)
+        .pos(Pos::new(h, v))
+}
+
 /// The word a mark stands for in a key when the chart gives none.
 pub(super) fn mark_word(m: Mark) -> &'static str {
     match m {
@@ -199,10 +207,7 @@ where
         area.draw(&Text::new(
             line.clone(),
             (w as i32 / 2, 8 + i as i32 * line_h),
-            ("sans-serif", size)
-                .into_font()
-                .color(&BLACK)
-                .pos(Pos::new(HPos::Center, VPos::Top)),
+            anchored(size, BLACK, HPos::Center, VPos::Top),
         ))?;
     }
     let (_, below) = area.split_vertically(12 + lines.len() as i32 * line_h);
@@ -317,10 +322,7 @@ where
             area.draw(&Text::new(
                 tick.to_string(),
                 (x + bar_w + 8, ty),
-                ("sans-serif", 12)
-                    .into_font()
-                    .color(&BLACK)
-                    .pos(Pos::new(HPos::Left, VPos::Center)),
+                anchored(12, BLACK, HPos::Left, VPos::Center),
             ))?;
         }
         y += bar_h + 18;
