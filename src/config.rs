@@ -33,24 +33,19 @@ impl SuiteConfig {
             Some(_) => return Err(invalid("description must be a string".into())),
         };
         let known: Vec<&str> = suite_benches().map(|(name, _)| name).collect();
+        let listed = known
+            .iter()
+            .map(|k| format!("[{k}]"))
+            .collect::<Vec<_>>()
+            .join(", ");
         if let Some(unknown) = tables.keys().find(|k| !known.contains(&k.as_str())) {
             return Err(invalid(format!(
-                "unknown table [{unknown}]: a suite holds description and the tables {}",
-                known
-                    .iter()
-                    .map(|k| format!("[{k}]"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "unknown table [{unknown}]: a suite holds description and the tables {listed}"
             )));
         }
         if tables.is_empty() {
             return Err(invalid(format!(
-                "it names no bench; add one of the tables {}",
-                known
-                    .iter()
-                    .map(|k| format!("[{k}]"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "it names no bench; add one of the tables {listed}"
             )));
         }
         let cfg = SuiteConfig {

@@ -25,19 +25,14 @@ struct RdmaReport {
 
 impl RdmaReport {
     fn probe() -> RdmaReport {
-        match list_devices() {
-            Ok(devices) if devices.is_empty() => RdmaReport {
-                devices,
-                unavailable: Some(VerbsError::NoDevices.to_string()),
-            },
-            Ok(devices) => RdmaReport {
-                devices,
-                unavailable: None,
-            },
-            Err(e) => RdmaReport {
-                devices: Vec::new(),
-                unavailable: Some(e.to_string()),
-            },
+        let (devices, unavailable) = match list_devices() {
+            Ok(d) if d.is_empty() => (d, Some(VerbsError::NoDevices.to_string())),
+            Ok(d) => (d, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        RdmaReport {
+            devices,
+            unavailable,
         }
     }
 }

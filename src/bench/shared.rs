@@ -40,6 +40,20 @@ pub fn check_warmup(key: &str, warmup: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Times `f` on the host: `warmup` untimed calls, then `iters` timed ones, each in µs.
+pub(crate) fn time_host(warmup: u32, iters: u32, mut f: impl FnMut()) -> Vec<f64> {
+    for _ in 0..warmup {
+        f();
+    }
+    (0..iters)
+        .map(|_| {
+            let t0 = std::time::Instant::now();
+            f();
+            t0.elapsed().as_secs_f64() * 1e6
+        })
+        .collect()
+}
+
 /// One note.
 pub(crate) fn note(key: &str, value: impl serde::Serialize) -> Result<Notes> {
     let mut n = Notes::new();

@@ -30,9 +30,6 @@ pub fn checked() -> Vec<(&'static str, AddFigures)> {
         .collect()
 }
 
-/// Benches whose tables hold predictions, not measurements of the node, and are not compared.
-pub const NOT_COMPARED: &[&str] = &["sim"];
-
 /// Reads every figure of the run in `dir`.
 pub fn collect(dir: &Path) -> Result<RunFigures> {
     if !dir.is_dir() {

@@ -287,6 +287,13 @@ fn io(e: std::io::Error) -> ClusterError {
     ClusterError::Io(e.to_string())
 }
 
+fn cannot_reach(who: Who, e: std::io::Error) -> ClusterError {
+    ClusterError::Died {
+        who,
+        how: format!("cannot reach it: {e}"),
+    }
+}
+
 fn bind_data(ip: IpAddr) -> Result<TcpListener, ClusterError> {
     TcpListener::bind((ip, 0))
         .map_err(|e| ClusterError::Io(format!("cannot open a data listener on {ip}: {e}")))
@@ -354,10 +361,7 @@ impl World {
         for (s, who) in peers.iter().zip(whos) {
             if let Err(e) = frame::send_encoded(s, &frame) {
                 if !best_effort {
-                    return Err(ClusterError::Died {
-                        who,
-                        how: format!("cannot reach it: {e}"),
-                    });
+                    return Err(cannot_reach(who, e));
                 }
             }
         }
@@ -370,10 +374,7 @@ impl World {
         let Control::Root(peers) = &self.control else {
             return Err(ClusterError::Protocol("only rank 0 sends to ranks".into()));
         };
-        frame::send(&peers[rank as usize - 1], m).map_err(|e| ClusterError::Died {
-            who,
-            how: format!("cannot reach it: {e}"),
-        })
+        frame::send(&peers[rank as usize - 1], m).map_err(|e| cannot_reach(who, e))
     }
 
     /// Rank 0: one message from each of `ranks` (none of them 0) by `deadline`, or why not: a
@@ -448,10 +449,7 @@ impl World {
         let Control::Leaf(s) = &self.control else {
             return Err(ClusterError::Protocol("rank 0 does not tell itself".into()));
         };
-        frame::send(s, m).map_err(|e| ClusterError::Died {
-            who,
-            how: format!("cannot reach it: {e}"),
-        })
+        frame::send(s, m).map_err(|e| cannot_reach(who, e))
     }
 
     /// Rank 0: sends `beat` to every other rank each [`HEARTBEAT`] until the ticker is

@@ -371,17 +371,15 @@ impl Gpu {
     }
 
     pub fn has_timestamps(&self) -> bool {
-        self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
-            && self
-                .features
-                .contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES)
+        self.features.contains(
+            wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES,
+        )
     }
 
     pub fn has_encoder_timestamps(&self) -> bool {
-        self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
-            && self
-                .features
-                .contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
+        self.features.contains(
+            wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS,
+        )
     }
 
     /// Turns any error the device raised since the last check into a `Result`.
@@ -526,17 +524,13 @@ mod tests {
         assert_eq!(pick_adapter("1", &names).unwrap(), 1);
         assert_eq!(pick_adapter("h200", &names).unwrap(), 2);
         // A digit is an index, never a part of a name ("H200" holds a 2).
-        let e = pick_adapter("5", &names).unwrap_err().to_string();
-        assert!(
-            e.contains("out of range") && e.contains("3 adapters"),
-            "{e}"
-        );
-        let e = pick_adapter("llvm", &names).unwrap_err().to_string();
-        assert!(e.contains("matches 2 adapters"), "{e}");
-        let e = pick_adapter("radeon", &names).unwrap_err().to_string();
-        assert!(
-            e.contains("no adapter matches") && e.contains("0: llvmpipe"),
-            "{e}"
-        );
+        for (name, wants) in [
+            ("5", &["out of range", "3 adapters"][..]),
+            ("llvm", &["matches 2 adapters"][..]),
+            ("radeon", &["no adapter matches", "0: llvmpipe"][..]),
+        ] {
+            let e = pick_adapter(name, &names).unwrap_err().to_string();
+            assert!(wants.iter().all(|w| e.contains(w)), "{e}");
+        }
     }
 }

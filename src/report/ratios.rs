@@ -40,18 +40,10 @@ impl Runs {
     pub fn read(dirs: &[&Path]) -> Result<Runs> {
         let mut runs = Runs::default();
         for dir in dirs {
-            if let Some(t) = read_optional::<PeakTable>(dir)? {
-                runs.peak = t;
-            }
-            if let Some(t) = read_optional::<KernelsTable>(dir)? {
-                runs.kernels = t;
-            }
-            if let Some(t) = read_optional::<D2hTable>(dir)? {
-                runs.d2h = t;
-            }
-            if let Some(t) = read_optional::<HolTable>(dir)? {
-                runs.hol = t;
-            }
+            runs.peak = read_optional::<PeakTable>(dir)?.unwrap_or(runs.peak);
+            runs.kernels = read_optional::<KernelsTable>(dir)?.unwrap_or(runs.kernels);
+            runs.d2h = read_optional::<D2hTable>(dir)?.unwrap_or(runs.d2h);
+            runs.hol = read_optional::<HolTable>(dir)?.unwrap_or(runs.hol);
         }
         Ok(runs)
     }

@@ -21,9 +21,6 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-/// Where root keeps its runs: the folder the documentation and every refusal name.
-pub const ROOT_RUNS: &str = "/var/lib/morphbench";
-
 /// What a folder is for, as a refusal names it: the flag (or thing) that gave it, and the fix.
 #[derive(Debug, Clone, Copy)]
 pub struct Purpose {

@@ -1,7 +1,7 @@
 //! Describing a [`Scenario`]: its shape, then only what differs from the defaults, checked
 //! once by [`ScenarioBuilder::build`].
 
-use super::model::{links_of, non_negative, per_stage, CommModel, Scenario, ScenarioError};
+use super::model::{add_per_link, non_negative, per_stage, CommModel, Scenario, ScenarioError};
 use super::model::{MAX_MICROBATCHES, MAX_STAGES, MAX_STAGE_MICROBATCHES};
 
 impl Scenario {
@@ -116,21 +116,7 @@ impl<'a> ScenarioBuilder<'a> {
                 });
             }
         }
-        let mut delay_ms = vec![0.0; stages - 1];
-        for &(link, d) in slow {
-            if link >= links_of(stages) {
-                return Err(ScenarioError::NoSuchLink {
-                    link,
-                    stages,
-                    max: links_of(stages) as i64 - 1,
-                });
-            }
-            if link >= delay_ms.len() {
-                delay_ms.push(0.0);
-            }
-            delay_ms[link] += non_negative("slow delay", d)?;
-            non_negative("slow delay", delay_ms[link])?;
-        }
+        let delay_ms = add_per_link(vec![0.0; stages - 1], stages, slow, "slow delay")?;
         let tfb = (0..stages).map(|i| tf[i] + tb[i] + tw[i]).collect();
         Ok(Scenario {
             stages,

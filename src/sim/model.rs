@@ -289,13 +289,7 @@ pub(super) fn per_stage(
         got => return Err(ScenarioError::WrongLength { field, got, stages }),
     };
     for &x in &out {
-        if !x.is_finite() || !(0.0..=MAX_MS).contains(&x) {
-            return Err(ScenarioError::BadDuration {
-                field,
-                value: x,
-                extra: "",
-            });
-        }
+        non_negative(field, x)?;
     }
     Ok(out)
 }
@@ -311,24 +305,36 @@ pub(super) fn non_negative(field: &'static str, x: f64) -> Result<f64, ScenarioE
     Ok(x)
 }
 
+/// `per_link` with each `(link, ms)` added to its link's entry (the wrap link's made on first
+/// use), each addend and each sum checked as `field`.
+pub(super) fn add_per_link(
+    mut per_link: Vec<f64>,
+    stages: usize,
+    added: &[(usize, f64)],
+    field: &'static str,
+) -> Result<Vec<f64>, ScenarioError> {
+    for &(link, ms) in added {
+        if link >= links_of(stages) {
+            return Err(ScenarioError::NoSuchLink {
+                link,
+                stages,
+                max: links_of(stages) as i64 - 1,
+            });
+        }
+        if link >= per_link.len() {
+            per_link.resize(link + 1, 0.0);
+        }
+        per_link[link] += non_negative(field, ms)?;
+        non_negative(field, per_link[link])?;
+    }
+    Ok(per_link)
+}
+
 impl Scenario {
     /// The same scenario with each link held `occupancy` ms by every transfer over it
     /// (`(link, ms)` pairs, added up per link).
     pub fn with_occupancy(mut self, occupancy: &[(usize, f64)]) -> Result<Scenario, ScenarioError> {
-        for &(link, ms) in occupancy {
-            if link >= links_of(self.stages) {
-                return Err(ScenarioError::NoSuchLink {
-                    link,
-                    stages: self.stages,
-                    max: links_of(self.stages) as i64 - 1,
-                });
-            }
-            if link >= self.occupancy_ms.len() {
-                self.occupancy_ms.resize(link + 1, 0.0);
-            }
-            self.occupancy_ms[link] += non_negative("occupy", ms)?;
-            non_negative("occupy", self.occupancy_ms[link])?;
-        }
+        self.occupancy_ms = add_per_link(self.occupancy_ms, self.stages, occupancy, "occupy")?;
         Ok(self)
     }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::conformance::{self, Fixture};
 use super::sink::spawn_loopback;
 use super::tcp::{TcpReceiver, TcpTransport, Timeouts};
-use super::wire::{checksum, read_hello, write_hello, FrameKind, Header, HEADER_BYTES};
+use super::wire::{checksum, read_hello, write_hello, Header, HEADER_BYTES};
 use super::{Receiver, Transport, TransportError};
 
 fn quick() -> Timeouts {
@@ -148,19 +148,16 @@ fn sink_rejects_garbage_oversized_and_corrupt_frames() {
     let err = raw_client(1024, |s| s.write_all(&[0xAB; HEADER_BYTES]).unwrap()).unwrap_err();
     assert!(err.to_string().contains("magic"), "{err}");
     let huge = Header {
-        kind: FrameKind::Data,
-        seq: 1,
         len: u64::MAX,
         check: 0,
+        ..Header::data(1, &[])
     };
     let err = raw_client(1024, |s| s.write_all(&huge.encode()).unwrap()).unwrap_err();
     assert!(err.to_string().contains("exceeds"), "{err}");
     let payload = [5u8; 64];
     let bad = Header {
-        kind: FrameKind::Data,
-        seq: 1,
-        len: 64,
         check: checksum(&payload) ^ 1,
+        ..Header::data(1, &payload)
     };
     let err = raw_client(1024, |s| {
         s.write_all(&bad.encode()).unwrap();
@@ -170,10 +167,8 @@ fn sink_rejects_garbage_oversized_and_corrupt_frames() {
     assert!(matches!(err, TransportError::Corrupt { seq: 1 }), "{err}");
     // A sender that vanishes mid-payload.
     let cut = Header {
-        kind: FrameKind::Data,
-        seq: 1,
-        len: 64,
         check: 0,
+        ..Header::data(1, &payload)
     };
     let err = raw_client(1024, |s| {
         s.write_all(&cut.encode()).unwrap();

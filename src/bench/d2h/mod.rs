@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::descriptor::{command, from_toml, Descriptor, Settings};
 use super::flags::{parse_iters, parse_size_list, parse_warmup, SizeList};
-use super::shared::check_iters;
+use super::shared::{check_iters, time_host};
 use crate::gpu::transfer::{pattern, touched, COPY_ALIGN};
 use crate::gpu::Gpu;
 use crate::output::Progress;
@@ -481,14 +481,9 @@ fn measure_memcpy(plan: &D2hPlan, b: &Buffers, rows: &mut Rows<'_>) -> Result<f6
     let (bytes, down) = (b.bytes, &b.down);
     let n = bytes as usize;
     let mut dst = touched(n);
-    let mut t = Vec::new();
-    for i in 0..plan.warmup + plan.iters {
-        let t0 = Instant::now();
-        dst.copy_from_slice(std::hint::black_box(down));
-        if i >= plan.warmup {
-            t.push(t0.elapsed().as_secs_f64() * 1e6);
-        }
-    }
+    let t = time_host(plan.warmup, plan.iters, || {
+        dst.copy_from_slice(std::hint::black_box(down))
+    });
     ensure!(dst == *down, "memcpy baseline produced different bytes");
     rows.host("memcpy", "copy_from_slice", bytes, "end_to_end", &t)
 }

@@ -21,6 +21,14 @@ fn failed_row(rank: u32, test: &str, value: f64, expected: f64) -> Row {
     )
 }
 
+/// A cost's change in throughput (%) under schedule `s`.
+fn pct(c: &KeepCost, s: &str) -> f64 {
+    c.iter()
+        .find(|(p, _)| p.schedule == s)
+        .and_then(|(_, f)| f.throughput_pct)
+        .unwrap()
+}
+
 #[test]
 fn a_lossy_node_is_priced_by_its_drawn_stalls_and_says_so() {
     let c = estimate_lossy((2, "n2", "node"), (0.02, 200.0), 4, None);
@@ -58,12 +66,6 @@ fn a_slower_node_costs_more_and_a_silent_one_has_no_estimate() {
     // Rank 4 failed without a figure (it did not answer): nothing to estimate.
     assert_eq!(costs.len(), 3);
     assert!(costs.iter().all(|c| failures(c).next().is_none()));
-    let pct = |c: &KeepCost, s: &str| {
-        c.iter()
-            .find(|(p, _)| p.schedule == s)
-            .and_then(|(_, f)| f.throughput_pct)
-            .unwrap()
-    };
     let (half, slight, copy) = (&costs[0], &costs[1], &costs[2]);
     assert_eq!(half[0].0.stages, 4);
     // A stage of half the speed: 1F1B's steady state runs at the slowest stage's pace.
@@ -95,12 +97,6 @@ fn a_slow_link_costs_1f1b_more_than_adaptive_and_more_when_slower() {
         None,
     );
     assert_eq!(costs.len(), 2);
-    let pct = |c: &KeepCost, s: &str| {
-        c.iter()
-            .find(|(p, _)| p.schedule == s)
-            .and_then(|(_, f)| f.throughput_pct)
-            .unwrap()
-    };
     let (bad, mild) = (&costs[0], &costs[1]);
     assert_eq!(bad[0].0.kind, "link");
     assert_eq!(bad[0].1.link_extra_ms, 20.0);

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::inventory::fields;
-use super::rank::{row, RankOutcome, Row, FAIL, PASS, WARN};
+use super::rank::{judged, row, RankOutcome, Row, FAIL, PASS, WARN};
 
 pub(super) fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
     let mut rows = Vec::new();
@@ -41,10 +41,8 @@ pub(super) fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
     for o in ranks {
         let Some(inv) = &o.inventory else { continue };
         if let Some(e) = &inv.gpu_error {
-            let (p, mut f) = row(o, "inventory", "adapter");
-            f.verdict = FAIL;
-            f.reason = format!("no GPU adapter: {e}");
-            rows.push((p, f));
+            let why = format!("no GPU adapter: {e}");
+            rows.push(judged(o, "inventory", "adapter", FAIL, why));
             continue;
         }
         let common = &commons[&o.adapter()];

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::checks::LinksSpec;
-use super::rank::{row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
+use super::rank::{judged, row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
 use super::verdict::Verdict;
 use crate::bench::links::outcome::LinksOutcome;
 use crate::bench::links::pattern::{self, Pattern, QUICK_ROUNDS};
@@ -60,7 +60,7 @@ pub fn options(
         fingerprint: false,
         concurrent: None,
         pattern,
-        seed: seed(),
+        seed: crate::bench::links::args::seed(), // rank 0's; in fleet.json
         budget_s: 3600,
         topology: None,
         backend,
@@ -70,29 +70,19 @@ pub fn options(
     }
 }
 
-/// A seed for the random matchings (rank 0's; in fleet.json).
-fn seed() -> u64 {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    now.map_or(0, |d| d.as_nanos() as u64) ^ u64::from(std::process::id())
-}
-
 /// Each rank's `links gbps` row.
 pub fn rows(ranks: &[RankOutcome], links: &LinksResult) -> Vec<Row> {
-    let judged = |verdict: Verdict, why: &str| -> Vec<Row> {
+    let all = |verdict: Verdict, why: &str| -> Vec<Row> {
         ranks
             .iter()
             .filter(|o| o.failure.is_none())
-            .map(|o| {
-                let (p, mut f) = row(o, "links", "gbps");
-                (f.verdict, f.reason) = (verdict, why.into());
-                (p, f)
-            })
+            .map(|o| judged(o, "links", "gbps", verdict, why.into()))
             .collect()
     };
     match links {
         LinksResult::None => Vec::new(),
-        LinksResult::Skipped(why) => judged(SKIP, why),
-        LinksResult::Failed(why) => judged(WARN, &format!("the links did not complete: {why}")),
+        LinksResult::Skipped(why) => all(SKIP, why),
+        LinksResult::Failed(why) => all(WARN, &format!("the links did not complete: {why}")),
         LinksResult::Done(out) => judged_links(ranks, out),
     }
 }
@@ -126,12 +116,12 @@ fn judged_links(ranks: &[RankOutcome], out: &LinksOutcome) -> Vec<Row> {
     };
     let mut rows = Vec::new();
     for o in ranks.iter().filter(|o| o.failure.is_none()) {
-        let (p, mut f) = row(o, "links", "gbps");
         let Some(mine) = out.per_rank.get(&o.rank) else {
-            (f.verdict, f.reason) = (SKIP, format!("no link measured{cut}"));
-            rows.push((p, f));
+            let why = format!("no link measured{cut}");
+            rows.push(judged(o, "links", "gbps", SKIP, why));
             continue;
         };
+        let (p, mut f) = row(o, "links", "gbps");
         (f.value, f.expected, f.unit) = (mine.gbps.map(sig4), expected, "GB/s".into());
         let slow_links: Vec<String> = out
             .slow_links
@@ -220,17 +210,15 @@ fn tail_rows(
     };
     let mut rows = Vec::new();
     if let Some(ratio) = mine.stall_ratio {
-        let (p, mut f) = row(o, "link", "stall_ratio");
+        let (p, mut f) = judged(o, "link", "stall_ratio", verdict, reason.clone());
         (f.value, f.expected, f.unit) =
             (Some(sig4(ratio)), level(|e| e.stall_ratio), "ratio".into());
-        (f.verdict, f.reason) = (verdict, reason.clone());
         rows.push((p, f));
     }
     if let Some(n) = mine.retransmits {
-        let (p, mut f) = row(o, "retransmits", "total");
+        let (p, mut f) = judged(o, "retransmits", "total", verdict, reason);
         let healthy = level(|e| e.retransmits.map(|n| n as f64));
         (f.value, f.expected, f.unit) = (Some(n as f64), healthy, "segments".into());
-        (f.verdict, f.reason) = (verdict, reason);
         rows.push((p, f));
     }
     rows

@@ -6,7 +6,7 @@
 //! rank whose sysfs has no such files gets one SKIP row saying "not exposed", never a PASS.
 
 use super::checks::TestKind;
-use super::rank::{row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
+use super::rank::{judged, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
 use crate::pcie::{judge, Judged};
 use crate::reported::Reported;
 
@@ -24,9 +24,7 @@ pub fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
         let under = match read {
             Reported::Ok(p) => p,
             Reported::Err(why) => {
-                let (p, mut f) = row(o, "pcie", "link");
-                (f.verdict, f.reason) = (SKIP, why);
-                out.push((p, f));
+                out.push(judged(o, "pcie", "link", SKIP, why));
                 continue;
             }
         };
@@ -59,9 +57,8 @@ pub fn rows(ranks: &[RankOutcome]) -> Vec<Row> {
             ("aer_correctable", correctable, Some(0.0), "errors"),
         ];
         for (figure, value, expected, unit) in figures {
-            let (p, mut f) = row(o, "pcie", figure);
+            let (p, mut f) = judged(o, "pcie", figure, verdict, reason.clone());
             (f.value, f.expected, f.unit) = (value, expected, unit.into());
-            (f.verdict, f.reason) = (verdict, reason.clone());
             out.push((p, f));
         }
     }

@@ -6,7 +6,7 @@
 //! and what it took; a pipeline cannot tell which stage was wrong, so a failure is a WARN on
 //! every rank unless a rank was lost (that rank FAILs, by name).
 
-use super::rank::{row, RankOutcome, Row, PASS, SKIP, WARN};
+use super::rank::{judged, row, RankOutcome, Row, PASS, SKIP, WARN};
 use super::verdict::Verdict;
 use crate::bench::pipeline::exec::Comm;
 use crate::bench::pipeline::shape::Shape;
@@ -76,11 +76,7 @@ pub fn rows(ranks: &[RankOutcome], result: &PipelineResult) -> Vec<Row> {
     let live = || ranks.iter().filter(|o| o.failure.is_none());
     let all = |verdict: Verdict, why: &str| -> Vec<Row> {
         live()
-            .map(|o| {
-                let (p, mut f) = row(o, "pipeline", "iteration_ms");
-                (f.verdict, f.reason) = (verdict, why.into());
-                (p, f)
-            })
+            .map(|o| judged(o, "pipeline", "iteration_ms", verdict, why.into()))
             .collect()
     };
     let cases = match result {

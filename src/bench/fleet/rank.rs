@@ -123,3 +123,10 @@ pub fn row(o: &RankOutcome, test: &str, figure: &str) -> Row {
         },
     )
 }
+
+/// A row with its verdict and the reason for it.
+pub fn judged(o: &RankOutcome, test: &str, figure: &str, verdict: Verdict, reason: String) -> Row {
+    let (p, mut f) = row(o, test, figure);
+    (f.verdict, f.reason) = (verdict, reason);
+    (p, f)
+}

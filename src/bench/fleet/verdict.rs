@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use super::baseline::Baseline;
 use super::checks::{Inventory, Measured};
-use super::rank::{row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
+use super::rank::{judged, row, RankOutcome, Row, FAIL, PASS, SKIP, WARN};
 use super::table::FleetFigures;
 use crate::bench::links::flag;
 pub use crate::verdict::Verdict;
@@ -39,10 +39,7 @@ pub fn judge(ranks: &[RankOutcome], baseline: Option<&Baseline>) -> Vec<Row> {
     rows.extend(super::pcie::rows(ranks));
     for o in ranks {
         if let Some(why) = &o.failure {
-            let (p, mut f) = row(o, "gate", "answer");
-            f.verdict = FAIL;
-            f.reason = why.clone();
-            rows.push((p, f));
+            rows.push(judged(o, "gate", "answer", FAIL, why.clone()));
         }
     }
     rows.sort_by_key(|(p, _)| p.rank);

@@ -3,7 +3,8 @@
 use anyhow::Result;
 
 use super::plan::KernelsPlan;
-use super::writer::{cpu_threads, time_host, Size, Writer};
+use super::writer::{cpu_threads, Size, Writer};
+use crate::bench::shared::time_host;
 use crate::gpu::kernels::gemm::{cpu_sgemm, verify_dense};
 use crate::gpu::kernels::select::{choose, first_fitting, Selection, SKIPPED};
 use crate::gpu::kernels::{

@@ -1,8 +1,6 @@
 //! How a sweep point becomes rows: the GPU's timed passes and the CPU baseline, summarized,
 //! judged against the device's ceilings, written as each point finishes.
 
-use std::time::Instant;
-
 use anyhow::{Context, Result};
 
 use super::table::{KernelFigures, KernelParams, KernelsTable, BENCH};
@@ -175,17 +173,4 @@ pub(super) fn cpu_threads() -> usize {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
-}
-
-pub(super) fn time_host(warmup: u32, iters: u32, mut f: impl FnMut()) -> Vec<f64> {
-    for _ in 0..warmup {
-        f();
-    }
-    (0..iters)
-        .map(|_| {
-            let t0 = Instant::now();
-            f();
-            t0.elapsed().as_secs_f64() * 1e6
-        })
-        .collect()
 }

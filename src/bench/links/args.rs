@@ -105,10 +105,7 @@ impl LinksArgs {
             fingerprint: !self.no_fingerprint,
             concurrent: self.concurrent.map(|c| c as usize),
             pattern: self.pattern,
-            seed: self.seed.unwrap_or_else(|| {
-                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-                now.map_or(0, |d| d.as_nanos() as u64) ^ u64::from(std::process::id())
-            }),
+            seed: self.seed.unwrap_or_else(seed),
             budget_s: self.budget_s,
             topology: self.topology.clone(),
             backend: g.backend,
@@ -117,4 +114,10 @@ impl LinksArgs {
             deadline_s: None,
         }
     }
+}
+
+/// A seed for the random matchings when none is given: the clock's and this process's.
+pub fn seed() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(0, |d| d.as_nanos() as u64) ^ u64::from(std::process::id())
 }

@@ -273,13 +273,17 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
             rows.push(t);
             continue;
         };
-        let (mut times, mut tails): (Vec<f64>, Vec<f64>) = group
+        // The group's rows, with the retest standing in for the row of its own test.
+        let members: Vec<&Line<LinksTable>> = group
             .iter()
-            .map(|&i| (rows[i].stats().p50_us, rows[i].stats().p99_us))
+            .enumerate()
+            .map(|(k, &i)| if k == pos { &t } else { &rows[i] })
+            .collect();
+        let (times, tails): (Vec<f64>, Vec<f64>) = members
+            .iter()
+            .map(|l| (l.stats().p50_us, l.stats().p99_us))
             .unzip();
-        let mut fastest: Vec<f64> = group.iter().map(|&i| rows[i].stats().min_us).collect();
-        (times[pos], tails[pos]) = (t.stats().p50_us, t.stats().p99_us);
-        fastest[pos] = t.stats().min_us;
+        let fastest: Vec<f64> = members.iter().map(|l| l.stats().min_us).collect();
         let v = super::flag::judge(&times, &tails)[pos];
         let mut slow = v.flagged && super::flag::best_is_slow(&fastest, pos);
         // Measured again while busy (or, in a window too short to call busy, on a machine
@@ -290,41 +294,32 @@ pub fn confirm(rows: &mut Vec<Line<LinksTable>>, retests: Vec<Line<LinksTable>>)
         // path's fault at that size cannot be told from; a slow path's milliseconds stand out.
         let others = t.figures.others_cores.unwrap_or(0.0);
         let steal = t.figures.steal_pct.unwrap_or(0.0) / 100.0;
-        if crate::noise::is_loaded(t.figures.busy == Some(true), others, steal) {
-            let bound = crate::noise::explained_by_load(others, steal);
-            let excess = t.stats().p50_us * (1.0 - 1.0 / v.slowdown.max(1.0));
-            slow &= v.slowdown >= bound && excess >= crate::noise::CLEARLY_SLOWER_US;
-        }
-        // Its tail and retransmissions, judged with it standing in for its row; a loaded
-        // window's stalls must lie beyond what the load explains.
-        let scale = if crate::noise::is_loaded(t.figures.busy == Some(true), others, steal) {
+        let loaded = crate::noise::is_loaded(t.figures.busy == Some(true), others, steal);
+        let scale = if loaded {
             crate::noise::explained_by_load(others, steal)
         } else {
             1.0
         };
-        let (tail_v, retransmits) = {
-            let mut tails: Vec<Option<&super::tail::Tail>> = group
-                .iter()
-                .map(|&i| rows[i].figures.tail.as_ref())
-                .collect();
-            tails[pos] = t.figures.tail.as_ref();
-            let judged = super::tail::judges_retransmits(&t.params.direction, t.params.bytes);
-            let mut counts: Vec<Option<u64>> = group
-                .iter()
-                .map(|&i| rows[i].figures.retransmits.filter(|_| judged))
-                .collect();
-            counts[pos] = t.figures.retransmits.filter(|_| judged);
-            (
-                super::tail::judge_one(&tails, pos, scale),
-                super::tail::retransmits_flagged(&counts, pos),
-            )
-        };
+        if loaded {
+            let excess = t.stats().p50_us * (1.0 - 1.0 / v.slowdown.max(1.0));
+            slow &= v.slowdown >= scale && excess >= crate::noise::CLEARLY_SLOWER_US;
+        }
+        // Its tail and retransmissions, judged with it standing in for its row; a loaded
+        // window's stalls must lie beyond what the load explains (`scale`).
+        let tails: Vec<Option<&super::tail::Tail>> =
+            members.iter().map(|l| l.figures.tail.as_ref()).collect();
+        let judged = super::tail::judges_retransmits(&t.params.direction, t.params.bytes);
+        let counts: Vec<Option<u64>> = members
+            .iter()
+            .map(|l| l.figures.retransmits.filter(|_| judged))
+            .collect();
+        let paused_ms: Vec<Option<(f64, f64)>> = members.iter().map(|&l| lost(l)).collect();
+        let tail_v = super::tail::judge_one(&tails, pos, scale);
+        let retransmits = super::tail::retransmits_flagged(&counts, pos);
         let tail = tail_v.is_some_and(|v| v.flagged);
         t.figures.stalls = tail_v.map(|v| v.stalls);
         t.figures.stall_threshold_us = tail_v.map(|v| crate::record::csv::round(v.threshold_us, 1));
-        let mut paused: Vec<Option<(f64, f64)>> = group.iter().map(|&i| lost(&rows[i])).collect();
-        paused[pos] = lost(&t);
-        let paused = tail && !retransmits && own_pause(&t, tail_v, &paused, pos);
+        let paused = tail && !retransmits && own_pause(&t, tail_v, &paused_ms, pos);
         let reasons = why(slow, tail && !paused, paused, retransmits);
         let slow = reasons.is_some();
         // A retest speaks only for a suspect: the other direction of a retested link, measured
@@ -375,11 +370,10 @@ pub fn judge_links(rows: &mut [Line<LinksTable>]) -> usize {
     );
     let mut flagged = 0;
     for members in groups(rows, group_of) {
-        let tails: Vec<Option<super::tail::Tail>> = members
+        let refs: Vec<Option<&super::tail::Tail>> = members
             .iter()
-            .map(|&j| rows[j].figures.tail.clone())
+            .map(|&j| rows[j].figures.tail.as_ref())
             .collect();
-        let refs: Vec<Option<&super::tail::Tail>> = tails.iter().map(Option::as_ref).collect();
         let judged = |j: usize| {
             let p = &rows[j].params;
             super::tail::judges_retransmits(&p.direction, p.bytes)

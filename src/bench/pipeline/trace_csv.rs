@@ -173,29 +173,20 @@ impl StageRows<'_> {
             .flat_map(|&e| stages[e].ops.last())
             .map(|o| o.queue_end_us)
             .fold(f64::NEG_INFINITY, f64::max);
-        self.row("gc", last, 0.0, -1, -1, -1);
-        self.row("layernorm-grads-all-reduce", last, 0.0, -1, -1, -1);
+        self.marker("gc", last, 0.0);
+        self.marker("layernorm-grads-all-reduce", last, 0.0);
         let clip_from = if s == 0 || s == p - 1 {
-            self.row(
-                "embedding-grads-all-reduce",
-                last,
-                edge_end - last,
-                -1,
-                -1,
-                -1,
-            );
+            self.marker("embedding-grads-all-reduce", last, edge_end - last);
             edge_end
         } else {
             last
         };
-        self.row(
-            "optimizer-clip-main-grad",
-            clip_from,
-            end - clip_from,
-            -1,
-            -1,
-            -1,
-        );
-        self.row("optimizer", end, 0.0, -1, -1, -1);
+        self.marker("optimizer-clip-main-grad", clip_from, end - clip_from);
+        self.marker("optimizer", end, 0.0);
+    }
+
+    /// A step-end row: of no chunk, microbatch or virtual stage.
+    fn marker(&mut self, optype: &'static str, start_us: f64, dur_us: f64) {
+        self.row(optype, start_us, dur_us, -1, -1, -1);
     }
 }

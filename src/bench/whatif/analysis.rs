@@ -68,6 +68,12 @@ pub struct Splits {
 /// replay updates about 1e8 a second), so a run's cost is bounded before it starts.
 const MAX_WORK: f64 = 6e10;
 
+/// A group given back its recorded times: its dimension, its key, and whether it holds an op
+/// (by node and DP rank).
+type Group<'a> = (&'static str, String, Holds<'a>);
+/// Whether an op (by node and DP rank) is in the group.
+type Holds<'a> = Box<dyn Fn(usize, usize) -> bool + Sync + 'a>;
+
 impl Job {
     /// Refuses a what-if whose replays would take too long, naming what to drop.
     pub fn check_cost(&self, s: Splits, drains: bool) -> Result<()> {
@@ -77,7 +83,7 @@ impl Job {
     pub(super) fn check_cost_within(&self, s: Splits, drains: bool, max: f64) -> Result<()> {
         let workers = self.dp * self.pp;
         let replays = 6
-            + if s.optype { OpType::ALL.len() } else { 0 }
+            + if s.optype { OpType::NAMES.len() } else { 0 }
             + if s.dp_rank { self.dp } else { 0 }
             + if s.stage { self.pp } else { 0 }
             + if s.worker { workers } else { 0 }
@@ -106,7 +112,7 @@ impl Job {
     pub fn ideal_costs(&self) -> Vec<f64> {
         let lanes = self.lanes;
         let mut typical = std::collections::HashMap::new();
-        for t in OpType::ALL {
+        for (t, _) in OpType::NAMES {
             let mut v: Vec<f64> = (0..self.model.keys.len())
                 .filter(|&n| self.node_type(n) == t)
                 .flat_map(|n| self.cost[n * lanes..(n + 1) * lanes].iter().copied())
@@ -217,20 +223,8 @@ impl Job {
     }
 
     /// The groups to give back their recorded times, one replay each.
-    #[allow(clippy::type_complexity)]
-    fn groups(
-        &self,
-        s: Splits,
-    ) -> Vec<(
-        &'static str,
-        String,
-        Box<dyn Fn(usize, usize) -> bool + Sync + '_>,
-    )> {
-        let mut out: Vec<(
-            &'static str,
-            String,
-            Box<dyn Fn(usize, usize) -> bool + Sync + '_>,
-        )> = Vec::new();
+    fn groups(&self, s: Splits) -> Vec<Group<'_>> {
+        let mut out: Vec<Group<'_>> = Vec::new();
         if s.optype {
             // Every type the trace records, modelled or not (an unmodelled one, a DP collective
             // of a job with DP 1, changes nothing: 1.0, as the artifact reports it).

@@ -29,44 +29,30 @@ pub enum OpType {
 }
 
 impl OpType {
-    pub const ALL: [OpType; 14] = [
-        OpType::ForwardCompute,
-        OpType::BackwardCompute,
-        OpType::ForwardSend,
-        OpType::ForwardRecv,
-        OpType::BackwardSend,
-        OpType::BackwardRecv,
-        OpType::GradsReduceScatter,
-        OpType::ParamsAllGather,
-        OpType::SeparateGradsAllReduce,
-        OpType::LayernormGradsAllReduce,
-        OpType::EmbeddingGradsAllReduce,
-        OpType::OptimizerClipMainGrad,
-        OpType::Optimizer,
-        OpType::Gc,
+    /// Every op type, in order, with its name.
+    pub const NAMES: [(OpType, &'static str); 14] = [
+        (Self::ForwardCompute, "forward-compute"),
+        (Self::BackwardCompute, "backward-compute"),
+        (Self::ForwardSend, "forward-send"),
+        (Self::ForwardRecv, "forward-recv"),
+        (Self::BackwardSend, "backward-send"),
+        (Self::BackwardRecv, "backward-recv"),
+        (Self::GradsReduceScatter, "grads-reduce-scatter"),
+        (Self::ParamsAllGather, "params-all-gather"),
+        (Self::SeparateGradsAllReduce, "separate-grads-all-reduce"),
+        (Self::LayernormGradsAllReduce, "layernorm-grads-all-reduce"),
+        (Self::EmbeddingGradsAllReduce, "embedding-grads-all-reduce"),
+        (Self::OptimizerClipMainGrad, "optimizer-clip-main-grad"),
+        (Self::Optimizer, "optimizer"),
+        (Self::Gc, "gc"),
     ];
 
     pub fn name(self) -> &'static str {
-        match self {
-            OpType::ForwardCompute => "forward-compute",
-            OpType::BackwardCompute => "backward-compute",
-            OpType::ForwardSend => "forward-send",
-            OpType::ForwardRecv => "forward-recv",
-            OpType::BackwardSend => "backward-send",
-            OpType::BackwardRecv => "backward-recv",
-            OpType::GradsReduceScatter => "grads-reduce-scatter",
-            OpType::ParamsAllGather => "params-all-gather",
-            OpType::SeparateGradsAllReduce => "separate-grads-all-reduce",
-            OpType::LayernormGradsAllReduce => "layernorm-grads-all-reduce",
-            OpType::EmbeddingGradsAllReduce => "embedding-grads-all-reduce",
-            OpType::OptimizerClipMainGrad => "optimizer-clip-main-grad",
-            OpType::Optimizer => "optimizer",
-            OpType::Gc => "gc",
-        }
+        OpType::NAMES.iter().find(|(t, _)| *t == self).unwrap().1
     }
 
     pub fn parse(s: &str) -> Option<OpType> {
-        OpType::ALL.into_iter().find(|t| t.name() == s)
+        Some(OpType::NAMES.into_iter().find(|&(_, n)| n == s)?.0)
     }
 
     /// A pipeline send or receive.
@@ -147,7 +133,7 @@ pub fn record(fields: &RawRecord, at: &dyn Fn() -> String) -> Result<Record> {
             "{}: optype {:?} is not an op type of the artifact's schema ({})",
             at(),
             crate::sanitize::console(&fields.optype, 64),
-            OpType::ALL.map(|t| t.name()).join(", ")
+            OpType::NAMES.map(|(_, n)| n).join(", ")
         )
     })?;
     for (name, v) in [("start_ts", fields.start), ("duration", fields.duration)] {

@@ -325,16 +325,10 @@ fn planned_order(
     warmup: Vec<usize>,
 ) -> anyhow::Result<Orders> {
     let s = job.stages;
-    let slow: Vec<(usize, f64)> = delay
-        .iter()
-        .copied()
-        .enumerate()
-        .filter(|d| d.1 > 0.0)
-        .collect();
     let [tf, tb, tw] = times;
     let sc = Scenario::builder(s, job.microbatches)
         .times(tf, tb, tw)
-        .slow(&slow)
+        .slow(&slow_links(delay))
         .build()?;
     let policy = Policy::Priority(PriorityPolicy {
         split: true,
@@ -345,6 +339,12 @@ fn planned_order(
     });
     let run = simulate(&sc, &policy)?;
     Ok(orders_of(&run, s))
+}
+
+/// The delayed links, as `(link, ms)` pairs.
+fn slow_links(delay: &[f64]) -> Vec<(usize, f64)> {
+    let all = delay.iter().copied().enumerate();
+    all.filter(|d| d.1 > 0.0).collect()
 }
 
 fn orders_of(run: &super::Run, stages: usize) -> Orders {
@@ -491,15 +491,9 @@ fn best_replan(
             .iter()
             .map(|&d| if d > 0.0 { planned.min(d) } else { 0.0 })
             .collect();
-        let slow: Vec<(usize, f64)> = delay
-            .iter()
-            .copied()
-            .enumerate()
-            .filter(|d| d.1 > 0.0)
-            .collect();
         let sc = Scenario::builder(job.stages, job.microbatches)
             .times(job.tf, job.tb, job.tw)
-            .slow(&slow)
+            .slow(&slow_links(&delay))
             .build()?;
         let warm = pipemorph_warmup(&sc, 2, job.microbatches);
         let order = planned_order(job, [job.tf, job.tb, job.tw], &delay, warm)?;

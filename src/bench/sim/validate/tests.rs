@@ -124,36 +124,23 @@ fn one_row(extra_header: &str, extra_cell: &str) -> anyhow::Result<Input> {
 /// naming the column; without the column a row has no trend.
 #[test]
 fn a_rows_healthy_iterations_give_its_trend() {
-    let t = one_row(",healthy_iterations_ms", ",400;410;420;430;440")
-        .unwrap()
-        .cases[0]
-        .trend
-        .unwrap();
+    let col = ",healthy_iterations_ms";
+    let trend = |cell: &str| one_row(col, cell).unwrap().cases[0].trend;
+    let refused = |cell: &str| one_row(col, cell).err().unwrap().to_string();
+    let t = trend(",400;410;420;430;440").unwrap();
     assert_eq!(t.ms_per_iteration, 10.0);
     assert!((t.p - 2.0 / 120.0).abs() < 1e-12 && t.moving());
     // Up and down: no trend.
-    let t = one_row(",healthy_iterations_ms", ",400;420;400;420;400")
-        .unwrap()
-        .cases[0]
-        .trend
-        .unwrap();
+    let t = trend(",400;420;400;420;400").unwrap();
     assert!(!t.moving(), "{t:?}");
     assert!(one_row("", "").unwrap().cases[0].trend.is_none());
-    assert!(one_row(",healthy_iterations_ms", ",").unwrap().cases[0]
-        .trend
-        .is_none());
-    let e = one_row(",healthy_iterations_ms", ",400;410")
-        .err()
-        .unwrap()
-        .to_string();
+    assert!(trend(",").is_none());
+    let e = refused(",400;410");
     assert!(
         e.contains("healthy_iterations_ms") && e.contains("give 3 to 64"),
         "{e}"
     );
-    let e = one_row(",healthy_iterations_ms", ",400;x;420")
-        .err()
-        .unwrap()
-        .to_string();
+    let e = refused(",400;x;420");
     assert!(
         e.contains("healthy_iterations_ms") && e.contains("'x'"),
         "{e}"
