@@ -18,7 +18,7 @@ fn read(name: &str) -> String {
 
 /// `text` is refused with a message holding each of `wants`.
 fn refused(text: &str, wants: &[&str]) {
-    let e = parse(text).unwrap_err().to_string();
+    let e = crate::testing::err_text(parse(text));
     for want in wants {
         assert!(e.contains(want), "{e}");
     }

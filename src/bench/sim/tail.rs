@@ -427,7 +427,7 @@ mod tests {
             ("2:0.1", "LINK:PROB:MS"),
             ("2:0.1:-3", "MS"),
         ] {
-            let e = parse_stall(input).unwrap_err().to_string();
+            let e = crate::testing::err_text(parse_stall(input));
             assert!(e.contains(named), "{input}: {e}");
         }
     }
